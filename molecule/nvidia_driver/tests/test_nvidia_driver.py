@@ -1,0 +1,100 @@
+"""Verify for the nvidia_driver scenario: the real Debian 535.261.03 driver
+from the lab mirror is installed, pinned, held, built by DKMS for the
+mirrored Debian kernel, and reports itself honestly as "not loaded"."""
+
+import json
+
+import pytest
+
+testinfra_hosts = ["ansible://all"]
+
+VERSION = "535.261.03"
+DRIVER_PACKAGES = ["nvidia-kernel-dkms", "nvidia-smi", "libcuda1"]
+
+
+@pytest.fixture(scope="module")
+def kernel(host):
+    """The Debian kernel the lab mirror carries headers for."""
+    return host.check_output("ls /usr/src | sed -n 's/^linux-headers-\\(.*-amd64\\)$/\\1/p'")
+
+
+@pytest.mark.parametrize("name", DRIVER_PACKAGES)
+def test_driver_package_installed_at_pinned_version(host, name):
+    pkg = host.package(name)
+    assert pkg.is_installed
+    assert pkg.version.startswith(VERSION + "-")
+
+
+def test_driver_packages_are_held(host):
+    held = host.check_output("apt-mark showhold").split()
+    for name in DRIVER_PACKAGES:
+        assert name in held
+
+
+def test_pin_file_pins_exact_version(host):
+    pref = host.file("/etc/apt/preferences.d/gpufleet-nvidia-driver.pref")
+    assert pref.mode == 0o644
+    assert f"Pin: version {VERSION}-*" in pref.content_string
+    assert "Pin-Priority: 1001" in pref.content_string
+    policy = host.check_output("apt-cache policy nvidia-smi")
+    assert f"Candidate: {VERSION}-" in policy
+
+
+def test_unattended_upgrades_blacklist(host):
+    conf = host.file("/etc/apt/apt.conf.d/51gpufleet-nvidia-driver-unattended-upgrades")
+    assert "Unattended-Upgrade::Package-Blacklist" in conf.content_string
+    assert '"nvidia-";' in conf.content_string
+    # apt itself must accept the file and see the list.
+    dump = host.check_output("apt-config dump Unattended-Upgrade::Package-Blacklist")
+    assert 'Unattended-Upgrade::Package-Blacklist:: "libcuda1";' in dump
+
+
+def test_repository_is_signed_by_fetched_key(host):
+    src = host.file("/etc/apt/sources.list.d/gpufleet-nvidia-driver.sources").content_string
+    assert "URIs: http://mirror.gpufleet.lab/debian" in src
+    assert "Components: contrib non-free non-free-firmware" in src
+    assert "Signed-By: /etc/apt/keyrings/gpufleet-nvidia-driver.asc" in src
+    assert "trusted" not in src
+    key = host.file("/etc/apt/keyrings/gpufleet-nvidia-driver.asc")
+    assert key.user == "root" and key.mode == 0o644
+    assert "BEGIN PGP PUBLIC KEY BLOCK" in key.content_string
+
+
+def test_nouveau_blacklisted(host):
+    conf = host.file("/etc/modprobe.d/gpufleet-blacklist-nouveau.conf").content_string
+    assert "blacklist nouveau" in conf
+    assert "options nouveau modeset=0" in conf
+
+
+def test_dkms_built_the_module_for_the_mirrored_kernel(host, kernel):
+    assert kernel.startswith("6.1.0-")
+    status = host.check_output("dkms status -m nvidia-current")
+    assert f"nvidia-current/{VERSION}, {kernel}, x86_64: installed" in status
+    modules = host.check_output(f"ls /lib/modules/{kernel}/updates/dkms/")
+    assert "nvidia-current.ko" in modules
+
+
+def test_no_kernel_image_was_installed(host):
+    assert host.run("dpkg-query -W 'linux-image-*'").rc != 0
+
+
+def test_persistenced_enabled(host):
+    assert host.service("nvidia-persistenced").is_enabled
+
+
+def test_nvidia_smi_installed_and_honest_without_gpu(host):
+    assert host.exists("nvidia-smi")
+    run = host.run("nvidia-smi")
+    assert run.rc == 9
+    assert "couldn't communicate with the NVIDIA driver" in run.stdout + run.stderr
+
+
+def test_driver_fact_reports_not_loaded(host):
+    fact = host.file("/etc/ansible/facts.d/nvidia_driver.fact")
+    assert fact.mode == 0o755
+    state = json.loads(host.check_output("/etc/ansible/facts.d/nvidia_driver.fact"))
+    assert state["installed_version"] == VERSION
+    assert state["pinned_version"] == VERSION
+    assert state["loaded_version"] == "not loaded"
+    assert state["reboot_required"] is False
+    assert state["gpus"] == 0

@@ -1,0 +1,144 @@
+"""End-to-end fixtures: playbooks run through ansible-runner against the lab
+(`make lab` builds it), and results are read from ansible-runner's per-host
+events, never from console text."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import ansible_runner
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+LAB_INVENTORY = REPO / "inventory" / "lab"
+NODE_IMAGE = "localhost/gpufleet-node:current"
+LAB_NETWORK = "gpufleet-lab"
+
+
+def podman(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run(["podman", *args], check=check, capture_output=True, text=True)
+
+
+@dataclass
+class PlaybookRun:
+    """What one ansible-playbook run did, per host, from runner events."""
+
+    status: str
+    rc: int
+    stats: dict
+    events: list = field(repr=False)
+
+    def hosts(self, key: str) -> dict:
+        return self.stats.get(key, {}) or {}
+
+    def changed(self) -> dict:
+        return self.hosts("changed")
+
+    def failed_hosts(self) -> set:
+        return set(self.hosts("failures")) | set(self.hosts("dark"))
+
+    def failures(self) -> dict:
+        """host -> the msg of each failed task result (not ignored)."""
+        out: dict = {}
+        for ev in self.events:
+            if ev.get("event") in ("runner_on_failed", "runner_on_unreachable"):
+                data = ev["event_data"]
+                if data.get("ignore_errors"):
+                    continue
+                out.setdefault(data["host"], []).append(str(data.get("res", {}).get("msg", "")))
+        return out
+
+    def changed_tasks(self) -> dict:
+        """host -> names of the tasks that reported a change."""
+        out: dict = {}
+        for ev in self.events:
+            data = ev.get("event_data", {})
+            if ev.get("event") == "runner_on_ok" and data.get("res", {}).get("changed"):
+                out.setdefault(data["host"], []).append(data.get("task"))
+        return out
+
+    def results(self, task: str) -> dict:
+        """host -> result of the named task (the last one, when it ran twice)."""
+        out = {}
+        for ev in self.events:
+            data = ev.get("event_data", {})
+            if ev.get("event") == "runner_on_ok" and data.get("task") == task:
+                out[data["host"]] = data.get("res", {})
+        return out
+
+
+def run_playbook(tmp_path: Path, playbook: str, inventory: Path, extravars: dict | None = None,
+                 limit: str | None = None) -> PlaybookRun:
+    env = {
+        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+        "ANSIBLE_ROLES_PATH": str(REPO / "roles"),
+        "CONTAINERS_CONF": os.environ.get("CONTAINERS_CONF", str(REPO / "files" / "lab" / "containers.conf")),
+        # Runs of different tests must not share cached facts.
+        "ANSIBLE_CACHE_PLUGIN_CONNECTION": str(tmp_path / "facts"),
+    }
+    private = tmp_path / f"runner-{uuid.uuid4().hex[:8]}"
+    private.mkdir(parents=True)
+    runner = ansible_runner.run(
+        private_data_dir=str(private),
+        project_dir=str(REPO),
+        playbook=str(REPO / playbook),
+        inventory=str(inventory),
+        extravars=extravars or {},
+        limit=limit,
+        envvars=env,
+        quiet=True,
+    )
+    return PlaybookRun(status=runner.status, rc=runner.rc, stats=runner.stats or {}, events=list(runner.events))
+
+
+@pytest.fixture(scope="session")
+def lab_hosts() -> list:
+    hosts_file = LAB_INVENTORY / "hosts.yml"
+    if not hosts_file.exists():
+        pytest.fail("the lab is not built: run `make lab` first")
+    data = yaml.safe_load(hosts_file.read_text())
+    return sorted(data["all"]["children"]["gpu_nodes"]["hosts"])
+
+
+@dataclass
+class FreshNode:
+    """A never-provisioned lab node with its own inventory."""
+
+    name: str
+    inventory: Path
+
+    def exec(self, cmd: str) -> str:
+        return podman("exec", self.name, "sh", "-c", cmd).stdout
+
+    def state(self) -> str:
+        """A fingerprint of everything gpufleet could change on the node."""
+        return self.exec(
+            "md5sum /var/lib/dpkg/status; apt-mark showhold;"
+            " ls -la /etc/apt/sources.list.d /etc/apt/preferences.d /etc/apt/keyrings /etc/modprobe.d 2>&1;"
+            " ls /etc/ansible/facts.d 2>&1 || true"
+        )
+
+
+def make_fresh_node(tmp_path_factory, name: str) -> FreshNode:
+    podman("rm", "-f", name, check=False)
+    podman("run", "-d", "--name", name, "--hostname", name, "--network", LAB_NETWORK,
+           "--systemd=always", "--label", "gpufleet.lab=e2e", NODE_IMAGE, "/sbin/init")
+    inv = tmp_path_factory.mktemp(f"inv-{name}")
+    (inv / "group_vars").symlink_to(LAB_INVENTORY / "group_vars")
+    (inv / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": {"gpu_nodes": {
+        "hosts": {name: None},
+        "vars": {"ansible_connection": "containers.podman.podman",
+                 "ansible_python_interpreter": "/usr/bin/python3"}}}}}))
+    return FreshNode(name=name, inventory=inv)
+
+
+@pytest.fixture(scope="module")
+def fresh_node(tmp_path_factory, lab_hosts):
+    node = make_fresh_node(tmp_path_factory, "gpufleet-e2e-fresh")
+    yield node
+    podman("rm", "-f", node.name, check=False)

@@ -1,0 +1,55 @@
+"""Bad input, as a new user would give it: the play stops before any change,
+on a never-provisioned node, with a message naming the variable or host."""
+
+import pytest
+
+from conftest import make_fresh_node, podman, run_playbook
+
+CASES = [
+    pytest.param({"nvidia_driver_branch": "abc"},
+                 "nvidia_driver_branch 'abc' is not a driver branch gpufleet knows", id="branch-abc"),
+    pytest.param({"nvidia_driver_version": "550.54.15"},
+                 "nvidia_driver_version '550.54.15' is not a release of branch 535", id="version-of-other-branch"),
+    pytest.param({"nvidia_driver_source": "rpmfusion"},
+                 "nvidia_driver_source 'rpmfusion' does not exist on Debian", id="unknown-source"),
+    pytest.param({"nvidia_driver_repository_url": "gpufleet-mirror/debian"},
+                 "nvidia_driver_repository_url 'gpufleet-mirror/debian' is not an http(s) URL", id="malformed-mirror-url"),
+    pytest.param({"nvidia_driver_repository_url": "", "nvidia_driver_repository_key_url": "http://gpufleet-mirror/gpufleet-lab.asc"},
+                 "nvidia_driver_repository_key_url is set but nvidia_driver_repository_url is empty", id="missing-mirror-url"),
+    pytest.param({"nvidia_driver_repository_url": "http://gpufleet-mirror/no-such-repo"},
+                 "(nvidia_driver_repository_url) is not usable from this host", id="mirror-url-without-repository"),
+    pytest.param({"nvidia_driver_repository_keyring": "/etc/apt/keyrings/absent.gpg"},
+                 "nvidia_driver_repository_keyring /etc/apt/keyrings/absent.gpg does not exist", id="missing-keyring"),
+    pytest.param({"preflight_secure_boot_policy": "sometimes"},
+                 "preflight_secure_boot_policy", id="unknown-secure-boot-policy"),
+]
+
+
+@pytest.mark.parametrize("extravars, expected", CASES)
+def test_bad_input_stops_before_any_change(tmp_path, fresh_node, extravars, expected):
+    before = fresh_node.state()
+    run = run_playbook(tmp_path, "site.yml", fresh_node.inventory, extravars=extravars)
+    assert run.status == "failed"
+    messages = " ".join(run.failures().get(fresh_node.name, []))
+    assert expected in messages, messages
+    assert run.changed_tasks() == {}
+    assert fresh_node.state() == before
+
+
+def test_unsupported_os_stops_in_preflight(tmp_path, tmp_path_factory, lab_hosts):
+    node = make_fresh_node(tmp_path_factory, "gpufleet-e2e-noble")
+    try:
+        node.exec(
+            "printf '%s\\n' 'PRETTY_NAME=\"Ubuntu 24.04 LTS\"' 'NAME=\"Ubuntu\"' 'VERSION_ID=\"24.04\"'"
+            " 'ID=ubuntu' 'ID_LIKE=debian' 'VERSION_CODENAME=noble' > /etc/os-release"
+        )
+        before = node.state()
+        run = run_playbook(tmp_path, "site.yml", node.inventory)
+        assert run.status == "failed"
+        messages = " ".join(run.failures().get(node.name, []))
+        assert f"gpufleet preflight failed on {node.name}" in messages
+        assert "unsupported operating system Ubuntu 24.04" in messages
+        assert run.changed_tasks() == {}
+        assert node.state() == before
+    finally:
+        podman("rm", "-f", node.name, check=False)
