@@ -20,6 +20,12 @@ CASES = [
                  "(nvidia_driver_repository_url) is not usable from this host", id="mirror-url-without-repository"),
     pytest.param({"nvidia_driver_repository_keyring": "/etc/apt/keyrings/absent.gpg"},
                  "nvidia_driver_repository_keyring /etc/apt/keyrings/absent.gpg does not exist", id="missing-keyring"),
+    pytest.param({"nvidia_driver_version": "535.999.99"},
+                 "nvidia_driver_version 535.999.99 is not in http://gpufleet-mirror/debian; nvidia-smi is offered at 535.261.03-1",
+                 id="version-not-in-repository"),
+    pytest.param({"nvidia_driver_repository_key_url": "http://gpufleet-mirror/debian/dists/bookworm/Release",
+                  "nvidia_driver_repository_keyring": ""},
+                 "apt rejects the driver repository http://gpufleet-mirror/debian", id="wrong-key"),
     pytest.param({"preflight_secure_boot_policy": "sometimes"},
                  "preflight_secure_boot_policy", id="unknown-secure-boot-policy"),
 ]
@@ -53,3 +59,30 @@ def test_unsupported_os_stops_in_preflight(tmp_path, tmp_path_factory, lab_hosts
         assert node.state() == before
     finally:
         podman("rm", "-f", node.name, check=False)
+
+
+def test_conflicting_admin_source_stops_before_apt_breaks(tmp_path, fresh_node):
+    """A Debian host as installed: the archive key in trusted.gpg.d and an
+    admin's own list for non-free without Signed-By, sorting after the role's
+    file. Writing the role's source (with Signed-By) would make every apt run
+    on the host fail ("Conflicting values set for option Signed-By"). The
+    role's scratch trial sees the conflict and stops before writing anything."""
+    admin_list = "/etc/apt/sources.list.d/non-free.list"
+    trusted = "/etc/apt/trusted.gpg.d/gpufleet-lab.gpg"
+    fresh_node.exec(
+        f"cp /usr/share/keyrings/gpufleet-lab-archive-keyring.gpg {trusted} &&"
+        f" echo 'deb http://mirror.gpufleet.lab/debian bookworm non-free' > {admin_list}"
+    )
+    try:
+        before = fresh_node.state()
+        run = run_playbook(tmp_path, "site.yml", fresh_node.inventory,
+                           extravars={"nvidia_driver_repository_url": "http://mirror.gpufleet.lab/debian"})
+        assert run.status == "failed"
+        messages = " ".join(run.failures().get(fresh_node.name, []))
+        assert "apt rejects the driver repository http://mirror.gpufleet.lab/debian" in messages
+        assert "Conflicting values set for option Signed-By" in messages
+        assert run.changed_tasks() == {}
+        assert fresh_node.state() == before
+        assert "E:" not in fresh_node.exec("apt-cache policy 2>&1 >/dev/null")
+    finally:
+        fresh_node.exec(f"rm -f {admin_list} {trusted}")

@@ -1,0 +1,60 @@
+#!/bin/bash
+# Tries an apt source in a scratch apt state and prints what apt says, then
+# the `apt-cache madison` lines of one package. Touches nothing of the host's
+# apt configuration or package lists; everything lives in a temporary
+# directory that is removed on exit.
+#
+# Input from the environment:
+#   TRIAL_SOURCES          the deb822 source to try
+#   TRIAL_KEY_URL          a key to fetch and sign with ("" = the source's Signed-By)
+#   TRIAL_KEYRING_DEB_URL  a cuda-keyring .deb whose keyring signs ("" = none)
+#   TRIAL_PACKAGE          the package whose offered versions are printed
+#   TRIAL_OWN_FILE         the role's own source file, left out of the host's
+#
+# Two trials: the new source alone, downloaded and verified (signature,
+# reachability, versions); and the new source beside the host's own sources,
+# parsed only, which catches what would break every apt run afterwards (two
+# sources for one URL with different Signed-By).
+set -euo pipefail
+key_url=${TRIAL_KEY_URL:-} keyring_deb_url=${TRIAL_KEYRING_DEB_URL:-} package=$TRIAL_PACKAGE
+tmp=$(mktemp -d /tmp/gpufleet-repository-trial.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+mkdir -p "$tmp/parts" "$tmp/lists/partial" "$tmp/cache/archives/partial"
+printf '%s\n' "$TRIAL_SOURCES" > "$tmp/parts/trial.sources"
+
+fetch() {
+  python3 - "$1" "$2" <<'PY'
+import sys, urllib.request
+try:
+    with urllib.request.urlopen(sys.argv[1], timeout=20) as r, open(sys.argv[2], "wb") as f:
+        f.write(r.read())
+except Exception as e:  # reported to the play as apt-style error line
+    print(f"E: cannot fetch {sys.argv[1]}: {e}")
+    sys.exit(3)
+PY
+}
+
+if [ -n "$key_url" ]; then
+  fetch "$key_url" "$tmp/key.asc"
+  sed -i "s|^Signed-By: .*|Signed-By: $tmp/key.asc|" "$tmp/parts/trial.sources"
+elif [ -n "$keyring_deb_url" ]; then
+  fetch "$keyring_deb_url" "$tmp/cuda-keyring.deb"
+  dpkg-deb -x "$tmp/cuda-keyring.deb" "$tmp/root"
+  sed -i "s|^Signed-By: /|Signed-By: $tmp/root/|" "$tmp/parts/trial.sources"
+fi
+
+# Beside the host's own sources: apt parses them all (nothing is downloaded).
+mkdir -p "$tmp/host-parts"
+for f in /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources; do
+  [ -e "$f" ] && [ "$f" != "${TRIAL_OWN_FILE:-}" ] && cp "$f" "$tmp/host-parts/"
+done
+cp "$tmp/parts/trial.sources" "$tmp/host-parts/$(basename "${TRIAL_OWN_FILE:-gpufleet.sources}")"
+out=$(apt-cache -o "Dir::Etc::SourceParts=$tmp/host-parts" -o "Dir::State::Lists=$tmp/lists" policy 2>&1 >/dev/null) || true
+if echo "$out" | grep -qE '^E:'; then echo "$out" | grep -E '^E:'; exit 2; fi
+
+opts=(-o "Dir::Etc::SourceList=/dev/null" -o "Dir::Etc::SourceParts=$tmp/parts"
+      -o "Dir::State::Lists=$tmp/lists" -o "Dir::Cache=$tmp/cache"
+      -o "APT::Sandbox::User=root" -o "Debug::NoLocking=1" -o "Acquire::Retries=2")
+out=$(apt-get "${opts[@]}" -q update 2>&1) || { echo "$out" | grep -E '^(E|W):' || echo "$out"; exit 2; }
+if echo "$out" | grep -qE '^(E|W):'; then echo "$out" | grep -E '^(E|W):'; exit 2; fi
+apt-cache "${opts[@]}" madison "$package" || true
