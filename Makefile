@@ -18,10 +18,11 @@ run: lab
 host-deps:
 	@missing=""; for t in podman:podman runc:runc debootstrap:debootstrap apt-ftparchive:apt-utils gpg:gnupg; do \
 	  command -v $${t%%:*} >/dev/null || missing="$$missing $${t##*:}"; done; \
+	python3 -c 'import ensurepip, venv' 2>/dev/null || missing="$$missing python3-venv"; \
 	if [ -n "$$missing" ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; fi
 
 venv: $(VENV)/.installed
-$(VENV)/.installed: requirements/dev.txt
+$(VENV)/.installed: requirements/dev.txt | host-deps
 	python3 -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements/dev.txt
 	touch $@
@@ -44,7 +45,7 @@ unit: venv
 	$(BIN)/pytest -q tests/unit
 
 molecule: lab
-	$(BIN)/molecule test --all
+	$(BIN)/molecule -c molecule/shared/base.yml test --all
 
 e2e: lab
 	$(BIN)/pytest -q tests/e2e
