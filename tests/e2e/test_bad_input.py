@@ -26,6 +26,11 @@ CASES = [
     pytest.param({"nvidia_driver_repository_key_url": "http://gpufleet-mirror/debian/dists/bookworm/Release",
                   "nvidia_driver_repository_keyring": ""},
                  "apt rejects the driver repository http://gpufleet-mirror/debian", id="wrong-key"),
+    pytest.param({"nvidia_driver_branch": "470"},
+                 "CUDA 12.1 needs NVIDIA driver 530.30.02 or newer, but nvidia_driver_branch 470 (its default release)"
+                 " is driver 470.256.02", id="driver-branch-too-old-for-cuda"),
+    pytest.param({"cuda_release": "11.0"},
+                 "cuda_release '11.0' is not a CUDA release gpufleet knows", id="unknown-cuda-release"),
     pytest.param({"preflight_secure_boot_policy": "sometimes"},
                  "preflight_secure_boot_policy", id="unknown-secure-boot-policy"),
 ]

@@ -16,7 +16,8 @@ ROLES_DIR = REPO_ROOT / "roles"
 DOCUMENTATION_NET = ipaddress.ip_network("192.0.2.0/24")  # RFC 5737 TEST-NET-1
 
 # A commented-out setting: "# preflight_x: value", continued by "#   - item" lines.
-_SETTING = re.compile(r"^# ((?:preflight|nvidia_driver)_\w+):")
+_ROLE_PREFIXES = sorted(path.parent.parent.name for path in ROLES_DIR.glob("*/defaults/main.yml"))
+_SETTING = re.compile(r"^# ((?:" + "|".join(_ROLE_PREFIXES) + r")_\w+):")
 
 
 def commented_settings(path: Path) -> list[tuple[str, Any, str]]:
