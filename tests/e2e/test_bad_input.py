@@ -31,6 +31,10 @@ CASES = [
                  " is driver 470.256.02", id="driver-branch-too-old-for-cuda"),
     pytest.param({"cuda_release": "11.0"},
                  "cuda_release '11.0' is not a CUDA release gpufleet knows", id="unknown-cuda-release"),
+    pytest.param({"pytorch_release": "2.0.1", "pytorch_variant": "cu121"},
+                 "pytorch_release 2.0.1 has no cu121 build", id="torch-release-without-cu121"),
+    pytest.param({"pytorch_variant": "cu121"},
+                 "torch 2.13.0 is published for cpu only, not cu121", id="lab-torch-has-no-cu121"),
     pytest.param({"preflight_secure_boot_policy": "sometimes"},
                  "preflight_secure_boot_policy", id="unknown-secure-boot-policy"),
 ]

@@ -1,0 +1,442 @@
+"""roles/pytorch without a host: what it resolves from files/compatibility.yml, what it rejects, what its scripts report.
+
+As tests/unit/conftest.py does for nvidia_driver, the role's own set_fact
+expressions (tasks/validate.yml, in order, stopping at the first ``fail``
+whose ``when`` is true) are evaluated with ansible-core's Templar over the
+role's defaults, its vars and the matrix: nothing is copied from the role.
+Expected values are PyTorch's real layout: the index
+https://download.pytorch.org/whl/<variant> (PEP 503: one page per project,
+https://download.pytorch.org/whl/cu121/torch/), wheels whose local version
+is the variant (torch-2.5.1+cu121-cp311-cp311-linux_x86_64.whl), and the
+torchvision/torchaudio releases published with each torch release.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from ansible.parsing.dataloader import DataLoader
+from ansible.template import Templar, trust_as_template
+from conftest import FAKE_FACTS, load_trusted
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+ROLE = REPO_ROOT / "roles" / "pytorch"
+COMPATIBILITY_FILE = REPO_ROOT / "files" / "compatibility.yml"
+LAB_VARS = REPO_ROOT / "inventory" / "lab" / "group_vars" / "all" / "main.yml"
+LAB_PLAYBOOK_VARS = REPO_ROOT / "playbooks" / "vars" / "lab.yml"
+
+MATRIX = yaml.safe_load(COMPATIBILITY_FILE.read_text())
+RELEASES = MATRIX["pytorch_releases"]
+INDEX = "https://download.pytorch.org/whl"
+# The torch releases download.pytorch.org/whl/cu121 carries (2.1.0, the first
+# built for CUDA 12.1, to 2.5.1, the last; 2.6 moved to cu124/cu126).
+CU121_RELEASES = ["2.1.0", "2.1.1", "2.1.2", "2.2.0", "2.2.1", "2.2.2", "2.3.0", "2.3.1", "2.4.0", "2.4.1", "2.5.0", "2.5.1"]
+
+_loader = DataLoader()
+
+
+def _version_key(release: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in release.split("."))
+
+
+@dataclass
+class PytorchConfig:
+    """What tasks/validate.yml resolved for one fake host and one set of settings."""
+
+    variables: dict[str, Any]
+    failure: str | None = None
+
+    def __getitem__(self, name: str) -> Any:
+        return Templar(loader=_loader, variables=self.variables).template(self.variables[name])
+
+    def task(self, task_file: str, name_contains: str) -> dict:
+        tasks = [t for t in load_trusted(ROLE / "tasks" / task_file) if name_contains in t.get("name", "")]
+        assert len(tasks) == 1, f"{len(tasks)} tasks in {task_file} named like {name_contains!r}"
+        return tasks[0]
+
+    def evaluate(self, task_file: str, name_contains: str, **registered: Any) -> tuple[bool, str]:
+        """(when is true, rendered msg) of a fail task, with ``registered`` results of earlier host probes."""
+        task = self.task(task_file, name_contains)
+        templar = Templar(loader=_loader, variables={**self.variables, **registered, **(task.get("vars") or {})})
+        when = task.get("when", [])
+        fired = all(templar.evaluate_conditional(c) for c in (when if isinstance(when, list) else [when]))
+        msg = str(templar.template(task["ansible.builtin.fail"]["msg"])).strip() if fired else ""
+        return fired, msg
+
+
+def pytorch_config(host: str = "ubuntu2204", **overrides: Any) -> PytorchConfig:
+    """Run the set_fact and fail tasks of roles/pytorch/tasks/validate.yml for fake host ``host``.
+
+    ``overrides`` are inventory or extra variables; strings are trusted
+    templates, as inventory values are.
+    """
+    variables: dict[str, Any] = {}
+    variables.update(load_trusted(ROLE / "defaults" / "main.yml"))
+    variables.update(load_trusted(ROLE / "vars" / "main.yml"))
+    variables.update(ansible_facts=dict(FAKE_FACTS[host]), inventory_hostname=f"gpu-{host}", role_path=str(ROLE))
+    variables["__pytorch_matrix"] = load_trusted(COMPATIBILITY_FILE)  # validate.yml's include_vars
+    variables.update({k: trust_as_template(v) if isinstance(v, str) else v for k, v in overrides.items()})
+    config = PytorchConfig(variables)
+    for task in load_trusted(ROLE / "tasks" / "validate.yml"):
+        templar = Templar(loader=_loader, variables={**config.variables, **(task.get("vars") or {})})
+        when = task.get("when", [])
+        if not all(templar.evaluate_conditional(c) for c in (when if isinstance(when, list) else [when])):
+            continue
+        if "ansible.builtin.fail" in task:
+            config.failure = str(templar.template(task["ansible.builtin.fail"]["msg"])).strip()
+            return config
+        if "ansible.builtin.set_fact" in task:
+            # set_fact templates every key against the variables from before the task.
+            results = {k: templar.template(v) for k, v in task["ansible.builtin.set_fact"].items() if k != "cacheable"}
+            config.variables.update(results)
+    return config
+
+
+# --- the compatibility matrix ----------------------------------------------
+
+
+def test_matrix_releases_are_ordered_strings():
+    """Release keys are quoted X.Y.Z strings in ascending order (validate.yml's 'first ... last' reads that order)."""
+    assert RELEASES
+    for release in RELEASES:
+        assert isinstance(release, str) and re.fullmatch(r"[0-9]+\.[0-9]+\.[0-9]+", release), release
+    assert list(RELEASES) == sorted(RELEASES, key=_version_key)
+
+
+@pytest.mark.parametrize("release", list(RELEASES))
+def test_every_release_row_is_well_formed(release):
+    """Each row: a non-empty list of variants (cpu or cuXYZ), torchvision and torchaudio as strings, nothing else."""
+    row = RELEASES[release]
+    assert set(row) == {"variants", "torchvision", "torchaudio"}
+    assert isinstance(row["variants"], list) and row["variants"], f"{release} has no variants"
+    assert len(set(row["variants"])) == len(row["variants"])
+    for variant in row["variants"]:
+        assert re.fullmatch(r"cpu|cu[0-9]{3}", variant), variant
+    assert "cpu" in row["variants"], "PyTorch publishes a CPU build of every release"
+    assert isinstance(row["torchvision"], str) and isinstance(row["torchaudio"], str)
+
+
+def test_cu121_builds_are_exactly_torch_2_1_0_to_2_5_1():
+    """download.pytorch.org/whl/cu121 has torch 2.1.0 ... 2.5.1, and the matrix says so."""
+    assert [r for r, row in RELEASES.items() if "cu121" in row["variants"]] == CU121_RELEASES
+
+
+@pytest.mark.parametrize("release", [r for r, row in RELEASES.items() if row["torchvision"] or row["torchaudio"]])
+def test_torchvision_and_torchaudio_follow_the_release(release):
+    """torch 2.Y.Z ships with torchvision 0.(Y+15).Z and torchaudio 2.Y.Z (2.1.0: 0.16.0, 2.5.1: 0.20.1)."""
+    major, minor, patch = _version_key(release)
+    assert major == 2
+    assert RELEASES[release]["torchvision"] == f"0.{minor + 15}.{patch}"
+    assert RELEASES[release]["torchaudio"] == release
+
+
+def test_matrix_default_release_has_the_default_cuda_variant():
+    """The defaults are consistent: defaults.pytorch_release has a build for defaults.cuda_release's variant."""
+    defaults = MATRIX["defaults"]
+    variant = MATRIX["cuda_releases"][defaults["cuda_release"]]["pytorch_variant"]
+    assert variant == "cu121"
+    assert variant in RELEASES[defaults["pytorch_release"]]["variants"]
+
+
+@pytest.mark.parametrize("cuda", list(MATRIX["cuda_releases"]))
+def test_cuda_release_variant_is_its_version(cuda):
+    """CUDA X.Y takes the cuXY wheels (12.1: cu121), the index suffix PyTorch uses."""
+    assert MATRIX["cuda_releases"][cuda]["pytorch_variant"] == "cu" + cuda.replace(".", "")
+
+
+# --- what the role resolves --------------------------------------------------
+
+
+@pytest.mark.parametrize("host", list(FAKE_FACTS))
+def test_defaults_install_torch_2_5_1_cu121_from_pytorch_index(host):
+    """No settings: torch 2.5.1 for CUDA 12.1 with its torchvision and torchaudio, from PyTorch's own cu121 index."""
+    cfg = pytorch_config(host)
+    assert cfg.failure is None
+    assert cfg["__pytorch_release"] == "2.5.1"
+    assert cfg["__pytorch_cuda_release"] == "12.1"
+    assert cfg["__pytorch_variant"] == "cu121"
+    assert cfg["__pytorch_index_url"] == f"{INDEX}/cu121"
+    assert cfg["__pytorch_matrix_pins"] == ["torch==2.5.1+cu121", "torchvision==0.20.1+cu121", "torchaudio==2.5.1+cu121"]
+    assert cfg["__pytorch_requirements"] == cfg["__pytorch_matrix_pins"]
+    # PyTorch's index mirrors torch's dependencies: no second index, no trusted host.
+    assert cfg["__pytorch_pip_source_args"] == ["--index-url", f"{INDEX}/cu121"]
+    assert cfg["__pytorch_source_pages"] == [f"{INDEX}/cu121/torch/", f"{INDEX}/cu121/torchvision/", f"{INDEX}/cu121/torchaudio/"]
+    assert cfg["__pytorch_expected_cuda"] == "12.1"
+    assert cfg["__pytorch_venv"] == "/opt/gpufleet/venv"
+
+
+@pytest.mark.parametrize("release", list(RELEASES))
+def test_cpu_build_of_every_release_comes_from_the_cpu_index(release):
+    """pytorch_variant=cpu works for every release, from https://download.pytorch.org/whl/cpu, pinned +cpu."""
+    cfg = pytorch_config(pytorch_release=release, pytorch_variant="cpu")
+    assert cfg.failure is None
+    row = RELEASES[release]
+    assert cfg["__pytorch_index_url"] == f"{INDEX}/cpu"
+    expected = [f"torch=={release}+cpu"]
+    expected += [f"torchvision=={row['torchvision']}+cpu"] if row["torchvision"] else []
+    expected += [f"torchaudio=={row['torchaudio']}+cpu"] if row["torchaudio"] else []
+    assert cfg["__pytorch_matrix_pins"] == expected
+    assert cfg["__pytorch_expected_cuda"] == ""
+
+
+@pytest.mark.parametrize("release", CU121_RELEASES)
+def test_cu121_release_pins(release):
+    """Every cu121 release resolves to the cu121 index and +cu121 local versions."""
+    cfg = pytorch_config(pytorch_release=release)
+    assert cfg.failure is None
+    assert cfg["__pytorch_index_url"] == f"{INDEX}/cu121"
+    assert all(pin.endswith("+cu121") for pin in cfg["__pytorch_matrix_pins"])
+    assert cfg["__pytorch_matrix_pins"][0] == f"torch=={release}+cu121"
+
+
+def test_cuda_release_follows_the_cuda_role():
+    """pytorch_cuda_release defaults to cuda_release (the cuda role's setting)."""
+    cfg = pytorch_config(cuda_release="12.1")
+    assert cfg.failure is None and cfg["__pytorch_cuda_release"] == "12.1"
+    cfg = pytorch_config(cuda_release="11.8")
+    assert cfg.failure is not None and "pytorch_cuda_release '11.8' is not a CUDA release gpufleet knows" in cfg.failure
+
+
+def test_lab_settings():
+    """The lab: torch 2.13.0+cpu alone (no torchvision/torchaudio exist for it) from the mirror's wheelhouse, over http."""
+    lab = {k: v for k, v in yaml.safe_load(LAB_VARS.read_text()).items() if k.startswith("pytorch_")}
+    assert lab == {"pytorch_release": "2.13.0", "pytorch_variant": "cpu", "pytorch_wheelhouse_url": "{{ lab_mirror_url }}/wheels/"}
+    cfg = pytorch_config("debian12", lab_mirror_url="http://gpufleet-mirror", **lab)
+    assert cfg.failure is None
+    assert cfg["__pytorch_matrix_pins"] == ["torch==2.13.0+cpu"]
+    assert cfg["__pytorch_pip_source_args"] == ["--no-index", "--find-links", "http://gpufleet-mirror/wheels/", "--trusted-host=gpufleet-mirror"]
+    assert cfg["__pytorch_source_pages"] == ["http://gpufleet-mirror/wheels/"]
+
+
+def test_lab_mirror_carries_python3_venv():
+    """The lab nodes get python3-venv from the mirror (the role installs it before python3 -m venv)."""
+    assert "python3-venv" in yaml.safe_load(LAB_PLAYBOOK_VARS.read_text())["lab_mirror_packages"]
+    assert load_trusted(ROLE / "defaults" / "main.yml")["pytorch_python_packages"] == ["python3-venv"]
+
+
+def test_internal_mirror_and_extra_packages():
+    """An internal http mirror of the index (variant placeholder), a second index and extra pins: pip trusts both http hosts."""
+    cfg = pytorch_config(
+        pytorch_index_url="http://pypi.corp.example:8081/repository/pytorch-{variant}/simple/",
+        pytorch_extra_index_url="http://pypi.corp.example:8081/repository/pypi/simple",
+        pytorch_extra_packages=["numpy==1.26.4", "ray[default]==2.9.3"],
+    )
+    assert cfg.failure is None
+    assert cfg["__pytorch_index_url"] == "http://pypi.corp.example:8081/repository/pytorch-cu121/simple"
+    assert cfg["__pytorch_pip_source_args"] == [
+        "--index-url", "http://pypi.corp.example:8081/repository/pytorch-cu121/simple",
+        "--extra-index-url", "http://pypi.corp.example:8081/repository/pypi/simple",
+        "--trusted-host=pypi.corp.example:8081",
+    ]
+    assert cfg["__pytorch_requirements"][-2:] == ["numpy==1.26.4", "ray[default]==2.9.3"]
+    assert cfg["__pytorch_source_pages"][0] == "http://pypi.corp.example:8081/repository/pytorch-cu121/simple/torch/"
+
+
+def test_torchvision_and_torchaudio_can_be_left_out():
+    cfg = pytorch_config(pytorch_torchvision=False, pytorch_torchaudio=False)
+    assert cfg["__pytorch_matrix_pins"] == ["torch==2.5.1+cu121"]
+
+
+# --- what the role rejects, before any change ---------------------------------
+
+BAD_INPUT = [
+    ({"pytorch_release": "2.0.1"}, "pytorch_release 2.0.1 has no cu121 build (files/compatibility.yml: cu121 wheels exist for torch 2.1.0 ... 2.5.1)"),
+    ({"pytorch_release": "2.13.0"}, "torch 2.13.0 is published for cpu only, not cu121"),
+    ({"pytorch_release": "2.1.0", "pytorch_variant": "cu124"}, "torch 2.1.0 is published for cu118, cu121, cpu only, not cu124"),
+    ({"pytorch_variant": "cu118"}, "pytorch_variant cu118 does not match CUDA 12.1 (pytorch_cuda_release)"),
+    ({"pytorch_variant": "cuda121"}, "pytorch_variant 'cuda121' is not a wheel variant: cpu or cuXYZ"),
+    ({"pytorch_release": "9.9.9", "pytorch_variant": "cpu"}, "pytorch_release 9.9.9 has no cpu build (files/compatibility.yml: cpu wheels exist for torch 2.1.0 ... 2.13.0)"),
+    ({"pytorch_cuda_release": "12.4"}, "pytorch_cuda_release '12.4' is not a CUDA release gpufleet knows (files/compatibility.yml lists 12.1)"),
+    ({"pytorch_index_url": "ftp://mirror/whl/{variant}"}, "pytorch_index_url 'ftp://mirror/whl/{variant}' is not an http(s) URL"),
+    ({"pytorch_index_url": "https://mirror/whl/{cuda}"}, "is not an http(s) URL (rendered: 'https://mirror/whl/{cuda}'"),
+    ({"pytorch_extra_index_url": "pypi.org/simple"}, "pytorch_extra_index_url 'pypi.org/simple' is not an http(s) URL"),
+    ({"pytorch_wheelhouse_url": "http://mirror/wheels"}, "pytorch_wheelhouse_url 'http://mirror/wheels' must end with '/'"),
+    ({"pytorch_wheelhouse_url": "file:///srv/wheels/"}, "pytorch_wheelhouse_url 'file:///srv/wheels/' is not an http(s) URL"),
+    (
+        {"pytorch_wheelhouse_url": "http://mirror/wheels/", "pytorch_extra_index_url": "https://pypi.org/simple"},
+        "pytorch_extra_index_url is set but pytorch_wheelhouse_url makes pip use no index at all",
+    ),
+    ({"pytorch_extra_packages": ["numpy>=1.26"]}, "pytorch_extra_packages must be exact pins name==version (as every host must get the same build): numpy>=1.26"),
+    ({"pytorch_extra_packages": ["Torch==2.5.1"]}, "pytorch_extra_packages pins torch, whose versions come from pytorch_release"),
+    ({"pytorch_extra_packages": "numpy==1.26.4"}, "pytorch_extra_packages and pytorch_pip_extra_args must be lists"),
+    ({"pytorch_venv": "/opt"}, "pytorch_venv '/opt' must be an absolute path of its own"),
+    ({"pytorch_venv": "/usr/"}, "pytorch_venv '/usr/' must be an absolute path of its own"),
+    ({"pytorch_venv": "venv"}, "pytorch_venv 'venv' must be an absolute path of its own"),
+    ({"pytorch_python": "python3"}, "pytorch_python 'python3' must be the absolute path of an interpreter"),
+    ({"pytorch_pip_timeout": 0}, "pytorch_pip_timeout must be a whole number of seconds above 0"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "message"), BAD_INPUT, ids=[str(i) for i in range(len(BAD_INPUT))])
+def test_bad_input_is_rejected_with_a_clear_message(overrides, message):
+    cfg = pytorch_config(**overrides)
+    assert cfg.failure is not None, "accepted"
+    assert cfg.failure.startswith("pytorch settings rejected on gpu-ubuntu2204: [1] ")
+    assert message in cfg.failure
+
+
+def test_every_problem_comes_in_one_message():
+    """Several wrong settings: one failure, numbered, naming the host and each variable."""
+    cfg = pytorch_config(pytorch_release="2.0.1", pytorch_wheelhouse_url="http://mirror/wheels", pytorch_venv="/usr", pytorch_pip_timeout=-1)
+    assert cfg.failure is not None
+    assert cfg.failure.startswith("pytorch settings rejected on gpu-ubuntu2204: ")
+    for n, name in enumerate(["pytorch_release", "pytorch_wheelhouse_url", "pytorch_venv", "pytorch_pip_timeout"], start=1):
+        assert re.search(rf"\[{n}\] [^\[]*{name}", cfg.failure), (name, cfg.failure)
+
+
+def test_a_cpu_build_ignores_an_unknown_cuda_release():
+    """cpu needs no CUDA: a CUDA release the matrix lacks does not matter for it."""
+    assert pytorch_config(pytorch_variant="cpu", pytorch_cuda_release="11.8").failure is None
+
+
+# --- the wheel source check (tasks/preflight.yml) ------------------------------
+
+# download.pytorch.org/whl/cu121/torch/ as PyTorch serves it (excerpt): the
+# href carries the local version as %2B, the anchor text as "+".
+PYTORCH_TORCH_PAGE = "\n".join(
+    f'<a href="/whl/cu121/torch-2.5.1%2Bcu121-cp{py}-cp{py}-linux_x86_64.whl#sha256={py * 4}">'
+    f"torch-2.5.1+cu121-cp{py}-cp{py}-linux_x86_64.whl</a><br/>"
+    for py in ("39", "310", "311", "312")
+) + '\n<a href="/whl/cu121/torch-2.4.1%2Bcu121-cp38-cp38-linux_x86_64.whl#sha256=00">torch-2.4.1+cu121-cp38-cp38-linux_x86_64.whl</a><br/>'
+TORCHVISION_PAGE = '<a href="/whl/cu121/torchvision-0.20.1%2Bcu121-cp311-cp311-linux_x86_64.whl#sha256=aa">torchvision-0.20.1+cu121-cp311-cp311-linux_x86_64.whl</a>'
+TORCHAUDIO_PAGE = '<a href="/whl/cu121/torchaudio-2.5.1%2Bcu121-cp311-cp311-linux_x86_64.whl#sha256=bb">torchaudio-2.5.1+cu121-cp311-cp311-linux_x86_64.whl</a>'
+# The lab mirror's nginx autoindex: the anchor text is cut short, the href is whole.
+LAB_WHEELHOUSE_PAGE = (
+    '<a href="torch-2.13.0%2Bcpu-cp311-cp311-manylinux_2_28_x86_64.whl">torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86..&gt;</a> 29-Nov-2026 19:32 191794682\n'
+    '<a href="sympy-1.14.0-py3-none-any.whl">sympy-1.14.0-py3-none-any.whl</a> 29-Nov-2026 19:32 6299353'
+)
+
+
+def _source_check(cfg: PytorchConfig, python: str, pages: list[str]) -> tuple[bool, str]:
+    return cfg.evaluate(
+        "preflight.yml",
+        "lacks a pinned wheel",
+        __pytorch_unsatisfied=cfg["__pytorch_requirements"],
+        __pytorch_python_probe={"rc": 0, "stdout_lines": [python, "x86_64"]},
+        __pytorch_source_probe={"results": [{"item": url, "status": 200, "content": page} for url, page in zip(cfg["__pytorch_source_pages"], pages)]},
+    )
+
+
+def test_source_check_passes_on_pytorch_index_for_python_3_11():
+    fired, _ = _source_check(pytorch_config(), "3.11", [PYTORCH_TORCH_PAGE, TORCHVISION_PAGE, TORCHAUDIO_PAGE])
+    assert not fired
+
+
+def test_source_check_stops_python_3_8_for_torch_2_5():
+    """Ubuntu 20.04's Python 3.8: torch 2.5.1 has no cp38 wheel; the message says which Pythons it has."""
+    fired, msg = _source_check(pytorch_config("ubuntu2004"), "3.8", [PYTORCH_TORCH_PAGE, TORCHVISION_PAGE, TORCHAUDIO_PAGE])
+    assert fired
+    assert msg.startswith(f"pytorch on gpu-ubuntu2004: {INDEX}/cu121 has no wheel of torch==2.5.1+cu121, torchvision==0.20.1+cu121")
+    assert "for CPython 3.8 on x86_64" in msg
+    assert "torch==2.5.1+cu121 is offered for cp39, cp310, cp311, cp312" in msg
+    assert "pytorch_python" in msg
+
+
+def test_source_check_stops_a_source_without_the_variant():
+    """A cpu wheel where the cu121 build is pinned does not count."""
+    page = PYTORCH_TORCH_PAGE.replace("cu121", "cpu")
+    fired, msg = _source_check(pytorch_config(), "3.11", [page, TORCHVISION_PAGE, TORCHAUDIO_PAGE])
+    assert fired and "has no wheel of torch==2.5.1+cu121 for CPython 3.11" in msg
+
+
+def test_source_check_reads_the_lab_wheelhouse():
+    cfg = pytorch_config("debian12", lab_mirror_url="http://gpufleet-mirror", pytorch_release="2.13.0", pytorch_variant="cpu",
+                         pytorch_wheelhouse_url="{{ lab_mirror_url }}/wheels/")
+    assert not _source_check(cfg, "3.11", [LAB_WHEELHOUSE_PAGE])[0]
+    fired, msg = _source_check(cfg, "3.12", [LAB_WHEELHOUSE_PAGE])
+    assert fired and "http://gpufleet-mirror/wheels/ has no wheel of torch==2.13.0+cpu for CPython 3.12" in msg
+    assert "offered for cp311" in msg
+
+
+def test_source_unreachable_is_reported_with_the_url():
+    cfg = pytorch_config()
+    fired, msg = cfg.evaluate(
+        "preflight.yml",
+        "does not answer",
+        __pytorch_unsatisfied=cfg["__pytorch_requirements"],
+        __pytorch_source_probe={"results": [
+            {"item": f"{INDEX}/cu121/torch/", "status": -1, "msg": "Request failed: <urlopen error [Errno -3] Temporary failure in name resolution>"},
+            {"item": f"{INDEX}/cu121/torchvision/", "status": 200},
+            {"item": f"{INDEX}/cu121/torchaudio/", "status": 200},
+        ]},
+    )
+    assert fired
+    assert f"{INDEX}/cu121/torch/ answered HTTP -1 Request failed" in msg
+    assert "pytorch_index_url, for variant cu121" in msg
+
+
+def test_disk_check():
+    cfg = pytorch_config()
+    df = "Filesystem 1024-blocks Used Available Capacity Mounted on\n/dev/sda2 102400000 98000000 4194304 96% /"
+    fired, msg = cfg.evaluate("preflight.yml", "too full", __pytorch_unsatisfied=["torch==2.5.1+cu121"],
+                              __pytorch_df={"stdout_lines": df.splitlines()})
+    assert fired and "/ (where /opt/gpufleet/venv goes) has 4.0 GB free" in msg and "pytorch_min_free_disk_gb=10" in msg
+    df = df.replace("4194304", "52428800")
+    assert not cfg.evaluate("preflight.yml", "too full", __pytorch_unsatisfied=["torch==2.5.1+cu121"],
+                            __pytorch_df={"stdout_lines": df.splitlines()})[0]
+
+
+# --- the scripts the role runs in the environment ------------------------------
+
+
+def _load_script(name: str):
+    spec = importlib.util.spec_from_file_location(name.removesuffix(".py"), ROLE / "files" / name)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(("code", "text"), [(None, None), (8902, "8.9.2"), (8700, "8.7.0"), (90100, "9.1.0"), (90501, "9.5.1")])
+def test_cudnn_version_text(code, text):
+    """torch.backends.cudnn.version() codes of cuDNN 8 (torch 2.1: 8902) and 9 (torch 2.5.1+cu121: 90100)."""
+    assert _load_script("pytorch_report.py").cudnn_version_string(code) == text
+
+
+@pytest.mark.parametrize(("version", "text"), [((2, 21, 5), "2.21.5"), ((2, 18, 1), "2.18.1"), (21805, "2.18.5"), (2708, "2.7.8")])
+def test_nccl_version_text(version, text):
+    assert _load_script("pytorch_report.py").nccl_version_string(version) == text
+
+
+@pytest.mark.parametrize(
+    ("torch_version", "cuda", "variant"),
+    [("2.5.1+cu121", "12.1", "cu121"), ("2.13.0+cpu", None, "cpu"), ("2.5.1", "12.4", "cu124"), ("2.5.1", None, "cpu")],
+)
+def test_installed_variant(torch_version, cuda, variant):
+    assert _load_script("pytorch_report.py").local_variant(torch_version, cuda) == variant
+
+
+def _installed_probe(pins: list[str]) -> dict:
+    script = (ROLE / "files" / "pytorch_installed.py").read_text()
+    out = subprocess.run([sys.executable, "-I", "-c", script, json.dumps(pins)], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+def test_installed_probe_on_the_controller_venv():
+    """The probe the role runs before pip: exact pins, PEP 440 equality, missing packages (run against this venv)."""
+    from importlib.metadata import version
+
+    yaml_version = version("PyYAML")
+    result = _installed_probe([f"PyYAML=={yaml_version}", "PyYAML==0.0.1", "no-such-package-gpufleet==1.0"])
+    assert result["pip"] == version("pip")
+    assert result["installed"] == {"PyYAML": yaml_version, "no-such-package-gpufleet": None}
+    assert result["unsatisfied"] == ["PyYAML==0.0.1", "no-such-package-gpufleet==1.0"]
+
+
+def test_installed_probe_local_versions():
+    """torch==2.5.1+cu121 is satisfied by 2.5.1+cu121 only: a +cpu build of the same release is reinstalled."""
+    module = _load_script("pytorch_installed.py")
+    assert module.satisfied("torch==2.5.1+cu121", "2.5.1+cu121")
+    assert not module.satisfied("torch==2.5.1+cu121", "2.5.1+cpu")
+    assert not module.satisfied("torch==2.5.1+cu121", "2.5.1")
+    assert not module.satisfied("torch==2.5.1+cu121", None)
+    assert module.satisfied("numpy==1.26", "1.26.0")
+    assert module.satisfied("ray[default]==2.9.3", "2.9.3")
