@@ -1,0 +1,130 @@
+"""The CUDA rows of files/compatibility.yml and what roles/cuda renders from
+them, checked without a host: versions belong together, NVIDIA's repository
+URLs follow its real layout, and the role's driver check refuses an
+impossible stack."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+from ansible.parsing.dataloader import DataLoader
+from ansible.template import Templar, trust_as_template
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+MATRIX = yaml.safe_load((REPO_ROOT / "files" / "compatibility.yml").read_text())
+CUDA_ROLE = REPO_ROOT / "roles" / "cuda"
+CUDA_RELEASES = MATRIX["cuda_releases"]
+
+FACTS = {
+    "ubuntu2004": {"distribution": "Ubuntu", "distribution_version": "20.04", "distribution_major_version": "20"},
+    "ubuntu2204": {"distribution": "Ubuntu", "distribution_version": "22.04", "distribution_major_version": "22"},
+    "debian12": {"distribution": "Debian", "distribution_version": "12.7", "distribution_major_version": "12"},
+}
+
+
+def _trusted(value):
+    if isinstance(value, str):
+        return trust_as_template(value)
+    if isinstance(value, list):
+        return [_trusted(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _trusted(v) for k, v in value.items()}
+    return value
+
+
+def render(expression: str, host: str, **extra) -> str:
+    """Template ``expression`` with roles/cuda's vars and defaults and the host's facts."""
+    variables = {}
+    for part in ("defaults/main.yml", "vars/main.yml"):
+        variables.update(yaml.safe_load((CUDA_ROLE / part).read_text()))
+    variables.update(role_path=str(CUDA_ROLE), ansible_facts=FACTS[host], ansible_managed="test", **extra)
+    templar = Templar(loader=DataLoader(), variables=_trusted(variables))
+    return templar.template(trust_as_template(expression))
+
+
+def version_tuple(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in version.split("."))
+
+
+@pytest.mark.parametrize("release", list(CUDA_RELEASES))
+def test_cuda_row_is_consistent(release):
+    """A CUDA row's toolkit, components, cuDNN, NCCL and wheel variant all name the same release."""
+    row = CUDA_RELEASES[release]
+    major, minor = release.split(".")
+    assert re.fullmatch(r"\d{3}\.\d+\.\d+", row["min_driver"])
+    assert row["toolkit_version"].startswith(f"{release}.") and row["toolkit_version"].endswith("-1")
+    assert row["component_version"].startswith(f"{release}.")
+    for library in ("cudnn", "nccl"):
+        lib = row[library]
+        assert lib["package_version"] == f"{lib['version']}-1+cuda{release}"
+        assert lib["packages"] and all(re.fullmatch(r"lib[a-z0-9-]+", p) for p in lib["packages"])
+    assert row["pytorch_variant"] == f"cu{major}{minor}"
+
+
+def test_cuda_12_1_needs_driver_530_30_02():
+    """NVIDIA's CUDA 12.1 release notes: Linux driver >= 530.30.02."""
+    assert CUDA_RELEASES["12.1"]["min_driver"] == "530.30.02"
+
+
+@pytest.mark.parametrize("branch", list(MATRIX["driver_branches"]))
+def test_each_branch_default_runs_cuda_12_1_exactly_when_new_enough(branch):
+    """The rows the e2e test uses: 470 and 525 are too old for CUDA 12.1, 535 runs it."""
+    default = MATRIX["driver_branches"][branch]["default_version"]
+    runs = version_tuple(default) >= version_tuple(CUDA_RELEASES["12.1"]["min_driver"])
+    assert runs == (int(branch) >= 530)
+
+
+def test_every_cu_variant_in_pytorch_rows_is_a_cuda_release_or_known():
+    """cu121 in a PyTorch row means CUDA 12.1 is a row of cuda_releases."""
+    variants = {v for row in MATRIX["pytorch_releases"].values() for v in row["variants"]}
+    assert "cu121" in variants
+    assert {row["pytorch_variant"] for row in CUDA_RELEASES.values()} <= variants
+
+
+def test_matrix_defaults_exist():
+    assert MATRIX["defaults"]["cuda_release"] in CUDA_RELEASES
+    assert MATRIX["defaults"]["pytorch_release"] in MATRIX["pytorch_releases"]
+    assert "cu121" in MATRIX["pytorch_releases"][MATRIX["defaults"]["pytorch_release"]]["variants"]
+
+
+@pytest.mark.parametrize("host, directory", [("ubuntu2004", "ubuntu2004"), ("ubuntu2204", "ubuntu2204"),
+                                             ("debian12", "debian12")])
+def test_nvidia_repository_url_follows_nvidia_layout(host, directory):
+    """https://developer.download.nvidia.com/compute/cuda/repos/<os>/x86_64, as cuda-keyring's own list has it."""
+    assert render("{{ __cuda_public_repository_url }}", host) == (
+        f"https://developer.download.nvidia.com/compute/cuda/repos/{directory}/x86_64"
+    )
+    assert render("{{ __cuda_repo_os in __cuda_supported_os }}", host) in (True, "True")
+
+
+@pytest.mark.parametrize("host", list(FACTS))
+def test_sources_file_is_flat_and_signed(host):
+    """The deb822 source: the flat repository ("Suites: /", no Components), Signed-By cuda-keyring's keyring."""
+    url = render("{{ __cuda_public_repository_url }}", host)
+    text = render(
+        (CUDA_ROLE / "templates" / "cuda.sources.j2").read_text(), host,
+        __cuda_repo_url=url, __cuda_keyring="/usr/share/keyrings/cuda-archive-keyring.gpg",
+    )
+    lines = [line for line in text.splitlines() if line and not line.startswith("#")]
+    assert f"URIs: {url}/" in lines
+    assert "Suites: /" in lines
+    assert not any(line.startswith("Components:") for line in lines)
+    assert "Signed-By: /usr/share/keyrings/cuda-archive-keyring.gpg" in lines
+    assert "trusted" not in text
+
+
+def test_toolkit_package_is_never_the_cuda_metapackage():
+    """cuda-toolkit-12-1, not `cuda` (which pulls a driver) nor `cuda-12-1`."""
+    validate = (CUDA_ROLE / "tasks" / "validate.yml").read_text()
+    assert "__cuda_toolkit_package: \"cuda-toolkit-{{ __cuda_release | replace('.', '-') }}\"" in validate
+
+
+def test_driver_check_expression_refuses_470_for_cuda_12_1():
+    """The validate expression itself: 470.256.02 < 530.30.02 is refused, 535.261.03 passes."""
+    spec = CUDA_RELEASES["12.1"]
+    expression = "{{ __cuda_driver is version(__cuda_spec.min_driver, '>=') }}"
+    assert render(expression, "debian12", __cuda_driver="470.256.02", __cuda_spec=spec) in (False, "False")
+    assert render(expression, "debian12", __cuda_driver="535.261.03", __cuda_spec=spec) in (True, "True")
