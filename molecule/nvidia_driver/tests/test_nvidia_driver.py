@@ -43,7 +43,7 @@ def test_pin_file_pins_exact_version(host):
 def test_unattended_upgrades_blacklist(host):
     conf = host.file("/etc/apt/apt.conf.d/51gpufleet-nvidia-driver-unattended-upgrades")
     assert "Unattended-Upgrade::Package-Blacklist" in conf.content_string
-    assert '"nvidia-";' in conf.content_string
+    assert '".*nvidia";' in conf.content_string
     # apt itself must accept the file and see the list.
     dump = host.check_output("apt-config dump Unattended-Upgrade::Package-Blacklist")
     assert 'Unattended-Upgrade::Package-Blacklist:: "libcuda1";' in dump
