@@ -10,7 +10,7 @@ export CONTAINERS_CONF := $(CURDIR)/files/lab/containers.conf
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(BIN):$(PATH)
 
-.PHONY: run lab lab-destroy lab-clean host-deps venv lint unit molecule e2e test
+.PHONY: run lab lab-destroy lab-clean host-deps venv lint unit molecule e2e test payload-test
 
 run: lab
 	$(BIN)/ansible-playbook site.yml -i inventory/lab
@@ -51,3 +51,9 @@ e2e: lab
 	$(BIN)/pytest -q tests/e2e
 
 test: lint unit molecule e2e
+
+# The DDP payload on CPU (torchrun, gloo). Work in progress for the
+# verification plays: not yet part of `make test`.
+payload-test: venv
+	$(BIN)/pip install --quiet --disable-pip-version-check torch==2.13.0
+	$(BIN)/pytest -q tests/payload

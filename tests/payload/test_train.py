@@ -1,0 +1,285 @@
+"""Tests for files/payload/train.py on CPU (gloo).
+
+Multi-rank runs go through the real launcher, ``python -m torch.distributed.run``
+(torchrun), in a subprocess, with the rendezvous flags of the documented
+multi-node command on a free local port. Where the exit code or the error
+text is the point (pass, fail, usage errors), a single process is a
+``python train.py`` subprocess; other single-process runs call ``main()``
+in-process (its return value is the exit code) to keep the file fast on two
+cores. Pure helpers (AMP policy, sharding, verdict) are tested directly.
+
+Tolerance for "same parameters" between world sizes / accumulation settings:
+atol 1e-5 on float32 with ``--amp off`` (measured: about 1e-7, float rounding
+of a differently ordered gradient reduction).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Iterator
+
+import pytest
+import torch
+
+TRAIN = Path(__file__).resolve().parents[2] / "files" / "payload" / "train.py"
+PARAM_ATOL = 1e-5
+STEPS = 20  # enough steps for the default loss-drop check to be meaningful
+RESULT_FIELDS = {
+    "verdict", "reasons", "world_size", "mode", "backend", "device", "hosts", "losses",
+    "samples_per_s", "peak_memory_bytes", "amp", "grad_accum", "global_batch", "steps",
+    "duration_s", "torch_version", "param_max_abs_diff",
+}
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def clean_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if k not in {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"}}
+    env["PYTHONWARNINGS"] = "ignore"  # torch warns at import when NumPy is absent
+    return env
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_single(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, str(TRAIN), *map(str, args)]
+    return subprocess.run(cmd, env=clean_env(), capture_output=True, text=True, timeout=120)
+
+
+def run_torchrun(nproc: int, *args: str | Path) -> subprocess.CompletedProcess[str]:
+    """The documented multi-node command, with one node and a free rendezvous port."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc-per-node={nproc}",
+           "--node-rank=0", "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{free_port()}",
+           str(TRAIN), *map(str, args)]
+    return subprocess.run(cmd, env=clean_env(), capture_output=True, text=True, timeout=180)
+
+
+def read_result(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def max_param_diff(a: Path, b: Path) -> float:
+    pa, pb = torch.load(a, weights_only=True), torch.load(b, weights_only=True)
+    assert pa.keys() == pb.keys()
+    return max((pa[k] - pb[k]).abs().max().item() for k in pa)
+
+
+def run_main(train: ModuleType, *args: str | Path) -> int:
+    """train.py's main() in this process: the exit code it would give."""
+    return train.main([str(a) for a in args])
+
+
+def explain(proc: subprocess.CompletedProcess[str]) -> str:
+    return f"rc={proc.returncode}\n--- stdout\n{proc.stdout[-3000:]}\n--- stderr\n{proc.stderr[-8000:]}"
+
+
+@pytest.fixture(scope="module")
+def train() -> Iterator[ModuleType]:
+    spec = importlib.util.spec_from_file_location("payload_train", TRAIN)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    yield module
+    del sys.modules[spec.name]
+
+
+@pytest.fixture(scope="module")
+def baseline(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """One process, global batch 64, no accumulation, AMP off: the reference run."""
+    out = tmp_path_factory.mktemp("baseline")
+    proc = run_single("--amp", "off", "--steps", STEPS, "--result", out / "result.json",
+                      "--save-params", out / "params.pt")
+    return {"proc": proc, "result": out / "result.json", "params": out / "params.pt"}
+
+
+# --------------------------------------------------------------------------- single process
+
+
+def test_single_process_passes(baseline: dict) -> None:
+    proc = baseline["proc"]
+    assert proc.returncode == 0, explain(proc)
+    result = read_result(baseline["result"])
+    assert RESULT_FIELDS <= result.keys()
+    assert result["verdict"] == "pass" and result["reasons"] == []
+    assert (result["world_size"], result["mode"], result["device"], result["backend"]) == (1, "ddp", "cpu", None)
+    assert result["hosts"] == [socket.gethostname()]
+    assert result["peak_memory_bytes"] == [None]  # no GPU
+    assert (result["amp"], result["grad_accum"], result["global_batch"]) == ("off", 1, 64)
+    assert result["steps"] == STEPS and len(result["losses"]) == STEPS
+    assert result["loss_drop"] >= 0.1 and result["losses"][-1] < result["losses"][0]
+    assert result["samples_per_s"] > 0 and result["torch_version"] == torch.__version__
+    assert "step 20/20 | loss" in proc.stderr and "samples/s" in proc.stderr
+
+
+def test_grad_accum_equals_one_big_batch(train: ModuleType, baseline: dict, tmp_path: Path) -> None:
+    code = run_main(train, "--amp", "off", "--steps", STEPS, "--grad-accum", 4,
+                    "--result", tmp_path / "r.json", "--save-params", tmp_path / "p.pt")
+    assert code == 0
+    result = read_result(tmp_path / "r.json")
+    assert (result["grad_accum"], result["micro_batch"]) == (4, 16)
+    assert max_param_diff(baseline["params"], tmp_path / "p.pt") <= PARAM_ATOL
+    assert result["losses"] == pytest.approx(read_result(baseline["result"])["losses"], rel=1e-5)
+
+
+def test_bf16_on_cpu_trains(train: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = run_main(train, "--amp", "bf16", "--steps", STEPS, "--result", tmp_path / "r.json", "--json")
+    assert code == 0
+    result = read_result(tmp_path / "r.json")
+    assert result["amp"] == "bf16" and result["verdict"] == "pass" and result["loss_drop"] >= 0.1
+    assert json.loads(capsys.readouterr().out) == result  # --json prints the same result on stdout
+
+
+def test_fp16_on_cpu_is_refused() -> None:
+    proc = run_single("--amp", "fp16", "--device", "cpu")
+    assert proc.returncode == 2, explain(proc)
+    assert "--amp fp16 needs CUDA" in proc.stderr
+
+
+def test_divergent_lr_fails(tmp_path: Path) -> None:
+    proc = run_single("--lr", "1e6", "--steps", STEPS, "--result", tmp_path / "r.json")
+    assert proc.returncode == 1, explain(proc)
+    result = read_result(tmp_path / "r.json")
+    assert result["verdict"] == "fail"
+    assert any("non-finite loss" in r or "loss not falling" in r for r in result["reasons"]), result["reasons"]
+
+
+def test_profiler_writes_a_trace(train: ModuleType, tmp_path: Path) -> None:
+    assert run_main(train, "--steps", 8, "--min-loss-drop", "0", "--profile-dir", tmp_path / "prof") == 0
+    traces = list((tmp_path / "prof").glob("*rank0*.pt.trace.json"))
+    assert len(traces) == 1 and traces[0].stat().st_size > 0
+    assert "traceEvents" in json.loads(traces[0].read_text())
+
+
+def test_dp_mode_on_cpu_falls_back(train: ModuleType, tmp_path: Path) -> None:
+    assert run_main(train, "--mode", "dp", "--steps", STEPS, "--result", tmp_path / "r.json") == 0
+    result = read_result(tmp_path / "r.json")
+    assert (result["mode"], result["wrapper"], result["verdict"]) == ("dp", "none", "pass")
+    assert any("dp fallback" in note for note in result["notes"]), result["notes"]
+
+
+def test_data_dir_classification(train: ModuleType, tmp_path: Path) -> None:
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(512, 3, 4, generator=g)
+    torch.save({"x": x, "y": x.reshape(512, -1)[:, :3].argmax(dim=1)}, tmp_path / "train.pt")
+    assert run_main(train, "--data-dir", tmp_path, "--steps", STEPS, "--result", tmp_path / "r.json") == 0
+    result = read_result(tmp_path / "r.json")
+    assert result["task"] == "classification" and result["data"].endswith("train.pt")
+
+
+def test_batch_not_divisible_is_a_usage_error() -> None:
+    proc = run_single("--batch-size", 30, "--grad-accum", 4)
+    assert proc.returncode == 2, explain(proc)
+    assert "--batch-size 30 is not divisible by world size 1 x --grad-accum 4" in proc.stderr
+
+
+def test_unknown_amp_is_an_argparse_error() -> None:
+    proc = run_single("--amp", "fp32")
+    assert proc.returncode == 2, explain(proc)
+    assert "argument --amp: invalid choice: 'fp32'" in proc.stderr
+
+
+# --------------------------------------------------------------------------- several ranks (torchrun)
+
+
+@pytest.mark.parametrize("grad_accum", [1, 2])
+def test_ddp_four_ranks_equal_one_process(baseline: dict, tmp_path: Path, grad_accum: int) -> None:
+    """The DDP property: 4 ranks x grad_accum micro-steps reach the parameters of 1 process, same global batch."""
+    proc = run_torchrun(4, "--amp", "off", "--steps", STEPS, "--grad-accum", grad_accum,
+                        "--result", tmp_path / "r.json", "--save-params", tmp_path / "p.pt")
+    assert proc.returncode == 0, explain(proc)
+    result = read_result(tmp_path / "r.json")
+    assert (result["world_size"], result["backend"], result["wrapper"]) == (4, "gloo", "DistributedDataParallel")
+    assert result["hosts"] == [socket.gethostname()] * 4 and result["peak_memory_bytes"] == [None] * 4
+    assert result["micro_batch"] == 64 // (4 * grad_accum)
+    assert result["verdict"] == "pass" and result["param_max_abs_diff"] <= 1e-6
+    diff = max_param_diff(baseline["params"], tmp_path / "p.pt")
+    assert diff <= PARAM_ATOL, f"4 ranks vs 1 process: max abs diff {diff}"
+    assert result["losses"] == pytest.approx(read_result(baseline["result"])["losses"], rel=1e-5)
+
+
+def test_checkpoint_resume_matches_one_go(tmp_path: Path) -> None:
+    """10 steps in one go == 5 steps + resume + 5 steps; only global rank 0 writes the checkpoint."""
+    common = ("--amp", "off", "--min-loss-drop", "-1")  # short runs: the trend check is not the point here
+    ckpt = tmp_path / "ckpt" / "state.pt"
+    one_go = run_torchrun(2, *common, "--steps", 10, "--save-params", tmp_path / "one_go.pt")
+    assert one_go.returncode == 0, explain(one_go)
+    first = run_torchrun(2, *common, "--steps", 5, "--checkpoint", ckpt, "--checkpoint-every", 2,
+                         "--result", tmp_path / "first.json")
+    assert first.returncode == 0, explain(first)
+    assert read_result(tmp_path / "first.json")["checkpoint_writes"] == [3, 0]  # steps 2, 4 and the end
+    assert sorted(p.name for p in ckpt.parent.iterdir()) == ["state.pt"]  # no temporary files left
+    state = torch.load(ckpt, weights_only=True)
+    assert state["step"] == 5 and state["config"]["saved_by_rank"] == 0
+    assert "module." not in next(iter(state["model"]))  # saved without the DDP wrapper
+
+    second = run_torchrun(2, *common, "--steps", 10, "--checkpoint", ckpt, "--resume",
+                          "--result", tmp_path / "second.json", "--save-params", tmp_path / "resumed.pt")
+    assert second.returncode == 0, explain(second)
+    result = read_result(tmp_path / "second.json")
+    assert (result["start_step"], result["final_step"], result["steps"]) == (5, 10, 5)
+    assert max_param_diff(tmp_path / "one_go.pt", tmp_path / "resumed.pt") <= PARAM_ATOL
+
+
+# --------------------------------------------------------------------------- helpers, in-process
+
+
+def test_amp_policy(train: ModuleType) -> None:
+    cpu = torch.device("cpu")
+    assert train.resolve_amp("auto", cpu) == "bf16"
+    assert train.resolve_amp("bf16", cpu) == "bf16"
+    assert train.resolve_amp("off", cpu) == "off"
+    with pytest.raises(train.UsageError, match="fp16 needs CUDA"):
+        train.resolve_amp("fp16", cpu)
+
+
+def test_dist_env_from_torchrun_variables(train: ModuleType) -> None:
+    assert train.read_dist_env({}) == train.DistEnv(0, 0, 1, False)
+    env = train.read_dist_env({"RANK": "5", "WORLD_SIZE": "8", "LOCAL_RANK": "1"})
+    assert env == train.DistEnv(rank=5, local_rank=1, world_size=8, distributed=True)
+
+
+@pytest.mark.parametrize("step", [0, 1, 63, 64, 100])
+def test_global_batch_is_the_same_for_any_world_size(train: ModuleType, step: int) -> None:
+    """Union over ranks and micro-steps of step s = the same samples, whatever world size and accumulation."""
+    def samples(world: int, accum: int) -> list[list[int]]:
+        per_micro: list[list[int]] = [[] for _ in range(accum)]
+        for rank in range(world):
+            args = train.parse_args(["--grad-accum", str(accum)])
+            run = train.prepare(args, train.DistEnv(rank, rank, world, world > 1))
+            for m, idx in enumerate(train.ShardedBatches(run).for_step(step)):
+                per_micro[m] += idx.tolist()
+        return [sorted(ids) for ids in per_micro]
+
+    reference = samples(1, 1)[0]
+    assert len(reference) == 64 == len(set(reference))
+    for world, accum in [(2, 1), (4, 1), (4, 2), (1, 4)]:
+        micro = samples(world, accum)
+        assert sorted(sum(micro, [])) == reference
+        if accum == 2:
+            assert micro == samples(1, 2)  # micro-step m holds the same samples for any world size
+
+
+def test_verdict_rules(train: ModuleType) -> None:
+    falling = [1.0, 0.9, 0.8, 0.7, 0.5, 0.4, 0.3, 0.2]
+    assert train.judge(falling, 0, 0.0, 0.1)[0] == []
+    reasons = train.judge([1.0, 1.0, 1.0, 0.99], 0, 0.0, 0.1)[0]
+    assert len(reasons) == 1 and "loss not falling" in reasons[0]
+    reasons = train.judge([1.0, float("nan"), 1.0, 1.0], 10, 0.0, 0.1)[0]
+    assert reasons == ["non-finite loss (NaN/inf) at step 12: nan"]
+    reasons = train.judge(falling, 0, 2e-6, 0.1)[0]
+    assert len(reasons) == 1 and "ranks disagree on parameters" in reasons[0]
+    reasons, notes, _ = train.judge([1.0, 2.0], 0, 0.0, 0.1)
+    assert reasons == [] and "not checked" in notes[0]
