@@ -1,0 +1,657 @@
+"""Unit tests for files/payload/gpufleet_check.py, without torch and without a GPU.
+
+The host is faked: an ``nvidia-smi`` shell script first (and alone) on PATH,
+sysfs PCI device directories with vendor/class files, a module version file,
+a /proc/driver/nvidia/version file and a directory of driver libraries, all in
+tmp_path and handed over with the check's own test options. torch is blocked
+in this process (``sys.modules["torch"] = None``) and, for the CLI runs in a
+subprocess, by a ``torch`` package on PYTHONPATH that raises ImportError, so
+the tests behave the same whether or not the venv has torch.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType, SimpleNamespace
+from typing import Any, Iterator
+
+import pytest
+
+CHECK = Path(__file__).resolve().parents[2] / "files" / "payload" / "gpufleet_check.py"
+GPU_CHECKS = ("driver_version", "nvidia_smi", "libraries", "gemm", "allreduce_busbw", "p2p_topology")
+REPORT_KEYS = {"schema", "host", "started", "duration_s", "verdict", "reasons", "reboot_required",
+               "versions", "gpus", "gpu_count_pci", "checks"}
+CHECK_KEYS = {"name", "verdict", "value", "unit", "threshold", "detail"}
+GPU_KEYS = {"index", "name", "uuid", "pci_bus_id", "memory_total_mib", "persistence_mode",
+            "ecc_uncorrected", "gemm_tflops"}
+
+# --------------------------------------------------------------------------- nvidia-smi outputs
+
+
+def h100_listing(ecc: dict[int, str] | None = None, persistence: dict[int, str] | None = None) -> str:
+    """`nvidia-smi --query-gpu=... --format=csv,noheader,nounits` of a healthy 8 x H100 SXM node."""
+    ecc, persistence = ecc or {}, persistence or {}
+    return "".join(
+        f"{i}, NVIDIA H100 80GB HBM3, GPU-4b0c8a3e-21f7-3c55-9e1d-0000000000{i:02d}, "
+        f"00000000:{0x18 + 0x11 * i:02X}:00.0, 81559, 535.161.08, {persistence.get(i, 'Enabled')}, "
+        f"{ecc.get(i, '0')}\n" for i in range(8))
+
+
+CONSUMER_LISTING = ("0, NVIDIA GeForce RTX 4090, GPU-9d1e0000-0000-0000-0000-000000000000, 00000000:01:00.0, "
+                    "24564, 535.161.08, [N/A], [N/A]\n"
+                    "1, NVIDIA GeForce RTX 4090, GPU-9d1e0000-0000-0000-0000-000000000001, 00000000:02:00.0, "
+                    "[Not Supported], 535.161.08, Disabled, [Not Supported]\n")
+
+MISMATCH = "Failed to initialize NVML: Driver/library version mismatch\nNVML library version: 535.261\n"
+
+
+def dgx_topology() -> str:
+    """`nvidia-smi topo -m` of an 8-GPU NVSwitch machine with 4 NICs: ANSI header, tabs, legend."""
+    gpus, nics = [f"GPU{i}" for i in range(8)], [f"NIC{i}" for i in range(4)]
+    header = "\t\x1b[4m" + "\t".join(gpus + nics + ["CPU Affinity", "NUMA Affinity", "GPU NUMA ID"]) + "\x1b[0m"
+    rows = []
+    for i in range(8):
+        links = [" X " if i == j else "NV18" for j in range(8)]
+        pcie = ["PXB" if n == i // 2 else "SYS" for n in range(4)]
+        rows.append("\t".join([f"GPU{i}", *links, *pcie, "0-55,112-167" if i < 4 else "56-111,168-223",
+                               "0" if i < 4 else "1", "", "N/A"]))
+    for n in range(4):
+        gpu_links = ["PXB" if n == i // 2 else "SYS" for i in range(8)]
+        nic_links = [" X " if n == m else "SYS" for m in range(4)]
+        rows.append("\t".join([f"NIC{n}", *gpu_links, *nic_links]))
+    legend = ["", "Legend:", "", "  X    = Self",
+              "  SYS  = Connection traversing PCIe as well as the SMP interconnect between NUMA nodes (e.g., QPI/UPI)",
+              "  PIX  = Connection traversing at most a single PCIe bridge",
+              "  NV#  = Connection traversing a bonded set of # NVLinks", "", "NIC Legend:", ""]
+    legend += [f"  NIC{n}: mlx5_{n}" for n in range(4)]
+    return "\n".join([header, *rows, *legend]) + "\n"
+
+
+PCIE_TOPOLOGY = ("\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\n"
+                 "GPU0\t X \tSYS\t0-15\t0\t\tN/A\n"
+                 "GPU1\tSYS\t X \t16-31\t1\t\tN/A\n"
+                 "\nLegend:\n\n  X    = Self\n  SYS  = Connection traversing PCIe as well as the SMP interconnect\n")
+
+PCIE_LISTING = "".join(f"{i}, NVIDIA L40S, GPU-7e000000-0000-0000-0000-00000000000{i}, "
+                       f"00000000:{0x41 + 0x40 * i:02X}:00.0, 46068, 535.161.08, Enabled, 0\n" for i in range(2))
+
+
+# --------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="module")
+def gc() -> Iterator[ModuleType]:
+    spec = importlib.util.spec_from_file_location("gpufleet_check", CHECK)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    yield module
+    del sys.modules[spec.name]
+
+
+@pytest.fixture(autouse=True)
+def no_torch(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` raises ImportError
+
+
+def shell_quote(text: str) -> str:
+    return "'" + text.replace("'", "'\\''") + "'"
+
+
+class FakeHost:
+    """A fake machine under tmp_path; argv() gives the check's options that point at it."""
+
+    def __init__(self, root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.root = root
+        self.bin, self.sysfs, self.libs = root / "bin", root / "sysfs", root / "libs"
+        for directory in (self.bin, self.sysfs, self.libs):
+            directory.mkdir()
+        self.module_file, self.proc_file = root / "module-version", root / "proc-version"
+        monkeypatch.setenv("PATH", str(self.bin))  # the fake nvidia-smi, and no other one
+
+    def nvidia_smi(self, query: str, topology: str = "", rc: int = 0) -> None:
+        """nvidia-smi printing `topology` for `topo -m`, else `query`; exit code rc either way."""
+        script = self.bin / "nvidia-smi"
+        script.write_text(f"#!/bin/sh\n"
+                          f"if [ \"$1\" = topo ]; then printf '%s' {shell_quote(topology)}; exit {rc}; fi\n"
+                          f"printf '%s' {shell_quote(query)}\nexit {rc}\n")
+        script.chmod(0o755)
+
+    def pci_device(self, address: str, vendor: str = "0x10de", pci_class: str = "0x030200") -> None:
+        device = self.sysfs / address
+        device.mkdir()
+        (device / "vendor").write_text(vendor + "\n")
+        (device / "class").write_text(pci_class + "\n")
+
+    def pci_gpus(self, count: int) -> None:
+        for i in range(count):
+            self.pci_device(f"0000:{0x18 + i:02x}:00.0")
+
+    def loaded_module(self, version: str) -> None:
+        self.module_file.write_text(version + "\n")
+
+    def userspace_driver(self, version: str) -> Path:
+        library = self.libs / f"libnvidia-ml.so.{version}"
+        library.write_text("")
+        return library
+
+    def argv(self, *extra: str) -> list[str]:
+        return ["--sysfs-pci-dir", str(self.sysfs), "--module-version-file", str(self.module_file),
+                "--driver-proc-file", str(self.proc_file), "--driver-lib-dir", str(self.libs), *extra]
+
+
+@pytest.fixture
+def host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeHost:
+    return FakeHost(tmp_path, monkeypatch)
+
+
+@pytest.fixture
+def healthy_h100(host: FakeHost) -> FakeHost:
+    host.nvidia_smi(h100_listing(), dgx_topology())
+    host.pci_gpus(8)
+    host.loaded_module("535.161.08")
+    host.userspace_driver("535.161.08")
+    return host
+
+
+def probe(gc: ModuleType, host: FakeHost, *extra: str) -> Any:
+    return gc.Probe(gc.parse_args(host.argv(*extra)))
+
+
+def run_cli(host: FakeHost, *args: str) -> subprocess.CompletedProcess[str]:
+    """The CLI in a subprocess, with the fake host and a torch that cannot be imported."""
+    blocker = host.root / "no-torch" / "torch"
+    blocker.mkdir(parents=True, exist_ok=True)
+    (blocker / "__init__.py").write_text('raise ImportError("torch is blocked by the test")\n')
+    env = {**os.environ, "PATH": str(host.bin), "PYTHONPATH": str(blocker.parent), "PYTHONWARNINGS": "ignore"}
+    return subprocess.run([sys.executable, str(CHECK), *args], env=env, capture_output=True, text=True,
+                          timeout=60)
+
+
+def explain(proc: subprocess.CompletedProcess[str]) -> str:
+    return f"rc={proc.returncode}\n--- stdout\n{proc.stdout[-3000:]}\n--- stderr\n{proc.stderr[-3000:]}"
+
+
+def by_name(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {check["name"]: check for check in report["checks"]}
+
+
+# --------------------------------------------------------------------------- PCI bus and driver versions
+
+
+def test_pci_gpus_counted_from_sysfs(gc: ModuleType, host: FakeHost) -> None:
+    host.pci_device("0000:18:00.0", pci_class="0x030200")  # 3D controller (data-centre GPU)
+    host.pci_device("0000:01:00.0", pci_class="0x030000")  # VGA controller (workstation GPU)
+    host.pci_device("0000:05:00.0", pci_class="0x068000")  # NVSwitch: a bridge, not a GPU
+    host.pci_device("0000:00:02.0", vendor="0x8086", pci_class="0x030000")  # Intel graphics
+    assert gc.count_pci_gpus(host.sysfs) == 2
+    assert gc.count_pci_gpus(host.root / "missing") == 0
+
+
+@pytest.mark.parametrize("line, version", [
+    ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.161.08  Tue Feb 20 01:02:03 UTC 2024", "535.161.08"),
+    ("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  535.261.03  Release Build  (dvs-builder@U16)",
+     "535.261.03"),
+    ("NVRM version: NVIDIA UNIX Open Kernel Module for aarch64  550.54.15  Release Build", "550.54.15"),
+    ("garbage", None),
+])
+def test_proc_driver_version_parsing(gc: ModuleType, line: str, version: str | None) -> None:
+    assert gc.parse_proc_driver_version(line + "\nGCC version:  gcc version 12.2.0\n") == version
+
+
+def test_userspace_version_through_debian_alternatives(gc: ModuleType, host: FakeHost) -> None:
+    """libnvidia-ml.so.1 -> /etc/alternatives/... -> nvidia/current/libnvidia-ml.so.<version>."""
+    current = host.root / "x86_64-linux-gnu" / "nvidia" / "current"
+    current.mkdir(parents=True)
+    (current / "libnvidia-ml.so.535.261.03").write_text("")
+    (current / "libnvidia-ml.so.1").symlink_to("libnvidia-ml.so.535.261.03")
+    alternative = host.root / "etc-alternatives-nvidia--libnvidia-ml.so.1-x86_64-linux-gnu"
+    alternative.symlink_to(current / "libnvidia-ml.so.1")
+    lib_dir = host.root / "x86_64-linux-gnu"
+    (lib_dir / "libnvidia-ml.so.1").symlink_to(alternative)
+    version, path = gc.installed_driver_version([str(lib_dir)])
+    assert version == "535.261.03"
+    assert path == str((current / "libnvidia-ml.so.535.261.03").resolve())
+
+
+def test_userspace_version_falls_back_to_libcuda(gc: ModuleType, host: FakeHost) -> None:
+    (host.libs / "libcuda.so.535.161.08").write_text("")
+    (host.libs / "libcuda.so.1").symlink_to("libcuda.so.535.161.08")
+    assert gc.installed_driver_version([str(host.libs)])[0] == "535.161.08"
+    assert gc.installed_driver_version([str(host.root / "empty")]) == (None, None)
+
+
+def test_ldconfig_output_parsing(gc: ModuleType) -> None:
+    text = ("1234 libs found in cache `/etc/ld.so.cache'\n"
+            "\tlibnvidia-ml.so.1 (libc6) => /lib/i386-linux-gnu/libnvidia-ml.so.1\n"
+            "\tlibnvidia-ml.so.1 (libc6,x86-64) => /lib/x86_64-linux-gnu/libnvidia-ml.so.1\n"
+            "\tlibnvidia-ml.so (libc6,x86-64) => /lib/x86_64-linux-gnu/libnvidia-ml.so\n"
+            "\tlibcuda.so.1 (libc6,x86-64) => /lib/x86_64-linux-gnu/libcuda.so.1\n")
+    assert gc.parse_ldconfig(text, "libnvidia-ml.so.1") == ["/lib/x86_64-linux-gnu/libnvidia-ml.so.1",
+                                                             "/lib/i386-linux-gnu/libnvidia-ml.so.1"]
+    assert gc.parse_ldconfig(text, "libfoo.so.1") == []
+    debian_path = "/usr/lib/x86_64-linux-gnu/nvidia/current/libnvidia-ml.so.535.261.03"
+    assert gc.library_version(debian_path) == "535.261.03"
+    assert gc.library_version("/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1") is None
+
+
+def test_driver_versions_equal_pass(gc: ModuleType, healthy_h100: FakeHost) -> None:
+    result = gc.check_driver_version(probe(gc, healthy_h100))
+    assert CHECK_KEYS <= result.keys()
+    assert (result["verdict"], result["value"], result["threshold"]) == ("pass", "535.161.08", "535.161.08")
+    assert result["reboot_required"] is False
+
+
+def test_upgrade_without_reboot_fails(gc: ModuleType, host: FakeHost) -> None:
+    host.pci_gpus(8)
+    host.loaded_module("535.161.08")
+    host.userspace_driver("535.261.03")
+    result = gc.check_driver_version(probe(gc, host))
+    assert result["verdict"] == "fail" and result["reboot_required"] is True
+    assert result["detail"] == ("loaded module 535.161.08, installed 535.261.03: "
+                                "driver/library mismatch, reboot required")
+
+
+def test_loaded_version_from_proc_when_sysfs_lacks_it(gc: ModuleType, host: FakeHost) -> None:
+    host.pci_gpus(1)
+    host.proc_file.write_text("NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.161.08  Tue Feb 20 2024\n")
+    host.userspace_driver("535.161.08")
+    result = gc.check_driver_version(probe(gc, host))
+    assert (result["verdict"], result["loaded_from"]) == ("pass", str(host.proc_file))
+
+
+def test_loaded_version_from_nvidia_smi_as_last_resort(gc: ModuleType, host: FakeHost) -> None:
+    host.nvidia_smi(h100_listing())
+    host.userspace_driver("535.261.03")
+    result = gc.check_driver_version(probe(gc, host))
+    assert (result["verdict"], result["value"], result["loaded_from"]) == ("fail", "535.161.08", "nvidia-smi")
+
+
+def test_module_not_loaded_with_gpus_fails(gc: ModuleType, host: FakeHost) -> None:
+    host.pci_gpus(2)
+    host.userspace_driver("535.261.03")
+    result = gc.check_driver_version(probe(gc, host))
+    assert result["verdict"] == "fail" and result["reboot_required"] is True
+    assert "module not loaded" in result["detail"]
+
+
+def test_no_gpu_no_driver_is_skipped(gc: ModuleType, host: FakeHost) -> None:
+    result = gc.check_driver_version(probe(gc, host))
+    assert result["verdict"] == "skipped" and result["detail"].startswith("no GPU")
+    result = gc.check_driver_version(probe(gc, host, "--require-gpus"))
+    assert result["verdict"] == "fail" and result["detail"].startswith("no GPU")
+
+
+def test_gpus_without_any_driver_fail(gc: ModuleType, host: FakeHost) -> None:
+    host.pci_gpus(4)
+    result = gc.check_driver_version(probe(gc, host))
+    assert result["verdict"] == "fail" and "4 GPU(s) on the PCI bus but no NVIDIA driver" in result["detail"]
+
+
+# --------------------------------------------------------------------------- nvidia-smi inventory
+
+
+def test_healthy_inventory_passes(gc: ModuleType, healthy_h100: FakeHost) -> None:
+    p = probe(gc, healthy_h100, "--expect-gpus", "8")
+    result = gc.check_nvidia_smi(p)
+    assert (result["verdict"], result["value"], result["unit"], result["threshold"]) == ("pass", 8, "GPUs", 8)
+    assert "8 x NVIDIA H100 80GB HBM3" in result["detail"]
+    gpu = p.smi.gpus[3]
+    assert gpu.keys() == GPU_KEYS
+    assert gpu == {"index": 3, "name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-4b0c8a3e-21f7-3c55-9e1d-000000000003",
+                   "pci_bus_id": "00000000:4B:00.0", "memory_total_mib": 81559, "persistence_mode": True,
+                   "ecc_uncorrected": 0, "gemm_tflops": None}
+    assert p.smi.driver_version == "535.161.08"
+
+
+def test_uncorrected_ecc_errors_fail(gc: ModuleType, host: FakeHost) -> None:
+    host.nvidia_smi(h100_listing(ecc={3: "2"}))
+    result = gc.check_nvidia_smi(probe(gc, host))
+    assert result["verdict"] == "fail"
+    assert "GPU 3 (00000000:4B:00.0): 2 uncorrected ECC error(s), max 0" in result["detail"]
+    assert gc.check_nvidia_smi(probe(gc, host, "--max-ecc-errors", "2"))["verdict"] == "pass"
+
+
+def test_persistence_disabled_warns(gc: ModuleType, host: FakeHost) -> None:
+    host.nvidia_smi(h100_listing(persistence={0: "Disabled", 5: "Disabled"}))
+    result = gc.check_nvidia_smi(probe(gc, host))
+    assert result["verdict"] == "warn" and "persistence mode disabled on GPU 0, 5" in result["detail"]
+
+
+def test_unsupported_fields_are_null(gc: ModuleType, host: FakeHost) -> None:
+    host.nvidia_smi(CONSUMER_LISTING)
+    p = probe(gc, host)
+    result = gc.check_nvidia_smi(p)
+    first, second = p.smi.gpus
+    assert (first["persistence_mode"], first["ecc_uncorrected"], first["memory_total_mib"]) == (None, None, 24564)
+    assert (second["persistence_mode"], second["ecc_uncorrected"], second["memory_total_mib"]) == (False, None, None)
+    assert result["verdict"] == "warn" and "persistence mode disabled on GPU 1" in result["detail"]
+
+
+def test_fewer_gpus_than_expected_fail(gc: ModuleType, host: FakeHost) -> None:
+    host.nvidia_smi(h100_listing())
+    result = gc.check_nvidia_smi(probe(gc, host, "--expect-gpus", "16"))
+    assert result["verdict"] == "fail" and "8 GPU(s), expected 16" in result["detail"]
+
+
+def test_gpu_missing_from_nvidia_smi_warns(gc: ModuleType, host: FakeHost) -> None:
+    host.nvidia_smi(h100_listing())
+    host.pci_gpus(9)
+    result = gc.check_nvidia_smi(probe(gc, host))
+    assert result["verdict"] == "warn" and "nvidia-smi lists 8 GPU(s), the PCI bus has 9" in result["detail"]
+
+
+def test_driver_library_mismatch(gc: ModuleType, host: FakeHost) -> None:
+    host.nvidia_smi(MISMATCH, MISMATCH, rc=18)
+    host.pci_gpus(8)
+    host.loaded_module("535.161.08")
+    host.userspace_driver("535.261.03")
+    p = probe(gc, host)
+    smi = gc.check_nvidia_smi(p)
+    assert smi["verdict"] == "fail" and smi["reboot_required"] is True
+    assert "nvidia-smi failed (rc 18): Failed to initialize NVML: Driver/library version mismatch" in smi["detail"]
+    driver = gc.check_driver_version(p)
+    assert driver["verdict"] == "fail" and driver["reboot_required"] is True
+
+
+def test_no_gpu_and_no_nvidia_smi_is_skipped(gc: ModuleType, host: FakeHost) -> None:
+    result = gc.check_nvidia_smi(probe(gc, host))
+    assert result["verdict"] == "skipped" and result["detail"].startswith("no GPU")
+    assert gc.check_nvidia_smi(probe(gc, host, "--require-gpus"))["verdict"] == "fail"
+
+
+def test_gpus_without_nvidia_smi_fail(gc: ModuleType, host: FakeHost) -> None:
+    host.pci_gpus(2)
+    result = gc.check_nvidia_smi(probe(gc, host))
+    assert result["verdict"] == "fail" and "nvidia-smi not found on PATH" in result["detail"]
+
+
+# --------------------------------------------------------------------------- topology and all-reduce
+
+
+def test_nvswitch_topology(gc: ModuleType, host: FakeHost) -> None:
+    links = gc.parse_topology(dgx_topology())
+    assert len(links) == 8 and all(len(row) == 8 for row in links)
+    assert [links[i][i] for i in range(8)] == ["X"] * 8
+    assert links[0][7] == links[6][1] == "NV18"
+    assert gc.all_pairs_nvlink(links)
+
+    host.nvidia_smi(h100_listing(), dgx_topology())
+    result = gc.check_p2p_topology(probe(gc, host))
+    assert result["verdict"] == "pass" and result["value"]["links"] == links
+    assert result["value"]["p2p"] is None and "P2P not tested: torch not importable" in result["detail"]
+    assert "28 NV18" in result["detail"]
+
+
+def test_pcie_topology_with_sys_warns(gc: ModuleType, host: FakeHost) -> None:
+    links = gc.parse_topology(PCIE_TOPOLOGY)
+    assert links == [["X", "SYS"], ["SYS", "X"]]
+    assert not gc.all_pairs_nvlink(links)
+    host.nvidia_smi(PCIE_LISTING, PCIE_TOPOLOGY)
+    result = gc.check_p2p_topology(probe(gc, host))
+    assert result["verdict"] == "warn" and "GPU0-GPU1" in result["detail"]
+
+
+def test_topology_verdicts_with_peer_access(gc: ModuleType) -> None:
+    nvlink = [["X", "NV12", "NV12"], ["NV12", "X", "NV12"], ["NV12", "NV12", "X"]]
+    all_p2p = [[None, True, True], [True, None, True], [True, True, None]]
+    assert gc.judge_topology(nvlink, all_p2p)[0] == "pass"
+    broken = [[None, False, True], [False, None, True], [True, True, None]]
+    verdict, detail = gc.judge_topology(nvlink, broken)
+    assert verdict == "fail" and "GPU0-GPU1 (NV12)" in detail
+    pcie = [["X", "PIX"], ["PIX", "X"]]
+    assert gc.judge_topology(pcie, [[None, False], [False, None]])[0] == "pass"  # PCIe without P2P: slower, not broken
+
+
+def test_single_gpu_topology_is_skipped(gc: ModuleType, host: FakeHost) -> None:
+    host.nvidia_smi(h100_listing().splitlines()[0] + "\n")
+    result = gc.check_p2p_topology(probe(gc, host))
+    assert result["verdict"] == "skipped" and "needs 2 or more GPUs" in result["detail"]
+
+
+def test_bus_bandwidth_formula(gc: ModuleType) -> None:
+    assert gc.bus_bandwidth_gbps(10**9, 0.01, 8) == pytest.approx(175.0)  # algbw 100 GB/s x 2*7/8
+    assert gc.bus_bandwidth_gbps(10**9, 0.01, 2) == pytest.approx(100.0)
+    assert gc.bus_bandwidth_gbps(256 * 2**20, 0.002, 4) == pytest.approx(256 * 2**20 / 0.002 / 1e9 * 1.5)
+
+
+def fake_torch(gpus: int, peer_access: Any = lambda i, j: True) -> SimpleNamespace:
+    """Just enough of torch for the checks' logic; the measurements themselves are monkeypatched."""
+    cuda = SimpleNamespace(is_available=lambda: True, device_count=lambda: gpus, can_device_access_peer=peer_access)
+    return SimpleNamespace(cuda=cuda)
+
+
+def with_torch(p: Any, torch: SimpleNamespace) -> Any:
+    p.__dict__["torch"] = torch  # what the cached property would hold
+    return p
+
+
+@pytest.mark.parametrize("listing, topology, fabric, threshold, verdict", [
+    (h100_listing(), dgx_topology(), "nvlink", 100.0, "fail"),  # 87.5 GB/s bus bandwidth: too slow for NVSwitch
+    (PCIE_LISTING, PCIE_TOPOLOGY, "pcie", 5.0, "pass"),
+], ids=["nvswitch", "pcie"])
+def test_allreduce_threshold_follows_topology(gc: ModuleType, host: FakeHost, monkeypatch: pytest.MonkeyPatch,
+                                              listing: str, topology: str, fabric: str, threshold: float,
+                                              verdict: str) -> None:
+    host.nvidia_smi(listing, topology)
+    gpus = len(listing.splitlines())
+    monkeypatch.setattr(gc, "measure_allreduce", lambda world, nbytes: {"seconds": nbytes / 50e9, "correct": True})
+    result = gc.check_allreduce_busbw(with_torch(probe(gc, host), fake_torch(gpus)))
+    assert (result["fabric"], result["threshold"], result["verdict"]) == (fabric, threshold, verdict)
+    assert result["value"] == pytest.approx(50.0 * 2 * (gpus - 1) / gpus)
+    assert (result["algbw_gbps"], result["world_size"], result["size_mib"]) == (pytest.approx(50.0), gpus, 256)
+
+
+def test_allreduce_wrong_sum_fails(gc: ModuleType, host: FakeHost, monkeypatch: pytest.MonkeyPatch) -> None:
+    host.nvidia_smi(PCIE_LISTING, PCIE_TOPOLOGY)
+    monkeypatch.setattr(gc, "measure_allreduce", lambda world, nbytes: {"seconds": 1.0, "correct": False})
+    result = gc.check_allreduce_busbw(with_torch(probe(gc, host, "--quick"), fake_torch(2)))
+    assert result["verdict"] == "fail" and result["detail"].startswith("wrong all-reduce result")
+    assert result["size_mib"] == 32
+
+
+def test_allreduce_needs_two_gpus(gc: ModuleType, host: FakeHost) -> None:
+    host.nvidia_smi(h100_listing().splitlines()[0] + "\n")
+    result = gc.check_allreduce_busbw(with_torch(probe(gc, host), fake_torch(1)))
+    assert result["verdict"] == "skipped" and result["detail"].startswith("needs 2 or more GPUs")
+
+
+def test_p2p_with_peer_access(gc: ModuleType, host: FakeHost) -> None:
+    host.nvidia_smi(h100_listing(), dgx_topology())
+    result = gc.check_p2p_topology(with_torch(probe(gc, host), fake_torch(8)))
+    assert result["verdict"] == "pass" and "P2P on 28/28 pairs" in result["detail"]
+    assert result["value"]["p2p"][0] == [None] + [True] * 7
+    no_peer = fake_torch(8, peer_access=lambda i, j: {i, j} != {2, 6})
+    result = gc.check_p2p_topology(with_torch(probe(gc, host), no_peer))
+    assert result["verdict"] == "fail" and "NVLink without peer access: GPU2-GPU6 (NV18)" in result["detail"]
+
+
+def test_gemm_slowest_gpu_and_report(gc: ModuleType, healthy_h100: FakeHost, monkeypatch: pytest.MonkeyPatch) -> None:
+    def measure(torch: Any, index: int, n: int) -> dict[str, Any]:
+        return {"index": index, "name": "NVIDIA H100 80GB HBM3", "dtype": "bfloat16", "finite": True,
+                "uuid": f"4b0c8a3e-21f7-3c55-9e1d-0000000000{index:02d}",  # torch's form, without "GPU-"
+                "tflops": 300.0 if index == 5 else 700.0 + index}
+
+    monkeypatch.setattr(gc, "measure_gemm", measure)
+    monkeypatch.setattr(gc.Probe, "torch", property(lambda self: fake_torch(8)))
+    monkeypatch.setattr(gc, "torch_versions", lambda torch: {})
+    report = gc.build_report(gc.parse_args(healthy_h100.argv("--skip", "torch_cuda", "--skip", "libraries",
+                                                              "--skip", "allreduce_busbw")))
+    gemm = by_name(report)["gemm"]
+    assert (gemm["verdict"], gemm["value"], gemm["threshold"]) == ("fail", 300.0, pytest.approx(494.5))
+    assert gemm["detail"].startswith("n=8192 bfloat16; GPU 5 NVIDIA H100 80GB HBM3: 300.0 TFLOP/s")
+    assert [g["verdict"] for g in gemm["per_gpu"]] == ["pass"] * 5 + ["fail"] + ["pass"] * 2
+    assert [g["gemm_tflops"] for g in report["gpus"]] == [700.0, 701.0, 702.0, 703.0, 704.0, 300.0, 706.0, 707.0]
+    assert report["reasons"] == [f"gemm: {gemm['detail']}"]
+
+
+# --------------------------------------------------------------------------- library versions and GEMM
+
+
+@pytest.mark.parametrize("code, version", [(8902, "8.9.2"), (8700, "8.7.0"), (90100, "9.1.0"),
+                                           (90501, "9.5.1"), (None, None)])
+def test_cudnn_version_decoding(gc: ModuleType, code: int | None, version: str | None) -> None:
+    assert gc.decode_cudnn_version(code) == version
+
+
+def test_nccl_version_formatting(gc: ModuleType) -> None:
+    assert gc.format_nccl_version((2, 18, 1)) == "2.18.1"
+    assert gc.format_nccl_version(2708) == "2.7.8"
+    assert gc.format_nccl_version(21803) == "2.18.3"
+    assert gc.format_nccl_version(None) is None
+
+
+@pytest.mark.parametrize("name, model, tflops", [
+    ("NVIDIA H200", "H200", 989.0),
+    ("NVIDIA GH200 480GB", "GH200", 989.0),
+    ("NVIDIA H100 80GB HBM3", "H100", 989.0),
+    ("NVIDIA H100 PCIe", "H100 PCIe", 756.0),
+    ("NVIDIA A100-SXM4-80GB", "A100", 312.0),
+    ("NVIDIA A10", "A10", 125.0),
+    ("NVIDIA L40S", "L40S", 362.0),
+    ("NVIDIA L4", "L4", 121.0),
+    ("Tesla V100-SXM2-32GB", "V100", 125.0),
+    ("Tesla T4", "T4", 65.0),
+    ("NVIDIA GeForce RTX 4090", "RTX 4090", 165.0),
+])
+def test_gemm_reference_lookup(gc: ModuleType, name: str, model: str, tflops: float) -> None:
+    assert gc.reference_tflops(name) == (model, tflops)
+
+
+def test_gemm_verdicts(gc: ModuleType) -> None:
+    assert gc.reference_tflops("NVIDIA RTX A1000") is None  # "A10" matches whole words only
+    assert gc.judge_gemm("NVIDIA H200", 700.0, 0.5)[:2] == ("pass", 494.5)
+    verdict, threshold, detail = gc.judge_gemm("NVIDIA H100 PCIe", 300.0, 0.5)
+    assert (verdict, threshold) == ("fail", 378.0) and "300.0 TFLOP/s, threshold 378.0" in detail
+    verdict, threshold, detail = gc.judge_gemm("NVIDIA Blackwell Prototype", 1500.0, 0.5)
+    assert (verdict, threshold) == ("warn", None)
+    assert detail == "no reference figure for NVIDIA Blackwell Prototype (measured 1500.0 TFLOP/s)"
+    assert gc.gemm_tflops(8192, 10, 0.02) == pytest.approx(2 * 8192**3 * 10 / 0.02 / 1e12)
+
+
+# --------------------------------------------------------------------------- torch absent
+
+
+def test_torch_absent_fails_torch_cuda(gc: ModuleType, healthy_h100: FakeHost) -> None:
+    p = probe(gc, healthy_h100)
+    result = gc.check_torch_cuda(p)
+    assert result["verdict"] == "fail" and result["detail"].startswith("torch not importable: ")
+    for check in (gc.check_libraries, gc.check_gemm, gc.check_allreduce_busbw):
+        result = check(p)
+        assert result["verdict"] == "skipped" and result["detail"] == "torch not importable (see torch_cuda)"
+    assert gc.check_training(p)["verdict"] == "fail"
+
+
+def test_torch_absent_without_gpu(gc: ModuleType, host: FakeHost) -> None:
+    p = probe(gc, host)
+    assert gc.check_torch_cuda(p)["verdict"] == "fail"  # the venv must have torch, GPU or not
+    assert gc.check_libraries(p)["detail"] == "no GPU (torch not importable)"
+
+
+# --------------------------------------------------------------------------- report
+
+
+def test_check_that_raises_is_a_failure(gc: ModuleType, host: FakeHost, monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(_probe: Any) -> dict[str, Any]:
+        raise RuntimeError("boom")
+
+    monkeypatch.setitem(gc.CHECKS, "gemm", broken)
+    report = gc.build_report(gc.parse_args(host.argv("--skip", "torch_cuda")))
+    gemm = by_name(report)["gemm"]
+    assert gemm["verdict"] == "fail" and gemm["detail"] == "check raised RuntimeError: boom"
+    assert "RuntimeError: boom" in gemm["traceback"]
+    assert report["verdict"] == "fail" and report["reasons"] == ["gemm: check raised RuntimeError: boom"]
+    assert by_name(report)["p2p_topology"]["verdict"] == "skipped"  # the checks after it still ran
+
+
+def test_non_finite_numbers_become_null(gc: ModuleType) -> None:
+    value = {"a": float("nan"), "b": [1.0, float("inf")], "c": {"d": -float("inf"), "e": 2}}
+    assert gc.finite_or_none(value) == {"a": None, "b": [1.0, None], "c": {"d": None, "e": 2}}
+
+
+def test_payload_batch_and_log_tail(gc: ModuleType) -> None:
+    assert gc.default_payload_args(2)[-2:] == ["--batch-size", "64"]
+    assert gc.default_payload_args(3)[-2:] == ["--batch-size", "66"]  # 3 ranks x 2 micro-steps divide it
+    assert gc.default_payload_args(64)[-2:] == ["--batch-size", "128"]
+    lines = ["starting", "{", '  "verdict": "pass",', '  "losses": [', "    1.0", "  ]", "}", "done"]
+    assert gc.drop_printed_result(lines) == ["starting", "done"]
+
+
+# --------------------------------------------------------------------------- command line
+
+
+def test_cli_without_gpu_passes(host: FakeHost) -> None:
+    proc = run_cli(host, *host.argv("--json", "--skip", "torch_cuda"))
+    assert proc.returncode == 0, explain(proc)
+    report = json.loads(proc.stdout)
+    assert report.keys() == REPORT_KEYS
+    assert (report["schema"], report["verdict"], report["reasons"]) == ("gpufleet-check/1", "pass", [])
+    assert report["started"].endswith("Z") and report["duration_s"] >= 0
+    assert (report["gpus"], report["gpu_count_pci"], report["reboot_required"]) == ([], 0, False)
+    assert report["versions"]["torch"] is None and report["versions"]["python"].count(".") == 2
+    checks = by_name(report)
+    assert list(checks) == ["driver_version", "nvidia_smi", "torch_cuda", "libraries", "gemm",
+                            "allreduce_busbw", "p2p_topology"]
+    assert all(CHECK_KEYS <= check.keys() for check in report["checks"])
+    for name in GPU_CHECKS:
+        assert checks[name]["verdict"] == "skipped" and checks[name]["detail"].startswith("no GPU"), checks[name]
+    assert checks["torch_cuda"]["detail"] == "by request"
+
+
+def test_cli_without_torch_fails(host: FakeHost) -> None:
+    proc = run_cli(host, *host.argv("--json"))
+    assert proc.returncode == 1, explain(proc)
+    report = json.loads(proc.stdout)
+    assert report["verdict"] == "fail"
+    assert report["reasons"] == ["torch_cuda: torch not importable: ImportError: torch is blocked by the test"]
+
+
+def test_cli_require_gpus_fails(host: FakeHost) -> None:
+    proc = run_cli(host, *host.argv("--json", "--require-gpus", "--skip", "torch_cuda"))
+    assert proc.returncode == 1, explain(proc)
+    report = json.loads(proc.stdout)
+    assert report["verdict"] == "fail"
+    assert {reason.split(":")[0] for reason in report["reasons"]} == set(GPU_CHECKS)
+    assert all("no GPU" in reason for reason in report["reasons"])
+
+
+def test_cli_summary_and_output_file(host: FakeHost) -> None:
+    output = host.root / "out" / "report.json"
+    proc = run_cli(host, *host.argv("--skip", "torch_cuda", "--output", str(output)))
+    assert proc.returncode == 0, explain(proc)
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "SKIP driver_version: no GPU (no NVIDIA driver installed)"
+    assert "SKIP gemm: no GPU" in lines and "SKIP torch_cuda: by request" in lines
+    assert lines[-1].startswith("verdict: PASS on ") and "7 skipped, 0 fail" in lines[-1]
+    assert json.loads(output.read_text())["verdict"] == "pass"
+
+
+def test_cli_reports_gpus_and_reboot(healthy_h100: FakeHost) -> None:
+    healthy_h100.userspace_driver("535.261.03")  # upgraded, not rebooted: the newest library counts
+    proc = run_cli(healthy_h100, *healthy_h100.argv("--json", "--skip", "torch_cuda"))
+    assert proc.returncode == 1, explain(proc)
+    report = json.loads(proc.stdout)
+    assert report["reboot_required"] is True and report["gpu_count_pci"] == 8
+    assert report["versions"]["driver_loaded"] == "535.161.08"
+    assert report["versions"]["driver_installed"] == "535.261.03"
+    assert [gpu["index"] for gpu in report["gpus"]] == list(range(8))
+    assert all(gpu.keys() == GPU_KEYS for gpu in report["gpus"])
+    assert report["reasons"] == ["driver_version: loaded module 535.161.08, installed 535.261.03: "
+                                 "driver/library mismatch, reboot required"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--skip", "bogus"], "argument --skip: invalid choice: 'bogus'"),
+    (["--expect-cuda", "twelve"], "expected MAJOR.MINOR"),
+    (["train", "--nnodes", "2", "--nproc-per-node", "1"], "--nnodes > 1 needs --rdzv-endpoint"),
+    (["train"], "the following arguments are required: --nproc-per-node"),
+])
+def test_cli_usage_errors(host: FakeHost, args: list[str], message: str) -> None:
+    proc = run_cli(host, *args)
+    assert proc.returncode == 2, explain(proc)
+    assert message in proc.stderr
