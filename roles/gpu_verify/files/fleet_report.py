@@ -1,0 +1,428 @@
+#!/usr/bin/env python3
+"""Build the fleet report of a verification run from every node's check result.
+
+playbooks/verify.yml collects what each node's health checks printed (one
+"gpufleet-check/1" JSON document per node) and pipes one document to this
+script on stdin::
+
+    {"generated": "2026-11-29T22:40:00Z", "inventory": "inventory/lab", "playbook": "verify",
+     "hosts": {"node-1": {"result": {...gpufleet-check/1...}, "error": null},
+               "node-2": {"result": null, "error": "unreachable: ..."}}}
+
+and the script writes, each file atomically (temporary file, then rename):
+
+* ``<out-dir>/fleet-report.json``: the machine-readable report
+  ("gpufleet-fleet-report/1"): the fleet verdict, counts, and one summary per
+  node (versions, GPU count and model, slowest GEMM, all-reduce bandwidth,
+  each check's verdict) with the node's raw result;
+* ``<out-dir>/fleet-report.md``: a title, the verdict line and one table to
+  read at a glance, plus a note on the checks that were skipped;
+* ``<out-dir>/fleet-report.xml``: JUnit XML for CI dashboards, one testcase
+  per node and check.
+
+It prints the Markdown table and exits 0 once the files are written, whatever
+the nodes' verdicts (the caller decides from the JSON); 2 when stdin is not
+the document above (nothing is written); 1 when the files cannot be written.
+A node without a result is UNREACHABLE with the collector's error as its
+reason; a result that is not a gpufleet-check/1 document is a FAIL that says
+what is wrong with it. Usage::
+
+    fleet_report.py --out-dir DIR [--basename fleet-report] < document.json
+
+Standard library only: it runs with the controller's Ansible Python. The
+functions are importable (build_report, render_markdown, render_junit,
+write_reports); files/gpufleet_verify.py prints the table with render_table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+CHECK_SCHEMA = "gpufleet-check/1"
+REPORT_SCHEMA = "gpufleet-fleet-report/1"
+NODE_VERDICTS = ("pass", "fail")
+CHECK_VERDICTS = ("pass", "fail", "warn", "skipped")
+JUNIT_SUITE_NAME = "gpufleet-verify"
+DEFAULT_BASENAME = "fleet-report"
+MISSING = "—"
+TABLE_HEADER = ("Node", "Verdict", "Driver", "CUDA", "torch", "GPUs", "TFLOP/s (min)", "busbw GB/s", "Reason")
+# The "Checks skipped" note names this many nodes per line, then counts the rest.
+NOTE_MAX_HOSTS = 8
+# Characters XML 1.0 cannot carry, even escaped (terminal control codes in a detail).
+XML_INVALID_CHARACTERS = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+class InputError(ValueError):
+    """The document on stdin is not the collector's document."""
+
+
+# --- the report ---------------------------------------------------------------------------------
+
+def build_report(doc: Any) -> dict[str, Any]:
+    """Summarise the collector's document: the fleet verdict, the counts and one entry per node.
+
+    Raises InputError when ``doc`` has no "hosts" object; a bad node entry or
+    result only fails that node.
+    """
+    if not isinstance(doc, dict) or not isinstance(doc.get("hosts"), dict):
+        raise InputError('expected a JSON object with a "hosts" object (inventory hostname: {"result", "error"})')
+    hosts = sorted(doc["hosts"].items(), key=lambda item: natural_key(item[0]))
+    nodes = [build_node(host, entry) for host, entry in hosts]
+    verdicts = Counter(node["verdict"] for node in nodes)
+    return {
+        "schema": REPORT_SCHEMA,
+        "generated": doc.get("generated"),
+        "inventory": doc.get("inventory"),
+        "playbook": doc.get("playbook"),
+        # A run that verified no node has not shown that the fleet works.
+        "verdict": "pass" if nodes and verdicts["pass"] == len(nodes) else "fail",
+        "summary": {
+            "nodes": len(nodes),
+            "passed": verdicts["pass"],
+            "failed": verdicts["fail"],
+            "unreachable": verdicts["unreachable"],
+        },
+        "nodes": nodes,
+    }
+
+
+def build_node(host: str, entry: Any) -> dict[str, Any]:
+    """One node's summary from its collector entry {"result": <check JSON or null>, "error": <str or null>,
+    "unreachable": <bool, optional>}. A node without a result is "unreachable" unless the collector says it
+    was reached (the checks ran but gave no result: then it failed)."""
+    if not isinstance(entry, dict):
+        return node_summary(host, "fail", [f"the collector's entry is not an object: {short_repr(entry)}"], None)
+    result = entry.get("result")
+    if result is None:
+        error = entry.get("error")
+        reason = str(error) if error else "no result, and the collector gave no error"
+        verdict = "fail" if entry.get("unreachable") is False else "unreachable"
+        return node_summary(host, verdict, [reason], None)
+    problems = document_problems(result)
+    if problems:
+        return node_summary(host, "fail", [f"invalid {CHECK_SCHEMA} result: {'; '.join(problems)}"], result)
+    return node_summary(host, result["verdict"], node_reasons(result), result)
+
+
+def node_summary(host: str, verdict: str, reasons: list[str], result: Any) -> dict[str, Any]:
+    """The report's entry for a node; every field read from ``result`` is None where it is absent or malformed."""
+    data = result if isinstance(result, dict) else {}
+    versions = data.get("versions") if isinstance(data.get("versions"), dict) else {}
+    gpus = [gpu for gpu in data["gpus"] if isinstance(gpu, dict)] if isinstance(data.get("gpus"), list) else None
+    check_values = {check["name"]: check.get("value") for check in valid_checks(result)}
+    return {
+        "host": host,
+        "verdict": verdict,
+        "reasons": reasons,
+        "reboot_required": data["reboot_required"] if isinstance(data.get("reboot_required"), bool) else None,
+        "driver": version_text(versions.get("driver_installed")),
+        "driver_loaded": version_text(versions.get("driver_loaded")),
+        "cuda": version_text(versions.get("cuda")),
+        "torch": version_text(versions.get("torch")),
+        "cudnn": version_text(versions.get("cudnn")),
+        "nccl": version_text(versions.get("nccl")),
+        "gpus": len(gpus) if gpus is not None else None,
+        "gpu_model": gpu_model(gpus or []),
+        "tflops_min": finite_number(check_values.get("gemm")),
+        "busbw_gbps": finite_number(check_values.get("allreduce_busbw")),
+        "checks": {check["name"]: check["verdict"] for check in valid_checks(result)},
+        "result": result,
+    }
+
+
+def document_problems(result: Any) -> list[str]:
+    """What keeps ``result`` from being a gpufleet-check/1 document; empty when it is one."""
+    if not isinstance(result, dict):
+        return [f"not a JSON object: {short_repr(result)}"]
+    problems = []
+    if result.get("schema") != CHECK_SCHEMA:
+        problems.append(f"schema is {short_repr(result.get('schema'))}, expected \"{CHECK_SCHEMA}\"")
+    if "verdict" not in result:
+        problems.append("no verdict")
+    elif result["verdict"] not in NODE_VERDICTS:
+        problems.append(f"verdict {short_repr(result['verdict'])} is not \"pass\" or \"fail\"")
+    checks = result.get("checks", [])
+    if not isinstance(checks, list):
+        problems.append(f"checks is not a list: {short_repr(checks)}")
+    else:
+        problems.extend(f"checks[{index}] is not a check (a name and a verdict of {', '.join(CHECK_VERDICTS)}): "
+                        f"{short_repr(check)}" for index, check in enumerate(checks) if not is_check(check))
+    return problems
+
+
+def node_reasons(result: dict[str, Any]) -> list[str]:
+    """The node's own reasons; for a failed node that gave none, its failed checks' details."""
+    reasons = result.get("reasons")
+    if isinstance(reasons, list) and reasons:
+        return [str(reason) for reason in reasons]
+    if result["verdict"] == "fail":
+        return [f"{check['name']}: {check.get('detail') or 'failed'}" for check in valid_checks(result)
+                if check["verdict"] == "fail"] or ["the node failed and gave no reason"]
+    return []
+
+
+def is_check(check: Any) -> bool:
+    return isinstance(check, dict) and isinstance(check.get("name"), str) and check.get("verdict") in CHECK_VERDICTS
+
+
+def valid_checks(result: Any) -> list[dict[str, Any]]:
+    """The well-formed entries of a result's "checks" list (none for a result that is not an object)."""
+    checks = result.get("checks") if isinstance(result, dict) else None
+    return [check for check in checks if is_check(check)] if isinstance(checks, list) else []
+
+
+def gpu_model(gpus: list[dict[str, Any]]) -> str | None:
+    """The GPUs' common model name, "mixed: 1× A, 7× B" (by name) when they differ, None when none is named."""
+    names = Counter(gpu["name"].strip() for gpu in gpus if isinstance(gpu.get("name"), str) and gpu["name"].strip())
+    if len(names) <= 1:
+        return next(iter(names), None)
+    return "mixed: " + ", ".join(f"{count}× {name}" for name, count in sorted(names.items()))
+
+
+def version_text(value: Any) -> str | None:
+    if isinstance(value, str):
+        return value.strip() or None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    return None
+
+
+def finite_number(value: Any) -> float | int | None:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return value
+    return None
+
+
+def short_repr(value: Any, limit: int = 80) -> str:
+    text = json.dumps(value, ensure_ascii=False, default=repr)
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def natural_key(name: str) -> list[Any]:
+    """Sort key that puts node-2 before node-10."""
+    return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", name) if part]
+
+
+# --- Markdown -----------------------------------------------------------------------------------
+
+def render_markdown(report: dict[str, Any]) -> str:
+    """The whole Markdown report: title with the date, verdict line, context, table, skipped checks."""
+    lines = [
+        f"# GPU fleet verification, {report.get('generated') or 'undated'}",
+        "",
+        f"**{str(report.get('verdict', 'fail')).upper()}**: {summary_line(report)}",
+        "",
+        f"Inventory `{report.get('inventory') or MISSING}`, playbook `{report.get('playbook') or MISSING}`.",
+        "",
+        render_table(report),
+    ]
+    lines.extend(skipped_checks_note(report))
+    return "\n".join(lines) + "\n"
+
+
+def summary_line(report: dict[str, Any]) -> str:
+    """The verdict line's counts: "3 nodes: 2 passed, 1 failed, 0 unreachable"."""
+    summary = report.get("summary", {})
+    nodes = summary.get("nodes", 0)
+    return (f"{nodes} node{'' if nodes == 1 else 's'}: {summary.get('passed', 0)} passed, "
+            f"{summary.get('failed', 0)} failed, {summary.get('unreachable', 0)} unreachable")
+
+
+def render_table(report: dict[str, Any]) -> str:
+    """One row per node; columns padded so that the text reads as a table before rendering too."""
+    rows = [TABLE_HEADER] + [table_row(node) for node in report.get("nodes", [])]
+    widths = [max(len(row[column]) for row in rows) for column in range(len(TABLE_HEADER) - 1)]
+
+    def line(cells: tuple[str, ...]) -> str:
+        padded = [cell.ljust(width) for cell, width in zip(cells, widths)] + [cells[-1]]
+        return "| " + " | ".join(padded) + " |"
+
+    separator = "|" + "|".join("-" * (width + 2) for width in widths) + "|" + "-" * (len(TABLE_HEADER[-1]) + 2) + "|"
+    return "\n".join([line(rows[0]), separator] + [line(row) for row in rows[1:]])
+
+
+def table_row(node: dict[str, Any]) -> tuple[str, ...]:
+    driver = node.get("driver") or MISSING
+    loaded = node.get("driver_loaded")
+    if loaded and loaded != node.get("driver"):
+        driver += f" (loaded {loaded})"
+    cells = (
+        node.get("host", MISSING),
+        str(node.get("verdict", "fail")).upper(),
+        driver,
+        node.get("cuda") or MISSING,
+        node.get("torch") or MISSING,
+        MISSING if node.get("gpus") is None else str(node["gpus"]),
+        decimal(node.get("tflops_min")),
+        decimal(node.get("busbw_gbps")),
+        "; ".join(node.get("reasons") or []) or MISSING,
+    )
+    return tuple(markdown_cell(cell) for cell in cells)
+
+
+def decimal(value: Any) -> str:
+    return MISSING if finite_number(value) is None else f"{value:.1f}"
+
+
+def markdown_cell(text: str) -> str:
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+def skipped_checks_note(report: dict[str, Any]) -> list[str]:
+    """'"no GPU" on 2 nodes (node-2, node-3): gemm, allreduce_busbw': the skipped checks, grouped by reason."""
+    hosts_by_skip: dict[tuple[str, tuple[str, ...]], list[str]] = defaultdict(list)
+    for node in report.get("nodes", []):
+        checks_by_detail: dict[str, list[str]] = defaultdict(list)
+        for check in valid_checks(node.get("result")):
+            if check["verdict"] == "skipped":
+                checks_by_detail[str(check.get("detail") or "no reason given")].append(check["name"])
+        for detail, names in checks_by_detail.items():
+            hosts_by_skip[detail, tuple(names)].append(node.get("host", MISSING))
+    if not hosts_by_skip:
+        return []
+    lines = ["", "**Checks skipped**", ""]
+    for (detail, names), hosts in hosts_by_skip.items():
+        named = ", ".join(hosts[:NOTE_MAX_HOSTS])
+        if len(hosts) > NOTE_MAX_HOSTS:
+            named += f" and {len(hosts) - NOTE_MAX_HOSTS} more"
+        lines.append(f"- \"{' '.join(detail.split())}\" on {len(hosts)} node{'' if len(hosts) == 1 else 's'} "
+                     f"({named}): {', '.join(names)}")
+    return lines
+
+
+# --- JUnit XML ----------------------------------------------------------------------------------
+
+def render_junit(report: dict[str, Any]) -> str:
+    """One <testsuite>: per node a testcase per check (classname = host); an unreachable node gets
+    one "reachable" testcase with an <error>; a failed node none of whose checks failed (an invalid
+    result, a reason outside the checks) gets a failed "verdict" testcase, so that it never shows green."""
+    suite = ET.Element("testsuite", {"name": JUNIT_SUITE_NAME, "tests": "0", "failures": "0", "errors": "0",
+                                     "skipped": "0"})
+    if report.get("generated"):
+        suite.set("timestamp", str(report["generated"]))
+    outcomes: Counter[str] = Counter()
+    for node in report.get("nodes", []):
+        host = str(node.get("host", MISSING))
+        reasons = "; ".join(node.get("reasons") or []) or "no reason given"
+        if node.get("verdict") == "unreachable":
+            add_outcome(testcase(suite, host, "reachable"), "error", reasons)
+            outcomes["errors"] += 1
+            continue
+        check_failed = False
+        for check in valid_checks(node.get("result")):
+            case = testcase(suite, host, check["name"])
+            detail = str(check.get("detail") or "")
+            if check["verdict"] == "fail":
+                add_outcome(case, "failure", detail or f"{check['name']} failed", measurement(check))
+                outcomes["failures"] += 1
+                check_failed = True
+            elif check["verdict"] == "skipped":
+                add_outcome(case, "skipped", detail or "skipped")
+                outcomes["skipped"] += 1
+            elif check["verdict"] == "warn":
+                ET.SubElement(case, "system-out").text = xml_text(f"warn: {detail}\n{measurement(check)}".strip())
+        if node.get("verdict") != "pass" and not check_failed:
+            add_outcome(testcase(suite, host, "verdict"), "failure", reasons)
+            outcomes["failures"] += 1
+    suite.set("tests", str(len(suite.findall("testcase"))))
+    for outcome in ("failures", "errors", "skipped"):
+        suite.set(outcome, str(outcomes[outcome]))
+    ET.indent(suite)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suite, encoding="unicode") + "\n"
+
+
+def testcase(suite: ET.Element, host: str, name: str) -> ET.Element:
+    return ET.SubElement(suite, "testcase", {"classname": xml_text(host), "name": xml_text(name)})
+
+
+def add_outcome(case: ET.Element, tag: str, message: str, text: str = "") -> None:
+    element = ET.SubElement(case, tag, {"message": xml_text(message)})
+    if text:
+        element.text = xml_text(text)
+
+
+def measurement(check: dict[str, Any]) -> str:
+    """What a check measured, "value: 412.0 TFLOP/s, threshold: 494.5"; empty when it measured nothing."""
+    if check.get("value") is None:
+        return ""
+    unit = f" {check['unit']}" if check.get("unit") else ""
+    text = f"value: {short_repr(check['value'], 400)}{unit}"
+    return text + (f", threshold: {short_repr(check['threshold'], 200)}" if check.get("threshold") is not None else "")
+
+
+def xml_text(text: str) -> str:
+    return XML_INVALID_CHARACTERS.sub("\ufffd", text)
+
+
+# --- files and command line ---------------------------------------------------------------------
+
+def write_reports(report: dict[str, Any], out_dir: Path, basename: str = DEFAULT_BASENAME) -> list[Path]:
+    """Write <basename>.json, .md and .xml in ``out_dir`` (created if needed), each replaced atomically."""
+    contents = {
+        f"{basename}.json": json.dumps(report, indent=2, ensure_ascii=False) + "\n",
+        f"{basename}.md": render_markdown(report),
+        f"{basename}.xml": render_junit(report),
+    }
+    out_dir.mkdir(parents=True, exist_ok=True)
+    return [write_atomically(out_dir / name, text) for name, text in contents.items()]
+
+
+def write_atomically(path: Path, text: str) -> Path:
+    """Readers see the old file or the new one, never a partial one."""
+    descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(temporary, 0o644)  # mkstemp's 0600 would hide the report from a web server or a CI agent
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def file_basename(value: str) -> str:
+    if not value or value in (".", "..") or "/" in value or os.sep in value:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a file name (no directory part)")
+    return value
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description="Write the fleet report (JSON, Markdown, JUnit XML) from the "
+                                                 "verification document on stdin; print the Markdown table.")
+    parser.add_argument("--out-dir", metavar="DIR", required=True, type=Path, help="directory for the three report files")
+    parser.add_argument("--basename", metavar="NAME", default=DEFAULT_BASENAME, type=file_basename,
+                        help=f"file name without extension (default: {DEFAULT_BASENAME})")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        report = build_report(json.loads(sys.stdin.buffer.read()))
+    except ValueError as error:  # not JSON, not UTF-8, or not the collector's document
+        print(f"fleet_report.py: unreadable input, nothing written: {error}", file=sys.stderr)
+        return 2
+    try:
+        write_reports(report, args.out_dir, args.basename)
+    except OSError as error:
+        print(f"fleet_report.py: cannot write the report in {args.out_dir}: {error}", file=sys.stderr)
+        return 1
+    print(render_table(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,419 @@
+"""roles/gpu_verify/files/fleet_report.py: the fleet report from the nodes' check results (JSON, Markdown, JUnit)."""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+import re
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = REPO_ROOT / "roles" / "gpu_verify" / "files" / "fleet_report.py"
+H100 = "NVIDIA H100 80GB HBM3"
+A100 = "NVIDIA A100-SXM4-80GB"
+MISMATCH = "driver_version: loaded module 535.261.03, installed 535.309.01: driver/library mismatch, reboot required"
+
+
+def load_fleet_report():
+    spec = importlib.util.spec_from_file_location("fleet_report", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+fleet_report = load_fleet_report()
+
+
+def check(name: str, verdict: str = "pass", value: Any = None, unit: str | None = None,
+          threshold: Any = None, detail: str = "ok") -> dict[str, Any]:
+    return {"name": name, "verdict": verdict, "value": value, "unit": unit, "threshold": threshold, "detail": detail}
+
+
+def passing_result(host: str = "node-1", gpus: int = 8, model: str = H100) -> dict[str, Any]:
+    """A gpufleet-check/1 document of a healthy 8-GPU node."""
+    return {
+        "schema": "gpufleet-check/1",
+        "host": host,
+        "started": "2026-11-29T22:39:50Z",
+        "duration_s": 3.2,
+        "verdict": "pass",
+        "reasons": [],
+        "reboot_required": False,
+        "versions": {"driver_installed": "535.261.03", "driver_loaded": "535.261.03", "cuda": "12.1",
+                     "torch": "2.5.1+cu121", "cudnn": "8.9.2", "nccl": "2.18.1", "python": "3.11.2"},
+        "gpus": [{"index": index, "name": model, "uuid": f"GPU-{index}", "pci_bus_id": f"00000000:{index:02x}:00.0",
+                  "memory_total_mib": 81559, "persistence_mode": True, "ecc_uncorrected": 0,
+                  "gemm_tflops": 701.3 - index} for index in range(gpus)],
+        "gpu_count_pci": gpus,
+        "checks": [
+            check("driver_version", value="535.261.03"),
+            check("nvidia_smi", value=gpus),
+            check("torch_cuda", value="12.1"),
+            check("libraries", value={"cudnn": "8.9.2", "nccl": "2.18.1"}),
+            check("gemm", value=694.3, unit="TFLOP/s", threshold=494.5, detail="slowest GPU 7"),
+            check("allreduce_busbw", value=362.75, unit="GB/s", threshold=100, detail="NVSwitch"),
+            check("p2p_topology", value="NV18"),
+        ],
+    }
+
+
+def failing_result(host: str = "node-2") -> dict[str, Any]:
+    """A node upgraded without a reboot: the loaded module is not the installed driver."""
+    result = passing_result(host)
+    result.update(verdict="fail", reasons=[MISMATCH], reboot_required=True)
+    result["versions"]["driver_installed"] = "535.309.01"
+    result["checks"][0] = check("driver_version", "fail", "535.261.03", None, "535.309.01",
+                                "loaded module 535.261.03, installed 535.309.01")
+    return result
+
+
+def no_gpu_result(host: str) -> dict[str, Any]:
+    """A node without GPUs that does not require them: every GPU check skipped."""
+    result = passing_result(host, gpus=0)
+    result["versions"].update(driver_installed=None, driver_loaded=None, cuda=None, torch=None, cudnn=None, nccl=None)
+    result["checks"] = [check(name, "skipped", detail="no GPU")
+                        for name in ("nvidia_smi", "gemm", "allreduce_busbw", "p2p_topology")]
+    return result
+
+
+def document(**hosts: Any) -> dict[str, Any]:
+    """The collector's document; a host given a check result gets error None, given a string an unreachable entry."""
+    return {
+        "generated": "2026-11-29T22:40:00Z",
+        "inventory": "inventory/lab",
+        "playbook": "verify",
+        "hosts": {host: {"result": None, "error": entry} if isinstance(entry, str) else {"result": entry, "error": None}
+                  for host, entry in hosts.items()},
+    }
+
+
+def fleet_doc() -> dict[str, Any]:
+    return document(**{"node-1": passing_result("node-1"), "node-2": failing_result("node-2"),
+                       "node-3": "unreachable: ssh: connect to host 10.0.0.3 port 22: Connection refused"})
+
+
+def node_of(report: dict[str, Any], host: str) -> dict[str, Any]:
+    return next(node for node in report["nodes"] if node["host"] == host)
+
+
+# --- build_report --------------------------------------------------------------------------------
+
+def test_passing_node_is_summarised_from_its_result():
+    result = passing_result()
+    node = node_of(fleet_report.build_report(document(**{"node-1": result})), "node-1")
+    assert node == {
+        "host": "node-1", "verdict": "pass", "reasons": [], "reboot_required": False,
+        "driver": "535.261.03", "driver_loaded": "535.261.03", "cuda": "12.1", "torch": "2.5.1+cu121",
+        "cudnn": "8.9.2", "nccl": "2.18.1", "gpus": 8, "gpu_model": H100, "tflops_min": 694.3, "busbw_gbps": 362.75,
+        "checks": {"driver_version": "pass", "nvidia_smi": "pass", "torch_cuda": "pass", "libraries": "pass",
+                   "gemm": "pass", "allreduce_busbw": "pass", "p2p_topology": "pass"},
+        "result": result,
+    }
+
+
+def test_report_header_summary_and_fleet_verdict():
+    report = fleet_report.build_report(fleet_doc())
+    assert {key: report[key] for key in ("schema", "generated", "inventory", "playbook", "verdict", "summary")} == {
+        "schema": "gpufleet-fleet-report/1", "generated": "2026-11-29T22:40:00Z", "inventory": "inventory/lab",
+        "playbook": "verify", "verdict": "fail", "summary": {"nodes": 3, "passed": 1, "failed": 1, "unreachable": 1}}
+    assert [node["verdict"] for node in report["nodes"]] == ["pass", "fail", "unreachable"]
+
+
+def test_fleet_passes_only_when_every_node_passes():
+    assert fleet_report.build_report(document(a=passing_result("a"), b=passing_result("b")))["verdict"] == "pass"
+    assert fleet_report.build_report(document(a=passing_result("a"), b="unreachable: timed out"))["verdict"] == "fail"
+    empty = fleet_report.build_report(document())
+    assert (empty["verdict"], empty["nodes"]) == ("fail", [])
+    assert empty["summary"] == {"nodes": 0, "passed": 0, "failed": 0, "unreachable": 0}
+
+
+def test_nodes_are_sorted_by_name_with_numbers_in_order():
+    names = ("node-10", "node-2", "gpu-b", "node-1")
+    report = fleet_report.build_report(document(**{name: passing_result(name) for name in names}))
+    assert [node["host"] for node in report["nodes"]] == ["gpu-b", "node-1", "node-2", "node-10"]
+
+
+def test_failed_node_keeps_its_reasons_and_versions():
+    node = node_of(fleet_report.build_report(fleet_doc()), "node-2")
+    assert (node["verdict"], node["reasons"], node["reboot_required"]) == ("fail", [MISMATCH], True)
+    assert (node["driver"], node["driver_loaded"]) == ("535.309.01", "535.261.03")
+    assert node["checks"]["driver_version"] == "fail"
+
+
+def test_failed_node_without_reasons_is_explained_by_its_failed_checks():
+    result = failing_result()
+    result["reasons"] = []
+    node = node_of(fleet_report.build_report(document(n=result)), "n")
+    assert node["reasons"] == ["driver_version: loaded module 535.261.03, installed 535.309.01"]
+
+
+def test_unreachable_node_has_the_collectors_error_as_reason():
+    report = fleet_report.build_report(fleet_doc())
+    node = node_of(report, "node-3")
+    assert node["verdict"] == "unreachable"
+    assert node["reasons"] == ["unreachable: ssh: connect to host 10.0.0.3 port 22: Connection refused"]
+    assert all(node[key] is None for key in ("reboot_required", "driver", "cuda", "torch", "gpus", "gpu_model",
+                                             "tflops_min", "busbw_gbps", "result"))
+    assert node["checks"] == {}
+
+
+def test_unreachable_node_without_an_error_still_has_a_reason():
+    doc = document()
+    doc["hosts"]["n"] = {"result": None}
+    assert node_of(fleet_report.build_report(doc), "n")["reasons"] == ["no result, and the collector gave no error"]
+
+
+@pytest.mark.parametrize(("result", "problem"), [
+    ("Traceback (most recent call last):", 'not a JSON object: "Traceback (most recent call last):"'),
+    ([1, 2], "not a JSON object: [1, 2]"),
+    ({**passing_result(), "schema": "gpufleet-check/2"}, 'schema is "gpufleet-check/2", expected "gpufleet-check/1"'),
+    ({key: value for key, value in passing_result().items() if key != "schema"},
+     'schema is null, expected "gpufleet-check/1"'),
+    ({key: value for key, value in passing_result().items() if key != "verdict"}, "no verdict"),
+    ({**passing_result(), "verdict": "ok"}, 'verdict "ok" is not "pass" or "fail"'),
+    ({**passing_result(), "checks": "all good"}, 'checks is not a list: "all good"'),
+    ({**passing_result(), "checks": [check("gemm"), {"name": "nccl", "verdict": "error"}]}, "checks[1] is not a check"),
+])
+def test_invalid_result_fails_the_node_and_says_why(result, problem):
+    doc = document()
+    doc["hosts"]["n"] = {"result": result, "error": None}
+    node = node_of(fleet_report.build_report(doc), "n")
+    assert node["verdict"] == "fail"
+    assert len(node["reasons"]) == 1
+    assert node["reasons"][0].startswith("invalid gpufleet-check/1 result: ")
+    assert problem in node["reasons"][0]
+    assert node["result"] == result
+
+
+def test_every_problem_of_an_invalid_result_is_named():
+    node = node_of(fleet_report.build_report(document(n={"schema": "x"})), "n")
+    assert node["reasons"] == [
+        'invalid gpufleet-check/1 result: schema is "x", expected "gpufleet-check/1"; no verdict']
+
+
+def test_malformed_fields_of_a_result_read_as_missing():
+    result = passing_result()
+    result.update(versions="535", gpus="eight", reboot_required="no",
+                  checks=[check("gemm", value="fast"), check("allreduce_busbw", value=True)])
+    node = node_of(fleet_report.build_report(document(n=result)), "n")
+    assert node["verdict"] == "pass"
+    assert all(node[key] is None
+               for key in ("reboot_required", "driver", "cuda", "gpus", "gpu_model", "tflops_min", "busbw_gbps"))
+
+
+def test_collector_entry_that_is_not_an_object_fails_the_node():
+    doc = document()
+    doc["hosts"]["n"] = "garbage"
+    node = node_of(fleet_report.build_report(doc), "n")
+    assert (node["verdict"], node["reasons"]) == ("fail", ['the collector\'s entry is not an object: "garbage"'])
+
+
+@pytest.mark.parametrize("doc", [[], "hosts", {}, {"hosts": ["node-1"]}, {"hosts": None}])
+def test_document_without_a_hosts_object_is_an_input_error(doc):
+    with pytest.raises(fleet_report.InputError):
+        fleet_report.build_report(doc)
+
+
+def test_gpu_model_mixed_or_missing():
+    mixed = passing_result(gpus=8)
+    mixed["gpus"][7]["name"] = A100
+    unnamed = passing_result(gpus=2)
+    for gpu in unnamed["gpus"]:
+        del gpu["name"]
+    report = fleet_report.build_report(document(mixed=mixed, unnamed=unnamed, none=passing_result(gpus=0)))
+    assert node_of(report, "mixed")["gpu_model"] == f"mixed: 1× {A100}, 7× {H100}"
+    assert (node_of(report, "unnamed")["gpus"], node_of(report, "unnamed")["gpu_model"]) == (2, None)
+    assert (node_of(report, "none")["gpus"], node_of(report, "none")["gpu_model"]) == (0, None)
+
+
+def test_build_report_leaves_its_input_alone():
+    doc = fleet_doc()
+    before = copy.deepcopy(doc)
+    fleet_report.build_report(doc)
+    assert doc == before
+
+
+# --- Markdown ------------------------------------------------------------------------------------
+
+def table_rows(markdown: str) -> list[list[str]]:
+    """The table's rows as cells, split on the pipes that are not escaped."""
+    return [[cell.strip() for cell in re.split(r"(?<!\\)\|", line)[1:-1]]
+            for line in markdown.splitlines() if line.startswith("|")]
+
+
+def test_markdown_title_and_verdict_line():
+    markdown = fleet_report.render_markdown(fleet_report.build_report(fleet_doc()))
+    lines = markdown.splitlines()
+    assert lines[0] == "# GPU fleet verification, 2026-11-29T22:40:00Z"
+    assert "**FAIL**: 3 nodes: 1 passed, 1 failed, 1 unreachable" in lines
+    assert "1 node: 1 passed, 0 failed, 0 unreachable" in fleet_report.render_markdown(
+        fleet_report.build_report(document(a=passing_result("a"))))
+
+
+def test_markdown_table_has_one_row_per_node():
+    rows = table_rows(fleet_report.render_markdown(fleet_report.build_report(fleet_doc())))
+    assert rows[0] == ["Node", "Verdict", "Driver", "CUDA", "torch", "GPUs", "TFLOP/s (min)", "busbw GB/s", "Reason"]
+    assert set("".join(rows[1])) == {"-"}
+    assert rows[2:] == [
+        ["node-1", "PASS", "535.261.03", "12.1", "2.5.1+cu121", "8", "694.3", "362.8", "—"],
+        ["node-2", "FAIL", "535.309.01 (loaded 535.261.03)", "12.1", "2.5.1+cu121", "8", "694.3", "362.8", MISMATCH],
+        ["node-3", "UNREACHABLE", "—", "—", "—", "—", "—", "—",
+         "unreachable: ssh: connect to host 10.0.0.3 port 22: Connection refused"],
+    ]
+
+
+def test_markdown_cells_escape_pipes_and_join_reasons():
+    result = failing_result("n")
+    result["reasons"] = ["nvidia_smi: `nvidia-smi | grep` failed", "line one\nline two"]
+    rows = table_rows(fleet_report.render_markdown(fleet_report.build_report(document(n=result))))
+    assert len(rows[2]) == 9
+    assert rows[2][-1] == r"nvidia_smi: `nvidia-smi \| grep` failed; line one line two"
+
+
+def test_markdown_notes_the_checks_skipped():
+    report = fleet_report.build_report(document(a=passing_result("a"), b=no_gpu_result("b"), c=no_gpu_result("c")))
+    markdown = fleet_report.render_markdown(report)
+    assert markdown.endswith('**Checks skipped**\n\n'
+                             '- "no GPU" on 2 nodes (b, c): nvidia_smi, gemm, allreduce_busbw, p2p_topology\n')
+    assert table_rows(markdown)[3][5:8] == ["0", "—", "—"]
+    assert "Checks skipped" not in fleet_report.render_markdown(fleet_report.build_report(fleet_doc()))
+
+
+def test_markdown_of_a_report_without_date_or_nodes():
+    report = fleet_report.build_report({"hosts": {}})
+    markdown = fleet_report.render_markdown(report)
+    assert markdown.startswith("# GPU fleet verification, undated\n\n"
+                               "**FAIL**: 0 nodes: 0 passed, 0 failed, 0 unreachable\n")
+    assert len(table_rows(markdown)) == 2
+
+
+# --- JUnit XML -----------------------------------------------------------------------------------
+
+def junit(report: dict[str, Any]) -> ET.Element:
+    text = fleet_report.render_junit(report)
+    assert text.startswith('<?xml version="1.0" encoding="UTF-8"?>\n')
+    return ET.fromstring(text.encode("utf-8"))
+
+
+def cases(suite: ET.Element) -> dict[tuple[str, str], ET.Element]:
+    return {(case.get("classname"), case.get("name")): case for case in suite.iter("testcase")}
+
+
+def test_junit_counts_and_outcomes():
+    doc = document(**{"node-1": passing_result("node-1"), "node-2": failing_result("node-2"),
+                      "node-3": "unreachable: timed out", "node-4": no_gpu_result("node-4")})
+    suite = junit(fleet_report.build_report(doc))
+    assert suite.tag == "testsuite"
+    assert {key: suite.get(key) for key in ("name", "tests", "failures", "errors", "skipped", "timestamp")} == {
+        "name": "gpufleet-verify", "tests": "19", "failures": "1", "errors": "1", "skipped": "4",
+        "timestamp": "2026-11-29T22:40:00Z"}
+    by_name = cases(suite)
+    assert len(by_name) == 19
+    assert list(by_name[("node-1", "gemm")]) == []
+    failure = by_name[("node-2", "driver_version")].find("failure")
+    assert failure.get("message") == "loaded module 535.261.03, installed 535.309.01"
+    assert failure.text == 'value: "535.261.03", threshold: "535.309.01"'
+    assert by_name[("node-3", "reachable")].find("error").get("message") == "unreachable: timed out"
+    assert by_name[("node-4", "gemm")].find("skipped").get("message") == "no GPU"
+
+
+def test_junit_warn_passes_with_its_detail_as_output():
+    result = passing_result("n")
+    result["checks"][5] = check("allreduce_busbw", "warn", 120.5, "GB/s", 100, "close to the floor")
+    case = cases(junit(fleet_report.build_report(document(n=result))))[("n", "allreduce_busbw")]
+    assert case.find("failure") is None and case.find("skipped") is None
+    assert case.find("system-out").text == "warn: close to the floor\nvalue: 120.5 GB/s, threshold: 100"
+
+
+def test_junit_failed_node_without_a_failed_check_gets_a_failed_verdict_case():
+    reboot = passing_result("reboot")
+    reboot.update(verdict="fail", reasons=["reboot required"])
+    suite = junit(fleet_report.build_report(document(garbage={"schema": "x"}, reboot=reboot)))
+    by_name = cases(suite)
+    assert by_name[("garbage", "verdict")].find("failure").get("message").startswith("invalid gpufleet-check/1 result")
+    assert by_name[("reboot", "verdict")].find("failure").get("message") == "reboot required"
+    assert (suite.get("tests"), suite.get("failures")) == ("9", "2")  # reboot's 7 checks and 2 verdicts
+
+
+def test_junit_escapes_markup_and_drops_control_characters():
+    result = failing_result("n")
+    result["checks"][0]["detail"] = 'driver <535> & "quotes" \x1b[31mred\x1b[0m'
+    case = cases(junit(fleet_report.build_report(document(n=result))))[("n", "driver_version")]
+    message = case.find("failure").get("message")
+    assert message == 'driver <535> & "quotes" \ufffd[31mred\ufffd[0m'
+
+
+# --- files and command line ---------------------------------------------------------------------
+
+def test_write_reports_replaces_the_three_files(tmp_path):
+    out_dir = tmp_path / "reports" / "verify"
+    report = fleet_report.build_report(fleet_doc())
+    paths = fleet_report.write_reports(report, out_dir)
+    assert [path.name for path in paths] == ["fleet-report.json", "fleet-report.md", "fleet-report.xml"]
+    paths = fleet_report.write_reports(fleet_report.build_report(document(a=passing_result("a"))), out_dir, "hourly")
+    assert sorted(path.name for path in out_dir.iterdir()) == [
+        "fleet-report.json", "fleet-report.md", "fleet-report.xml", "hourly.json", "hourly.md", "hourly.xml"]
+    assert json.loads((out_dir / "fleet-report.json").read_text()) == report
+    hourly = json.loads((out_dir / "hourly.json").read_text())
+    assert (out_dir / "hourly.md").read_text() == fleet_report.render_markdown(hourly)
+    assert all(path.stat().st_mode & 0o644 == 0o644 for path in paths)
+
+
+def run_cli(stdin: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(SCRIPT), *args], input=stdin, capture_output=True, text=True,
+                          timeout=60, check=False)
+
+
+def test_cli_writes_three_files_and_prints_the_table(tmp_path):
+    completed = run_cli(json.dumps(fleet_doc()), "--out-dir", str(tmp_path / "out"))
+    assert completed.returncode == 0, completed.stderr
+    assert sorted(path.name for path in (tmp_path / "out").iterdir()) == [
+        "fleet-report.json", "fleet-report.md", "fleet-report.xml"]
+    report = json.loads((tmp_path / "out" / "fleet-report.json").read_text())
+    assert report == fleet_report.build_report(fleet_doc())
+    assert completed.stdout == fleet_report.render_table(report) + "\n"
+    assert ET.parse(tmp_path / "out" / "fleet-report.xml").getroot().get("tests") == "15"
+
+
+def test_cli_basename(tmp_path):
+    completed = run_cli(json.dumps(fleet_doc()), "--out-dir", str(tmp_path), "--basename", "verify-2026-11-29")
+    assert completed.returncode == 0, completed.stderr
+    assert sorted(path.name for path in tmp_path.iterdir()) == [
+        "verify-2026-11-29.json", "verify-2026-11-29.md", "verify-2026-11-29.xml"]
+    assert run_cli("{}", "--out-dir", str(tmp_path), "--basename", "../elsewhere").returncode == 2
+
+
+@pytest.mark.parametrize(("stdin", "message"), [
+    ('{"hosts": {', "unreadable input, nothing written"),
+    ("", "unreadable input, nothing written"),
+    ('["node-1"]', 'a "hosts" object'),
+])
+def test_cli_unreadable_input_writes_nothing(tmp_path, stdin, message):
+    out_dir = tmp_path / "out"
+    completed = run_cli(stdin, "--out-dir", str(out_dir))
+    assert completed.returncode == 2
+    assert message in completed.stderr
+    assert completed.stdout == ""
+    assert not out_dir.exists()
+
+
+def test_cli_does_not_replace_a_report_on_unreadable_input(tmp_path):
+    assert run_cli(json.dumps(fleet_doc()), "--out-dir", str(tmp_path)).returncode == 0
+    before = {path.name: path.read_bytes() for path in tmp_path.iterdir()}
+    assert run_cli("not json", "--out-dir", str(tmp_path)).returncode == 2
+    assert {path.name: path.read_bytes() for path in tmp_path.iterdir()} == before
+
+
+def test_node_reached_without_result_is_failed_not_unreachable():
+    """The collector says the node answered (the checks ran but printed no result): FAIL, with its error."""
+    node = fleet_report.build_node("node-1", {"result": None, "error": "the checks gave no result (rc 137): Killed",
+                                              "unreachable": False})
+    assert node["verdict"] == "fail" and node["reasons"] == ["the checks gave no result (rc 137): Killed"]
+    assert fleet_report.build_node("node-2", {"result": None, "error": "unreachable: x", "unreachable": True})["verdict"] == "unreachable"
