@@ -1,6 +1,7 @@
 # gpufleet developer entry points. Run as root on a Debian 12 build machine.
 #   make run    build the lab and provision it with site.yml
-#   make test   build the lab and run every test (lint, unit, molecule, end-to-end)
+#   make test   build the lab and run every test (lint, unit, payload, molecule, end-to-end)
+#   make verify re-verify the lab nodes (read-only; report in reports/verify)
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 VENV := $(CURDIR)/.venv
@@ -10,10 +11,13 @@ export CONTAINERS_CONF := $(CURDIR)/files/lab/containers.conf
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(BIN):$(PATH)
 
-.PHONY: run lab lab-destroy lab-clean host-deps venv lint unit molecule e2e test payload-test
+.PHONY: run verify lab lab-destroy lab-clean host-deps venv torch lint unit payload molecule e2e test
 
 run: lab
 	$(BIN)/ansible-playbook site.yml -i inventory/lab
+
+verify: venv
+	$(BIN)/python files/gpufleet_verify.py -i inventory/lab
 
 host-deps:
 	@missing=""; for t in podman:podman runc:runc debootstrap:debootstrap apt-ftparchive:apt-utils gpg:gnupg; do \
@@ -50,10 +54,15 @@ molecule: lab
 e2e: lab
 	$(BIN)/pytest -q tests/e2e
 
-test: lint unit molecule e2e
-
-# The DDP payload on CPU (torchrun, gloo). Work in progress for the
-# verification plays: not yet part of `make test`.
-payload-test: venv
+# The payload and the health checks on CPU (torchrun, gloo) need torch in
+# the venv: the CPU wheel of the lab's release (requirements/dev.txt leaves
+# it out, so that linting needs no 200 MB wheel).
+torch: $(VENV)/.torch
+$(VENV)/.torch: | venv
 	$(BIN)/pip install --quiet --disable-pip-version-check torch==2.13.0
+	touch $@
+
+payload: torch
 	$(BIN)/pytest -q tests/payload
+
+test: lint unit payload molecule e2e

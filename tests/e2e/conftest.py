@@ -73,7 +73,8 @@ class PlaybookRun:
 
 
 def run_playbook(tmp_path: Path, playbook: str, inventory: Path, extravars: dict | None = None,
-                 limit: str | None = None) -> PlaybookRun:
+                 limit: str | None = None, cmdline: str | None = None, on_event=None) -> PlaybookRun:
+    """Runs a playbook through ansible-runner; ``on_event`` sees every event as it comes."""
     env = {
         "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
         "ANSIBLE_ROLES_PATH": str(REPO / "roles"),
@@ -90,10 +91,23 @@ def run_playbook(tmp_path: Path, playbook: str, inventory: Path, extravars: dict
         inventory=str(inventory),
         extravars=extravars or {},
         limit=limit,
+        cmdline=cmdline,
         envvars=env,
         quiet=True,
+        event_handler=on_event,
     )
     return PlaybookRun(status=runner.status, rc=runner.rc, stats=runner.stats or {}, events=list(runner.events))
+
+
+def lab_vars() -> dict:
+    """What playbooks/lab.yml wrote into the lab inventory (mirror URL, versions)."""
+    return yaml.safe_load((LAB_INVENTORY / "group_vars" / "all" / "generated.yml").read_text())
+
+
+def restart_node(name: str) -> None:
+    """Reboots a lab node: the container restarts and systemd boots again."""
+    podman("restart", "--time", "20", name)
+    podman("exec", name, "systemctl", "is-system-running", "--wait", check=False)
 
 
 @pytest.fixture(scope="session")

@@ -21,7 +21,7 @@ CASES = [
     pytest.param({"nvidia_driver_repository_keyring": "/etc/apt/keyrings/absent.gpg"},
                  "nvidia_driver_repository_keyring /etc/apt/keyrings/absent.gpg does not exist", id="missing-keyring"),
     pytest.param({"nvidia_driver_version": "535.999.99"},
-                 "nvidia_driver_version 535.999.99 is not in http://gpufleet-mirror/debian; nvidia-smi is offered at 535.261.03-1",
+                 "nvidia_driver_version 535.999.99 is not in http://gpufleet-mirror/debian; nvidia-smi is offered at",
                  id="version-not-in-repository"),
     pytest.param({"nvidia_driver_repository_key_url": "http://gpufleet-mirror/debian/dists/bookworm/Release",
                   "nvidia_driver_repository_keyring": ""},
@@ -37,6 +37,12 @@ CASES = [
                  "torch 2.13.0 is published for cpu only, not cu121", id="lab-torch-has-no-cu121"),
     pytest.param({"preflight_secure_boot_policy": "sometimes"},
                  "preflight_secure_boot_policy", id="unknown-secure-boot-policy"),
+    pytest.param({"gpu_verify_expected_gpus": -1},
+                 "gpu_verify_expected_gpus '-1' is not a GPU count", id="negative-gpu-count"),
+    pytest.param({"smoke_training_amp": "fp8"},
+                 "smoke_training_amp 'fp8' is not an AMP mode (auto, bf16, fp16, off)", id="unknown-amp-mode"),
+    pytest.param({"smoke_training_rendezvous_port": 80},
+                 "smoke_training_rendezvous_port '80' is not a TCP port (1024-65535)", id="privileged-rendezvous-port"),
 ]
 
 

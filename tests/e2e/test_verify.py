@@ -1,0 +1,108 @@
+"""playbooks/verify.yml on the provisioned lab: read-only, re-runnable, safe
+in check mode, and a node stopped in the middle of its checks is named in
+the report while the other nodes' results stay intact.
+
+Runs after test_site.py (the stack is installed); the report is read from
+the JSON the play writes, never from console text."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from conftest import LAB_INVENTORY, podman, restart_node, run_playbook
+
+CHECK_TASK = "Run the health checks"
+
+
+def fingerprint(host: str) -> str:
+    """Everything a verification could have changed on a node."""
+    return podman("exec", host, "sh", "-c",
+                  "md5sum /var/lib/dpkg/status; apt-mark showhold; find /etc /opt/gpufleet /var/lib/gpufleet"
+                  " -xdev -newer /var/lib/dpkg/status -type f 2>/dev/null | sort; ls -A /tmp").stdout
+
+
+def fleet_report(report_dir) -> dict:
+    return json.loads((report_dir / "fleet-report.json").read_text())
+
+
+def test_verify_is_read_only_and_rerunnable(tmp_path, lab_hosts):
+    reports = tmp_path / "verify"
+    before = {h: fingerprint(h) for h in lab_hosts}
+    runs = [run_playbook(tmp_path, "playbooks/verify.yml", LAB_INVENTORY,
+                         extravars={"gpu_verify_report_dir": str(reports)}, cmdline=cmdline)
+            for cmdline in (None, "--check", None)]
+    for run in runs:
+        assert run.status == "successful", run.failures()
+        assert run.changed_tasks() == {}
+        report = fleet_report(reports)
+        assert report["summary"] == {"nodes": len(lab_hosts), "passed": len(lab_hosts), "failed": 0, "unreachable": 0}
+    for host in lab_hosts:
+        assert fingerprint(host).splitlines() == before[host].splitlines(), host
+
+    for node in fleet_report(reports)["nodes"]:
+        result = node["result"]
+        checks = {c["name"]: c for c in result["checks"]}
+        assert result["versions"]["driver_installed"] == "535.261.03", node["host"]
+        assert result["versions"]["torch"] == "2.13.0+cpu", node["host"]
+        for name in ("nvidia_smi", "torch_cuda", "gemm", "allreduce_busbw", "p2p_topology"):
+            assert checks[name]["verdict"] == "skipped" and "no GPU" in checks[name]["detail"], (node["host"], name)
+    junit = (reports / "fleet-report.xml").read_text()
+    assert 'name="gpufleet-verify"' in junit and all(f'classname="{h}"' in junit for h in lab_hosts)
+
+
+def test_gpu_required_fails_every_lab_node(tmp_path, lab_hosts):
+    """With the default gpu_verify_require_gpus, a node without GPUs fails and is named with the reason."""
+    reports = tmp_path / "verify"
+    run = run_playbook(tmp_path, "playbooks/verify.yml", LAB_INVENTORY,
+                       extravars={"gpu_verify_report_dir": str(reports), "gpu_verify_require_gpus": True})
+    assert run.status == "failed"
+    assert set(run.failures()) == set(lab_hosts)
+    report = fleet_report(reports)
+    assert report["verdict"] == "fail" and report["summary"]["failed"] == len(lab_hosts)
+    assert all(any("no GPU" in r for r in node["reasons"]) for node in report["nodes"])
+
+
+@pytest.fixture
+def node_to_stop(lab_hosts):
+    name = lab_hosts[-1]
+    yield name
+    restart_node(name)  # starts it again (a stopped container restarts)
+
+
+def test_node_stopped_mid_verification_is_named(tmp_path, lab_hosts, node_to_stop):
+    """The last node is stopped while its checks run: the report names it, the others pass."""
+    reports = tmp_path / "verify"
+    stopped = {}
+
+    def stop_when_its_check_runs(event: dict) -> bool:
+        data = event.get("event_data", {})
+        if (not stopped and event.get("event") == "runner_on_start" and data.get("task") == CHECK_TASK
+                and data.get("host") == node_to_stop):
+            # The check starts on the node (ansible copies and launches it): stop the node in the middle.
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                if podman("exec", node_to_stop, "pgrep", "-f", "gpufleet_check", check=False).returncode == 0:
+                    break
+                time.sleep(0.2)
+            podman("stop", "--time", "0", node_to_stop, check=False)
+            stopped["at"] = time.monotonic()
+        return True
+
+    run = run_playbook(tmp_path, "playbooks/verify.yml", LAB_INVENTORY,
+                       extravars={"gpu_verify_report_dir": str(reports)}, on_event=stop_when_its_check_runs)
+    assert stopped, "the check never started on the node"
+    assert run.status == "failed"
+    assert set(run.failures()) == {node_to_stop}
+
+    nodes = {n["host"]: n for n in fleet_report(reports)["nodes"]}
+    assert set(nodes) == set(lab_hosts)
+    assert nodes[node_to_stop]["verdict"] in ("unreachable", "fail")
+    assert nodes[node_to_stop]["reasons"], nodes[node_to_stop]
+    for host in set(lab_hosts) - {node_to_stop}:
+        assert nodes[host]["verdict"] == "pass", nodes[host]
+        assert nodes[host]["result"]["host"] == host
+    markdown = (reports / "fleet-report.md").read_text()
+    assert node_to_stop in markdown
