@@ -984,9 +984,13 @@ def log_tail(log_file: Path, note: str) -> str:
     return "\n".join(lines + ([note] if note else []))
 
 
-def training_env() -> dict[str, str]:
+def training_env(tmpdir: Path | None = None) -> dict[str, str]:
+    """The launcher's environment: no inherited rank variables; with ``tmpdir``, torchrun's
+    and the workers' temporary files (torchelastic_*, ...) go there and leave with it."""
     env = {k: v for k, v in os.environ.items() if k not in DIST_ENV_VARS}
     env["PYTHONUNBUFFERED"] = "1"
+    if tmpdir is not None:
+        env["TMPDIR"] = str(tmpdir)
     return env
 
 
@@ -1009,7 +1013,7 @@ def run_training(nproc: int, nnodes: int = 1, node_rank: int = 0, rdzv_endpoint:
                                result_file)
         with open(log_file, "wb") as log:
             proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                    env=training_env(), start_new_session=True)
+                                    env=training_env(workdir), start_new_session=True)
         rc, note = wait_or_stop(proc, timeout)
         result_text = read_text(result_file)
         return {"rc": rc, "result": json.loads(result_text) if result_text else None,
