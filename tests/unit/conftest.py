@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -256,14 +257,22 @@ def driver_config(host: str, source: str = "", preflight: dict[str, Any] | None 
     return config
 
 
+def load_script(path: Path, name: str | None = None) -> ModuleType:
+    """A script of the project (not a package) imported as module ``name`` (its file stem by default).
+
+    It is registered in sys.modules, where dataclasses and pickling look their module up.
+    """
+    spec = importlib.util.spec_from_file_location(name or path.stem.replace("-", "_"), path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 @pytest.fixture(scope="session")
 def checker() -> ModuleType:
     """tests/check_argument_specs.py, imported as a module (tests/ is not a package)."""
-    path = REPO_ROOT / "tests" / "check_argument_specs.py"
-    spec = importlib.util.spec_from_file_location("check_argument_specs", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(REPO_ROOT / "tests" / "check_argument_specs.py")
 
 
 @pytest.fixture(scope="session")

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+
+from conftest import load_script
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = REPO_ROOT / "files" / "lab" / "build-cuda-repo.py"
@@ -17,11 +17,7 @@ REPO_URL = "http://gpufleet-mirror/cuda/debian12/x86_64/"
 
 
 def load_builder():
-    spec = importlib.util.spec_from_file_location("build_cuda_repo", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT, "build_cuda_repo")
 
 
 builder = load_builder()

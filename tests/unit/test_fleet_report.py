@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 import re
 import subprocess
@@ -14,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from conftest import load_script
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = REPO_ROOT / "roles" / "gpu_verify" / "files" / "fleet_report.py"
 H100 = "NVIDIA H100 80GB HBM3"
@@ -22,10 +23,7 @@ MISMATCH = "driver_version: loaded module 535.261.03, installed 535.309.01: driv
 
 
 def load_fleet_report():
-    spec = importlib.util.spec_from_file_location("fleet_report", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT)
 
 
 fleet_report = load_fleet_report()

@@ -11,7 +11,6 @@ the tests behave the same whether or not the venv has torch.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -21,6 +20,8 @@ from types import ModuleType, SimpleNamespace
 from typing import Any, Iterator
 
 import pytest
+
+from conftest import load_script
 
 CHECK = Path(__file__).resolve().parents[2] / "files" / "payload" / "gpufleet_check.py"
 GPU_CHECKS = ("driver_version", "nvidia_smi", "libraries", "gemm", "allreduce_busbw", "p2p_topology")
@@ -86,12 +87,9 @@ PCIE_LISTING = "".join(f"{i}, NVIDIA L40S, GPU-7e000000-0000-0000-0000-000000000
 
 @pytest.fixture(scope="module")
 def gc() -> Iterator[ModuleType]:
-    spec = importlib.util.spec_from_file_location("gpufleet_check", CHECK)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
+    module = load_script(CHECK)
     yield module
-    del sys.modules[spec.name]
+    del sys.modules[module.__name__]
 
 
 @pytest.fixture(autouse=True)

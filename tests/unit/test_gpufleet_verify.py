@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -11,16 +10,14 @@ from typing import Any, Callable
 
 import pytest
 
+from conftest import load_script
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = REPO_ROOT / "files" / "gpufleet_verify.py"
 
 
 def load_verify():
-    spec = importlib.util.spec_from_file_location("gpufleet_verify", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT)
 
 
 verify = load_verify()

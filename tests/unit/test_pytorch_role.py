@@ -13,7 +13,6 @@ torchvision/torchaudio releases published with each torch release.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import subprocess
@@ -26,7 +25,7 @@ import pytest
 import yaml
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
-from conftest import FAKE_FACTS, load_trusted
+from conftest import FAKE_FACTS, load_script, load_trusted
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ROLE = REPO_ROOT / "roles" / "pytorch"
@@ -389,10 +388,7 @@ def test_disk_check():
 
 
 def _load_script(name: str):
-    spec = importlib.util.spec_from_file_location(name.removesuffix(".py"), ROLE / "files" / name)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(ROLE / "files" / name)
 
 
 @pytest.mark.parametrize(("code", "text"), [(None, None), (8902, "8.9.2"), (8700, "8.7.0"), (90100, "9.1.0"), (90501, "9.5.1")])
