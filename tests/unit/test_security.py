@@ -24,7 +24,7 @@ SCANNED_SUFFIXES = {".yml", ".yaml", ".j2", ".sh", ".py", ".cfg", ".conf", ""}
 BLIND_TRUST = re.compile(r"trusted\s*=\s*yes|\[\s*trusted|apt-key\b|allow-unauthenticated|AllowUnauthenticated")
 PIPE_TO_SHELL = re.compile(r"\b(curl|wget)\b[^\n|]*\|\s*(sudo\s+)?(ba|z)?sh\b")
 # A task argument that templates a secret variable (a value, not a command's wording).
-SECRET_ARGUMENT = re.compile(r"\{\{[^}]*(password|passwd|secret|token|private_key|munge_key)[^}]*\}\}", re.IGNORECASE)
+SECRET_ARGUMENT = re.compile(r"\{\{[^}]*(password|passwd|secret|token|private_key|munge_key(?!_path))[^}]*\}\}", re.IGNORECASE)
 
 
 def source_files() -> Iterator[Path]:
