@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -653,3 +654,228 @@ def test_cli_usage_errors(host: FakeHost, args: list[str], message: str) -> None
     proc = run_cli(host, *args)
     assert proc.returncode == 2, explain(proc)
     assert message in proc.stderr
+
+
+# --------------------------------------------------------------------------- Prometheus metrics (--metrics-file)
+
+METRIC_NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
+LABEL_PAIR = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\\n]|\\["\\n])*)"')
+SAMPLE_LINE = re.compile(rf"^({METRIC_NAME})(?:\{{(.*)\}})? (\S+)$")
+
+
+def unescape_label_value(text: str) -> str:
+    return re.sub(r"\\(.)", lambda m: {"n": "\n", "\\": "\\", '"': '"'}[m.group(1)], text)
+
+
+def parse_exposition(text: str) -> dict[str, dict[str, Any]]:
+    """Prometheus' text format, strictly: name -> {"help", "type", "samples": [(labels, value)]}.
+
+    One HELP and one TYPE line per family, both before its samples, families
+    not interleaved, label values with only the three escapes the format has.
+    """
+    assert text.endswith("\n") and "\n\n" not in text, "lines end with a newline, no empty lines"
+    families: dict[str, dict[str, Any]] = {}
+    current = None
+    for line in text.splitlines():
+        if line.startswith("# "):
+            keyword, name, rest = (line[2:].split(" ", 2) + [""])[:3]
+            assert keyword in ("HELP", "TYPE") and re.fullmatch(METRIC_NAME, name), line
+            family = families.setdefault(name, {"help": None, "type": None, "samples": []})
+            assert family[keyword.lower()] is None and not family["samples"], f"{keyword} of {name} twice or late"
+            if keyword == "TYPE":
+                assert rest in ("counter", "gauge", "histogram", "summary", "untyped"), line
+            family[keyword.lower()] = rest
+            current = name
+            continue
+        match = SAMPLE_LINE.match(line)
+        assert match, f"not a sample line: {line!r}"
+        name, label_text, value = match.groups()
+        assert name == current, f"{name} outside its family block"
+        labels: dict[str, str] = {}
+        if label_text:
+            pairs = LABEL_PAIR.findall(label_text)
+            assert ",".join(f'{k}="{v}"' for k, v in pairs) == label_text, f"bad labels: {label_text!r}"
+            labels = {k: unescape_label_value(v) for k, v in pairs}
+            assert len(labels) == len(pairs), "a label twice"
+        families[name]["samples"].append((labels, float(value)))
+    for name, family in families.items():
+        assert family["help"] and family["type"] and family["samples"], name
+    return families
+
+
+def values(families: dict[str, dict[str, Any]], name: str) -> list[tuple[dict[str, str], float]]:
+    return families[name]["samples"]
+
+
+def gemm_report(gc: ModuleType, healthy: FakeHost, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """The report of an 8 x H100 node whose GPU 5 is slow, with ECC errors on GPU 3 and a measured all-reduce."""
+    healthy.nvidia_smi(h100_listing(ecc={3: "2"}), dgx_topology())
+
+    def measure(torch: Any, index: int, n: int) -> dict[str, Any]:
+        return {"index": index, "name": "NVIDIA H100 80GB HBM3", "dtype": "bfloat16", "finite": True,
+                "uuid": f"4b0c8a3e-21f7-3c55-9e1d-0000000000{index:02d}", "tflops": 300.0 if index == 5 else 700.0 + index}
+
+    monkeypatch.setattr(gc, "measure_gemm", measure)
+    monkeypatch.setattr(gc, "measure_allreduce", lambda world, nbytes: {"seconds": nbytes / 200e9, "correct": True})
+    monkeypatch.setattr(gc.Probe, "torch", property(lambda self: fake_torch(8)))
+    monkeypatch.setattr(gc, "torch_versions", lambda torch: {"torch": "2.5.1+cu121", "cuda": "12.1", "cudnn": "8.9.2",
+                                                            "nccl": "2.18.1"})
+    return gc.build_report(gc.parse_args(healthy.argv("--skip", "torch_cuda", "--skip", "libraries",
+                                                      "--skip", "p2p_topology")))
+
+
+def test_metrics_of_a_gpu_node_parse_back(gc: ModuleType, healthy_h100: FakeHost,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    report = gemm_report(gc, healthy_h100, monkeypatch)
+    families = parse_exposition(gc.metrics_text(report))
+    assert set(families) == set(gc.METRICS), "every metric has samples on a measured GPU node"
+    assert all(families[name]["type"] == gc.METRICS[name][0] == "gauge" for name in families)
+    assert all(name.startswith("gpufleet_") for name in families)
+    assert values(families, "gpufleet_verify_passed") == [({}, 0.0)]  # GEMM of GPU 5 and ECC of GPU 3 fail
+    assert values(families, "gpufleet_reboot_required") == [({}, 0.0)]
+    assert values(families, "gpufleet_gpus") == [({}, 8.0)] and values(families, "gpufleet_pci_gpus") == [({}, 8.0)]
+    [(info, one)] = values(families, "gpufleet_versions_info")
+    assert one == 1.0 and info == {"host": report["host"], "driver_installed": "535.161.08", "driver_loaded": "535.161.08",
+                                   "cuda": "12.1", "cudnn": "8.9.2", "nccl": "2.18.1", "torch": "2.5.1+cu121",
+                                   "python": report["versions"]["python"]}
+    gemm = values(families, "gpufleet_gemm_flops_per_second")
+    assert [labels["gpu"] for labels, _ in gemm] == [str(i) for i in range(8)]
+    assert all(labels["model"] == "NVIDIA H100 80GB HBM3" for labels, _ in gemm)
+    assert gemm[3][0]["uuid"] == "GPU-4b0c8a3e-21f7-3c55-9e1d-000000000003"
+    assert [v for _, v in gemm] == pytest.approx([(300.0 if i == 5 else 700.0 + i) * 1e12 for i in range(8)])
+    ecc = {labels["gpu"]: v for labels, v in values(families, "gpufleet_gpu_ecc_uncorrected_errors")}
+    assert ecc == {str(i): (2.0 if i == 3 else 0.0) for i in range(8)}
+    [(fabric, busbw)] = values(families, "gpufleet_allreduce_busbw_bytes_per_second")
+    assert fabric == {"fabric": "nvlink"} and busbw == pytest.approx(200e9 * 2 * 7 / 8)
+    status = values(families, "gpufleet_check_status")
+    for check in report["checks"]:
+        mine = {labels["status"]: v for labels, v in status if labels["check"] == check["name"]}
+        assert mine == {s: float(s == check["verdict"]) for s in ("pass", "fail", "warn", "skipped")}, check["name"]
+    assert {labels["check"] for labels, v in status if labels["status"] == "fail" and v == 1} == {"gemm", "nvidia_smi"}
+    [(_, finished)] = values(families, "gpufleet_verify_timestamp_seconds")
+    started = gc.datetime.strptime(report["started"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=gc.timezone.utc).timestamp()
+    assert finished == pytest.approx(started + report["duration_s"])
+    assert values(families, "gpufleet_verify_duration_seconds") == [({}, pytest.approx(report["duration_s"]))]
+
+
+def test_metrics_leave_out_what_was_not_measured(gc: ModuleType, host: FakeHost) -> None:
+    report = gc.build_report(gc.parse_args(host.argv("--skip", "torch_cuda")))
+    families = parse_exposition(gc.metrics_text(report))
+    assert set(gc.METRICS) - set(families) == {"gpufleet_gemm_flops_per_second", "gpufleet_gpu_ecc_uncorrected_errors",
+                                               "gpufleet_allreduce_busbw_bytes_per_second"}
+    assert values(families, "gpufleet_verify_passed") == [({}, 1.0)]
+    assert values(families, "gpufleet_gpus") == [({}, 0.0)]
+    [(info, _)] = values(families, "gpufleet_versions_info")
+    assert info["driver_installed"] == info["driver_loaded"] == info["torch"] == ""  # unknown: empty, never "None"
+
+
+@pytest.mark.parametrize("raw, escaped", [
+    ("plain", "plain"),
+    ('say "hi"', 'say \\"hi\\"'),
+    ("C:\\nvidia\\", "C:\\\\nvidia\\\\"),
+    ("two\nlines", "two\\nlines"),
+    ('\\n is not "\n"', '\\\\n is not \\"\\n\\"'),
+    (None, ""),
+])
+def test_label_values_are_escaped(gc: ModuleType, raw: str | None, escaped: str) -> None:
+    assert gc.escape_label_value(raw) == escaped
+    assert unescape_label_value(escaped) == ("" if raw is None else raw)
+
+
+def test_escaped_labels_parse_back(gc: ModuleType, healthy_h100: FakeHost, monkeypatch: pytest.MonkeyPatch) -> None:
+    report = gemm_report(gc, healthy_h100, monkeypatch)
+    report["host"] = 'rack "7"\\slot\n3'
+    report["gpus"][0]["name"] = 'NVIDIA "H100"\\SXM'
+    families = parse_exposition(gc.metrics_text(report))
+    assert values(families, "gpufleet_versions_info")[0][0]["host"] == 'rack "7"\\slot\n3'
+    assert values(families, "gpufleet_gemm_flops_per_second")[0][0]["model"] == 'NVIDIA "H100"\\SXM'
+    assert "\\n" in gc.escape_help("a\nb") and "\n" not in gc.escape_help("a\nb")
+
+
+def test_metric_values_are_numbers_prometheus_reads(gc: ModuleType) -> None:
+    assert [gc.format_metric_value(v) for v in (True, False, 3, 0.5, 1e15, float("nan"), float("inf"), -float("inf"))] \
+        == ["1", "0", "3", "0.5", "1000000000000000.0", "NaN", "+Inf", "-Inf"]
+
+
+def test_metrics_file_is_replaced_atomically(gc: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    target = tmp_path / "gpufleet.prom"
+    report = {"verdict": "pass", "started": "2024-01-01T00:00:00Z", "duration_s": 1.0, "checks": [], "gpus": []}
+    old_umask = os.umask(0o077)  # the mode must not depend on the caller's umask
+    try:
+        gc.write_metrics(report, target)
+    finally:
+        os.umask(old_umask)
+    assert target.stat().st_mode & 0o777 == 0o644
+    assert parse_exposition(target.read_text())["gpufleet_verify_timestamp_seconds"]["samples"] == [({}, 1704067201.0)]
+
+    # A reader holding the old file keeps reading the whole old file: the new one is a new inode, renamed over it.
+    replaced: list[tuple[str, str]] = []
+    real_replace = os.replace
+
+    def spy(src: str, dst: str) -> None:
+        assert Path(src).parent == target.parent and not Path(src).name.endswith(".prom"), src
+        assert Path(src).read_text() == gc.metrics_text({**report, "verdict": "fail"}), "complete before the rename"
+        replaced.append((src, str(dst)))
+        real_replace(src, dst)
+
+    with target.open() as reader:
+        inode = os.fstat(reader.fileno()).st_ino
+        monkeypatch.setattr(gc.os, "replace", spy)
+        gc.write_metrics({**report, "verdict": "fail"}, target)
+        assert "gpufleet_verify_passed 1" in reader.read()
+    assert len(replaced) == 1 and replaced[0][1] == str(target)
+    assert target.stat().st_ino != inode and "gpufleet_verify_passed 0" in target.read_text()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gpufleet.prom"], "no temporary file left"
+
+
+def test_failed_metrics_write_keeps_the_old_file(gc: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    target = tmp_path / "gpufleet.prom"
+    target.write_text("# the previous run's metrics\n")
+
+    def broken(src: str, dst: str) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(gc.os, "replace", broken)
+    with pytest.raises(OSError, match="No space left"):
+        gc.write_metrics({"verdict": "pass", "checks": [], "gpus": []}, target)
+    assert target.read_text() == "# the previous run's metrics\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["gpufleet.prom"]
+    with pytest.raises(OSError):
+        gc.write_metrics({"verdict": "pass"}, tmp_path / "missing" / "gpufleet.prom")
+
+
+def test_cli_writes_metrics_beside_the_json(host: FakeHost) -> None:
+    metrics = host.root / "textfile" / "gpufleet.prom"
+    metrics.parent.mkdir()
+    proc = run_cli(host, *host.argv("--json", "--skip", "torch_cuda", "--metrics-file", str(metrics)))
+    assert proc.returncode == 0, explain(proc)
+    report = json.loads(proc.stdout)
+    assert report.keys() == REPORT_KEYS, "the JSON report is unchanged"
+    families = parse_exposition(metrics.read_text())
+    assert values(families, "gpufleet_verify_passed") == [({}, 1.0)]
+    assert values(families, "gpufleet_versions_info")[0][0]["host"] == report["host"]
+    assert {labels["check"] for labels, v in values(families, "gpufleet_check_status") if v == 1} == set(by_name(report))
+    assert metrics.stat().st_mode & 0o777 == 0o644
+    assert sorted(p.name for p in metrics.parent.iterdir()) == ["gpufleet.prom"]
+
+
+def test_cli_reboot_required_metrics(healthy_h100: FakeHost) -> None:
+    healthy_h100.userspace_driver("535.261.03")  # upgraded, not rebooted
+    metrics = healthy_h100.root / "gpufleet.prom"
+    proc = run_cli(healthy_h100, *healthy_h100.argv("--skip", "torch_cuda", "--metrics-file", str(metrics)))
+    assert proc.returncode == 1, explain(proc)
+    families = parse_exposition(metrics.read_text())
+    assert values(families, "gpufleet_reboot_required") == [({}, 1.0)]
+    assert values(families, "gpufleet_verify_passed") == [({}, 0.0)]
+    info = values(families, "gpufleet_versions_info")[0][0]
+    assert (info["driver_installed"], info["driver_loaded"]) == ("535.261.03", "535.161.08")
+    assert ({"check": "driver_version", "status": "fail"}, 1.0) in values(families, "gpufleet_check_status")
+
+
+def test_cli_metrics_in_a_missing_directory_warn_only(host: FakeHost) -> None:
+    missing = host.root / "no-such-dir" / "gpufleet.prom"
+    proc = run_cli(host, *host.argv("--json", "--skip", "torch_cuda", "--metrics-file", str(missing)))
+    assert proc.returncode == 0, explain(proc)  # the verdict decides the exit code, not the metrics
+    assert json.loads(proc.stdout)["verdict"] == "pass"
+    assert f"gpufleet_check: metrics not written to {missing}" in proc.stderr
+    assert not missing.parent.exists()
