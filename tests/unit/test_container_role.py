@@ -1,0 +1,572 @@
+"""roles/container and files/container/Containerfile.train without a host or a registry.
+
+As tests/unit/conftest.py does for nvidia_driver (and test_pytorch_role.py
+for pytorch), the role's own set_fact and fail tasks (tasks/validate.yml, in
+order, stopping at the first ``fail`` whose ``when`` is true) are evaluated
+with ansible-core's Templar over the role's defaults, its vars, the OS file
+validate.yml's first_found picks and the matrix, with fake facts of Ubuntu
+20.04, Ubuntu 22.04 and Debian 12; the templates are rendered the way the
+template action does. Nothing is copied from the role into the tests.
+
+Expected values are NVIDIA's published layout (the Container Toolkit
+install guide): the repository list
+``deb https://nvidia.github.io/libnvidia-container/stable/deb/$(ARCH) /``
+Signed-By the key from https://nvidia.github.io/libnvidia-container/gpgkey,
+and the four packages nvidia-container-toolkit, nvidia-container-toolkit-base,
+libnvidia-container-tools and libnvidia-container1 installed at one version
+(``X.Y.Z-1``); ``nvidia-ctk runtime configure`` edits
+/etc/docker/daemon.json for docker and /etc/containerd/config.toml for
+containerd. Where apt is installed, apt itself reads the rendered files.
+
+The training image's ARG defaults are compared with files/compatibility.yml,
+so that the Containerfile and the matrix cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from ansible.parsing.dataloader import DataLoader
+from ansible.template import Templar, trust_as_template
+from conftest import FAKE_FACTS, load_trusted
+from test_driver_rendering import _apt, _isolated_apt_options, apt_index_urls, parse_deb822
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+ROLE = REPO_ROOT / "roles" / "container"
+COMPATIBILITY_FILE = REPO_ROOT / "files" / "compatibility.yml"
+CONTAINERFILE = REPO_ROOT / "files" / "container" / "Containerfile.train"
+MATRIX = yaml.safe_load(COMPATIBILITY_FILE.read_text())
+ANSIBLE_MANAGED = "Ansible managed: gpufleet unit test"
+
+NVIDIA_REPOSITORY = "https://nvidia.github.io/libnvidia-container/stable/deb/amd64"
+# NVIDIA's nvidia-container-toolkit.list, as the install guide fetches it.
+NVIDIA_LIST = "deb https://nvidia.github.io/libnvidia-container/stable/deb/$(ARCH) /\n"
+NVIDIA_KEY_URL = "https://nvidia.github.io/libnvidia-container/gpgkey"
+FETCHED_KEYRING = "/etc/apt/keyrings/gpufleet-nvidia-container-toolkit.asc"
+TOOLKIT_PACKAGES = ["nvidia-container-toolkit", "nvidia-container-toolkit-base", "libnvidia-container-tools", "libnvidia-container1"]
+# Packages of NVIDIA's repository that the pin must not catch.
+OTHER_PACKAGES = ["nvidia-docker2", "nvidia-container-runtime", "libnvidia-container-dev", "libnvidia-container1-dbg", "docker.io"]
+HOSTS = ["ubuntu2004", "ubuntu2204", "debian12"]
+
+_loader = DataLoader()
+
+
+# --------------------------------------------------------------------------- the role without a host
+
+
+def _os_vars_file(facts: dict[str, Any]) -> Path | None:
+    """The vars file validate.yml's first_found lookup picks for these facts."""
+    for name in (f"{facts['distribution']}-{facts['distribution_major_version']}.yml", f"{facts['distribution']}.yml",
+                 f"{facts['os_family']}.yml"):
+        if (ROLE / "vars" / name).is_file():
+            return ROLE / "vars" / name
+    return None
+
+
+def _when(templar: Templar, task: dict) -> bool:
+    when = task.get("when", [])
+    return all(templar.evaluate_conditional(c) for c in (when if isinstance(when, list) else [when]))
+
+
+@dataclass
+class ContainerConfig:
+    """What roles/container/tasks/validate.yml resolved for one fake host and one set of settings."""
+
+    variables: dict[str, Any]
+    failure: str | None = None
+
+    def templar(self, extra: dict[str, Any] | None = None) -> Templar:
+        return Templar(loader=_loader, variables={**self.variables, **(extra or {})})
+
+    def __getitem__(self, name: str) -> Any:
+        return self.templar().template(self.variables[name])
+
+    def template(self, expression: Any, **extra: Any) -> Any:
+        """Template a value of a role file (already trusted) or a Jinja string with this host's variables and ``extra``."""
+        return self.templar(extra).template(trust_as_template(expression) if isinstance(expression, str) else expression)
+
+    def render(self, template_name: str) -> str:
+        """roles/container/templates/<template_name> as the template action renders it (trim_blocks, "\\n")."""
+        path = ROLE / "templates" / template_name
+        templar = Templar(loader=_loader).copy_with_new_env(searchpath=[str(path.parent)], available_variables=self.variables)
+        text = templar.template(trust_as_template(path.read_text()), escape_backslashes=False,
+                                overrides={"trim_blocks": True, "lstrip_blocks": False, "newline_sequence": "\n"})
+        return str(text or "")
+
+    def task(self, task_file: str, name_contains: str) -> dict:
+        tasks = [t for t in _all_tasks(load_trusted(ROLE / task_file)) if name_contains in t.get("name", "")]
+        assert len(tasks) == 1, f"{len(tasks)} tasks in {task_file} named like {name_contains!r}"
+        return tasks[0]
+
+
+def _all_tasks(tasks: list) -> list[dict]:
+    """Tasks with those of blocks flattened."""
+    out = []
+    for task in tasks or []:
+        out.append(task)
+        for key in ("block", "rescue", "always"):
+            out.extend(_all_tasks(task.get(key, [])))
+    return out
+
+
+def container_config(host: str = "ubuntu2204", **overrides: Any) -> ContainerConfig:
+    """Run the set_fact and fail tasks of tasks/validate.yml for fake host ``host``; ``overrides`` are inventory variables."""
+    facts = FAKE_FACTS[host]
+    variables: dict[str, Any] = {}
+    variables.update(load_trusted(ROLE / "defaults" / "main.yml"))
+    variables.update(load_trusted(ROLE / "vars" / "main.yml"))
+    variables.update(ansible_facts=dict(facts), inventory_hostname=f"gpu-{host}", role_path=str(ROLE), ansible_managed=ANSIBLE_MANAGED)
+    # validate.yml's two include_vars tasks.
+    variables["__container_matrix"] = load_trusted(COMPATIBILITY_FILE)
+    os_vars = _os_vars_file(facts)
+    if os_vars is not None:
+        variables.update(load_trusted(os_vars))
+    variables.update({k: trust_as_template(v) if isinstance(v, str) else v for k, v in overrides.items()})
+    config = ContainerConfig(variables)
+    for task in load_trusted(ROLE / "tasks" / "validate.yml"):
+        if "ansible.builtin.fail" not in task and "ansible.builtin.set_fact" not in task:
+            continue  # setup and the include_vars tasks: done above
+        templar = config.templar(task.get("vars"))
+        if not _when(templar, task):
+            continue
+        if "ansible.builtin.fail" in task:
+            config.failure = str(templar.template(task["ansible.builtin.fail"]["msg"])).strip()
+            return config
+        if "ansible.builtin.set_fact" in task:
+            # set_fact templates every key against the variables from before the task.
+            config.variables.update({k: templar.template(v) for k, v in task["ansible.builtin.set_fact"].items() if k != "cacheable"})
+    return config
+
+
+_CACHE: dict[str, ContainerConfig] = {}
+
+
+def cfg_for(host: str = "ubuntu2204", **overrides: Any) -> ContainerConfig:
+    """container_config(), cached per arguments (tests must not modify the result)."""
+    key = repr((host, sorted(overrides.items(), key=lambda kv: kv[0])))
+    if key not in _CACHE:
+        _CACHE[key] = container_config(host, **overrides)
+    return _CACHE[key]
+
+
+def one_stanza(text: str) -> dict[str, str]:
+    stanzas = parse_deb822(text)
+    assert len(stanzas) == 1, text
+    return stanzas[0]
+
+
+# --------------------------------------------------------------------------- the Containerfile
+
+
+def containerfile_args(path: Path = CONTAINERFILE) -> dict[str, str]:
+    """ARG NAME=default lines of a Containerfile (quotes removed; continuation lines joined); an ARG without default maps to None."""
+    text = re.sub(r"\\\n", " ", path.read_text())
+    args: dict[str, str] = {}
+    for line in text.splitlines():
+        match = re.match(r"^\s*ARG\s+(.*)$", line, re.IGNORECASE)
+        if not match:
+            continue
+        for word in shlex.split(match[1]):
+            name, sep, value = word.partition("=")
+            if sep or name not in args:
+                args[name] = value if sep else None
+    return args
+
+
+def matrix_stack() -> dict[str, str]:
+    """The default stack of files/compatibility.yml as the image's ARGs must say it."""
+    cuda = MATRIX["defaults"]["cuda_release"]
+    row = MATRIX["cuda_releases"][cuda]
+    return {
+        "torch": MATRIX["defaults"]["pytorch_release"],
+        "variant": row["pytorch_variant"],
+        "toolkit": row["toolkit_version"].rsplit("-", 1)[0],
+        "cudnn_major": row["cudnn"]["version"].split(".")[0],
+    }
+
+
+def test_containerfile_arg_defaults_are_the_matrix_defaults():
+    """BASE_IMAGE is CUDA <toolkit> + cuDNN <major> runtime, torch is the default release from the CUDA release's index."""
+    args = containerfile_args()
+    stack = matrix_stack()
+    assert stack == {"torch": "2.5.1", "variant": "cu121", "toolkit": "12.1.1", "cudnn_major": "8"}
+    assert args["BASE_IMAGE"] == f"nvcr.io/nvidia/cuda:{stack['toolkit']}-cudnn{stack['cudnn_major']}-runtime-ubuntu22.04"
+    assert args["TORCH_VERSION"] == stack["torch"]
+    assert args["TORCH_VARIANT"] == stack["variant"]
+    assert args["TORCH_INDEX_URL"] == f"https://download.pytorch.org/whl/{stack['variant']}"
+    assert args["PIP_EXTRA_ARGS"] == ""
+    # The default torch release is published for the default variant.
+    assert stack["variant"] in MATRIX["pytorch_releases"][stack["torch"]]["variants"]
+
+
+def test_arg_parser_reads_quotes_and_redeclarations(tmp_path):
+    """The parser used above: a redeclared ARG without a default keeps the first default; quotes are removed."""
+    path = tmp_path / "Containerfile"
+    path.write_text('ARG A=1\nFROM x\nARG A\narg B="two words" \\\n    C=3\nRUN echo ARG D=4\n')
+    assert containerfile_args(path) == {"A": "1", "B": "two words", "C": "3"}
+
+
+@pytest.mark.parametrize("host", HOSTS)
+def test_role_build_args_default_to_the_containerfile_defaults(host):
+    """With no settings the role builds with exactly the Containerfile's defaults (the same image as a plain docker build)."""
+    cfg = cfg_for(host, container_build_image=True)
+    assert cfg.failure is None
+    args = containerfile_args()
+    assert cfg["__container_image_build_args"] == {name: args[name] for name in cfg["__container_image_build_args"]}
+    assert set(cfg["__container_image_build_args"]) == {"BASE_IMAGE", "TORCH_VERSION", "TORCH_VARIANT", "TORCH_INDEX_URL", "PIP_EXTRA_ARGS"}
+    assert cfg["__container_image_ref"] == "gpufleet-train:2.5.1-cu121"
+
+
+def test_containerfile_copies_what_the_role_ships():
+    """The COPY sources are the payload files the role puts in the node's build context, and they exist."""
+    text = CONTAINERFILE.read_text()
+    copies = [line.split()[1:-1] for line in text.splitlines() if line.startswith("COPY ")]
+    sources = [src for srcs in copies for src in srcs if not src.startswith("--")]
+    build_files = load_trusted(ROLE / "vars" / "main.yml")["__container_build_files"]
+    assert sorted(sources + ["files/container/Containerfile.train"]) == sorted(build_files)
+    for path in build_files:
+        assert (REPO_ROOT / path).is_file(), path
+
+
+def test_containerfile_runs_unprivileged_with_torchrun_and_labels():
+    """A numeric non-root USER, the payload as default command, torchrun checked at build time, OCI labels."""
+    text = CONTAINERFILE.read_text()
+    user = re.findall(r"^USER\s+(\S+)", text, re.MULTILINE)
+    assert user == ["${TRAIN_UID}:${TRAIN_UID}"] and containerfile_args()["TRAIN_UID"] == "1000"
+    assert re.search(r'^CMD \["python", "/opt/gpufleet/payload/train.py", "--json"\]$', text, re.MULTILINE)
+    assert "command -v torchrun" in text
+    assert 'torch==${TORCH_VERSION}${TORCH_VARIANT:++${TORCH_VARIANT}}' in text
+    assert "org.opencontainers.image.title=" in text
+    # No parser directive: docker would pull the syntax frontend from a registry.
+    assert not text.startswith("# syntax")
+
+
+def test_build_context_ignores_local_state():
+    """The repository root is the build context: .dockerignore (read by docker and podman) keeps local state out."""
+    entries = {line.strip() for line in (REPO_ROOT / ".dockerignore").read_text().splitlines() if line.strip() and not line.startswith("#")}
+    assert {".git", ".venv", ".lab", ".cache", "reports"} <= entries
+    assert not any(fnmatchcase(path, entry) for path in ("files/payload/train.py", "files/container/Containerfile.train") for entry in entries)
+
+
+# --------------------------------------------------------------------------- repository, pin, engine
+
+
+@pytest.mark.parametrize("host", HOSTS)
+def test_defaults_pass_validation(host):
+    """No settings: docker with NVIDIA's amd64 repository, Signed-By the fetched NVIDIA key, the docker runtime configured."""
+    cfg = cfg_for(host)
+    assert cfg.failure is None
+    assert cfg["__container_invalid"] == []
+    assert cfg["__container_engine_spec"] == {"packages": ["docker.io"], "service": "docker"}
+    assert cfg["__container_nvidia_runtimes"] == ["docker"]
+    assert cfg["__container_repo_url"] == NVIDIA_REPOSITORY
+    assert cfg["__container_key_url"] == NVIDIA_KEY_URL
+    assert cfg["__container_keyring"] == FETCHED_KEYRING
+
+
+@pytest.mark.parametrize("host", HOSTS)
+def test_source_is_nvidias_flat_repository_signed_by_a_keyring(host):
+    """The deb822 source: NVIDIA's list with $(ARCH) = amd64, flat (Suites "/"), Signed-By the keyring in /etc/apt/keyrings."""
+    text = cfg_for(host).render("nvidia-container-toolkit.sources.j2")
+    assert text.startswith(f"# {ANSIBLE_MANAGED}\n")
+    assert one_stanza(text) == {
+        "Types": "deb",
+        "URIs": f"{NVIDIA_REPOSITORY}/",
+        "Suites": "/",
+        "Architectures": "amd64",
+        "Signed-By": FETCHED_KEYRING,
+    }
+    assert "Components" not in text
+
+
+@pytest.mark.parametrize("host", HOSTS)
+def test_apt_reads_the_same_indexes_as_nvidias_list(tmp_path, host):
+    """apt derives the same Packages index from the rendered source as from NVIDIA's own list (apt expands $(ARCH))."""
+    (tmp_path / "ours").mkdir()
+    (tmp_path / "theirs").mkdir()
+    ours = apt_index_urls(tmp_path / "ours", {"gpufleet-nvidia-container-toolkit.sources": cfg_for(host).render("nvidia-container-toolkit.sources.j2")})
+    theirs = apt_index_urls(tmp_path / "theirs", {"nvidia-container-toolkit.list": NVIDIA_LIST.replace("$(ARCH)", "amd64")})
+    assert ours == theirs
+    assert ours and all(url.startswith(NVIDIA_REPOSITORY + "/") for url in ours)
+
+
+def test_mirror_with_baked_keyring():
+    """An air-gapped mirror: its URL, a keyring already on the host, nothing fetched."""
+    cfg = cfg_for("debian12", container_nvidia_toolkit_repository_url="http://mirror.example.com/libnvidia-container/stable/deb/amd64/",
+                  container_nvidia_toolkit_repository_keyring="/usr/share/keyrings/mirror-archive-keyring.gpg")
+    assert cfg.failure is None
+    assert cfg["__container_repo_url"] == "http://mirror.example.com/libnvidia-container/stable/deb/amd64"
+    assert cfg["__container_key_url"] == ""
+    stanza = one_stanza(cfg.render("nvidia-container-toolkit.sources.j2"))
+    assert stanza["URIs"] == "http://mirror.example.com/libnvidia-container/stable/deb/amd64/"
+    assert stanza["Signed-By"] == "/usr/share/keyrings/mirror-archive-keyring.gpg"
+
+
+def test_mirror_with_its_own_key_url():
+    """A mirror re-signed with the site's key: the key is fetched to the same managed keyring path."""
+    cfg = cfg_for("ubuntu2204", container_nvidia_toolkit_repository_url="https://mirror.example.com/nct",
+                  container_nvidia_toolkit_repository_key_url="https://mirror.example.com/key.asc")
+    assert cfg.failure is None
+    assert cfg["__container_key_url"] == "https://mirror.example.com/key.asc"
+    assert one_stanza(cfg.render("nvidia-container-toolkit.sources.j2"))["Signed-By"] == FETCHED_KEYRING
+
+
+@pytest.mark.parametrize("version", ["1.17.8-1", "1.18.1-1", "1.19.0~rc.5-1"])
+def test_pin_holds_the_four_toolkit_packages_at_the_version(version):
+    """The preferences pin exactly the toolkit's four packages (also libnvidia-container) at the version, priority 1001."""
+    cfg = cfg_for("ubuntu2204", container_nvidia_toolkit_version=version)
+    assert cfg.failure is None
+    stanza = one_stanza(cfg.render("nvidia-container-toolkit.pref.j2"))
+    assert stanza["Pin"] == f"version {version}"
+    assert stanza["Pin-Priority"] == "1001"
+    assert stanza["Explanation"].startswith("gpufleet container")
+    patterns = stanza["Package"].split()
+    assert sorted(patterns) == sorted(TOOLKIT_PACKAGES)
+    for package in OTHER_PACKAGES:
+        assert not any(fnmatchcase(package, p) for p in patterns), package
+    # The install task asks apt for the same four packages at that version.
+    task = cfg.task("tasks/install.yml", "Install the NVIDIA Container Toolkit")
+    assert cfg.template(task["ansible.builtin.apt"]["name"]) == [f"{p}={version}" for p in TOOLKIT_PACKAGES]
+    assert cfg.template(cfg.task("tasks/install.yml", "dpkg selection")["loop"]) == TOOLKIT_PACKAGES
+
+
+def test_default_version_is_the_documented_one():
+    """The default is a released toolkit in NVIDIA's X.Y.Z-1 form."""
+    assert load_trusted(ROLE / "defaults" / "main.yml")["container_nvidia_toolkit_version"] == "1.17.8-1"
+
+
+def test_apt_accepts_the_rendered_pin(tmp_path):
+    """apt parses the rendered preferences without an error or warning."""
+    pref = tmp_path / "gpufleet.pref"
+    pref.write_text(cfg_for("debian12").render("nvidia-container-toolkit.pref.j2"))
+    result = subprocess.run([_apt("apt-cache"), "policy", *_isolated_apt_options(tmp_path, preferences=pref)],
+                            capture_output=True, text=True, check=False)
+    assert result.returncode == 0 and not re.search(r"^(E|W):", result.stderr, re.MULTILINE), result.stderr
+
+
+def test_podman_on_debian_uses_cdi_only():
+    """podman (Debian 12): its package, no daemon, no nvidia-ctk runtime (CDI instead)."""
+    cfg = cfg_for("debian12", container_engine="podman")
+    assert cfg.failure is None
+    assert cfg["__container_engine_spec"] == {"packages": ["podman"], "service": ""}
+    assert cfg["__container_nvidia_runtimes"] == []
+
+
+@pytest.mark.parametrize("host", ["ubuntu2004", "ubuntu2204"])
+def test_podman_on_ubuntu_is_rejected_with_the_reason(host):
+    """Ubuntu 20.04 has no podman, 22.04's podman 3.4 has no CDI: stopped before any change, the variable named."""
+    cfg = cfg_for(host, container_engine="podman")
+    assert cfg.failure is not None
+    assert "container settings rejected on gpu-" in cfg.failure
+    assert f"container_engine 'podman' is not an engine gpufleet installs on Ubuntu {FAKE_FACTS[host]['distribution_version']}" in cfg.failure
+    assert "podman supports CDI from 4.1 on" in cfg.failure and "(choose docker)" in cfg.failure
+
+
+def test_runtimes_for_kubernetes_nodes():
+    """containerd/CRI-O on request, each with the file nvidia-ctk edits (passed as --config) and the service to restart."""
+    cfg = cfg_for("ubuntu2204", container_nvidia_runtimes=["containerd", "crio"], container_nvidia_runtime_default=True)
+    assert cfg.failure is None
+    assert cfg["__container_nvidia_runtimes"] == ["containerd", "crio"]
+    runtimes = cfg["__container_runtimes"]
+    assert runtimes["docker"] == {"config": "/etc/docker/daemon.json", "service": "docker"}
+    assert runtimes["containerd"] == {"config": "/etc/containerd/config.toml", "service": "containerd"}
+    assert runtimes["crio"]["service"] == "crio" and runtimes["crio"]["config"].startswith("/etc/crio/")
+    task = cfg.task("tasks/configure.yml", "Configure the NVIDIA Container Runtime")
+    assert "nvidia-ctk runtime configure --runtime=\"$RUNTIME\" --config=\"$CONFIG\" $SET_AS_DEFAULT" in task["ansible.builtin.shell"]["cmd"]
+    env = {k: cfg.template(v, item="containerd") for k, v in task["environment"].items()}
+    assert env == {"RUNTIME": "containerd", "CONFIG": "/etc/containerd/config.toml", "SET_AS_DEFAULT": "--set-as-default"}
+    assert task["notify"] == "Restart the container runtimes whose configuration changed"
+
+
+def test_only_changed_runtimes_are_restarted():
+    """The handler restarts the services of the runtimes whose configuration nvidia-ctk changed, nothing else."""
+    cfg = cfg_for("ubuntu2204")
+    handler = load_trusted(ROLE / "handlers" / "main.yml")[0]
+    assert handler["name"] == "Restart the container runtimes whose configuration changed"
+    assert handler["listen"] == "container runtime restart"
+    results = {"results": [{"item": "docker", "changed": True}, {"item": "containerd", "changed": False}]}
+    assert cfg.template(handler["loop"], __container_runtime_configured=results) == ["docker"]
+    assert cfg.template(handler["loop"], __container_runtime_configured={"results": [{"item": "docker", "changed": False}]}) == []
+
+
+def test_runtime_configuration_reports_a_change_only_when_the_file_changed(tmp_path):
+    """The configure command's own logic, with a fake nvidia-ctk: a rewrite with the same content is no change."""
+    task = cfg_for("ubuntu2204").task("tasks/configure.yml", "Configure the NVIDIA Container Runtime")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "nvidia-ctk"
+    # Writes a fixed document to --config, as nvidia-ctk writes its merged configuration.
+    fake.write_text('#!/bin/sh\nfor a; do case "$a" in --config=*) printf \'{"runtimes": {"nvidia": {}}}\\n\' > "${a#--config=}";; esac; done\n')
+    fake.chmod(0o755)
+    config = tmp_path / "daemon.json"
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "RUNTIME": "docker", "CONFIG": str(config), "SET_AS_DEFAULT": ""}
+
+    def run() -> str:
+        result = subprocess.run(["/bin/bash", "-c", task["ansible.builtin.shell"]["cmd"]], env=env, capture_output=True, text=True, check=True)
+        return result.stdout
+
+    assert "gpufleet: " in run()  # created
+    assert "gpufleet: " not in run()  # rewritten identically
+    config.write_text('{"log-driver": "journald"}\n')
+    assert "gpufleet: " in run()  # an admin's edit is replaced: changed
+
+
+def test_cdi_is_generated_only_where_the_driver_is_loaded():
+    """The CDI block runs only when /dev/nvidiactl exists, writes nvidia-ctk's output to the spec file (0644), and cleans up."""
+    cfg = cfg_for("ubuntu2204")
+    block = cfg.task("tasks/configure.yml", "Generate the CDI specification where the driver is loaded")
+    assert cfg["__container_nvidiactl"] == "/dev/nvidiactl"
+    stat = cfg.task("tasks/configure.yml", "control device")
+    assert cfg.template(stat["ansible.builtin.stat"]["path"]) == "/dev/nvidiactl"
+    for exists, expected in ((True, True), (False, False)):
+        templar = cfg.templar({"__container_nvidiactl_stat": {"stat": {"exists": exists}}, "__container_toolkit_installed": {"changed": False},
+                               "ansible_check_mode": False})
+        assert _when(templar, block) is expected
+    generate = cfg.task("tasks/configure.yml", "Generate the CDI specification of this host's GPUs")
+    argv = cfg.template(generate["ansible.builtin.command"]["argv"], __container_cdi_scratch={"path": "/tmp/gpufleet-cdi.x"})
+    assert argv == ["nvidia-ctk", "cdi", "generate", "--output=/tmp/gpufleet-cdi.x/nvidia.yaml"]
+    install = cfg.task("tasks/configure.yml", "Install the CDI specification")["ansible.builtin.copy"]
+    assert cfg.template(install["dest"]) == "/etc/cdi/nvidia.yaml" and install["mode"] == "0644" and install["remote_src"] is True
+    cleanup = cfg.task("tasks/configure.yml", "Remove the CDI scratch directory")
+    assert cleanup["ansible.builtin.file"]["state"] == "absent" and cleanup["check_mode"] is False
+
+
+# --------------------------------------------------------------------------- image settings
+
+
+def test_lab_image_settings_follow_the_pytorch_role():
+    """The lab's pytorch settings (CPU torch 2.13.0 from the mirror's wheelhouse) give the image's: pip uses the wheelhouse alone,
+    trusting its plain-http host (pip ignores an untrusted http find-links)."""
+    cfg = cfg_for("debian12", container_build_image=True, pytorch_release="2.13.0", pytorch_variant="cpu",
+                  pytorch_wheelhouse_url="http://gpufleet-mirror/wheels/")
+    assert cfg.failure is None
+    assert cfg["__container_image_build_args"] == {
+        "BASE_IMAGE": "nvcr.io/nvidia/cuda:12.1.1-cudnn8-runtime-ubuntu22.04",
+        "TORCH_VERSION": "2.13.0",
+        "TORCH_VARIANT": "cpu",
+        "TORCH_INDEX_URL": "https://download.pytorch.org/whl/cpu",
+        "PIP_EXTRA_ARGS": "--no-index --find-links http://gpufleet-mirror/wheels/ --trusted-host=gpufleet-mirror",
+    }
+    assert cfg["__container_image_ref"] == "gpufleet-train:2.13.0-cpu"
+
+
+def test_build_command_passes_every_build_arg():
+    """docker/podman build -f files/container/Containerfile.train with the inputs label and one --build-arg per ARG, context '.'."""
+    cfg = cfg_for("ubuntu2204", container_build_image=True, container_image_tag="v1", container_image_pip_extra_args=["--proxy", "http://proxy:3128"])
+    task = cfg.task("tasks/image.yml", "Build the training image")
+    argv = cfg.template(task["ansible.builtin.command"]["argv"], __container_image_inputs="abc")
+    assert argv[:8] == ["docker", "build", "--file", "files/container/Containerfile.train", "--tag", "gpufleet-train:v1",
+                        "--label", "org.gpufleet.inputs=abc"]
+    assert argv[-1] == "."
+    assert "--build-arg=PIP_EXTRA_ARGS=--proxy http://proxy:3128" in argv
+    assert "--build-arg=BASE_IMAGE=nvcr.io/nvidia/cuda:12.1.1-cudnn8-runtime-ubuntu22.04" in argv
+    assert cfg.template(task["ansible.builtin.command"]["chdir"]) == "/opt/gpufleet/container-build"
+
+
+# --------------------------------------------------------------------------- validation
+
+
+BAD_INPUT = [
+    ({"container_engine": "lxc"}, "container_engine 'lxc' is not an engine gpufleet installs on Ubuntu 22.04 (choose docker)"),
+    ({"container_nvidia_toolkit_version": "1.17"}, "container_nvidia_toolkit_version '1.17' is not a package version"),
+    ({"container_nvidia_toolkit_version": "latest"}, "container_nvidia_toolkit_version 'latest' is not a package version"),
+    ({"container_nvidia_toolkit_repository_url": "ftp://mirror/nct"}, "container_nvidia_toolkit_repository_url 'ftp://mirror/nct' is not an http(s) URL"),
+    ({"container_nvidia_toolkit_repository_key_url": "nvidia.github.io/gpgkey"},
+     "container_nvidia_toolkit_repository_key_url 'nvidia.github.io/gpgkey' is not an http(s) URL"),
+    ({"container_nvidia_toolkit_repository_key_url": ""},
+     "container_nvidia_toolkit_repository_key_url and container_nvidia_toolkit_repository_keyring are both empty"),
+    ({"container_nvidia_toolkit_repository_keyring": "keyrings/mirror.gpg"},
+     "container_nvidia_toolkit_repository_keyring 'keyrings/mirror.gpg' is not an absolute path"),
+    ({"container_nvidia_runtimes": ["docker", "runc"]}, "container_nvidia_runtimes names runc, which nvidia-ctk cannot configure"),
+    ({"container_cdi_spec_file": "/etc/cdi/nvidia.txt"}, "container_cdi_spec_file '/etc/cdi/nvidia.txt' must be an absolute path ending in .yaml or .json"),
+]
+BAD_IMAGE_INPUT = [
+    ({"container_image_torch_release": "2.0.1"}, "container_image_torch_release '2.0.1' is not a PyTorch release gpufleet knows"),
+    ({"container_image_cuda_release": "11.8"}, "container_image_cuda_release '11.8' is not a CUDA release gpufleet knows"),
+    ({"container_image_torch_release": "2.13.0"}, "torch 2.13.0 is published for cpu only, not 'cu121'"),
+    ({"container_image_torch_variant": "cu118"}, "container_image_torch_variant cu118 does not match CUDA 12.1"),
+    ({"container_image_name": "Bad Name"}, "container_image_name 'Bad Name' is not an image name"),
+    ({"container_image_tag": "2.5.1+cu121"}, "container_image_tag '2.5.1+cu121' is not an image tag"),
+    ({"container_image_index_url": "download.pytorch.org/whl/{variant}"}, "container_image_index_url 'download.pytorch.org/whl/{variant}' is not an http(s) URL"),
+    ({"container_image_wheelhouse_url": "http://mirror/wheels"}, "container_image_wheelhouse_url 'http://mirror/wheels' is not the http(s) URL of a directory listing"),
+    ({"container_image_pip_extra_args": ["--proxy http://proxy:3128"]}, "container_image_pip_extra_args must be a list of options without spaces"),
+    ({"container_image_build_dir": "/opt"}, "container_image_build_dir '/opt' must be an absolute path of its own"),
+    ({"container_image_build_dir": "relative/dir"}, "container_image_build_dir 'relative/dir' must be an absolute path of its own"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "message"), BAD_INPUT, ids=[next(iter(o)) + "=" + str(next(iter(o.values()))) for o, _ in BAD_INPUT])
+def test_bad_input_is_rejected_naming_the_variable(overrides, message):
+    cfg = cfg_for("ubuntu2204", **overrides)
+    assert cfg.failure is not None, overrides
+    assert cfg.failure.startswith("container settings rejected on gpu-ubuntu2204: [1] ")
+    assert message in cfg.failure
+
+
+@pytest.mark.parametrize(("overrides", "message"), BAD_IMAGE_INPUT,
+                         ids=[next(iter(o)) + "=" + str(next(iter(o.values()))) for o, _ in BAD_IMAGE_INPUT])
+def test_bad_image_input_is_rejected_when_the_image_is_built(overrides, message):
+    """Image settings are checked when container_build_image is on."""
+    cfg = cfg_for("ubuntu2204", container_build_image=True, **overrides)
+    assert cfg.failure is not None and message in cfg.failure, cfg.failure
+
+
+def test_image_settings_are_not_checked_without_an_image():
+    """With container_build_image off (the default) the image settings cannot stop a host."""
+    merged = {key: value for overrides, _ in BAD_IMAGE_INPUT for key, value in overrides.items()}
+    assert cfg_for("ubuntu2204", **merged).failure is None
+    assert cfg_for("ubuntu2204", container_build_image=True, **merged).failure is not None
+
+
+def test_every_problem_comes_in_one_message():
+    """All wrong settings of a host in one rejection, numbered."""
+    cfg = cfg_for("ubuntu2204", container_engine="podman", container_nvidia_toolkit_version="x", container_cdi_spec_file="nvidia.yaml",
+                  container_build_image=True, container_image_name="UPPER")
+    assert cfg.failure is not None
+    assert [int(n) for n in re.findall(r"\[(\d+)\] ", cfg.failure)] == [1, 2, 3, 4]
+
+
+def test_unsupported_os_is_rejected():
+    """A host without a package layout (not Ubuntu/Debian) is named, before any change."""
+    facts = dict(FAKE_FACTS["debian12"], distribution="Rocky", os_family="RedHat", distribution_major_version="9", distribution_version="9.3")
+    FAKE_FACTS["rocky9-test"] = facts
+    try:
+        cfg = container_config("rocky9-test")
+    finally:
+        del FAKE_FACTS["rocky9-test"]
+    assert cfg.failure is not None and "no package layout for Rocky 9.3" in cfg.failure
+
+
+def test_validation_is_the_provision_entry_point():
+    """tasks/validate.yml reads and sets only: facts, include_vars, set_fact and fail tasks (safe in the read-only play)."""
+    modules = set()
+    for task in load_trusted(ROLE / "tasks" / "validate.yml"):
+        modules |= {k for k in task if k.startswith("ansible.builtin.")}
+    assert modules == {"ansible.builtin.setup", "ansible.builtin.include_vars", "ansible.builtin.set_fact", "ansible.builtin.fail"}
+    main = load_trusted(ROLE / "tasks" / "main.yml")
+    assert main[0]["ansible.builtin.import_tasks"] == "validate.yml"
+
+
+# --------------------------------------------------------------------------- argument specs
+
+
+def test_argument_spec_documents_every_default_and_engine():
+    """meta/argument_specs.yml has every default; container_engine's choices are the engines the OS files know."""
+    spec = yaml.safe_load((ROLE / "meta" / "argument_specs.yml").read_text())["argument_specs"]["main"]["options"]
+    defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+    assert set(spec) == set(defaults)
+    for name, option in spec.items():
+        assert option["default"] == defaults[name], name
+    engines = set()
+    for path in (ROLE / "vars").glob("*.yml"):
+        data = yaml.safe_load(path.read_text()) or {}
+        engines |= set(data.get("__container_engines", {})) | set(data.get("__container_engines_refused", {}))
+    assert engines and sorted(spec["container_engine"]["choices"]) == sorted(engines)
