@@ -73,14 +73,17 @@ class PlaybookRun:
 
 
 def run_playbook(tmp_path: Path, playbook: str, inventory: Path, extravars: dict | None = None,
-                 limit: str | None = None, cmdline: str | None = None, on_event=None) -> PlaybookRun:
-    """Runs a playbook through ansible-runner; ``on_event`` sees every event as it comes."""
+                 limit: str | None = None, cmdline: str | None = None, on_event=None,
+                 envvars: dict | None = None) -> PlaybookRun:
+    """Runs a playbook through ansible-runner; ``on_event`` sees every event as it comes;
+    ``envvars`` adds to the environment (ANSIBLE_LOG_PATH, ...)."""
     env = {
         "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
         "ANSIBLE_ROLES_PATH": str(REPO / "roles"),
         "CONTAINERS_CONF": os.environ.get("CONTAINERS_CONF", str(REPO / "files" / "lab" / "containers.conf")),
         # Runs of different tests must not share cached facts.
         "ANSIBLE_CACHE_PLUGIN_CONNECTION": str(tmp_path / "facts"),
+        **(envvars or {}),
     }
     private = tmp_path / f"runner-{uuid.uuid4().hex[:8]}"
     private.mkdir(parents=True)
@@ -147,7 +150,9 @@ def make_fresh_node(tmp_path_factory, name: str) -> FreshNode:
     (inv / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": {"gpu_nodes": {
         "hosts": {name: None},
         "vars": {"ansible_connection": "containers.podman.podman",
-                 "ansible_python_interpreter": "/usr/bin/python3"}}}}}))
+                 "ansible_python_interpreter": "/usr/bin/python3",
+                 # A lone node: no cluster services (they need the head node).
+                 "gpufleet_slurm": False, "gpufleet_monitoring": False}}}}}))
     return FreshNode(name=name, inventory=inv)
 
 

@@ -8,7 +8,11 @@ upgraded, cannot reboot (a container), fails verification with "reboot
 required" and stops the rollout, so the second is never touched. Verify then
 names exactly that node. A restart loads the new module and verify passes;
 finally the node is moved back to the inventory's release (a downgrade
-through the same play), leaving the lab as test_site.py made it."""
+through the same play), leaving the lab as test_site.py made it.
+
+Slurm runs in the lab (test_site.py's site.yml): the play drains each node
+before touching it; the stopped node stays drained with the play's reason,
+the untouched one stays idle, and a run after the reboot resumes it."""
 
 from __future__ import annotations
 
@@ -21,6 +25,13 @@ PINNED = "535.261.03"
 
 def installed_driver(host: str) -> str:
     return podman("exec", host, "dpkg-query", "-W", "-f=${Version}", "nvidia-smi").stdout.split("-")[0]
+
+
+def slurm_state(host: str) -> tuple[str, str]:
+    """The node's Slurm state and reason, as the controller sees them."""
+    out = podman("exec", "gpufleet-head", "sinfo", "--noheader", "--Node", "--nodes", host, "--format", "%t|%E").stdout
+    state, reason = out.strip().split("|", 1)
+    return state, reason
 
 
 def verify(tmp_path, name: str) -> dict:
@@ -51,6 +62,9 @@ def test_upgrade_stops_at_first_failed_node_and_verify_names_it(tmp_path, lab_ho
         assert installed_driver(second) == PINNED  # the rollout stopped before it
         held = podman("exec", first, "apt-mark", "showhold").stdout.split()
         assert "nvidia-smi" in held and "nvidia-kernel-dkms" in held
+        state, reason = slurm_state(first)
+        assert state.startswith("drain") and f"gpufleet driver upgrade to {newer}" in reason, (state, reason)
+        assert slurm_state(second)[0] == "idle"
 
         nodes = verify(tmp_path, "after-upgrade")
         assert nodes[first]["verdict"] == "fail" and nodes[first]["reboot_required"] is True, nodes[first]
@@ -69,6 +83,12 @@ def test_upgrade_stops_at_first_failed_node_and_verify_names_it(tmp_path, lab_ho
                             extravars={"upgrade_driver_version": PINNED, "upgrade_driver_accept_reboot_pending": True,
                                        "gpu_verify_report_dir": str(tmp_path / "back")})
         restart_node(first)
+        # After the reboot, the same play finds the node verified and resumes it in Slurm.
+        resumed = run_playbook(tmp_path, "playbooks/upgrade-driver.yml", LAB_INVENTORY, limit=first,
+                               extravars={"upgrade_driver_version": PINNED, "gpu_verify_report_dir": str(tmp_path / "resume")})
     assert back.status == "successful", back.failures()
+    assert resumed.status == "successful", resumed.failures()
+    assert "Resume the node in Slurm" in resumed.changed_tasks()[first]
+    assert slurm_state(first)[0] == "idle"
     assert installed_driver(first) == PINNED
     assert verify(tmp_path, "restored")[first]["verdict"] == "pass"

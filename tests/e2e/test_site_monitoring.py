@@ -1,0 +1,180 @@
+"""Monitoring in the lab: Prometheus on the head node (inventory group
+monitoring_server) scrapes node exporter on every host, and the gpufleet_*
+metrics each node's verification writes through the textfile collector.
+
+Runs after test_site.py, which ran site.yml (monitoring included: the lab
+inventory sets gpufleet_monitoring, 5 s scrape and evaluation intervals and
+alerts that fire at once, monitoring_alert_for: 0s); this module provisions
+nothing. Prometheus is asked from inside the lab only (its API on the head
+node, through python3 there: the lab network has no route to this machine).
+
+A node is driven into "reboot required" through the lab's fixture of the
+loaded module version (the kernel's /sys/module/nvidia/version): the alerts
+must fire for that node and for no other, and stop once the fixture is
+restored and the node verified again."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.parse
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from conftest import LAB_INVENTORY, REPO, podman, run_playbook
+
+PINNED = "535.261.03"
+MODULE_FIXTURE = "/run/gpufleet-lab/nvidia-module-version"
+PROMETHEUS_API = "http://localhost:9090/api/v1/"
+RULES_TEST_FILE = REPO / "roles" / "monitoring" / "files" / "gpufleet-alerts.test.yml"
+RULES_FILE = yaml.safe_load((REPO / "roles" / "monitoring" / "vars" / "main.yml").read_text())["__monitoring_rules_file"]
+ALERTS = {"GpufleetVerificationFailed", "GpufleetRebootRequired", "GpufleetUncorrectedEccErrors", "GpufleetVerificationStale",
+          "GpufleetVerificationMissing", "GpufleetNodeExporterDown", "GpufleetDcgmExporterDown"}
+MISMATCH_ALERTS = {"GpufleetRebootRequired", "GpufleetVerificationFailed"}
+WAIT_S = 60  # scrape and evaluation every 5 s, alerts without a "for": a few cycles are plenty
+
+
+@pytest.fixture(scope="module")
+def head() -> str:
+    """The lab's Prometheus host: the monitoring_server group of inventory/lab/hosts.yml."""
+    hosts_file = LAB_INVENTORY / "hosts.yml"
+    if not hosts_file.exists():
+        pytest.fail("the lab is not built: run `make lab` first")
+    servers = (yaml.safe_load(hosts_file.read_text())["all"]["children"].get("monitoring_server") or {}).get("hosts") or {}
+    if not servers:
+        pytest.fail("the lab inventory has no monitoring_server host: rebuild the lab (`make lab`)")
+    return sorted(servers)[0]
+
+
+def prometheus(head: str, path: str, **params: str) -> Any:
+    """GET Prometheus' API on the head node; the "data" of a successful answer."""
+    url = PROMETHEUS_API + path + ("?" + urllib.parse.urlencode(params) if params else "")
+    code = f"import sys, urllib.request; sys.stdout.write(urllib.request.urlopen({url!r}, timeout=10).read().decode())"
+    proc = podman("exec", head, "python3", "-c", code, check=False)
+    assert proc.returncode == 0, f"{url}: {proc.stderr[-2000:]}"
+    answer = json.loads(proc.stdout)
+    assert answer["status"] == "success", answer
+    return answer["data"]
+
+
+def by_node(head: str, query: str) -> dict[str, dict[str, Any]]:
+    """node label -> {"labels", "value"} of an instant query (series without a node label, e.g. left from
+    the package's default configuration before the role's, are ignored)."""
+    out = {}
+    for series in prometheus(head, "query", query=query)["result"]:
+        if series["metric"].get("node"):
+            out[series["metric"]["node"]] = {"labels": series["metric"], "value": float(series["value"][1])}
+    return out
+
+
+def firing(head: str) -> dict[str, set[str]]:
+    """alert name -> the nodes it fires for."""
+    out: dict[str, set[str]] = {}
+    for alert in prometheus(head, "alerts")["alerts"]:
+        if alert["state"] == "firing":
+            out.setdefault(alert["labels"]["alertname"], set()).add(alert["labels"].get("node", "?"))
+    return out
+
+
+def eventually(probe: Callable[[], Any], done: Callable[[Any], bool], what: str, timeout: float = WAIT_S) -> Any:
+    """Call probe() every 2 s until done(result); fail naming ``what`` and the last result after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = probe()
+        if done(result):
+            return result
+        if time.monotonic() > deadline:
+            pytest.fail(f"after {timeout:.0f} s, still not {what}: {result}")
+        time.sleep(2)
+
+
+def verify(tmp_path: Path, name: str):
+    return run_playbook(tmp_path, "playbooks/verify.yml", LAB_INVENTORY,
+                        extravars={"gpu_verify_report_dir": str(tmp_path / name)})
+
+
+def test_prometheus_sees_every_verified_node(head, lab_hosts):
+    """Every GPU node's verification passed, as Prometheus scraped it; node exporter is up on every host."""
+    passed = eventually(lambda: by_node(head, "gpufleet_verify_passed"),
+                        lambda got: {n: s["value"] for n, s in got.items()} == {h: 1.0 for h in lab_hosts},
+                        "gpufleet_verify_passed 1 for every node")
+    for node, series in passed.items():
+        assert series["labels"]["instance"] == node and series["labels"]["job"] == "node", series
+
+    info = by_node(head, "gpufleet_versions_info")
+    assert set(info) == set(lab_hosts)
+    for node, series in info.items():
+        assert series["labels"]["driver_installed"] == PINNED, series
+        assert series["labels"]["host"] == node, series  # each node's hostname is its inventory name
+        assert series["labels"]["torch"] == "2.13.0+cpu", series
+
+    up = eventually(lambda: by_node(head, 'up{job="node"}'),
+                    lambda got: {n: s["value"] for n, s in got.items()} == {h: 1.0 for h in [*lab_hosts, head]},
+                    "node exporter up on every host")
+    assert {n: s["labels"]["gpu_node"] for n, s in up.items()} == {**{h: "true" for h in lab_hosts}, head: "false"}
+    assert {n: s["value"] for n, s in by_node(head, 'node_textfile_scrape_error{job="node"}').items()} \
+        == {h: 0.0 for h in [*lab_hosts, head]}
+
+    # Fresh (test_site.py verified a few minutes ago), never judged stale; the lab has no GPU.
+    age = by_node(head, "time() - gpufleet_verify_timestamp_seconds")
+    assert set(age) == set(lab_hosts) and all(0 <= s["value"] < 3600 for s in age.values()), age
+    assert all(s["value"] == 0 for s in by_node(head, "gpufleet_gpus").values())
+    checks = by_node(head, 'gpufleet_check_status{check="gemm", status="skipped"}')
+    assert {n: s["value"] for n, s in checks.items()} == {h: 1.0 for h in lab_hosts}
+    assert not (set(firing(head)) & (ALERTS - {"GpufleetDcgmExporterDown"})), firing(head)
+
+
+def test_reboot_required_node_fires_its_alerts_only(tmp_path, head, lab_hosts):
+    """A loaded module that is not the installed driver: that node's verification fails with reboot required,
+    and Prometheus fires GpufleetRebootRequired and GpufleetVerificationFailed for it and for no other node."""
+    node = lab_hosts[0]
+    saved = podman("exec", node, "cat", MODULE_FIXTURE, check=False)
+    original = saved.stdout if saved.returncode == 0 else None  # absent: the module "not loaded" since the install
+    try:
+        podman("exec", node, "sh", "-c", f"printf '535.1.0\\n' > {MODULE_FIXTURE}")
+        run = verify(tmp_path, "verify-mismatch")
+        assert run.status == "failed" and set(run.failures()) == {node}, run.failures()
+
+        alerts = eventually(lambda: firing(head), lambda got: all(node in got.get(a, set()) for a in MISMATCH_ALERTS),
+                            f"{sorted(MISMATCH_ALERTS)} firing for {node}")
+        for name in MISMATCH_ALERTS:
+            assert alerts[name] == {node}, (name, alerts[name])
+        assert by_node(head, "gpufleet_reboot_required")[node]["value"] == 1.0
+        assert by_node(head, "gpufleet_versions_info")[node]["labels"]["driver_loaded"] == "535.1.0"
+        failed = [a for a in prometheus(head, "alerts")["alerts"]
+                  if a["labels"]["alertname"] == "GpufleetVerificationFailed" and a["labels"].get("node") == node]
+        assert "failed checks: driver_version" in failed[0]["annotations"]["description"], failed
+        assert failed[0]["labels"]["severity"] == "critical"
+    finally:
+        if original is None:
+            podman("exec", node, "rm", "-f", MODULE_FIXTURE)
+        else:
+            podman("exec", node, "sh", "-c", f'printf %s "$1" > {MODULE_FIXTURE}', "sh", original)
+        restored = verify(tmp_path, "verify-restored")
+        assert restored.status == "successful", restored.failures()
+        eventually(lambda: firing(head), lambda got: not any(node in got.get(a, set()) for a in MISMATCH_ALERTS),
+                   f"{sorted(MISMATCH_ALERTS)} resolved for {node}")
+    assert by_node(head, "gpufleet_verify_passed")[node]["value"] == 1.0
+
+
+def test_promtool_unit_tests_of_the_deployed_rules(head):
+    """The role's promtool tests pass against the rules as deployed (monitoring_alert_for 0s in the lab), and
+    Prometheus has loaded every rule."""
+    workdir = podman("exec", head, "mktemp", "-d").stdout.strip()
+    try:
+        podman("cp", str(RULES_TEST_FILE), f"{head}:{workdir}/{RULES_TEST_FILE.name}")
+        podman("exec", head, "cp", RULES_FILE, f"{workdir}/")
+        proc = podman("exec", head, "promtool", "test", "rules", f"{workdir}/{RULES_TEST_FILE.name}", check=False)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert "SUCCESS" in proc.stdout
+    finally:
+        podman("exec", head, "rm", "-rf", workdir, check=False)
+
+    groups = prometheus(head, "rules", type="alert")["groups"]
+    rules = {rule["name"]: rule for group in groups if group["file"] == RULES_FILE for rule in group["rules"]}
+    assert set(rules) == ALERTS
+    assert all(rule["health"] == "ok" and rule["duration"] == 0 for rule in rules.values()), rules

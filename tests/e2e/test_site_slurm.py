@@ -1,0 +1,94 @@
+"""Slurm in the lab, after test_site.py ran site.yml (gpufleet_slurm is on in
+inventory/lab): slurmctld on the head node, slurmd on every GPU node, one
+munge key, every node idle, the DDP payload submitted with sbatch across all
+nodes, and the munge key never in Ansible's output, even at -vvv --diff."""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import time
+
+from conftest import LAB_INVENTORY, podman, run_playbook
+
+HEAD = "gpufleet-head"
+JOB_SCRIPT = "/opt/gpufleet/slurm/gpufleet-train.sbatch"
+CPU_RANKS_PER_NODE = 2  # slurm_job_cpu_nproc_per_node's default
+MUNGE_KEY = "/etc/munge/munge.key"
+
+
+def on(host: str, *argv: str, check: bool = True) -> str:
+    return podman("exec", host, *argv, check=check).stdout
+
+
+def sinfo() -> dict:
+    lines = on(HEAD, "sinfo", "--noheader", "--Node", "--format", "%N %t").split("\n")
+    return dict(line.split() for line in lines if line.strip())
+
+
+def test_daemons_run_and_every_node_is_idle(lab_hosts):
+    assert on(HEAD, "systemctl", "is-active", "munge", "slurmctld").split() == ["active", "active"]
+    assert on(HEAD, "systemctl", "is-enabled", "slurmctld").strip() == "enabled"
+    for host in lab_hosts:
+        assert on(host, "systemctl", "is-active", "munge", "slurmd").split() == ["active", "active"], host
+    assert sinfo() == {host: "idle" for host in lab_hosts}
+    partitions = on(HEAD, "sinfo", "--noheader", "--format", "%P %D").split()
+    assert partitions == ["gpu*", str(len(lab_hosts))]
+
+
+def test_one_munge_key_private_to_munge_and_trusted_across_hosts(lab_hosts):
+    digests = {h: on(h, "sha256sum", MUNGE_KEY).split()[0] for h in [HEAD, *lab_hosts]}
+    assert len(set(digests.values())) == 1, digests
+    for host in [HEAD, *lab_hosts]:
+        assert on(host, "stat", "-c", "%a %U %G", MUNGE_KEY).split() == ["400", "munge", "munge"], host
+    # A credential made on a node decodes on the controller: same key.
+    credential = on(lab_hosts[-1], "munge", "-n")
+    result = subprocess.run(["podman", "exec", "-i", HEAD, "unmunge"], input=credential, capture_output=True, text=True)
+    assert result.returncode == 0 and "STATUS:          Success (0)" in result.stdout, result.stdout + result.stderr
+
+
+def test_sbatch_runs_the_payload_across_every_node(lab_hosts):
+    job = on(HEAD, "sbatch", "--parsable", "--wait", f"--nodes={len(lab_hosts)}", "--chdir=/tmp", "--time=10",
+             JOB_SCRIPT, "--steps", "20", "--batch-size", str(8 * CPU_RANKS_PER_NODE * len(lab_hosts)),
+             "--json", check=False).strip()
+    assert job.isdigit(), job
+    state = on(HEAD, "scontrol", "show", "job", job)
+    assert "JobState=COMPLETED" in state and "ExitCode=0:0" in state, state
+    batch_host = sorted(lab_hosts)[0]  # the first node of the allocation runs the batch script and rank 0
+    output = on(batch_host, "cat", f"/tmp/gpufleet-train-{job}.out")
+    # Rank 0's indented JSON document, among the workers' logs.
+    result, _ = json.JSONDecoder().raw_decode(output[output.rindex("\n{\n") + 1:])
+    assert result["world_size"] == CPU_RANKS_PER_NODE * len(lab_hosts), output[-2000:]
+    assert sorted(set(result["hosts"])) == sorted(lab_hosts)
+    assert result["verdict"] == "pass" and result["losses"][-1] < result["losses"][0]
+
+
+def test_munge_key_never_in_ansible_output(tmp_path, lab_hosts):
+    """Forces the copy path (a node with a foreign key) at -vvv --diff and
+    searches every event and the log file for the key in any encoding."""
+    node = lab_hosts[-1]
+    key = base64.b64decode(on(HEAD, "base64", "-w0", MUNGE_KEY))
+    on(node, "sh", "-c", f"dd if=/dev/urandom of={MUNGE_KEY} bs=128 count=1 status=none")
+    log = tmp_path / "ansible.log"
+    run = run_playbook(tmp_path, "playbooks/services.yml", LAB_INVENTORY, cmdline="-vvv --diff",
+                       envvars={"ANSIBLE_LOG_PATH": str(log)})
+    assert run.status == "successful", run.failures()
+    # no_log censors the result (its "changed" too): the task ran on that node only, and the node changed.
+    wrote = {ev["event_data"]["host"] for ev in run.events if ev.get("event") == "runner_on_ok"
+             and ev["event_data"].get("task") == "Write the munge key on the node (mode 0400, owner munge)"}
+    assert wrote == {node}
+    assert run.changed().get(node, 0) >= 1 and set(run.changed()) == {node}
+    text = json.dumps(run.events) + "".join(ev.get("stdout", "") for ev in run.events)
+    if log.exists():
+        text += log.read_text(errors="replace")
+    assert log.stat().st_size > 0
+    forms = {"base64": base64.b64encode(key).decode(), "hex": key.hex(), "raw": key.decode("latin-1"),
+             "base64-prefix": base64.b64encode(key).decode()[:24]}
+    for name, form in forms.items():
+        assert form not in text, f"the munge key appears ({name}) in Ansible's output"
+    assert on(node, "sha256sum", MUNGE_KEY).split()[0] == on(HEAD, "sha256sum", MUNGE_KEY).split()[0]
+    deadline = time.monotonic() + 60
+    while sinfo().get(node) != "idle" and time.monotonic() < deadline:
+        time.sleep(2)
+    assert sinfo()[node] == "idle"
