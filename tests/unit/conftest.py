@@ -147,14 +147,7 @@ class DriverConfig:
         Same options as ansible.builtin.template's defaults: trim_blocks on,
         lstrip_blocks off, "\\n" newlines, backslashes not escaped.
         """
-        path = DRIVER_ROLE / "templates" / template_name
-        templar = Templar(loader=_loader).copy_with_new_env(searchpath=[str(path.parent)], available_variables=self.variables)
-        text = templar.template(
-            trust_as_template(path.read_text()),
-            escape_backslashes=False,
-            overrides={"trim_blocks": True, "lstrip_blocks": False, "newline_sequence": "\n"},
-        )
-        return str(text or "")
+        return render_role_template(DRIVER_ROLE, template_name, self.variables)
 
     def task(self, task_file: str, name_contains: str) -> dict:
         """The task of roles/nvidia_driver/tasks/<task_file> whose name contains ``name_contains``."""
@@ -196,6 +189,22 @@ class DriverConfig:
             results = {key: templar.template(value) for key, value in set_fact.items() if key != "cacheable"}
             self.variables.update(results)
             self.facts_set.extend(results)
+
+
+def render_role_template(role: Path, template_name: str, variables: dict[str, Any]) -> str:
+    """roles/<role>/templates/<template_name> rendered as ansible.builtin.template renders it.
+
+    Same options as the action's defaults: trim_blocks on, lstrip_blocks
+    off, "\\n" newlines, backslashes not escaped.
+    """
+    path = role / "templates" / template_name
+    templar = Templar(loader=_loader).copy_with_new_env(searchpath=[str(path.parent)], available_variables=variables)
+    text = templar.template(
+        trust_as_template(path.read_text()),
+        escape_backslashes=False,
+        overrides={"trim_blocks": True, "lstrip_blocks": False, "newline_sequence": "\n"},
+    )
+    return str(text or "")
 
 
 def preflight_report(facts: dict[str, Any], **found: Any) -> dict[str, Any]:

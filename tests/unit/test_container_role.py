@@ -36,7 +36,7 @@ import pytest
 import yaml
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
-from conftest import FAKE_FACTS, load_trusted
+from conftest import FAKE_FACTS, load_trusted, render_role_template
 from test_driver_rendering import _apt, _isolated_apt_options, apt_index_urls, parse_deb822
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -95,11 +95,7 @@ class ContainerConfig:
 
     def render(self, template_name: str) -> str:
         """roles/container/templates/<template_name> as the template action renders it (trim_blocks, "\\n")."""
-        path = ROLE / "templates" / template_name
-        templar = Templar(loader=_loader).copy_with_new_env(searchpath=[str(path.parent)], available_variables=self.variables)
-        text = templar.template(trust_as_template(path.read_text()), escape_backslashes=False,
-                                overrides={"trim_blocks": True, "lstrip_blocks": False, "newline_sequence": "\n"})
-        return str(text or "")
+        return render_role_template(ROLE, template_name, self.variables)
 
     def task(self, task_file: str, name_contains: str) -> dict:
         tasks = [t for t in _all_tasks(load_trusted(ROLE / task_file)) if name_contains in t.get("name", "")]

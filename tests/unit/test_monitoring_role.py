@@ -26,8 +26,8 @@ from typing import Any, Iterator
 import pytest
 import yaml
 from ansible.parsing.dataloader import DataLoader
-from ansible.template import Templar, trust_as_template
-from conftest import ANSIBLE_MANAGED, FAKE_FACTS, load_script, load_trusted
+from ansible.template import Templar
+from conftest import ANSIBLE_MANAGED, FAKE_FACTS, load_script, load_trusted, render_role_template
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ROLE = REPO_ROOT / "roles" / "monitoring"
@@ -92,11 +92,7 @@ class Monitoring:
 
     def render(self, template_name: str) -> str:
         """roles/monitoring/templates/<name> as the template action renders it (trim_blocks, no lstrip)."""
-        path = ROLE / "templates" / template_name
-        templar = Templar(loader=_loader).copy_with_new_env(searchpath=[str(path.parent)], available_variables=self.variables)
-        text = templar.template(trust_as_template(path.read_text()), escape_backslashes=False,
-                                overrides={"trim_blocks": True, "lstrip_blocks": False, "newline_sequence": "\n"})
-        return str(text or "")
+        return render_role_template(ROLE, template_name, self.variables)
 
     def rejected(self) -> list[str]:
         """The messages of tasks/validate.yml's checks that fail (what the role stops with)."""

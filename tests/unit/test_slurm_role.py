@@ -13,9 +13,9 @@ import shutil
 import subprocess
 
 import pytest
-from ansible.template import Templar, trust_as_template
+from ansible.template import Templar
 
-from conftest import ANSIBLE_MANAGED, FAKE_FACTS, ROLES_DIR, _loader, load_trusted
+from conftest import ANSIBLE_MANAGED, FAKE_FACTS, ROLES_DIR, _loader, load_trusted, render_role_template
 
 ROLE = ROLES_DIR / "slurm"
 NODES = ["gpu-a01", "gpu-a02", "gpu-a03"]
@@ -59,10 +59,7 @@ def describe_nodes(v: dict, gpus) -> list:
 
 
 def render(name: str, v: dict) -> str:
-    path = ROLE / "templates" / name
-    templar = Templar(loader=_loader).copy_with_new_env(searchpath=[str(path.parent)], available_variables=v)
-    return str(templar.template(trust_as_template(path.read_text()), escape_backslashes=False,
-                                overrides={"trim_blocks": True, "lstrip_blocks": False, "newline_sequence": "\n"}))
+    return render_role_template(ROLE, name, v)
 
 
 def conf(text: str) -> list[dict]:
