@@ -11,6 +11,7 @@ PYTORCH_FACTS_TASK = "Publish the PyTorch facts"
 
 
 CPU_RANKS_PER_NODE = 2  # smoke_training_cpu_nproc_per_node's default
+HEAD = "gpufleet-head"  # the Slurm controller and Prometheus server (playbooks/services.yml)
 
 
 def check_reports(reports, lab_hosts):
@@ -40,7 +41,7 @@ def test_site_converges_then_is_idempotent(tmp_path, lab_hosts):
     extravars = {"gpu_verify_report_dir": str(reports / "verify"), "smoke_training_report_dir": str(reports / "smoke")}
     first = run_playbook(tmp_path, "site.yml", LAB_INVENTORY, extravars=extravars)
     assert first.status == "successful", first.failures()
-    assert set(first.hosts("ok")) == set(lab_hosts)
+    assert set(first.hosts("ok")) == set(lab_hosts) | {HEAD}
     assert not first.failed_hosts()
 
     facts = first.results(DRIVER_FACTS_TASK)
@@ -73,4 +74,4 @@ def test_site_converges_then_is_idempotent(tmp_path, lab_hosts):
     assert second.status == "successful", second.failures()
     check_reports(reports, lab_hosts)
     assert second.changed_tasks() == {}
-    assert all(second.changed().get(h, 0) == 0 for h in lab_hosts)
+    assert all(second.changed().get(h, 0) == 0 for h in [*lab_hosts, HEAD])
