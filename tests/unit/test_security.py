@@ -117,3 +117,31 @@ def test_tasks_with_secrets_have_no_log():
                 for module, args in module_args(task):
                     if SECRET_ARGUMENT.search(yaml.safe_dump(args)) and not module.endswith(("debug", "assert", "fail")):
                         assert task.get("no_log") in (True, "true"), f"{path}: task {task.get('name')!r} handles a secret"
+
+
+def _munge_key_tasks() -> list[dict]:
+    tasks = yaml.safe_load((REPO / "roles" / "slurm" / "tasks" / "munge.yml").read_text())
+    return list(tasks_in(tasks))
+
+
+def test_munge_key_is_private_to_munge():
+    """Every task that creates or sets the munge key leaves it 0400, owned by munge."""
+    path = yaml.safe_load((REPO / "roles" / "slurm" / "vars" / "main.yml").read_text())["__slurm_munge_key_path"]
+    assert path == "/etc/munge/munge.key"
+    tasks = _munge_key_tasks()
+    modes = [t["ansible.builtin.file"] for t in tasks if "ansible.builtin.file" in t
+             and "__slurm_munge_key_path" in t["ansible.builtin.file"]["path"]]
+    assert modes and all((m["mode"], m["owner"], m["group"]) == ("0400", "munge", "munge") for m in modes)
+    (writer,) = [t for t in tasks if "stdin" in str(t.get("ansible.builtin.shell", ""))]
+    command = writer["ansible.builtin.shell"]["cmd"]
+    # Written under umask 0377 (0400 from the first byte), owned by munge, then moved into place.
+    assert "umask 0377" in command and "chown munge:munge" in command and "mv -f" in command
+    assert writer["no_log"] is True
+
+
+def test_munge_key_copy_never_shows_its_content():
+    """The block that reads and writes the key is no_log and diff-free, and so is each of its tasks."""
+    blocks = [t for t in yaml.safe_load((REPO / "roles" / "slurm" / "tasks" / "munge.yml").read_text()) if "block" in t]
+    (block,) = [b for b in blocks if any("slurp" in str(t) for t in b["block"])]
+    assert block["no_log"] is True and block["diff"] is False
+    assert all(task.get("no_log") is True for task in block["block"])
