@@ -760,5 +760,18 @@ def main(argv: list[str] | None = None) -> int:
             dist.destroy_process_group()
 
 
+def leave(code: int) -> None:
+    """Exit with ``code``. A rank that torchrun started leaves without Python's finalization, once its
+    process group is torn down and its output flushed: a gloo/NCCL background thread still winding down
+    while the interpreter finalizes can abort (SIGABRT) a rank whose work is done, and torchrun would
+    then fail the whole run."""
+    if "TORCHELASTIC_RUN_ID" in os.environ:
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    leave(main())
