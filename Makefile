@@ -2,6 +2,7 @@
 #   make run    build the lab and provision it with site.yml
 #   make test   build the lab and run every test (lint, unit, payload, molecule, end-to-end)
 #   make verify re-verify the lab nodes (read-only; report in reports/verify)
+#   make bench  provisioning benchmark on the lab (figures only; about an hour)
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 VENV := $(CURDIR)/.venv
@@ -11,13 +12,18 @@ export CONTAINERS_CONF := $(CURDIR)/files/lab/containers.conf
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(BIN):$(PATH)
 
-.PHONY: run verify lab lab-destroy lab-clean host-deps venv torch lint unit payload molecule e2e test
+.PHONY: run verify bench lab lab-destroy lab-clean host-deps venv torch lint unit payload molecule e2e test
 
 run: lab
 	$(BIN)/ansible-playbook site.yml -i inventory/lab
 
 verify: venv
 	$(BIN)/python files/gpufleet_verify.py -i inventory/lab
+
+# Figures, not tests: converge/re-run/verify times for 1, 3 and 6 nodes, the
+# by-hand shell sequence, payload samples/s (BENCH_ARGS="--sizes 1 --skip-shell").
+bench: lab torch
+	$(BIN)/python tests/bench/provisioning.py $(BENCH_ARGS)
 
 host-deps:
 	@missing=""; for t in podman:podman runc:runc debootstrap:debootstrap apt-ftparchive:apt-utils gpg:gnupg; do \

@@ -1,0 +1,271 @@
+#!/usr/bin/env python3
+"""gpufleet's provisioning benchmark on the lab: prints figures, asserts nothing.
+
+    make bench                               # sizes 1, 3 and 6 nodes (about an hour on 2 cores)
+    .venv/bin/python tests/bench/provisioning.py --sizes 1 --skip-shell
+
+Needs the lab (`make lab`: the mirror and the node image). For each size N
+it starts N never-provisioned nodes beside the lab's own (gpufleet-bench-*,
+on the lab's internal network, no cluster services) and measures:
+
+* the first converge of site.yml (provision, verify, smoke training) and
+  the part of it that is provisioning (the plays of playbooks/provision.yml);
+* the idempotent re-run of site.yml: its time as a fraction of the first,
+  its changed tasks, and the requests the mirror served during it (a re-run
+  must download nothing: the mirror's nginx access log is counted);
+* playbooks/verify.yml on the converged nodes (median of 3 runs).
+
+Then, side by side, the plain shell sequence of the source document (apt
+installs of the driver, CUDA, cuDNN and NCCL, a venv and pip install of
+torch; no Ansible) on one fresh node, so the toolkit's cost is a ratio
+against doing it by hand; and the payload's samples/s on CPU for 1 rank and
+for N ranks (torchrun --standalone on this machine).
+
+The targets (issue 6) are printed next to the figures: re-run <= 20 % of
+the first converge, verify on 6 nodes <= 1.5 x verify on 1 node, no download
+in a re-run. Results also go to reports/bench/provisioning-<UTC time>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests" / "e2e"))
+from conftest import LAB_INVENTORY, LAB_NETWORK, NODE_IMAGE, lab_vars, podman, run_playbook  # noqa: E402
+
+MIRROR = "gpufleet-mirror"
+MIRROR_LOG = "/var/log/nginx/mirror-access.log"
+PREFIX = "gpufleet-bench"
+PROVISION_PLAYS = ("Check hosts and settings (read-only)", "Install the driver, the CUDA stack and PyTorch")
+RERUN_TARGET = 0.20
+VERIFY_SCALING_TARGET = 1.5
+
+
+def log(message: str) -> None:
+    print(f"[{dt.datetime.now():%H:%M:%S}] {message}", flush=True)
+
+
+def start_nodes(names: list[str], workdir: Path) -> Path:
+    """Fresh nodes from the lab's node image, and an inventory of them (the lab's group_vars)."""
+    for name in names:
+        podman("rm", "-f", name, check=False)
+        podman("run", "-d", "--name", name, "--hostname", name, "--network", LAB_NETWORK, "--systemd=always",
+               "--label", "gpufleet.lab=bench", NODE_IMAGE, "/sbin/init")
+    for name in names:
+        podman("exec", name, "systemctl", "is-system-running", "--wait", check=False)
+    inventory = workdir / "inventory"
+    inventory.mkdir(parents=True, exist_ok=True)
+    if not (inventory / "group_vars").exists():
+        (inventory / "group_vars").symlink_to(LAB_INVENTORY / "group_vars")
+    (inventory / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": {"gpu_nodes": {
+        "hosts": {name: None for name in names},
+        "vars": {"ansible_connection": "containers.podman.podman", "ansible_python_interpreter": "/usr/bin/python3",
+                 "gpufleet_slurm": False, "gpufleet_monitoring": False}}}}}))
+    return inventory
+
+
+def remove_nodes(names: list[str]) -> None:
+    for name in names:
+        podman("rm", "-f", "--time", "5", name, check=False)
+
+
+def mirror_requests() -> int:
+    out = podman("exec", MIRROR, "sh", "-c", f"wc -l < {MIRROR_LOG} 2>/dev/null || echo 0", check=False).stdout
+    return int(out.strip() or 0)
+
+
+def timed(workdir: Path, playbook: str, inventory: Path, **kwargs):
+    reports = workdir / "reports"
+    extravars = {"gpu_verify_report_dir": str(reports / "verify"), "smoke_training_report_dir": str(reports / "smoke")}
+    start = time.monotonic()
+    run = run_playbook(workdir, playbook, inventory, extravars=extravars, **kwargs)
+    return time.monotonic() - start, run
+
+
+def provisioning_seconds(run) -> float:
+    """Seconds between the start of provision.yml's first play and the start of the play after its last."""
+    starts = [(ev["event_data"].get("play", ""), dt.datetime.fromisoformat(ev["created"]))
+              for ev in run.events if ev.get("event") == "playbook_on_play_start"]
+    first = next(t for name, t in starts if name == PROVISION_PLAYS[0])
+    after = [t for name, t in starts if t > first and name not in PROVISION_PLAYS]
+    end = min(after) if after else dt.datetime.fromisoformat(run.events[-1]["created"])
+    return (end - first).total_seconds()
+
+
+def bench_size(size: int, root: Path) -> dict:
+    names = [f"{PREFIX}-{i}" for i in range(1, size + 1)]
+    workdir = root / f"size-{size}"
+    workdir.mkdir()
+    log(f"{size} node(s): starting {', '.join(names)}")
+    inventory = start_nodes(names, workdir)
+    try:
+        log(f"{size} node(s): first converge (site.yml)")
+        first_s, first = timed(workdir, "site.yml", inventory)
+        if first.status != "successful":
+            raise SystemExit(f"site.yml failed on {size} node(s): {first.failures()}")
+        provision_s = provisioning_seconds(first)
+        log(f"{size} node(s): first converge {first_s:.0f} s (provisioning {provision_s:.0f} s); re-run")
+        requests_before = mirror_requests()
+        rerun_s, rerun = timed(workdir, "site.yml", inventory)
+        downloads = mirror_requests() - requests_before
+        if rerun.status != "successful":
+            raise SystemExit(f"the site.yml re-run failed on {size} node(s): {rerun.failures()}")
+        verify = []
+        for attempt in range(3):
+            seconds, run = timed(workdir, "playbooks/verify.yml", inventory)
+            if run.status != "successful":
+                raise SystemExit(f"verify.yml failed on {size} node(s): {run.failures()}")
+            verify.append(seconds)
+        log(f"{size} node(s): re-run {rerun_s:.0f} s, {downloads} mirror requests; verify {statistics.median(verify):.1f} s")
+        return {
+            "nodes": size,
+            "first_converge_s": round(first_s, 1),
+            "first_provisioning_s": round(provision_s, 1),
+            "rerun_s": round(rerun_s, 1),
+            "rerun_ratio": round(rerun_s / first_s, 3),
+            "rerun_changed_tasks": rerun.changed_tasks(),
+            "rerun_mirror_requests": downloads,
+            "verify_s": [round(s, 1) for s in verify],
+            "verify_median_s": round(statistics.median(verify), 1),
+        }
+    finally:
+        remove_nodes(names)
+
+
+def shell_sequence() -> str:
+    """The source document's steps, by hand, against the lab's mirror (what a runbook does)."""
+    versions = yaml.safe_load((REPO / "files" / "compatibility.yml").read_text())
+    cuda = versions["cuda_releases"]["12.1"]
+    driver = versions["driver_branches"]["535"]["default_version"]
+    kernel = lab_vars()["lab_kernel_release"]
+    mirror = lab_vars()["lab_mirror_url"]
+    return f"""set -eux
+export DEBIAN_FRONTEND=noninteractive
+apt-get update
+apt-get install -y --no-install-recommends linux-headers-{kernel} nvidia-kernel-dkms={driver}-* nvidia-smi={driver}-* \\
+  libcuda1={driver}-* nvidia-persistenced
+python3 -c "import urllib.request; urllib.request.urlretrieve('{mirror}/cuda/debian12/x86_64/cuda-keyring_1.1-1_all.deb', '/tmp/cuda-keyring.deb')"
+dpkg -i /tmp/cuda-keyring.deb
+echo 'deb [signed-by=/usr/share/keyrings/cuda-archive-keyring.gpg] {mirror}/cuda/debian12/x86_64/ /' > /etc/apt/sources.list.d/cuda.list
+apt-get update
+apt-get install -y --no-install-recommends cuda-toolkit-12-1={cuda['toolkit_version']} \\
+  libcudnn8={cuda['cudnn']['package_version']} libnccl2={cuda['nccl']['package_version']}
+apt-get install -y --no-install-recommends python3-venv
+python3 -m venv /opt/venv
+/opt/venv/bin/pip install --no-index --find-links {mirror}/wheels/ --trusted-host {mirror.split('//')[1]} torch==2.13.0
+/opt/venv/bin/python -c 'import torch; print(torch.__version__)'
+"""
+
+
+def bench_shell(root: Path) -> dict:
+    name = f"{PREFIX}-shell"
+    start_nodes([name], root / "shell")
+    try:
+        log("the shell sequence on a fresh node")
+        start = time.monotonic()
+        done = subprocess.run(["podman", "exec", "-i", name, "bash"], input=shell_sequence(), text=True,
+                              capture_output=True)
+        seconds = time.monotonic() - start
+        if done.returncode != 0:
+            raise SystemExit(f"the shell sequence failed:\n{done.stderr[-3000:]}")
+        log(f"the shell sequence: {seconds:.0f} s")
+        return {"shell_s": round(seconds, 1)}
+    finally:
+        remove_nodes([name])
+
+
+def bench_payload(ranks: list[int], root: Path) -> dict:
+    torchrun = REPO / ".venv" / "bin" / "torchrun"
+    figures = {}
+    for n in ranks:
+        result = root / f"payload-{n}.json"
+        cmd = [str(torchrun), "--standalone", f"--nproc-per-node={n}", str(REPO / "files" / "payload" / "train.py"),
+               "--device", "cpu", "--amp", "off", "--steps", "60", "--batch-size", "512", "--hidden", "256",
+               "--num-samples", "16384", "--result", str(result)]
+        subprocess.run(cmd, check=True, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+        data = json.loads(result.read_text())
+        figures[n] = round(data["samples_per_s"], 1)
+        log(f"payload on CPU, {n} rank(s): {figures[n]} samples/s")
+    return {"payload_samples_per_s": figures}
+
+
+def report(results: dict) -> str:
+    lines = [f"gpufleet provisioning benchmark, {results['date']}, {results['machine']}", ""]
+    sizes = results["sizes"]
+    lines.append("| nodes | first converge | of which provisioning | re-run | re-run / first | mirror requests in re-run | verify.yml (median of 3) |")
+    lines.append("|---|---|---|---|---|---|---|")
+    for s in sizes:
+        lines.append(f"| {s['nodes']} | {s['first_converge_s']:.0f} s | {s['first_provisioning_s']:.0f} s | {s['rerun_s']:.0f} s | "
+                     f"{s['rerun_ratio']:.0%} | {s['rerun_mirror_requests']} | {s['verify_median_s']:.1f} s |")
+    lines.append("")
+    by_n = {s["nodes"]: s for s in sizes}
+    worst_ratio = max(s["rerun_ratio"] for s in sizes)
+    lines.append(f"re-run / first converge: worst {worst_ratio:.0%} (target <= {RERUN_TARGET:.0%}): "
+                 f"{'met' if worst_ratio <= RERUN_TARGET else 'NOT met'}")
+    downloads = sum(s["rerun_mirror_requests"] for s in sizes)
+    lines.append(f"downloads in re-runs: {downloads} mirror requests (target 0): {'met' if downloads == 0 else 'NOT met'}")
+    if 1 in by_n and max(by_n) > 1:
+        big = max(by_n)
+        scaling = by_n[big]["verify_median_s"] / by_n[1]["verify_median_s"]
+        lines.append(f"verify on {big} nodes / on 1 node: {scaling:.2f} x (target <= {VERIFY_SCALING_TARGET} x): "
+                     f"{'met' if scaling <= VERIFY_SCALING_TARGET else 'NOT met'}")
+    if "shell_s" in results and 1 in by_n:
+        shell = results["shell_s"]
+        lines.append(f"by hand (shell sequence, 1 node): {shell:.0f} s; gpufleet's provisioning of 1 node: "
+                     f"{by_n[1]['first_provisioning_s']:.0f} s ({by_n[1]['first_provisioning_s'] / shell:.2f} x), "
+                     f"whole site.yml with verify and smoke: {by_n[1]['first_converge_s']:.0f} s ({by_n[1]['first_converge_s'] / shell:.2f} x)")
+    if "payload_samples_per_s" in results:
+        figures = results["payload_samples_per_s"]
+        lines.append("payload on CPU (gloo): " + ", ".join(f"{n} rank(s) {v} samples/s" for n, v in figures.items()))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default="1,3,6", help="node counts, comma-separated (default 1,3,6)")
+    parser.add_argument("--skip-shell", action="store_true", help="leave out the by-hand shell sequence")
+    parser.add_argument("--payload-ranks", default=f"1,{os.cpu_count() or 2}", help="CPU ranks for the payload figure")
+    parser.add_argument("--out", type=Path, default=REPO / "reports" / "bench")
+    args = parser.parse_args(argv)
+    if not (LAB_INVENTORY / "hosts.yml").exists():
+        print("the lab is not built: run `make lab` first", file=sys.stderr)
+        return 2
+    os.environ.setdefault("CONTAINERS_CONF", str(REPO / "files" / "lab" / "containers.conf"))
+    sizes = [int(s) for s in args.sizes.split(",") if s]
+    results: dict = {
+        "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": f"{platform.node()}, {os.cpu_count()} cores, "
+                   f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB",
+        "sizes": [],
+    }
+    with tempfile.TemporaryDirectory(prefix="gpufleet-bench-") as tmp:
+        root = Path(tmp)
+        results.update(bench_payload([int(n) for n in args.payload_ranks.split(",")], root))
+        if not args.skip_shell:
+            results.update(bench_shell(root))
+        for size in sizes:
+            results["sizes"].append(bench_size(size, root))
+    args.out.mkdir(parents=True, exist_ok=True)
+    out = args.out / f"provisioning-{dt.datetime.now(dt.timezone.utc):%Y%m%dT%H%M%SZ}.json"
+    out.write_text(json.dumps(results, indent=2))
+    print()
+    print(report(results))
+    print(f"\n(results: {out})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
