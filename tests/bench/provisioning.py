@@ -44,7 +44,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "e2e"))
-from conftest import LAB_INVENTORY, LAB_NETWORK, NODE_IMAGE, lab_vars, podman, run_playbook  # noqa: E402
+from conftest import LAB_INVENTORY, LAB_NETWORK, LONE_NODE_VARS, NODE_IMAGE, lab_vars, podman, run_playbook  # noqa: E402
 
 MIRROR = "gpufleet-mirror"
 MIRROR_LOG = "/var/log/nginx/mirror-access.log"
@@ -71,9 +71,8 @@ def start_nodes(names: list[str], workdir: Path) -> Path:
     if not (inventory / "group_vars").exists():
         (inventory / "group_vars").symlink_to(LAB_INVENTORY / "group_vars")
     (inventory / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": {"gpu_nodes": {
-        "hosts": {name: None for name in names},
-        "vars": {"ansible_connection": "containers.podman.podman", "ansible_python_interpreter": "/usr/bin/python3",
-                 "gpufleet_slurm": False, "gpufleet_monitoring": False}}}}}))
+        "hosts": {name: dict(LONE_NODE_VARS) for name in names},
+        "vars": {"ansible_connection": "containers.podman.podman", "ansible_python_interpreter": "/usr/bin/python3"}}}}}))
     return inventory
 
 

@@ -141,6 +141,12 @@ class FreshNode:
         )
 
 
+# A lone node has no cluster services (they need the head node). Host
+# variables: group_vars/all of the lab inventory (which switches the services
+# on) outranks an inventory file's group variables, not its host variables.
+LONE_NODE_VARS = {"gpufleet_slurm": False, "gpufleet_monitoring": False}
+
+
 def make_fresh_node(tmp_path_factory, name: str) -> FreshNode:
     podman("rm", "-f", name, check=False)
     podman("run", "-d", "--name", name, "--hostname", name, "--network", LAB_NETWORK,
@@ -148,11 +154,9 @@ def make_fresh_node(tmp_path_factory, name: str) -> FreshNode:
     inv = tmp_path_factory.mktemp(f"inv-{name}")
     (inv / "group_vars").symlink_to(LAB_INVENTORY / "group_vars")
     (inv / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": {"gpu_nodes": {
-        "hosts": {name: None},
+        "hosts": {name: LONE_NODE_VARS},
         "vars": {"ansible_connection": "containers.podman.podman",
-                 "ansible_python_interpreter": "/usr/bin/python3",
-                 # A lone node: no cluster services (they need the head node).
-                 "gpufleet_slurm": False, "gpufleet_monitoring": False}}}}}))
+                 "ansible_python_interpreter": "/usr/bin/python3"}}}}}))
     return FreshNode(name=name, inventory=inv)
 
 
