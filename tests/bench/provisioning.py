@@ -11,8 +11,9 @@ on the lab's internal network, no cluster services) and measures:
 * the first converge of site.yml (provision, verify, smoke training) and
   the part of it that is provisioning (the plays of playbooks/provision.yml);
 * the idempotent re-run of site.yml: its time as a fraction of the first,
-  its changed tasks, and the requests the mirror served during it (a re-run
-  must download nothing: the mirror's nginx access log is counted);
+  its changed tasks, and the requests the mirror served during it, read
+  from the mirror's nginx access log (a re-run must download nothing: GETs
+  answered with a body are downloads);
 * playbooks/verify.yml on the converged nodes (median of 3 runs).
 
 Then, side by side, the plain shell sequence of the source document (apt
@@ -44,7 +45,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "e2e"))
-from conftest import LAB_INVENTORY, LAB_NETWORK, LONE_NODE_VARS, NODE_IMAGE, lab_vars, podman, run_playbook  # noqa: E402
+from conftest import LAB_INVENTORY, lab_vars, lone_inventory, podman, run_playbook, start_lab_nodes  # noqa: E402
 
 MIRROR = "gpufleet-mirror"
 MIRROR_LOG = "/var/log/nginx/mirror-access.log"
@@ -60,20 +61,7 @@ def log(message: str) -> None:
 
 def start_nodes(names: list[str], workdir: Path) -> Path:
     """Fresh nodes from the lab's node image, and an inventory of them (the lab's group_vars)."""
-    for name in names:
-        podman("rm", "-f", name, check=False)
-        podman("run", "-d", "--name", name, "--hostname", name, "--network", LAB_NETWORK, "--systemd=always",
-               "--label", "gpufleet.lab=bench", NODE_IMAGE, "/sbin/init")
-    for name in names:
-        podman("exec", name, "systemctl", "is-system-running", "--wait", check=False)
-    inventory = workdir / "inventory"
-    inventory.mkdir(parents=True, exist_ok=True)
-    if not (inventory / "group_vars").exists():
-        (inventory / "group_vars").symlink_to(LAB_INVENTORY / "group_vars")
-    (inventory / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": {"gpu_nodes": {
-        "hosts": {name: dict(LONE_NODE_VARS) for name in names},
-        "vars": {"ansible_connection": "containers.podman.podman", "ansible_python_interpreter": "/usr/bin/python3"}}}}}))
-    return inventory
+    return lone_inventory(workdir / "inventory", start_lab_nodes(names, "bench"))
 
 
 def remove_nodes(names: list[str]) -> None:
@@ -81,9 +69,22 @@ def remove_nodes(names: list[str]) -> None:
         podman("rm", "-f", "--time", "5", name, check=False)
 
 
-def mirror_requests() -> int:
-    out = podman("exec", MIRROR, "sh", "-c", f"wc -l < {MIRROR_LOG} 2>/dev/null || echo 0", check=False).stdout
-    return int(out.strip() or 0)
+def mirror_log() -> list[str]:
+    """The mirror's nginx access log (combined format), one request per line."""
+    return podman("exec", MIRROR, "sh", "-c", f"cat {MIRROR_LOG} 2>/dev/null || true", check=False).stdout.splitlines()
+
+
+def downloads_in(lines: list[str]) -> list[str]:
+    """The requests that fetched something (GET answered with a body), as "METHOD path status"."""
+    fetched = []
+    for line in lines:
+        parts = line.split('"')
+        if len(parts) < 3:
+            continue
+        request, status_bytes = parts[1].split(), parts[2].split()
+        if request and request[0] == "GET" and status_bytes[:1] != ["304"] and status_bytes[1:2] not in (["0"], ["-"]):
+            fetched.append(f"{request[0]} {request[1] if len(request) > 1 else '?'} {status_bytes[0]}")
+    return fetched
 
 
 def timed(workdir: Path, playbook: str, inventory: Path, **kwargs):
@@ -117,9 +118,10 @@ def bench_size(size: int, root: Path) -> dict:
             raise SystemExit(f"site.yml failed on {size} node(s): {first.failures()}")
         provision_s = provisioning_seconds(first)
         log(f"{size} node(s): first converge {first_s:.0f} s (provisioning {provision_s:.0f} s); re-run")
-        requests_before = mirror_requests()
+        log_before = len(mirror_log())
         rerun_s, rerun = timed(workdir, "site.yml", inventory)
-        downloads = mirror_requests() - requests_before
+        rerun_requests = mirror_log()[log_before:]
+        downloads = downloads_in(rerun_requests)
         if rerun.status != "successful":
             raise SystemExit(f"the site.yml re-run failed on {size} node(s): {rerun.failures()}")
         verify = []
@@ -128,7 +130,8 @@ def bench_size(size: int, root: Path) -> dict:
             if run.status != "successful":
                 raise SystemExit(f"verify.yml failed on {size} node(s): {run.failures()}")
             verify.append(seconds)
-        log(f"{size} node(s): re-run {rerun_s:.0f} s, {downloads} mirror requests; verify {statistics.median(verify):.1f} s")
+        log(f"{size} node(s): re-run {rerun_s:.0f} s, {len(rerun_requests)} mirror requests ({len(downloads)} downloads);"
+            f" verify {statistics.median(verify):.1f} s")
         return {
             "nodes": size,
             "first_converge_s": round(first_s, 1),
@@ -136,7 +139,8 @@ def bench_size(size: int, root: Path) -> dict:
             "rerun_s": round(rerun_s, 1),
             "rerun_ratio": round(rerun_s / first_s, 3),
             "rerun_changed_tasks": rerun.changed_tasks(),
-            "rerun_mirror_requests": downloads,
+            "rerun_mirror_requests": len(rerun_requests),
+            "rerun_downloads": downloads,
             "verify_s": [round(s, 1) for s in verify],
             "verify_median_s": round(statistics.median(verify), 1),
         }
@@ -170,7 +174,7 @@ python3 -m venv /opt/venv
 
 
 def bench_shell(root: Path) -> dict:
-    name = f"{PREFIX}-shell"
+    name = f"{PREFIX}-9"
     start_nodes([name], root / "shell")
     try:
         log("the shell sequence on a fresh node")
@@ -204,18 +208,18 @@ def bench_payload(ranks: list[int], root: Path) -> dict:
 def report(results: dict) -> str:
     lines = [f"gpufleet provisioning benchmark, {results['date']}, {results['machine']}", ""]
     sizes = results["sizes"]
-    lines.append("| nodes | first converge | of which provisioning | re-run | re-run / first | mirror requests in re-run | verify.yml (median of 3) |")
+    lines.append("| nodes | first converge | of which provisioning | re-run | re-run / first | mirror requests / downloads in re-run | verify.yml (median of 3) |")
     lines.append("|---|---|---|---|---|---|---|")
     for s in sizes:
         lines.append(f"| {s['nodes']} | {s['first_converge_s']:.0f} s | {s['first_provisioning_s']:.0f} s | {s['rerun_s']:.0f} s | "
-                     f"{s['rerun_ratio']:.0%} | {s['rerun_mirror_requests']} | {s['verify_median_s']:.1f} s |")
+                     f"{s['rerun_ratio']:.0%} | {s['rerun_mirror_requests']} / {len(s['rerun_downloads'])} | {s['verify_median_s']:.1f} s |")
     lines.append("")
     by_n = {s["nodes"]: s for s in sizes}
     worst_ratio = max(s["rerun_ratio"] for s in sizes)
     lines.append(f"re-run / first converge: worst {worst_ratio:.0%} (target <= {RERUN_TARGET:.0%}): "
                  f"{'met' if worst_ratio <= RERUN_TARGET else 'NOT met'}")
-    downloads = sum(s["rerun_mirror_requests"] for s in sizes)
-    lines.append(f"downloads in re-runs: {downloads} mirror requests (target 0): {'met' if downloads == 0 else 'NOT met'}")
+    downloads = [d for s in sizes for d in s["rerun_downloads"]]
+    lines.append(f"downloads in re-runs: {len(downloads)} (target 0): {'met' if not downloads else 'NOT met: ' + ', '.join(downloads[:5])}")
     if 1 in by_n and max(by_n) > 1:
         big = max(by_n)
         scaling = by_n[big]["verify_median_s"] / by_n[1]["verify_median_s"]
@@ -244,6 +248,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     os.environ.setdefault("CONTAINERS_CONF", str(REPO / "files" / "lab" / "containers.conf"))
     sizes = [int(s) for s in args.sizes.split(",") if s]
+    if not sizes or min(sizes) < 1 or max(sizes) > 8:
+        print(f"--sizes: node counts from 1 to 8 (the lab's extra-node addresses), got {args.sizes}", file=sys.stderr)
+        return 2
     results: dict = {
         "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": f"{platform.node()}, {os.cpu_count()} cores, "

@@ -147,17 +147,42 @@ class FreshNode:
 LONE_NODE_VARS = {"gpufleet_slurm": False, "gpufleet_monitoring": False}
 
 
-def make_fresh_node(tmp_path_factory, name: str) -> FreshNode:
-    podman("rm", "-f", name, check=False)
-    podman("run", "-d", "--name", name, "--hostname", name, "--network", LAB_NETWORK,
-           "--systemd=always", "--label", "gpufleet.lab=e2e", NODE_IMAGE, "/sbin/init")
-    inv = tmp_path_factory.mktemp(f"inv-{name}")
-    (inv / "group_vars").symlink_to(LAB_INVENTORY / "group_vars")
-    (inv / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": {"gpu_nodes": {
-        "hosts": {name: LONE_NODE_VARS},
-        "vars": {"ansible_connection": "containers.podman.podman",
-                 "ansible_python_interpreter": "/usr/bin/python3"}}}}}))
-    return FreshNode(name=name, inventory=inv)
+# Fixed lab addresses of the extra nodes (lab_address_prefix + number), so
+# that a restarted node keeps its address as a server does: .100-.127.
+EXTRA_NODE_NUMBERS = {"gpufleet-e2e-fresh": 100, "gpufleet-e2e-noble": 101, "gpufleet-e2e-fault": 102,
+                      "gpufleet-e2e-small-disk": 103, **{f"gpufleet-bench-{i}": 110 + i for i in range(1, 10)}}
+
+
+def start_lab_nodes(names: list, label: str, extra_args: tuple = ()) -> dict:
+    """Never-provisioned nodes from the lab's node image on their fixed
+    addresses, booted and answering SSH; returns name -> host variables."""
+    prefix = lab_vars()["lab_address_prefix"]
+    hosts = {}
+    for name in names:
+        address = f"{prefix}{EXTRA_NODE_NUMBERS[name]}"
+        podman("rm", "-f", name, check=False)
+        podman("run", "-d", "--name", name, "--hostname", name, "--network", LAB_NETWORK, "--ip", address,
+               "--systemd=always", "--label", f"gpufleet.lab={label}", *extra_args, NODE_IMAGE, "/sbin/init")
+        hosts[name] = {"ansible_host": address, **LONE_NODE_VARS}
+    for name in names:
+        podman("exec", name, "systemctl", "is-system-running", "--wait", check=False)
+    return hosts
+
+
+def lone_inventory(directory: Path, hosts: dict) -> Path:
+    """An inventory of extra nodes: the lab's group_vars and connection settings."""
+    directory.mkdir(parents=True, exist_ok=True)
+    if not (directory / "group_vars").exists():
+        (directory / "group_vars").symlink_to(LAB_INVENTORY / "group_vars")
+    connection = yaml.safe_load((LAB_INVENTORY / "hosts.yml").read_text())["all"]["vars"]
+    (directory / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": {"gpu_nodes": {
+        "hosts": hosts, "vars": connection}}}}))
+    return directory
+
+
+def make_fresh_node(tmp_path_factory, name: str, extra_args: tuple = ()) -> FreshNode:
+    hosts = start_lab_nodes([name], "e2e", extra_args)
+    return FreshNode(name=name, inventory=lone_inventory(tmp_path_factory.mktemp(f"inv-{name}"), hosts))
 
 
 @pytest.fixture(scope="module")
