@@ -145,3 +145,76 @@ def test_munge_key_copy_never_shows_its_content():
     (block,) = [b for b in blocks if any("slurp" in str(t) for t in b["block"])]
     assert block["no_log"] is True and block["diff"] is False
     assert all(task.get("no_log") is True for task in block["block"])
+
+
+# --- offline installs are hash-checked ------------------------------------------
+
+def test_offline_wheel_installs_need_a_hash_lock():
+    """A wheelhouse install is refused without pytorch_hashes_file (by default), the
+    lock reaches pip with --require-hashes, and the lab installs that way."""
+    defaults = yaml.safe_load((REPO / "roles" / "pytorch" / "defaults" / "main.yml").read_text())
+    assert defaults["pytorch_require_hashes_offline"] is True
+    install = next(t for t in tasks_in(yaml.safe_load((REPO / "roles" / "pytorch" / "tasks" / "install.yml").read_text()))
+                   if "pip" in str(t.get("ansible.builtin.command", {}).get("argv", "")) and "install" in t.get("name", "").lower())
+    argv = install["ansible.builtin.command"]["argv"]
+    assert "['--require-hashes', '-r', '/dev/stdin'] if __pytorch_hash_lines | length > 0" in argv
+    lab = yaml.safe_load((REPO / "inventory" / "lab" / "group_vars" / "all" / "main.yml").read_text())
+    assert lab["pytorch_wheelhouse_url"] and lab["pytorch_hashes_file"] == "{{ lab_wheelhouse_lock }}"
+
+
+# --- downloads retry, interrupted dpkg runs are finished ---------------------------
+
+def role_task_files() -> Iterator[Path]:
+    yield from sorted((REPO / "roles").glob("*/tasks/*.yml"))
+
+
+def downloads(task: dict) -> bool:
+    apt = task.get("ansible.builtin.apt")
+    if isinstance(apt, dict) and any(k in apt for k in ("name", "deb", "update_cache")):
+        return True
+    if "ansible.builtin.get_url" in task:
+        return True
+    argv = str(task.get("ansible.builtin.command", {}).get("argv", "")) if isinstance(task.get("ansible.builtin.command"), dict) else ""
+    return "'pip', 'install'" in argv
+
+
+DOWNLOADS = [(path, task["name"]) for path in role_task_files() for task in tasks_in(yaml.safe_load(path.read_text()) or [])
+             if downloads(task)]
+
+
+def test_the_download_scan_sees_the_installs():
+    names = {name for _, name in DOWNLOADS}
+    assert "Install the NVIDIA driver packages" in names and "Install the library packages" in names
+    assert len(DOWNLOADS) >= 20
+
+
+@pytest.mark.parametrize(("path", "name"), DOWNLOADS, ids=[f"{p.parent.parent.name}:{n}" for p, n in DOWNLOADS])
+def test_every_download_retries_while_its_source_does_not_answer(path, name):
+    """retries/until on every task that fetches (apt, get_url, pip), again only for an unreachable source."""
+    task = next(t for t in tasks_in(yaml.safe_load(path.read_text())) if t.get("name") == name)
+    assert int(task.get("retries", 0)) >= 2, f"{path.name}: {name} has no retries"
+    register = task.get("register")
+    until = " ".join(str(task.get("until", "")).split())
+    assert register and until.startswith(f"{register} is succeeded or (")
+    assert "is not search('(?i)fetch|connect|resolv|timed out|refused')" in until
+
+
+INSTALLING_ROLES = sorted({p.parent.parent.name for p, _ in DOWNLOADS
+                           if any(t.get("ansible.builtin.apt", {}).get("name") or t.get("ansible.builtin.apt", {}).get("deb")
+                                  for t in tasks_in(yaml.safe_load(p.read_text())) if isinstance(t.get("ansible.builtin.apt"), dict))}
+                          - {"preflight"})
+
+
+@pytest.mark.parametrize("role", INSTALLING_ROLES)
+def test_installing_roles_finish_an_interrupted_dpkg_run_first(role):
+    """The role includes dpkg_recovery (once per run) before its first package install."""
+    text = "\n".join(p.read_text() for p in sorted((REPO / "roles" / role / "tasks").glob("*.yml")))
+    assert "name: dpkg_recovery" in text and "when: dpkg_recovery_checked is not defined" in text
+
+
+def test_the_recovery_finishes_dpkg_and_reinstalls_half_installed_packages():
+    tasks = list(tasks_in(yaml.safe_load((REPO / "roles" / "dpkg_recovery" / "tasks" / "main.yml").read_text())))
+    commands = [t.get("ansible.builtin.command") for t in tasks]
+    assert "dpkg --configure -a" in commands
+    assert {"state": "fixed"} in [t.get("ansible.builtin.apt") for t in tasks]
+    assert INSTALLING_ROLES == ["container", "cuda", "monitoring", "nvidia_driver", "pytorch", "slurm"]
