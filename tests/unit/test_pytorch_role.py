@@ -205,12 +205,31 @@ def test_cuda_release_follows_the_cuda_role():
     assert cfg.failure is not None and "pytorch_cuda_release '11.8' is not a CUDA release gpufleet knows" in cfg.failure
 
 
-def test_lab_settings():
-    """The lab: torch 2.13.0+cpu alone (no torchvision/torchaudio exist for it) from the mirror's wheelhouse, over http."""
+def write_lock(directory: Path, wheels: dict[str, bytes]) -> Path:
+    """A wheelhouse of fake wheels and its lock, as files/wheelhouse_lock.py writes it."""
+    house = directory / "wheels"
+    house.mkdir()
+    for name, content in wheels.items():
+        (house / name).write_bytes(content)
+    lock = directory / "wheels.lock"
+    subprocess.run([sys.executable, str(REPO_ROOT / "files" / "wheelhouse_lock.py"), str(house), "--out", str(lock)], check=True)
+    return lock
+
+
+LAB_WHEELS = {"torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl": b"torch", "filelock-4.3.1-py3-none-any.whl": b"filelock",
+              "typing_extensions-4.16.0-py3-none-any.whl": b"typing"}
+
+
+def test_lab_settings(tmp_path):
+    """The lab: torch 2.13.0+cpu alone (no torchvision/torchaudio exist for it) from the mirror's wheelhouse, over http,
+    hash-checked against the lock playbooks/lab.yml writes on the controller."""
     lab = {k: v for k, v in yaml.safe_load(LAB_VARS.read_text()).items() if k.startswith("pytorch_")}
-    assert lab == {"pytorch_release": "2.13.0", "pytorch_variant": "cpu", "pytorch_wheelhouse_url": "{{ lab_mirror_url }}/wheels/"}
-    cfg = pytorch_config("debian12", lab_mirror_url="http://gpufleet-mirror", **lab)
+    assert lab == {"pytorch_release": "2.13.0", "pytorch_variant": "cpu", "pytorch_wheelhouse_url": "{{ lab_mirror_url }}/wheels/",
+                   "pytorch_hashes_file": "{{ lab_wheelhouse_lock }}"}
+    lock = write_lock(tmp_path, LAB_WHEELS)
+    cfg = pytorch_config("debian12", lab_mirror_url="http://gpufleet-mirror", lab_wheelhouse_lock=str(lock), **lab)
     assert cfg.failure is None
+    assert [line.split()[0] for line in cfg["__pytorch_hash_lines"]] == ["filelock==4.3.1", "torch==2.13.0+cpu", "typing-extensions==4.16.0"]
     assert cfg["__pytorch_matrix_pins"] == ["torch==2.13.0+cpu"]
     assert cfg["__pytorch_pip_source_args"] == ["--no-index", "--find-links", "http://gpufleet-mirror/wheels/", "--trusted-host=gpufleet-mirror"]
     assert cfg["__pytorch_source_pages"] == ["http://gpufleet-mirror/wheels/"]
@@ -272,6 +291,9 @@ BAD_INPUT = [
     ({"pytorch_venv": "venv"}, "pytorch_venv 'venv' must be an absolute path of its own"),
     ({"pytorch_python": "python3"}, "pytorch_python 'python3' must be the absolute path of an interpreter"),
     ({"pytorch_pip_timeout": 0}, "pytorch_pip_timeout must be a whole number of seconds above 0"),
+    ({"pytorch_wheelhouse_url": "http://mirror/wheels/"}, "pytorch_wheelhouse_url is an offline install, which gpufleet checks wheel by wheel"),
+    ({"pytorch_hashes_file": "/nonexistent/wheels.lock"}, "pytorch_hashes_file /nonexistent/wheels.lock does not exist on the controller"),
+    ({"pytorch_require_hashes_offline": "maybe"}, "pytorch_require_hashes_offline 'maybe' is not a boolean"),
 ]
 
 
@@ -288,7 +310,7 @@ def test_every_problem_comes_in_one_message():
     cfg = pytorch_config(pytorch_release="2.0.1", pytorch_wheelhouse_url="http://mirror/wheels", pytorch_venv="/usr", pytorch_pip_timeout=-1)
     assert cfg.failure is not None
     assert cfg.failure.startswith("pytorch settings rejected on gpu-ubuntu2204: ")
-    for n, name in enumerate(["pytorch_release", "pytorch_wheelhouse_url", "pytorch_venv", "pytorch_pip_timeout"], start=1):
+    for n, name in enumerate(["pytorch_release", "pytorch_wheelhouse_url", "pytorch_venv", "pytorch_hashes_file", "pytorch_pip_timeout"], start=1):
         assert re.search(rf"\[{n}\] [^\[]*{name}", cfg.failure), (name, cfg.failure)
 
 
@@ -436,3 +458,70 @@ def test_installed_probe_local_versions():
     assert not module.satisfied("torch==2.5.1+cu121", None)
     assert module.satisfied("numpy==1.26", "1.26.0")
     assert module.satisfied("ray[default]==2.9.3", "2.9.3")
+
+
+# --- hash-checked installs (pytorch_hashes_file) --------------------------------
+
+def install_argv(cfg: PytorchConfig) -> tuple[list, Any]:
+    """The pip command line and stdin of the install task, rendered for ``cfg``."""
+    task = cfg.task("install.yml", "Install {{ __pytorch_requirements")
+    templar = Templar(loader=_loader, variables={**cfg.variables, "omit": "__omit__"})
+    return templar.template(task["ansible.builtin.command"]["argv"]), templar.template(task["ansible.builtin.command"].get("stdin"))
+
+
+def test_offline_install_is_hash_checked_through_stdin(tmp_path):
+    """A lock makes pip install exactly it with --require-hashes; it travels on stdin, nothing is written on the node."""
+    lock = write_lock(tmp_path, {"torch-2.5.1+cu121-cp311-cp311-linux_x86_64.whl": b"cu121 torch",
+                                 "torchvision-0.20.1+cu121-cp311-cp311-linux_x86_64.whl": b"tv",
+                                 "torchaudio-2.5.1+cu121-cp311-cp311-linux_x86_64.whl": b"ta",
+                                 "nvidia_cudnn_cu12-9.1.0.70-py3-none-manylinux2014_x86_64.whl": b"cudnn"})
+    cfg = pytorch_config(pytorch_wheelhouse_url="http://mirror.corp/wheels/", pytorch_hashes_file=str(lock))
+    assert cfg.failure is None
+    argv, stdin = install_argv(cfg)
+    assert argv[argv.index("--require-hashes"):argv.index("--require-hashes") + 3] == ["--require-hashes", "-r", "/dev/stdin"]
+    assert not any(a.startswith("torch==") for a in argv)
+    assert "--no-index" in argv and "http://mirror.corp/wheels/" in argv
+    assert stdin.splitlines() == cfg["__pytorch_hash_lines"]
+    assert all("--hash=sha256:" in line for line in stdin.splitlines())
+
+
+def test_without_a_lock_pip_gets_the_pins():
+    argv, stdin = install_argv(pytorch_config())
+    assert "--require-hashes" not in argv and argv[-3:] == ["torch==2.5.1+cu121", "torchvision==0.20.1+cu121", "torchaudio==2.5.1+cu121"]
+    assert stdin == "__omit__"
+
+
+def test_offline_install_without_hashes_only_when_switched_off():
+    assert pytorch_config(pytorch_wheelhouse_url="http://mirror/wheels/", pytorch_require_hashes_offline=False).failure is None
+
+
+def test_a_lock_of_another_release_is_rejected(tmp_path):
+    lock = write_lock(tmp_path, {"torch-2.4.1+cu121-cp311-cp311-linux_x86_64.whl": b"old"})
+    cfg = pytorch_config(pytorch_wheelhouse_url="http://mirror/wheels/", pytorch_hashes_file=str(lock), pytorch_torchvision=False,
+                         pytorch_torchaudio=False)
+    assert cfg.failure is not None
+    assert "pytorch_hashes_file " + str(lock) + " does not pin torch==2.5.1+cu121 (it pins torch==2.4.1+cu121)" in cfg.failure
+
+
+@pytest.mark.parametrize("line", [
+    "torch>=2.5.1 --hash=sha256:" + "a" * 64,
+    "torch==2.5.1+cu121",
+    "torch==2.5.1+cu121 --hash=sha256:abc",
+    "torch==2.5.1+cu121 --hash=md5:" + "a" * 32,
+])
+def test_a_lock_line_without_pin_and_sha256_is_rejected(tmp_path, line):
+    lock = tmp_path / "bad.lock"
+    lock.write_text(f"# a comment\n{line}\n")
+    cfg = pytorch_config(pytorch_hashes_file=str(lock), pytorch_torchvision=False, pytorch_torchaudio=False)
+    assert cfg.failure is not None
+    assert f"pytorch_hashes_file {lock} has lines that are not an exact pin with --hash=sha256" in cfg.failure
+
+
+def test_pip_compile_style_continuations_and_comments_are_read(tmp_path):
+    lock = tmp_path / "compiled.txt"
+    lock.write_text("#\n# pip-compile --generate-hashes\n#\ntorch==2.5.1+cu121 \\\n    --hash=sha256:" + "b" * 64
+                    + " \\\n    --hash=sha256:" + "c" * 64 + "\n    # via -r requirements.in\n")
+    cfg = pytorch_config(pytorch_hashes_file=str(lock), pytorch_torchvision=False, pytorch_torchaudio=False)
+    assert cfg.failure is None
+    assert [" ".join(line.split()) for line in cfg["__pytorch_hash_lines"]] == [
+        "torch==2.5.1+cu121 --hash=sha256:" + "b" * 64 + " --hash=sha256:" + "c" * 64]
