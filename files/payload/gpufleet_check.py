@@ -36,8 +36,11 @@ Commands
     python3 gpufleet_check.py --help
 
 Multi-node training (the same command on every node; prints one JSON object
-{"rc", "node", "result", "log_tail"}, where "result" is the payload's result
-on the node that got global rank 0 and null elsewhere)::
+{"rc", "node", "result", "log_tail", "failures", "failed_ranks"}, where
+"result" is the payload's result on the node that got global rank 0 and null
+elsewhere, and "failures" the workers torchrun's error summary lists (host,
+rank, exit code: negative when killed by that signal), described one per line
+in "failed_ranks")::
 
     python3 gpufleet_check.py train --nnodes 2 --nproc-per-node 8 \\
         --rdzv-endpoint node1:29500 --rdzv-id smoke1 [--timeout 600] [-- payload args...]
@@ -1010,6 +1013,46 @@ def log_tail(log_file: Path, note: str) -> str:
     return "\n".join(lines + ([note] if note else []))
 
 
+FAILURE_FIELD = re.compile(r"^\s*(time|host|rank|exitcode|error_file|traceback)\s*:\s*(.*)$")
+
+
+def worker_failures(log_text: str) -> list[dict[str, Any]]:
+    """The failed workers torchrun lists in its error summary ("Failures:" and
+    "Root Cause"): host, global rank, exit code (negative: killed by that
+    signal) and cause, each rank once, in torchrun's order."""
+    failures: dict[int, dict[str, Any]] = {}
+    entry: dict[str, str] = {}
+
+    def keep() -> None:
+        rank = re.match(r"-?\d+", entry.get("rank", ""))
+        code = re.match(r"-?\d+", entry.get("exitcode", ""))
+        if rank and code and int(rank.group()) not in failures:
+            failures[int(rank.group())] = {"host": entry.get("host", ""), "rank": int(rank.group()),
+                                           "exitcode": int(code.group()), "cause": entry.get("traceback", "")}
+
+    for line in log_text.splitlines():
+        if re.match(r"^\s*\[\d+\]:\s*$", line):
+            keep()
+            entry = {}
+        elif match := FAILURE_FIELD.match(line):
+            entry[match.group(1)] = match.group(2).strip()
+    keep()
+    return list(failures.values())
+
+
+def describe_failure(failure: dict[str, Any]) -> str:
+    """One line for a failed worker: killed by a signal, or its exit code."""
+    where = f"rank {failure['rank']} on {failure['host'] or 'an unknown host'}"
+    code = failure["exitcode"]
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"{where} was killed by signal {-code} ({name})"
+    return f"{where} exited with code {code}"
+
+
 def training_env(tmpdir: Path | None = None) -> dict[str, str]:
     """The launcher's environment: no inherited rank variables; with ``tmpdir``, torchrun's
     and the workers' temporary files (torchelastic_*, ...) go there and leave with it."""
@@ -1031,7 +1074,7 @@ def run_training(nproc: int, nnodes: int = 1, node_rank: int = 0, rdzv_endpoint:
     """
     payload = Path(payload) if payload else find_payload()
     if not payload.is_file():
-        return {"rc": EXIT_USAGE, "result": None, "log_tail": f"payload not found: {payload}"}
+        return {"rc": EXIT_USAGE, "result": None, "log_tail": f"payload not found: {payload}", "failures": []}
     workdir = Path(tempfile.mkdtemp(prefix="gpufleet-train-"))
     try:
         result_file, log_file = workdir / "result.json", workdir / "torchrun.log"
@@ -1043,7 +1086,7 @@ def run_training(nproc: int, nnodes: int = 1, node_rank: int = 0, rdzv_endpoint:
         rc, note = wait_or_stop(proc, timeout)
         result_text = read_text(result_file)
         return {"rc": rc, "result": json.loads(result_text) if result_text else None,
-                "log_tail": log_tail(log_file, note)}
+                "log_tail": log_tail(log_file, note), "failures": worker_failures(read_text(log_file) or "")}
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
@@ -1400,7 +1443,9 @@ def train_main(argv: Sequence[str]) -> int:
     run = run_training(args.nproc_per_node, nnodes=args.nnodes, rdzv_endpoint=args.rdzv_endpoint, rdzv_id=args.rdzv_id,
                        payload_args=args.payload_args, timeout=args.timeout, payload=args.payload)
     print(json.dumps(finite_or_none({"rc": run["rc"], "node": socket.gethostname(), "result": run["result"],
-                                     "log_tail": run["log_tail"]}), indent=2, allow_nan=False), flush=True)
+                                     "log_tail": run["log_tail"], "failures": run["failures"],
+                                     "failed_ranks": [describe_failure(f) for f in run["failures"]]}),
+                     indent=2, allow_nan=False), flush=True)
     return run["rc"]
 
 

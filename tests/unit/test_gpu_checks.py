@@ -879,3 +879,52 @@ def test_cli_metrics_in_a_missing_directory_warn_only(host: FakeHost) -> None:
     assert json.loads(proc.stdout)["verdict"] == "pass"
     assert f"gpufleet_check: metrics not written to {missing}" in proc.stderr
     assert not missing.parent.exists()
+
+
+# --------------------------------------------------------------------------- torchrun's failure summary
+
+TORCHRUN_FAILURE = """\
+[rank0]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [10.89.77.12]:51234
+E1130 05:50:02.114000 812 torch/distributed/elastic/multiprocessing/api.py:882] failed (exitcode: 1) local_rank: 0 (pid: 811)
+Traceback (most recent call last):
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+/opt/gpufleet/payload/train.py FAILED
+------------------------------------------------------------
+Failures:
+[1]:
+  time      : 2026-11-30_05:50:02
+  host      : gpufleet-node-2
+  rank      : 3 (local_rank: 1)
+  exitcode  : 1 (pid: 812)
+  error_file: <N/A>
+  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-11-30_05:50:01
+  host      : gpufleet-node-2
+  rank      : 2 (local_rank: 0)
+  exitcode  : -9 (pid: 811)
+  error_file: <N/A>
+  traceback : Signal 9 (SIGKILL) received by PID 811
+============================================================
+"""
+
+
+def test_worker_failures_are_read_from_torchruns_summary():
+    check = load_script(CHECK)
+    failures = check.worker_failures(TORCHRUN_FAILURE)
+    assert failures == [
+        {"host": "gpufleet-node-2", "rank": 3, "exitcode": 1, "cause": "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html"},
+        {"host": "gpufleet-node-2", "rank": 2, "exitcode": -9, "cause": "Signal 9 (SIGKILL) received by PID 811"},
+    ]
+    assert [check.describe_failure(f) for f in failures] == [
+        "rank 3 on gpufleet-node-2 exited with code 1", "rank 2 on gpufleet-node-2 was killed by signal 9 (SIGKILL)"]
+
+
+def test_no_summary_no_failures():
+    check = load_script(CHECK)
+    assert check.worker_failures("step 10 loss 0.5\nall good\n") == []
+    assert check.describe_failure({"host": "", "rank": 0, "exitcode": -99, "cause": ""}) == \
+        "rank 0 on an unknown host was killed by signal 99 (signal 99)"
