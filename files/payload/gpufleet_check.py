@@ -113,6 +113,7 @@ import argparse
 import contextlib
 import csv
 import glob
+import importlib.util
 import json
 import math
 import os
@@ -676,9 +677,35 @@ def torch_build(torch: Any) -> str:
     return f"torch {torch.__version__}, {cuda}"
 
 
+def installed_torch() -> dict[str, str | None] | None:
+    """torch's version and CUDA build read from its installed torch/version.py, without
+    importing torch (seconds of CPU); None when no torch package with one is found."""
+    try:
+        spec = importlib.util.find_spec("torch")
+    except (ImportError, ValueError):  # sys.modules["torch"] is None: blocked
+        return None
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    text = read_text(Path(locations[0]) / "version.py") if locations else None
+    version = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)['\"]", text or "", re.M)
+    if not version:
+        return None
+    cuda = re.search(r"^cuda\s*(?::[^=]*)?=\s*['\"]([^'\"]+)['\"]", text or "", re.M)
+    return {"torch": version.group(1), "cuda": cuda.group(1) if cuda else None, "cudnn": None, "nccl": None}
+
+
 def check_torch_cuda(probe: Probe) -> dict[str, Any]:
-    """torch imports, CUDA is available and torch sees as many GPUs as nvidia-smi."""
-    name, torch = "torch_cuda", probe.torch
+    """torch imports, CUDA is available and torch sees as many GPUs as nvidia-smi.
+
+    Without a GPU on the machine there is nothing for torch to use: its
+    installed files say which build it is, and it is not imported."""
+    name = "torch_cuda"
+    if not probe.gpu_present:
+        installed = installed_torch()
+        if installed is None:
+            return check_result(name, "fail", "torch is not installed in this environment")
+        return no_gpu(name, probe, f"torch {installed['torch']}, "
+                      + (f"CUDA {installed['cuda']}" if installed["cuda"] else "CPU-only build"))
+    torch = probe.torch
     if torch is None:
         return check_result(name, "fail", f"torch not importable: {probe.torch_error}")
     available = torch.cuda.is_available()
@@ -720,13 +747,16 @@ def describe_versions(versions: dict[str, str | None]) -> str:
 
 def check_libraries(probe: Probe) -> dict[str, Any]:
     """CUDA, cuDNN and NCCL behind torch; --expect-cuda compares major.minor."""
-    name, torch, expect = "libraries", probe.torch, probe.args.expect_cuda
-    versions = torch_versions(torch) if torch is not None else None
-    described = describe_versions(versions) if versions else ""
-    if not probe.gpu_present:
-        result = no_gpu(name, probe, described or "torch not importable")
+    name, expect = "libraries", probe.args.expect_cuda
+    if not probe.gpu_present:  # versions from torch's files, without importing it
+        versions = installed_torch()
+        result = no_gpu(name, probe, (f"torch {versions['torch']}, " + (f"CUDA {versions['cuda']}" if versions["cuda"]
+                                      else "CPU-only build")) if versions else "torch not importable")
         result["value"] = versions
         return result
+    torch = probe.torch
+    versions = torch_versions(torch) if torch is not None else None
+    described = describe_versions(versions) if versions else ""
     if versions is None:
         return check_result(name, "skipped", "torch not importable (see torch_cuda)", threshold=expect)
     failures = []
@@ -1143,7 +1173,10 @@ def run_check(name: str, probe: Probe) -> dict[str, Any]:
 
 def report_versions(probe: Probe) -> dict[str, str | None]:
     try:
-        versions: dict[str, str | None] = torch_versions(probe.torch) if probe.torch is not None else {}
+        if not probe.gpu_present:  # no import without a GPU (see check_torch_cuda)
+            versions: dict[str, str | None] = installed_torch() or {}
+        else:
+            versions = torch_versions(probe.torch) if probe.torch is not None else {}
     except Exception:  # a broken torch is the checks' business, not the report's
         versions = {}
     return {"driver_installed": probe.driver.installed, "driver_loaded": probe.driver.loaded,

@@ -4,6 +4,7 @@ events, never from console text."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import uuid
@@ -107,9 +108,31 @@ def lab_vars() -> dict:
     return yaml.safe_load((LAB_INVENTORY / "group_vars" / "all" / "generated.yml").read_text())
 
 
+def address_of(name: str) -> str:
+    """The lab address of a lab host or of an extra node."""
+    if name in EXTRA_NODE_NUMBERS:
+        return f"{lab_vars()['lab_address_prefix']}{EXTRA_NODE_NUMBERS[name]}"
+    groups = yaml.safe_load((LAB_INVENTORY / "hosts.yml").read_text())["all"]["children"]
+    return next(g["hosts"][name]["ansible_host"] for g in groups.values()
+                if name in (g.get("hosts") or {}) and (g["hosts"][name] or {}).get("ansible_host"))
+
+
+def forget_ssh_master(address: str) -> None:
+    """Ends Ansible's ControlPersist master for a lab address (ansible.cfg:
+    ControlMaster=auto). A node that was removed or killed leaves its master
+    holding a dead TCP connection, which would swallow the next run's
+    sessions; a real reboot goes through the reboot module, which resets it."""
+    digest = hashlib.sha1(f"{address}-None-root".encode()).hexdigest()[:10]  # ansible's control path
+    socket = Path.home() / ".ansible" / "cp" / digest
+    if socket.exists():
+        subprocess.run(["ssh", "-S", str(socket), "-O", "exit", "lab-node"], capture_output=True, timeout=30)
+        socket.unlink(missing_ok=True)
+
+
 def restart_node(name: str) -> None:
     """Reboots a lab node: the container restarts and systemd boots again."""
     podman("restart", "--time", "20", name)
+    forget_ssh_master(address_of(name))
     podman("exec", name, "systemctl", "is-system-running", "--wait", check=False)
 
 
@@ -161,6 +184,7 @@ def start_lab_nodes(names: list, label: str, extra_args: tuple = ()) -> dict:
     for name in names:
         address = f"{prefix}{EXTRA_NODE_NUMBERS[name]}"
         podman("rm", "-f", name, check=False)
+        forget_ssh_master(address)
         podman("run", "-d", "--name", name, "--hostname", name, "--network", LAB_NETWORK, "--ip", address,
                "--systemd=always", "--label", f"gpufleet.lab={label}", *extra_args, NODE_IMAGE, "/sbin/init")
         hosts[name] = {"ansible_host": address, **LONE_NODE_VARS}

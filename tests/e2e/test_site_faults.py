@@ -25,7 +25,7 @@ import time
 
 import pytest
 
-from conftest import LAB_INVENTORY, make_fresh_node, podman, run_playbook
+from conftest import LAB_INVENTORY, address_of, forget_ssh_master, make_fresh_node, podman, run_playbook
 
 MIRROR = "gpufleet-mirror"
 DRIVER_DOWNLOAD_TASK = "Install the kernel headers and build tools"
@@ -100,6 +100,7 @@ def test_mirror_stopping_mid_install_is_retried_then_named(tmp_path, fault_node)
     finally:
         podman("exec", MIRROR, "systemctl", "start", "nginx")
     seconds = time.monotonic() - start
+    assert stop_mirror.thread is not None, f"the run ended before the download: {run.failures()}"
     stop_mirror.join()
     assert run.status == "failed"
     messages = " ".join(run.failures().get(fault_node.name, []))
@@ -119,6 +120,7 @@ def test_interrupted_dpkg_is_finished_by_the_next_run(tmp_path, fault_node):
 
     killer = OnTaskStart(DRIVER_DOWNLOAD_TASK, fault_node.name, kill_dpkg)
     run = run_playbook(tmp_path, "playbooks/provision.yml", fault_node.inventory, on_event=killer)
+    assert killer.thread is not None, f"the run ended before the download: {run.failures()}"
     killer.join()
     assert STATE["dpkg"].get("pid"), "dpkg never unpacked"
     assert run.status == "failed"
@@ -134,6 +136,7 @@ def test_interrupted_dpkg_is_finished_by_the_next_run(tmp_path, fault_node):
 
     kill_node = OnTaskStart(CUDA_INSTALL_TASK, fault_node.name, kill_node_when_cuda_unpacks)
     STATE["rerun"] = rerun = run_playbook(tmp_path, "playbooks/provision.yml", fault_node.inventory, on_event=kill_node)
+    assert kill_node.thread is not None, f"the run ended before the toolkit's install: {rerun.failures()}"
     kill_node.join()
     assert RECOVERY_TASK in rerun.changed_tasks().get(fault_node.name, []), rerun.failures()
     assert DRIVER_PACKAGES_TASK in rerun.changed_tasks().get(fault_node.name, [])
@@ -148,6 +151,7 @@ def test_node_killed_mid_converge_is_completed_by_a_rerun(tmp_path, fault_node):
     assert podman("inspect", "--format", "{{.State.Running}}", fault_node.name).stdout.strip() == "false"
 
     podman("start", fault_node.name)
+    forget_ssh_master(address_of(fault_node.name))
     podman("exec", fault_node.name, "systemctl", "is-system-running", "--wait", check=False)
     # The driver installed before the crash is still there, held.
     assert package_status(fault_node, "nvidia-kernel-dkms") == "hi"

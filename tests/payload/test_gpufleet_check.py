@@ -106,7 +106,8 @@ def test_train_subcommand_single_node_rendezvous(cpu_host: dict[str, Any]) -> No
                "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--rdzv-id", "unit")
     assert proc.returncode == 0, explain(proc)
     out = json.loads(proc.stdout)  # one JSON object, nothing else on stdout
-    assert out.keys() == {"rc", "node", "result", "log_tail"}
+    assert out.keys() == {"rc", "node", "result", "log_tail", "failures", "failed_ranks"}
+    assert out["failures"] == [] and out["failed_ranks"] == []
     assert (out["rc"], out["node"]) == (0, socket.gethostname())
     assert (out["result"]["verdict"], out["result"]["world_size"]) == ("pass", 2)
     assert "verdict pass" in out["log_tail"] and '"losses"' not in out["log_tail"]
@@ -160,3 +161,38 @@ def test_train_subcommand_sigterm_stops_the_workers(cpu_host: dict[str, Any], tm
     proc.communicate(timeout=30)
     assert proc.returncode == 143  # 128 + SIGTERM
     assert_nothing_left(marker)
+
+
+def test_train_subcommand_names_a_rank_killed_by_a_signal(cpu_host: dict[str, Any], tmp_path: Path) -> None:
+    """One of the 2 workers is killed (SIGKILL) mid-run: the subcommand fails, and its envelope names
+    that rank and the signal from torchrun's own failure summary; nothing of the run is left."""
+    marker = str(tmp_path / "never-written-params.pt")
+    proc = start_train(cpu_host, marker, timeout=120)
+    deadline = time.monotonic() + 60
+    while len(worker_pids(marker)) < 2 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    pids = worker_pids(marker)
+    assert len(pids) == 2, f"the 2 workers did not show up (rc {proc.poll()})"
+    time.sleep(2)
+    victim = next(pid for pid in pids if "LOCAL_RANK=1" in Path(f"/proc/{pid}/environ").read_bytes().decode().split("\0"))
+    os.kill(victim, 9)
+    stdout, _ = proc.communicate(timeout=60)
+    out = json.loads(stdout)
+    assert out["rc"] != 0 and out["result"] is None
+    assert {"rank": 1, "exitcode": -9} in [{k: f[k] for k in ("rank", "exitcode")} for f in out["failures"]], out["failures"]
+    assert any(line.startswith("rank 1 on ") and line.endswith("was killed by signal 9 (SIGKILL)") for line in out["failed_ranks"])
+    assert_nothing_left(marker)
+
+
+def worker_pids(marker: str) -> list[int]:
+    """pids of the payload's worker processes (as workers_of)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if marker in cmd and "train.py" in cmd and "torch.distributed.run" not in cmd and "gpufleet_check.py" not in cmd:
+                pids.append(int(entry.name))
+    return pids

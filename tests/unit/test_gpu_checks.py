@@ -603,11 +603,30 @@ def test_cli_without_gpu_passes(host: FakeHost) -> None:
 
 
 def test_cli_without_torch_fails(host: FakeHost) -> None:
+    """No GPU: torch is not imported, its installed files are read; the test's stand-in has none."""
     proc = run_cli(host, *host.argv("--json"))
     assert proc.returncode == 1, explain(proc)
     report = json.loads(proc.stdout)
     assert report["verdict"] == "fail"
-    assert report["reasons"] == ["torch_cuda: torch not importable: ImportError: torch is blocked by the test"]
+    assert report["reasons"] == ["torch_cuda: torch is not installed in this environment"]
+
+
+def test_without_a_gpu_torch_is_read_not_imported(gc: ModuleType, host: FakeHost, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The build comes from torch/version.py; an import would fail here (sys.modules blocks it)."""
+    package = tmp_path / "site" / "torch"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("raise ImportError('imported')\n")
+    (package / "version.py").write_text("__version__ = '2.5.1+cu121'\ndebug = False\ncuda: Optional[str] = '12.1'\n")
+    monkeypatch.delitem(sys.modules, "torch")
+    monkeypatch.syspath_prepend(str(package.parent))
+    p = probe(gc, host)
+    assert gc.check_torch_cuda(p)["detail"] == "no GPU (torch 2.5.1+cu121, CUDA 12.1)"
+    libraries = gc.check_libraries(p)
+    assert libraries["verdict"] == "skipped" and libraries["value"] == {"torch": "2.5.1+cu121", "cuda": "12.1", "cudnn": None,
+                                                                        "nccl": None}
+    assert gc.report_versions(p)["torch"] == "2.5.1+cu121"
+    assert "torch" not in sys.modules
 
 
 def test_cli_require_gpus_fails(host: FakeHost) -> None:
