@@ -185,7 +185,8 @@ def start_lab_nodes(names: list, label: str, extra_args: tuple = ()) -> dict:
         address = f"{prefix}{EXTRA_NODE_NUMBERS[name]}"
         podman("rm", "-f", name, check=False)
         forget_ssh_master(address)
-        podman("run", "-d", "--name", name, "--hostname", name, "--network", LAB_NETWORK, "--ip", address,
+        mac = "02:00:" + ":".join(f"{int(octet):02x}" for octet in address.split("."))  # fixed, as lab.yml's
+        podman("run", "-d", "--name", name, "--hostname", name, "--network", LAB_NETWORK, "--ip", address, "--mac-address", mac,
                "--systemd=always", "--label", f"gpufleet.lab={label}", *extra_args, NODE_IMAGE, "/sbin/init")
         hosts[name] = {"ansible_host": address, **LONE_NODE_VARS}
     for name in names:
