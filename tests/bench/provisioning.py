@@ -157,6 +157,9 @@ def shell_sequence() -> str:
     mirror = lab_vars()["lab_mirror_url"]
     return f"""set -eux
 export DEBIAN_FRONTEND=noninteractive
+echo 'deb [signed-by=/usr/share/keyrings/gpufleet-lab-archive-keyring.gpg] {mirror}/debian bookworm contrib non-free non-free-firmware' \\
+  > /etc/apt/sources.list.d/nvidia.list
+printf 'Package: *nvidia* libcuda* libnvidia*\\nPin: version {driver}-*\\nPin-Priority: 1001\\n' > /etc/apt/preferences.d/nvidia.pref
 apt-get update
 apt-get install -y --no-install-recommends linux-headers-{kernel} nvidia-kernel-dkms={driver}-* nvidia-smi={driver}-* \\
   libcuda1={driver}-* nvidia-persistenced
@@ -182,8 +185,9 @@ def bench_shell(root: Path) -> dict:
         done = subprocess.run(["podman", "exec", "-i", name, "bash"], input=shell_sequence(), text=True,
                               capture_output=True)
         seconds = time.monotonic() - start
-        if done.returncode != 0:
-            raise SystemExit(f"the shell sequence failed:\n{done.stderr[-3000:]}")
+        if done.returncode != 0:  # the other figures still count
+            log(f"the shell sequence failed:\n{done.stderr[-3000:]}")
+            return {"shell_error": done.stderr[-3000:]}
         log(f"the shell sequence: {seconds:.0f} s")
         return {"shell_s": round(seconds, 1)}
     finally:
@@ -225,6 +229,8 @@ def report(results: dict) -> str:
         scaling = by_n[big]["verify_median_s"] / by_n[1]["verify_median_s"]
         lines.append(f"verify on {big} nodes / on 1 node: {scaling:.2f} x (target <= {VERIFY_SCALING_TARGET} x): "
                      f"{'met' if scaling <= VERIFY_SCALING_TARGET else 'NOT met'}")
+    if "shell_error" in results:
+        lines.append("by hand (shell sequence): FAILED, see shell_error in the JSON")
     if "shell_s" in results and 1 in by_n:
         shell = results["shell_s"]
         lines.append(f"by hand (shell sequence, 1 node): {shell:.0f} s; gpufleet's provisioning of 1 node: "
