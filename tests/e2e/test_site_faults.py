@@ -13,19 +13,22 @@ each run of playbooks/provision.yml starting where the last one left it:
 
 Then, on the lab's converged nodes, a rank killed mid-smoke: the play fails
 within a bounded time, names the rank and node, and leaves no process behind;
-and a node whose software file system is too small stops in preflight,
-before any change.
+a node whose software file system is too small stops in preflight,
+before any change; and a wheel swapped on the mirror is refused by the
+lab's hash-checked install path.
 """
 
 from __future__ import annotations
 
 import re
+import subprocess
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
-from conftest import LAB_INVENTORY, address_of, forget_ssh_master, make_fresh_node, podman, run_playbook
+from conftest import LAB_INVENTORY, address_of, forget_ssh_master, lab_vars, make_fresh_node, podman, run_playbook
 
 MIRROR = "gpufleet-mirror"
 DRIVER_DOWNLOAD_TASK = "Install the kernel headers and build tools"
@@ -212,3 +215,18 @@ def test_too_small_a_file_system_stops_in_preflight(tmp_path, tmp_path_factory, 
         assert node.state() == before
     finally:
         podman("rm", "-f", node.name, check=False)
+
+
+def test_a_wheel_swapped_on_the_mirror_is_refused(lab_hosts):
+    """The lab installs torch hash-checked (pytorch_hashes_file): against the lock with torch's
+    hash changed, as when the wheel on the mirror was swapped, pip refuses before installing."""
+    lock = Path(lab_vars()["lab_wheelhouse_lock"]).read_text()
+    assert re.search(r"^torch==2\.13\.0\+cpu --hash=sha256:[0-9a-f]{64}$", lock, re.M), lock
+    swapped = re.sub(r"^(torch==\S+ --hash=sha256:)([0-9a-f])", lambda m: m[1] + ("0" if m[2] != "0" else "1"), lock, flags=re.M)
+    pip = ["/opt/gpufleet/venv/bin/python", "-m", "pip", "install", "--dry-run", "--ignore-installed", "--no-cache-dir", "--require-hashes",
+           "--no-index", "--find-links", "http://gpufleet-mirror/wheels/", "--trusted-host", "gpufleet-mirror", "-r", "/dev/stdin"]
+    for text, refused in ((lock, False), (swapped, True)):
+        done = subprocess.run(["podman", "exec", "-i", lab_hosts[0], *pip], input=text, capture_output=True, text=True)
+        assert (done.returncode != 0) == refused, done.stdout[-2000:] + done.stderr[-2000:]
+        if refused:
+            assert "THESE PACKAGES DO NOT MATCH THE HASHES FROM THE REQUIREMENTS FILE" in done.stderr
