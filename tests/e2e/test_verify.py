@@ -65,11 +65,21 @@ def test_gpu_required_fails_every_lab_node(tmp_path, lab_hosts):
     assert all(any("no GPU" in r for r in node["reasons"]) for node in report["nodes"])
 
 
+# A GPU that fell off the bus makes nvidia-smi hang: the node's check is
+# then certainly still running when the test stops the node (without a GPU,
+# the lab's check finishes in about a second, often before the test could
+# see it start). The hanging copy shadows the real one on PATH; the real
+# /usr/bin/nvidia-smi is not touched.
+HANGING_SMI = "/usr/local/bin/nvidia-smi"
+
+
 @pytest.fixture
 def node_to_stop(lab_hosts):
     name = lab_hosts[-1]
+    podman("exec", name, "sh", "-c", f"printf '#!/bin/sh\\nsleep 600\\n' > {HANGING_SMI} && chmod 0755 {HANGING_SMI}")
     yield name
     restart_node(name)  # starts it again (a stopped container restarts)
+    podman("exec", name, "rm", "-f", HANGING_SMI)
 
 
 def test_node_stopped_mid_verification_is_named(tmp_path, lab_hosts, node_to_stop):
@@ -81,12 +91,15 @@ def test_node_stopped_mid_verification_is_named(tmp_path, lab_hosts, node_to_sto
         data = event.get("event_data", {})
         if (not stopped and event.get("event") == "runner_on_start" and data.get("task") == CHECK_TASK
                 and data.get("host") == node_to_stop):
-            # The check starts on the node (ansible copies and launches it): stop the node in the middle.
+            # The check starts on the node (ansible copies and launches it) and
+            # hangs in nvidia-smi: stop the node in the middle.
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline:
-                if podman("exec", node_to_stop, "pgrep", "-f", "gpufleet_check", check=False).returncode == 0:
+                if podman("exec", node_to_stop, "pgrep", "-f", HANGING_SMI, check=False).returncode == 0:
                     break
                 time.sleep(0.2)
+            else:
+                stopped["late"] = True
             podman("stop", "--time", "0", node_to_stop, check=False)
             stopped["at"] = time.monotonic()
         return True
@@ -94,6 +107,7 @@ def test_node_stopped_mid_verification_is_named(tmp_path, lab_hosts, node_to_sto
     run = run_playbook(tmp_path, "playbooks/verify.yml", LAB_INVENTORY,
                        extravars={"gpu_verify_report_dir": str(reports)}, on_event=stop_when_its_check_runs)
     assert stopped, "the check never started on the node"
+    assert "late" not in stopped, f"the check on {node_to_stop} did not reach nvidia-smi within 30 s"
     assert run.status == "failed"
     assert set(run.failures()) == {node_to_stop}
 
