@@ -3,6 +3,7 @@
 
     make bench                               # sizes 1, 3 and 6 nodes (about an hour on 2 cores)
     .venv/bin/python tests/bench/provisioning.py --sizes 1 --skip-shell
+    .venv/bin/python tests/bench/provisioning.py --verify-only     # verify on 1, 3, 6 copies of a converged node (minutes)
 
 Needs the lab (`make lab`: the mirror and the node image). For each size N
 it starts N never-provisioned nodes beside the lab's own (gpufleet-bench-*,
@@ -21,6 +22,10 @@ installs of the driver, CUDA, cuDNN and NCCL, a venv and pip install of
 torch; no Ansible) on one fresh node, so the toolkit's cost is a ratio
 against doing it by hand; and the payload's samples/s on CPU for 1 rank and
 for N ranks (torchrun --standalone on this machine).
+
+With --verify-only, only the verify figures, in minutes instead of an
+hour: the lab's first node (converged by `make run`) is copied (podman
+commit) and verify.yml runs on 1..N running copies, the sizes interleaved.
 
 The targets (issue 6) are printed next to the figures: re-run <= 20 % of
 the first converge, verify on 6 nodes <= 1.5 x verify on 1 node, no download
@@ -176,6 +181,36 @@ python3 -m venv /opt/venv
 """
 
 
+def bench_verify_copies(sizes: list[int], root: Path) -> dict:
+    """verify.yml on copies of the lab's converged first node: 3 runs per size, the sizes interleaved."""
+    groups = yaml.safe_load((LAB_INVENTORY / "hosts.yml").read_text())["all"]["children"]
+    source = sorted(groups["gpu_nodes"]["hosts"])[0]
+    image = f"localhost/{PREFIX}-converged:latest"
+    log(f"copying the converged lab node {source} (podman commit)")
+    podman("commit", "--quiet", source, image)
+    names = [f"{PREFIX}-{i}" for i in range(1, max(sizes) + 1)]
+    try:
+        log(f"starting {len(names)} copies")
+        hosts = start_lab_nodes(names, "bench", image=image)
+        inventories = {size: lone_inventory(root / f"verify-{size}", {n: hosts[n] for n in names[:size]}) for size in sizes}
+        seconds: dict[int, list[float]] = {size: [] for size in sizes}
+        for attempt in range(3):
+            for size in sizes:
+                took, run = timed(root, "playbooks/verify.yml", inventories[size])
+                if run.status != "successful":
+                    raise SystemExit(f"verify.yml failed on {size} copies of {source} (converge the lab first: make run):"
+                                     f" {run.failures()}")
+                seconds[size].append(took)
+        for size in sizes:
+            log(f"verify on {size} node(s): {', '.join(f'{s:.1f}' for s in seconds[size])} s")
+        return {"verify_copies_of": source, "verify_copies": [
+            {"nodes": size, "verify_s": [round(s, 2) for s in seconds[size]],
+             "verify_median_s": round(statistics.median(seconds[size]), 2)} for size in sizes]}
+    finally:
+        remove_nodes(names)
+        podman("rmi", image, check=False)
+
+
 def bench_shell(root: Path) -> dict:
     name = f"{PREFIX}-9"
     start_nodes([name], root / "shell")
@@ -209,7 +244,29 @@ def bench_payload(ranks: list[int], root: Path) -> dict:
     return {"payload_samples_per_s": figures}
 
 
+def verify_scaling(by_n: dict) -> str:
+    """The verify target's line: the largest size's median against one node's."""
+    if 1 not in by_n or max(by_n) == 1:
+        return "verify scaling: needs 1 node and a larger size"
+    big = max(by_n)
+    scaling = by_n[big]["verify_median_s"] / by_n[1]["verify_median_s"]
+    return (f"verify on {big} nodes / on 1 node: {scaling:.2f} x (target <= {VERIFY_SCALING_TARGET} x): "
+            f"{'met' if scaling <= VERIFY_SCALING_TARGET else 'NOT met'}")
+
+
+def report_verify_copies(results: dict) -> str:
+    copies = results["verify_copies"]
+    lines = [f"gpufleet verify benchmark, {results['date']}, {results['machine']}",
+             f"(copies of the converged lab node {results['verify_copies_of']})", "",
+             "| nodes | verify.yml runs | median |", "|---|---|---|"]
+    lines += [f"| {c['nodes']} | {', '.join(f'{s:.1f}' for s in c['verify_s'])} s | {c['verify_median_s']:.1f} s |" for c in copies]
+    lines += ["", verify_scaling({c["nodes"]: c for c in copies})]
+    return "\n".join(lines)
+
+
 def report(results: dict) -> str:
+    if "verify_copies" in results:
+        return report_verify_copies(results)
     lines = [f"gpufleet provisioning benchmark, {results['date']}, {results['machine']}", ""]
     sizes = results["sizes"]
     lines.append("| nodes | first converge | of which provisioning | re-run | re-run / first | mirror requests / downloads in re-run | verify.yml (median of 3) |")
@@ -224,11 +281,7 @@ def report(results: dict) -> str:
                  f"{'met' if worst_ratio <= RERUN_TARGET else 'NOT met'}")
     downloads = [d for s in sizes for d in s["rerun_downloads"]]
     lines.append(f"downloads in re-runs: {len(downloads)} (target 0): {'met' if not downloads else 'NOT met: ' + ', '.join(downloads[:5])}")
-    if 1 in by_n and max(by_n) > 1:
-        big = max(by_n)
-        scaling = by_n[big]["verify_median_s"] / by_n[1]["verify_median_s"]
-        lines.append(f"verify on {big} nodes / on 1 node: {scaling:.2f} x (target <= {VERIFY_SCALING_TARGET} x): "
-                     f"{'met' if scaling <= VERIFY_SCALING_TARGET else 'NOT met'}")
+    lines.append(verify_scaling(by_n))
     if "shell_error" in results:
         lines.append("by hand (shell sequence): FAILED, see shell_error in the JSON")
     if "shell_s" in results and 1 in by_n:
@@ -247,6 +300,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default="1,3,6", help="node counts, comma-separated (default 1,3,6)")
     parser.add_argument("--skip-shell", action="store_true", help="leave out the by-hand shell sequence")
     parser.add_argument("--payload-ranks", default=f"1,{os.cpu_count() or 2}", help="CPU ranks for the payload figure")
+    parser.add_argument("--verify-only", action="store_true",
+                        help="only verify.yml, on copies of the lab's converged first node (run `make run` first)")
     parser.add_argument("--out", type=Path, default=REPO / "reports" / "bench")
     args = parser.parse_args(argv)
     if not (LAB_INVENTORY / "hosts.yml").exists():
@@ -265,13 +320,20 @@ def main(argv: list[str] | None = None) -> int:
     }
     with tempfile.TemporaryDirectory(prefix="gpufleet-bench-") as tmp:
         root = Path(tmp)
+        if args.verify_only:
+            results.update(bench_verify_copies(sizes, root))
+            return finish(results, args.out, "verify")
         results.update(bench_payload([int(n) for n in args.payload_ranks.split(",")], root))
         if not args.skip_shell:
             results.update(bench_shell(root))
         for size in sizes:
             results["sizes"].append(bench_size(size, root))
-    args.out.mkdir(parents=True, exist_ok=True)
-    out = args.out / f"provisioning-{dt.datetime.now(dt.timezone.utc):%Y%m%dT%H%M%SZ}.json"
+    return finish(results, args.out, "provisioning")
+
+
+def finish(results: dict, out_dir: Path, kind: str) -> int:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    out = out_dir / f"{kind}-{dt.datetime.now(dt.timezone.utc):%Y%m%dT%H%M%SZ}.json"
     out.write_text(json.dumps(results, indent=2))
     print()
     print(report(results))

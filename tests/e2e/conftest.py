@@ -176,9 +176,10 @@ EXTRA_NODE_NUMBERS = {"gpufleet-e2e-fresh": 100, "gpufleet-e2e-noble": 101, "gpu
                       "gpufleet-e2e-small-disk": 103, **{f"gpufleet-bench-{i}": 110 + i for i in range(1, 10)}}
 
 
-def start_lab_nodes(names: list, label: str, extra_args: tuple = ()) -> dict:
-    """Never-provisioned nodes from the lab's node image on their fixed
-    addresses, booted and answering SSH; returns name -> host variables."""
+def start_lab_nodes(names: list, label: str, extra_args: tuple = (), image: str = NODE_IMAGE) -> dict:
+    """Never-provisioned nodes from the lab's node image (or another image)
+    on their fixed addresses, booted and answering SSH; returns name -> host
+    variables."""
     prefix = lab_vars()["lab_address_prefix"]
     hosts = {}
     for name in names:
@@ -187,7 +188,7 @@ def start_lab_nodes(names: list, label: str, extra_args: tuple = ()) -> dict:
         forget_ssh_master(address)
         mac = "02:00:" + ":".join(f"{int(octet):02x}" for octet in address.split("."))  # fixed, as lab.yml's
         podman("run", "-d", "--name", name, "--hostname", name, "--network", LAB_NETWORK, "--ip", address, "--mac-address", mac,
-               "--systemd=always", "--label", f"gpufleet.lab={label}", *extra_args, NODE_IMAGE, "/sbin/init")
+               "--systemd=always", "--label", f"gpufleet.lab={label}", *extra_args, image, "/sbin/init")
         hosts[name] = {"ansible_host": address, **LONE_NODE_VARS}
     for name in names:
         podman("exec", name, "systemctl", "is-system-running", "--wait", check=False)

@@ -448,9 +448,9 @@ def test_gpu_verify_passes_the_metrics_file_to_the_checks() -> None:
     ("/var/lib/prometheus/node-exporter/", False), ("/var/lib/prometheus/node-exporter/.prom", False),
 ])
 def test_gpu_verify_validates_the_metrics_file(value: str, ok: bool) -> None:
-    [task] = [t for t in load_trusted(GPU_VERIFY / "tasks" / "validate.yml") if "settings that are wrong" in t.get("name", "")]
+    [task] = [t for t in load_trusted(GPU_VERIFY / "tasks" / "validate.yml") if "setting is wrong" in t.get("name", "")]
     variables = gpu_verify_vars(gpu_verify_metrics_file=value)
     templar = Templar(loader=_loader, variables={**variables, **task["vars"]})
-    messages = list(templar.template(task["ansible.builtin.set_fact"]["__gpu_verify_invalid"]))
+    messages = list(templar.template(task["vars"]["__gpu_verify_invalid"]))
     assert [m for m in messages if m.startswith("gpu_verify_metrics_file ")] == ([] if ok else [messages[0]])
     assert len(messages) == (0 if ok else 1), messages
