@@ -100,6 +100,14 @@ def timed(workdir: Path, playbook: str, inventory: Path, **kwargs):
     return time.monotonic() - start, run
 
 
+def timed_verify(workdir: Path, inventory: Path, where: str) -> float:
+    """Seconds of one verify.yml run; a failed run stops the benchmark, naming where it ran."""
+    seconds, run = timed(workdir, "playbooks/verify.yml", inventory)
+    if run.status != "successful":
+        raise SystemExit(f"verify.yml failed on {where}: {run.failures()}")
+    return seconds
+
+
 def provisioning_seconds(run) -> float:
     """Seconds between the start of provision.yml's first play and the start of the play after its last."""
     starts = [(ev["event_data"].get("play", ""), dt.datetime.fromisoformat(ev["created"]))
@@ -129,12 +137,7 @@ def bench_size(size: int, root: Path) -> dict:
         downloads = downloads_in(rerun_requests)
         if rerun.status != "successful":
             raise SystemExit(f"the site.yml re-run failed on {size} node(s): {rerun.failures()}")
-        verify = []
-        for attempt in range(3):
-            seconds, run = timed(workdir, "playbooks/verify.yml", inventory)
-            if run.status != "successful":
-                raise SystemExit(f"verify.yml failed on {size} node(s): {run.failures()}")
-            verify.append(seconds)
+        verify = [timed_verify(workdir, inventory, f"{size} node(s)") for _ in range(3)]
         log(f"{size} node(s): re-run {rerun_s:.0f} s, {len(rerun_requests)} mirror requests ({len(downloads)} downloads);"
             f" verify {statistics.median(verify):.1f} s")
         return {
@@ -194,13 +197,10 @@ def bench_verify_copies(sizes: list[int], root: Path) -> dict:
         hosts = start_lab_nodes(names, "bench", image=image)
         inventories = {size: lone_inventory(root / f"verify-{size}", {n: hosts[n] for n in names[:size]}) for size in sizes}
         seconds: dict[int, list[float]] = {size: [] for size in sizes}
-        for attempt in range(3):
+        for _ in range(3):
             for size in sizes:
-                took, run = timed(root, "playbooks/verify.yml", inventories[size])
-                if run.status != "successful":
-                    raise SystemExit(f"verify.yml failed on {size} copies of {source} (converge the lab first: make run):"
-                                     f" {run.failures()}")
-                seconds[size].append(took)
+                seconds[size].append(timed_verify(root, inventories[size],
+                                                  f"{size} copies of {source} (converge the lab first: make run)"))
         for size in sizes:
             log(f"verify on {size} node(s): {', '.join(f'{s:.1f}' for s in seconds[size])} s")
         return {"verify_copies_of": source, "verify_copies": [
