@@ -1,6 +1,9 @@
 # gpufleet developer entry points. Run as root on a Debian 12 build machine.
 #   make run    build the lab and provision it with site.yml
-#   make test   build the lab and run every test (lint, unit, payload, molecule, end-to-end)
+#   make test   build the lab and run every test (lint, unit, payload, molecule, end-to-end),
+#               stage by stage, with a stage-time table at the end (tests/stages.py;
+#               reports/ci-stages.md)
+#   make test-slow  the slow tier (docs/testing.md), not in make test
 #   make verify re-verify the lab nodes (read-only; report in reports/verify)
 #   make bench  provisioning benchmark on the lab (figures only; about an hour)
 SHELL := /bin/bash
@@ -11,8 +14,11 @@ LAB_NODES ?= 3
 export CONTAINERS_CONF := $(CURDIR)/files/lab/containers.conf
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(BIN):$(PATH)
+# The lab's download cache, outside the clone (files/lab/lab_cache.py).
+GPUFLEET_LAB_CACHE ?= /var/cache/gpufleet-lab
+export GPUFLEET_LAB_CACHE
 
-.PHONY: run verify bench lab lab-destroy lab-clean host-deps venv torch lint unit payload molecule e2e test
+.PHONY: run verify bench lab lab-destroy lab-clean cache-clean host-deps venv torch lint unit payload molecule e2e test test-slow
 
 run: lab
 	$(BIN)/ansible-playbook site.yml -i inventory/lab
@@ -43,8 +49,13 @@ lab: host-deps venv
 lab-destroy: venv
 	$(BIN)/ansible-playbook playbooks/lab-destroy.yml
 
+# Removes the lab's state in the clone; the download cache stays.
 lab-clean: lab-destroy
 	rm -rf .lab .cache
+
+# Empties the download cache: the next `make lab` downloads everything again.
+cache-clean:
+	rm -rf "$(GPUFLEET_LAB_CACHE)"
 
 lint: venv
 	$(BIN)/yamllint --strict .
@@ -55,10 +66,11 @@ unit: venv
 	$(BIN)/pytest -q tests/unit
 
 molecule: lab
-	$(BIN)/molecule -c molecule/shared/base.yml test --all
+	$(BIN)/python tests/stages.py --only molecule
 
+# The e2e converge (test_site.py) first, then the other modules.
 e2e: lab
-	$(BIN)/pytest -q tests/e2e
+	$(BIN)/python tests/stages.py --only e2e
 
 # The payload and the health checks on CPU (torchrun, gloo) need torch in
 # the venv: the CPU wheel of the lab's release (requirements/dev.txt leaves
@@ -71,4 +83,8 @@ $(VENV)/.torch: | venv
 payload: torch
 	$(BIN)/pytest -q tests/payload
 
-test: lint unit payload molecule e2e
+# Stage by stage, each timed: lint, unit, payload, lab, each molecule
+# scenario, the e2e converge, the other e2e modules; the first failure stops.
+test: venv
+	$(BIN)/python tests/stages.py
+

@@ -1,0 +1,229 @@
+#!/usr/bin/env python3
+"""Runs the test suite stage by stage and prints how long each stage took.
+
+``make test`` (and so ``.ci/run``) runs this. The stages, in order:
+
+  lint, unit, payload        make lint / unit / payload
+  lab                        make lab (builds or updates the lab)
+  molecule <scenario>        one ``molecule test -s <scenario>`` per scenario
+  e2e converge               pytest tests/e2e/test_site.py (first site.yml
+                             converge of the lab, then the idempotent re-run)
+  e2e <module>               pytest of the other e2e modules, one run; the
+                             table shows each module and each of its tests
+                             (from pytest's JUnit XML)
+
+The first stage that fails stops the run (the rest are listed as not run),
+as ``make test`` did. At the end the stage table is printed and written to
+``reports/ci-stages.json`` and ``reports/ci-stages.md``; the table that was
+there before is kept as ``reports/ci-stages.previous.json`` and shown beside
+the new figures, and so is the committed record of the last rehearsal
+(``docs/ci-rehearsal.json``). The suite's budget is BUDGET_S: the table says
+whether the run was within it.
+
+  tests/stages.py                  run every stage (make test)
+  tests/stages.py --only e2e       run the stages whose name starts with e2e
+  tests/stages.py --list           print the stage names
+  tests/stages.py --record         also copy the table to docs/ci-rehearsal.json
+                                   (a rehearsal on a fresh clone: STAGES_RECORD=1
+                                   CI=true bash .ci/run does the same)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+BUDGET_S = 45 * 60  # the suite's budget on the build machine (2 cores, 24 GiB); CI allows 90 min
+REPORTS = REPO / "reports"
+RECORD = REPO / "docs" / "ci-rehearsal.json"
+E2E_CONVERGE = "tests/e2e/test_site.py"
+
+
+@dataclass
+class Stage:
+    name: str
+    argv: list
+    junit: str = ""  # pytest stages: where their JUnit XML goes
+    seconds: float | None = None
+    status: str = "not run"  # passed, failed, not run
+    detail: list = field(default_factory=list)  # e2e: [module, seconds, [[test, seconds, outcome], ...]]
+
+
+def molecule_scenarios() -> list:
+    return sorted(p.parent.name for p in (REPO / "molecule").glob("*/molecule.yml"))
+
+
+def e2e_modules() -> list:
+    return sorted(p.name for p in (REPO / "tests" / "e2e").glob("test_*.py"))
+
+
+def plan() -> list:
+    bin_dir = Path(sys.executable).parent
+    make = ["make", "--no-print-directory"]
+    stages = [Stage(name, [*make, name]) for name in ("lint", "unit", "payload", "lab")]
+    for scenario in molecule_scenarios():
+        stages.append(Stage(f"molecule {scenario}",
+                            [str(bin_dir / "molecule"), "-c", "molecule/shared/base.yml", "test", "-s", scenario]))
+    pytest = [str(bin_dir / "pytest"), "-q", "-p", "no:cacheprovider"]
+    stages.append(Stage("e2e converge", [*pytest, E2E_CONVERGE], junit="reports/e2e-converge.xml"))
+    others = [f"tests/e2e/{m}" for m in e2e_modules() if f"tests/e2e/{m}" != E2E_CONVERGE]
+    stages.append(Stage("e2e modules", [*pytest, *others], junit="reports/e2e-modules.xml"))
+    return stages
+
+
+def junit_detail(path: Path) -> list:
+    """[[module, seconds, [[test, seconds, outcome], ...]], ...] in file order."""
+    if not path.exists():
+        return []
+    modules: dict = {}
+    for case in ET.parse(path).getroot().iter("testcase"):
+        module = case.get("classname", "").split(".")[-1] or "?"
+        outcome = "passed"
+        for tag in ("failure", "error", "skipped"):
+            if case.find(tag) is not None:
+                outcome = {"failure": "failed", "error": "error", "skipped": "skipped"}[tag]
+        seconds = float(case.get("time") or 0)
+        entry = modules.setdefault(module, [module, 0.0, []])
+        entry[1] += seconds
+        entry[2].append([case.get("name"), round(seconds, 1), outcome])
+    return [[m, round(s, 1), tests] for m, s, tests in modules.values()]
+
+
+def minutes(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    return f"{int(seconds // 60)}:{int(round(seconds % 60)):02d}" if seconds >= 60 else f"{seconds:.0f} s"
+
+
+def load(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def table(run: dict, previous: dict, record: dict) -> str:
+    """The stage table as Markdown: this run, the previous run here, the last recorded rehearsal."""
+    def seconds_by_name(data: dict) -> dict:
+        out = {}
+        for s in data.get("stages", []):
+            out[s["name"]] = s.get("seconds")
+            for module, secs, _tests in s.get("detail", []):
+                out[f"  {module}"] = secs
+        return out
+
+    prev, rec = seconds_by_name(previous), seconds_by_name(record)
+    rows = ["| stage | status | time | previous run | last rehearsal |", "|---|---|---|---|---|"]
+    for s in run["stages"]:
+        rows.append(f"| {s['name']} | {s['status']} | {minutes(s['seconds'])} | "
+                    f"{minutes(prev.get(s['name']))} | {minutes(rec.get(s['name']))} |")
+        if s["name"] == "e2e converge":
+            continue  # one module, the stage itself
+        for module, secs, tests in s.get("detail", []):
+            rows.append(f"| &nbsp;&nbsp;{module} | | {minutes(secs)} | {minutes(prev.get('  ' + module))} | "
+                        f"{minutes(rec.get('  ' + module))} |")
+            for test, tsecs, outcome in tests:
+                rows.append(f"| &nbsp;&nbsp;&nbsp;&nbsp;{test} | {outcome} | {minutes(tsecs)} | | |")
+    total = run["total_s"]
+    verdict = "within" if total <= run["budget_s"] else "OVER"
+    rows.append(f"| **total** | {run['status']} | **{minutes(total)}** | {minutes(previous.get('total_s'))} | "
+                f"{minutes(record.get('total_s'))} |")
+    rows.append("")
+    rows.append(f"{verdict} the budget of {minutes(run['budget_s'])} "
+                f"({run['host']}, {run['cores']} cores, started {run['started']}, CI={run['ci']})")
+    return "\n".join(rows) + "\n"
+
+
+def terminal_table(run: dict) -> str:
+    width = 58
+    lines = [f"{'stage':<{width}} {'status':<8} {'time':>8}"]
+    for s in run["stages"]:
+        lines.append(f"{s['name']:<{width}} {s['status']:<8} {minutes(s['seconds']):>8}")
+        for module, secs, tests in s.get("detail", []):
+            if s["name"] != "e2e converge":
+                lines.append(f"  {module:<{width - 2}} {'':<8} {minutes(secs):>8}")
+            for test, tsecs, outcome in tests:
+                lines.append(f"    {test[:width - 4]:<{width - 4}} {outcome:<8} {minutes(tsecs):>8}")
+    verdict = "within" if run["total_s"] <= run["budget_s"] else "OVER"
+    lines.append(f"{'total':<{width}} {run['status']:<8} {minutes(run['total_s']):>8}")
+    lines.append(f"{verdict} the budget of {minutes(run['budget_s'])}")
+    return "\n".join(lines)
+
+
+def write_reports(run: dict, record_too: bool) -> Path:
+    """Writes the table; a partial run (--only) under its own name. Returns the Markdown file."""
+    REPORTS.mkdir(exist_ok=True)
+    stem = "ci-stages" + (f"-{run['only'].replace(' ', '-')}" if run["only"] else "")
+    current = REPORTS / f"{stem}.json"
+    previous = load(current)
+    if previous:
+        shutil.copyfile(current, REPORTS / f"{stem}.previous.json")
+    current.write_text(json.dumps(run, indent=1) + "\n")
+    markdown = REPORTS / f"{stem}.md"
+    markdown.write_text(table(run, previous, load(RECORD)))
+    if record_too and not run["only"]:
+        RECORD.parent.mkdir(exist_ok=True)
+        RECORD.write_text(json.dumps(run, indent=1) + "\n")
+    return markdown
+
+
+def main(argv: list | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", default="", help="run only the stages whose name starts with this")
+    parser.add_argument("--list", action="store_true", help="print the stage names and exit")
+    parser.add_argument("--record", action="store_true", help="also write the table to docs/ci-rehearsal.json")
+    args = parser.parse_args(argv)
+    stages = [s for s in plan() if s.name.startswith(args.only)]
+    if args.list:
+        print("\n".join(s.name for s in stages))
+        return 0
+    if not stages:
+        print(f"stages: no stage starts with {args.only!r}", file=sys.stderr)
+        return 2
+    started = time.time()
+    rc = 0
+    for stage in stages:
+        if rc != 0:
+            break
+        print(f"\n===== stage: {stage.name} ({time.strftime('%H:%M:%S')}) =====", flush=True)
+        argv_ = list(stage.argv)
+        if stage.junit:
+            (REPO / stage.junit).parent.mkdir(exist_ok=True)
+            argv_ += [f"--junitxml={REPO / stage.junit}"]
+        t0 = time.monotonic()
+        rc = subprocess.run(argv_, cwd=REPO, check=False).returncode
+        stage.seconds = round(time.monotonic() - t0, 1)
+        stage.status = "passed" if rc == 0 else "failed"
+        if stage.junit:
+            stage.detail = junit_detail(REPO / stage.junit)
+        print(f"===== stage: {stage.name} {stage.status} in {minutes(stage.seconds)} =====", flush=True)
+    run = {
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+        "host": os.uname().nodename,
+        "cores": os.cpu_count(),
+        "ci": os.environ.get("CI", "") == "true",
+        "budget_s": BUDGET_S,
+        "total_s": round(time.time() - started, 1),
+        "status": "passed" if rc == 0 else "failed",
+        "only": args.only,
+        "stages": [asdict(s) for s in stages],
+    }
+    markdown = write_reports(run, args.record or os.environ.get("STAGES_RECORD") == "1")
+    print("\n" + terminal_table(run))
+    print(f"stage table: {markdown}")
+    counts = {status: sum(s.status == status for s in stages) for status in ("passed", "failed")}
+    print(f"stages: {counts['passed']} passed, {counts['failed']} failed")
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,84 @@
+"""The suite's time is a budgeted property: the last rehearsal of
+`CI=true bash .ci/run` on a fresh clone (docs/ci-rehearsal.json, written by
+`tests/stages.py --record`) must have passed within the budget, and must
+cover every stage the suite has today, so that a new molecule scenario or e2e
+module is rehearsed before it lands. The table itself is tested here too."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+spec = importlib.util.spec_from_file_location("stages", REPO / "tests" / "stages.py")
+stages = importlib.util.module_from_spec(spec)
+sys.modules["stages"] = stages
+spec.loader.exec_module(stages)
+
+
+@pytest.fixture(scope="module")
+def record() -> dict:
+    path = stages.RECORD
+    if not path.exists():  # only before the first rehearsal was ever recorded
+        pytest.skip(f"{path} is missing: rehearse `STAGES_RECORD=1 CI=true bash .ci/run` on a fresh clone")
+    return json.loads(path.read_text())
+
+
+def test_budget_is_45_minutes():
+    assert stages.BUDGET_S == 45 * 60
+
+
+def test_last_rehearsal_passed_within_the_budget(record):
+    assert record["status"] == "passed", record["status"]
+    assert record["ci"] is True, "record a rehearsal run as CI runs it (CI=true bash .ci/run)"
+    assert not record["only"], "a rehearsal runs every stage"
+    assert record["total_s"] <= stages.BUDGET_S, (
+        f"the last rehearsal took {record['total_s'] / 60:.1f} min, over the budget of {stages.BUDGET_S / 60:.0f} min:"
+        " make the suite faster or move a test to the slow tier (docs/testing.md)")
+
+
+def test_last_rehearsal_covers_every_stage_of_today(record):
+    assert [s["name"] for s in record["stages"]] == [s.name for s in stages.plan()], (
+        "the stages changed since the last rehearsal: rehearse again and record it")
+    modules = {m for s in record["stages"] if s["name"].startswith("e2e") for m, _secs, _tests in s["detail"]}
+    assert modules == {m.removesuffix(".py") for m in stages.e2e_modules()}, (
+        "the e2e modules changed since the last rehearsal: rehearse again and record it")
+    assert all(s["status"] == "passed" and s["seconds"] is not None for s in record["stages"])
+
+
+def run_of(total: float, detail=None) -> dict:
+    return {"started": "2026-11-30T00:00:00Z", "host": "h", "cores": 2, "ci": True, "budget_s": 2700,
+            "total_s": total, "status": "passed", "only": "",
+            "stages": [{"name": "lint", "seconds": 50.0, "status": "passed", "detail": []},
+                       {"name": "e2e modules", "seconds": 600.0, "status": "passed",
+                        "detail": detail or [["test_verify", 70.0, [["test_a", 65.0, "passed"]]]]}]}
+
+
+def test_table_shows_stages_modules_tests_and_the_comparison():
+    md = stages.table(run_of(2000.0), previous=run_of(2100.0), record={})
+    assert "| lint | passed | 50 s | 50 s | - |" in md
+    assert "| &nbsp;&nbsp;test_verify | | 1:10 | 1:10 | - |" in md
+    assert "test_a | passed | 1:05 |" in md
+    assert "| **total** | passed | **33:20** | 35:00 | - |" in md
+    assert "within the budget of 45:00" in md
+
+
+def test_table_says_over_budget():
+    assert "OVER the budget of 45:00" in stages.table(run_of(2701.0), previous={}, record={})
+
+
+def test_junit_detail_groups_tests_by_module(tmp_path):
+    xml = tmp_path / "j.xml"
+    xml.write_text(
+        '<testsuites><testsuite>'
+        '<testcase classname="test_bad_input" name="test_x[a]" time="10.5"/>'
+        '<testcase classname="test_bad_input" name="test_x[b]" time="4.5"><failure/></testcase>'
+        '<testcase classname="test_verify" name="test_v" time="3"><skipped/></testcase>'
+        '</testsuite></testsuites>')
+    assert stages.junit_detail(xml) == [
+        ["test_bad_input", 15.0, [["test_x[a]", 10.5, "passed"], ["test_x[b]", 4.5, "failed"]]],
+        ["test_verify", 3.0, [["test_v", 3.0, "skipped"]]]]
