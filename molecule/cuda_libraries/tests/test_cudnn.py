@@ -1,4 +1,4 @@
-"""Verify for the cudnn scenario: the matrix's cuDNN build for CUDA 12.1
+"""Verify for the cuda_libraries scenario (cudnn): the matrix's cuDNN build for CUDA 12.1
 (8.9.2.26-1+cuda12.1) is installed from the CUDA repository, pinned, held,
 and its header says 8.9.2. (The lab's libcudnn8 is a fixture: real header
 and dispatcher library, without the large sub-libraries; see README.)"""

@@ -1,4 +1,4 @@
-"""Verify for the nccl scenario: the matrix's NCCL build for CUDA 12.1
+"""Verify for the cuda_libraries scenario (nccl): the matrix's NCCL build for CUDA 12.1
 (2.18.1-1+cuda12.1) from the CUDA repository, pinned, held, with the real
 NCCL library and header from NVIDIA's wheel."""
 
