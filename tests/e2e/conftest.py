@@ -188,7 +188,8 @@ def start_lab_nodes(names: list, label: str, extra_args: tuple = (), image: str 
         forget_ssh_master(address)
         mac = "02:00:" + ":".join(f"{int(octet):02x}" for octet in address.split("."))  # fixed, as lab.yml's
         podman("run", "-d", "--name", name, "--hostname", name, "--network", LAB_NETWORK, "--ip", address, "--mac-address", mac,
-               "--systemd=always", "--label", f"gpufleet.lab={label}", *extra_args, image, "/sbin/init")
+               "--systemd=always", "--label", f"gpufleet.lab={label}", "-v", lab_vars()["lab_ccache_volume"],
+               *extra_args, image, "/sbin/init")
         hosts[name] = {"ansible_host": address, **LONE_NODE_VARS}
     for name in names:
         podman("exec", name, "systemctl", "is-system-running", "--wait", check=False)
