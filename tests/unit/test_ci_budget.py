@@ -28,14 +28,25 @@ def record() -> dict:
     return json.loads(path.read_text())
 
 
-def test_budget_is_45_minutes():
+def test_budget_is_45_minutes_and_70_without_the_download_cache():
     assert stages.BUDGET_S == 45 * 60
+    assert stages.COLD_BUDGET_S == 70 * 60
+
+
+def test_download_cache_state(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPUFLEET_LAB_CACHE", str(tmp_path / "absent"))
+    assert stages.download_cache_state() == "cold"
+    (tmp_path / "absent" / ".tmp-debs-1-x").mkdir(parents=True)  # a store cut off: not an entry
+    assert stages.download_cache_state() == "cold"
+    (tmp_path / "absent" / "debs-1").mkdir()
+    assert stages.download_cache_state() == "warm"
 
 
 def test_last_rehearsal_passed_within_the_budget(record):
     assert record["status"] == "passed", record["status"]
     assert record["ci"] is True, "record a rehearsal run as CI runs it (CI=true bash .ci/run)"
     assert not record["only"], "a rehearsal runs every stage"
+    assert record["download_cache"] == "warm", "record the rehearsal of a machine that has built the lab before"
     assert record["total_s"] <= stages.BUDGET_S, (
         f"the last rehearsal took {record['total_s'] / 60:.1f} min, over the budget of {stages.BUDGET_S / 60:.0f} min:"
         " make the suite faster or move a test to the slow tier (docs/testing.md)")
@@ -52,6 +63,7 @@ def test_last_rehearsal_covers_every_stage_of_today(record):
 
 def run_of(total: float, detail=None) -> dict:
     return {"started": "2026-11-30T00:00:00Z", "host": "h", "cores": 2, "ci": True, "budget_s": 2700,
+            "download_cache": "warm",
             "total_s": total, "status": "passed", "only": "",
             "stages": [{"name": "lint", "seconds": 50.0, "status": "passed", "detail": []},
                        {"name": "e2e modules", "seconds": 600.0, "status": "passed",
