@@ -11,20 +11,20 @@ SHELL := /bin/bash
 VENV := $(CURDIR)/.venv
 BIN := $(VENV)/bin
 LAB_NODES ?= 3
-export CONTAINERS_CONF := $(CURDIR)/files/lab/containers.conf
+export CONTAINERS_CONF := $(CURDIR)/tests/lab/files/containers.conf
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(BIN):$(PATH)
-# The lab's download cache, outside the clone (files/lab/lab_cache.py).
+# The lab's download cache, outside the clone (tests/lab/files/lab_cache.py).
 GPUFLEET_LAB_CACHE ?= /var/cache/gpufleet-lab
 export GPUFLEET_LAB_CACHE
 
 .PHONY: run verify bench lab lab-destroy lab-clean cache-clean host-deps venv torch lint unit payload molecule e2e test test-slow
 
 run: lab
-	$(BIN)/ansible-playbook site.yml -i inventory/lab
+	$(BIN)/ansible-playbook site.yml -i tests/lab/inventory
 
 verify: venv
-	$(BIN)/python files/gpufleet_verify.py -i inventory/lab
+	$(BIN)/python files/gpufleet_verify.py -i tests/lab/inventory
 
 # Figures, not tests: converge/re-run/verify times for 1, 3 and 6 nodes, the
 # by-hand shell sequence, payload samples/s (BENCH_ARGS="--sizes 1 --skip-shell").
@@ -44,10 +44,10 @@ $(VENV)/.installed: requirements/dev.txt | host-deps
 	touch $@
 
 lab: host-deps venv
-	$(BIN)/ansible-playbook playbooks/lab.yml -e lab_nodes=$(LAB_NODES)
+	$(BIN)/ansible-playbook tests/lab/lab.yml -e lab_nodes=$(LAB_NODES)
 
 lab-destroy: venv
-	$(BIN)/ansible-playbook playbooks/lab-destroy.yml
+	$(BIN)/ansible-playbook tests/lab/lab-destroy.yml
 
 # Removes the lab's state in the clone; the download cache stays.
 lab-clean: lab-destroy

@@ -179,7 +179,7 @@ def write_reports(run: dict, record_too: bool) -> Path:
 
 
 def download_cache_state() -> str:
-    """'warm' when the lab's download cache (files/lab/lab_cache.py) holds entries, else 'cold'."""
+    """'warm' when the lab's download cache (tests/lab/files/lab_cache.py) holds entries, else 'cold'."""
     cache = Path(os.environ.get("GPUFLEET_LAB_CACHE") or "/var/cache/gpufleet-lab")
     try:
         return "warm" if any(p.is_dir() and not p.name.startswith(".") for p in cache.iterdir()) else "cold"

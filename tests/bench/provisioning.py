@@ -307,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
     if not (LAB_INVENTORY / "hosts.yml").exists():
         print("the lab is not built: run `make lab` first", file=sys.stderr)
         return 2
-    os.environ.setdefault("CONTAINERS_CONF", str(REPO / "files" / "lab" / "containers.conf"))
+    os.environ.setdefault("CONTAINERS_CONF", str(REPO / "tests" / "lab" / "files" / "containers.conf"))
     sizes = [int(s) for s in args.sizes.split(",") if s]
     if not sizes or min(sizes) < 1 or max(sizes) > 8:
         print(f"--sizes: node counts from 1 to 8 (the lab's extra-node addresses), got {args.sizes}", file=sys.stderr)

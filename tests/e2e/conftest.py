@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
-LAB_INVENTORY = REPO / "inventory" / "lab"
+LAB_INVENTORY = REPO / "tests" / "lab" / "inventory"
 NODE_IMAGE = "localhost/gpufleet-node:current"
 LAB_NETWORK = "gpufleet-lab"
 
@@ -81,7 +81,7 @@ def run_playbook(tmp_path: Path, playbook: str, inventory: Path, extravars: dict
     env = {
         "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
         "ANSIBLE_ROLES_PATH": str(REPO / "roles"),
-        "CONTAINERS_CONF": os.environ.get("CONTAINERS_CONF", str(REPO / "files" / "lab" / "containers.conf")),
+        "CONTAINERS_CONF": os.environ.get("CONTAINERS_CONF", str(REPO / "tests" / "lab" / "files" / "containers.conf")),
         # Runs of different tests must not share cached facts.
         "ANSIBLE_CACHE_PLUGIN_CONNECTION": str(tmp_path / "facts"),
         **(envvars or {}),
@@ -104,7 +104,7 @@ def run_playbook(tmp_path: Path, playbook: str, inventory: Path, extravars: dict
 
 
 def lab_vars() -> dict:
-    """What playbooks/lab.yml wrote into the lab inventory (mirror URL, versions)."""
+    """What tests/lab/lab.yml wrote into the lab inventory (mirror URL, versions)."""
     return yaml.safe_load((LAB_INVENTORY / "group_vars" / "all" / "generated.yml").read_text())
 
 

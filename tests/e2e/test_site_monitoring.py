@@ -40,7 +40,7 @@ WAIT_S = 60  # scrape and evaluation every 5 s, alerts without a "for": a few cy
 
 @pytest.fixture(scope="module")
 def head() -> str:
-    """The lab's Prometheus host: the monitoring_server group of inventory/lab/hosts.yml."""
+    """The lab's Prometheus host: the monitoring_server group of tests/lab/inventory/hosts.yml."""
     hosts_file = LAB_INVENTORY / "hosts.yml"
     if not hosts_file.exists():
         pytest.fail("the lab is not built: run `make lab` first")

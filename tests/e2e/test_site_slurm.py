@@ -1,5 +1,5 @@
 """Slurm in the lab, after test_site.py ran site.yml (gpufleet_slurm is on in
-inventory/lab): slurmctld on the head node, slurmd on every GPU node, one
+tests/lab/inventory): slurmctld on the head node, slurmd on every GPU node, one
 munge key, every node idle, the DDP payload submitted with sbatch across all
 nodes, and the munge key never in Ansible's output, even at -vvv --diff."""
 

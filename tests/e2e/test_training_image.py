@@ -36,7 +36,7 @@ RUN_TIMEOUT_S = 300
 
 
 def lab_settings() -> dict:
-    """The lab's pytorch settings (inventory/lab/group_vars/all/main.yml): the image gets the same torch."""
+    """The lab's pytorch settings (tests/lab/inventory/group_vars/all/main.yml): the image gets the same torch."""
     return yaml.safe_load((LAB_INVENTORY / "group_vars" / "all" / "main.yml").read_text())
 
 

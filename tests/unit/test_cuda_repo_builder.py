@@ -1,4 +1,4 @@
-"""files/lab/build-cuda-repo.py: versions, control data and package layout, without building anything."""
+"""tests/lab/files/build-cuda-repo.py: versions, control data and package layout, without building anything."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import yaml
 from conftest import load_script
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = REPO_ROOT / "files" / "lab" / "build-cuda-repo.py"
+SCRIPT = REPO_ROOT / "tests" / "lab" / "files" / "build-cuda-repo.py"
 MATRIX = yaml.safe_load((REPO_ROOT / "files" / "compatibility.yml").read_text())
 FPR = "CD100623DAF667973F4422AE0FE12B791AFFF794"
 REPO_URL = "http://gpufleet-mirror/cuda/debian12/x86_64/"

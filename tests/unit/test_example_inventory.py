@@ -1,9 +1,12 @@
-"""inventory/example: the settings it documents are the roles' real settings, with their real defaults."""
+"""inventory: the settings it documents are the roles' real settings, with their real defaults."""
 
 from __future__ import annotations
 
 import ipaddress
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +14,7 @@ import pytest
 import yaml
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-EXAMPLE = REPO_ROOT / "inventory" / "example"
+EXAMPLE = REPO_ROOT / "inventory"
 ROLES_DIR = REPO_ROOT / "roles"
 DOCUMENTATION_NET = ipaddress.ip_network("192.0.2.0/24")  # RFC 5737 TEST-NET-1
 
@@ -64,8 +67,9 @@ def test_all_yml_explains_every_setting():
 
 
 def test_all_yml_sets_nothing():
-    """Everything in group_vars/all.yml is commented out: the example changes no default by itself."""
-    assert yaml.safe_load((EXAMPLE / "group_vars" / "all.yml").read_text()) is None
+    """Everything in group_vars/all.yml is commented out but the example marker: the example
+    changes no default by itself."""
+    assert yaml.safe_load((EXAMPLE / "group_vars" / "all.yml").read_text()) == {"gpufleet_example_inventory": True}
 
 
 def test_gpu_nodes_yml_overrides_only_real_settings():
@@ -98,3 +102,19 @@ def test_host_connection_settings(name):
     assert ipaddress.ip_address(host["ansible_host"]) in DOCUMENTATION_NET
     assert host["ansible_user"]
     assert host.get("ansible_become") is True
+
+
+def test_site_on_the_unedited_example_inventory_stops_before_any_connection(tmp_path):
+    """`ansible-playbook site.yml -i inventory` on a fresh clone: one message that says to
+    edit the example, before any host is contacted (its addresses are TEST-NET placeholders)."""
+    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO_ROOT / "ansible.cfg"),
+           "ANSIBLE_LOCAL_TEMP": str(tmp_path), "ANSIBLE_FACT_CACHING_CONNECTION": str(tmp_path / "facts")}
+    run = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "site.yml", "-i", "inventory"],
+                         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
+    out = run.stdout + run.stderr
+    assert run.returncode != 0
+    assert "This is gpufleet's example inventory" in out
+    assert "delete gpufleet_example_inventory" in out and "Nothing was changed" in out
+    # No host was contacted: the first task of the first play is the only one that ran.
+    assert "UNREACHABLE" not in out and "Gathering Facts" not in out
+    assert out.count("TASK [") == 1

@@ -85,7 +85,7 @@ def document(**hosts: Any) -> dict[str, Any]:
     """The collector's document; a host given a check result gets error None, given a string an unreachable entry."""
     return {
         "generated": "2026-11-29T22:40:00Z",
-        "inventory": "inventory/lab",
+        "inventory": "tests/lab/inventory",
         "playbook": "verify",
         "hosts": {host: {"result": None, "error": entry} if isinstance(entry, str) else {"result": entry, "error": None}
                   for host, entry in hosts.items()},
@@ -119,7 +119,7 @@ def test_passing_node_is_summarised_from_its_result():
 def test_report_header_summary_and_fleet_verdict():
     report = fleet_report.build_report(fleet_doc())
     assert {key: report[key] for key in ("schema", "generated", "inventory", "playbook", "verdict", "summary")} == {
-        "schema": "gpufleet-fleet-report/1", "generated": "2026-11-29T22:40:00Z", "inventory": "inventory/lab",
+        "schema": "gpufleet-fleet-report/1", "generated": "2026-11-29T22:40:00Z", "inventory": "tests/lab/inventory",
         "playbook": "verify", "verdict": "fail", "summary": {"nodes": 3, "passed": 1, "failed": 1, "unreachable": 1}}
     assert [node["verdict"] for node in report["nodes"]] == ["pass", "fail", "unreachable"]
 

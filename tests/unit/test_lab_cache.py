@@ -1,4 +1,4 @@
-"""files/lab/lab_cache.py: the lab's download cache outside the clone, keyed by
+"""tests/lab/files/lab_cache.py: the lab's download cache outside the clone, keyed by
 content and checked (sha256) when reused."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "files" / "lab" / "lab_cache.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "tests" / "lab" / "files" / "lab_cache.py"
 
 
 def run(cache: Path, *args: str) -> subprocess.CompletedProcess:

@@ -42,7 +42,7 @@ HEAD = "gpufleet-head"
 ALERTS = {"GpufleetVerificationFailed", "GpufleetRebootRequired", "GpufleetUncorrectedEccErrors",
           "GpufleetVerificationStale", "GpufleetVerificationMissing", "GpufleetNodeExporterDown",
           "GpufleetDcgmExporterDown"}
-# What inventory/lab sets (the e2e contract).
+# What tests/lab/inventory sets (the e2e contract).
 LAB_SETTINGS = {"gpufleet_monitoring": True, "monitoring_scrape_interval": "5s", "monitoring_evaluation_interval": "5s",
                 "monitoring_alert_for": "0s"}
 SHA256 = "0f" * 32

@@ -30,8 +30,8 @@ from conftest import FAKE_FACTS, load_script, load_trusted
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ROLE = REPO_ROOT / "roles" / "pytorch"
 COMPATIBILITY_FILE = REPO_ROOT / "files" / "compatibility.yml"
-LAB_VARS = REPO_ROOT / "inventory" / "lab" / "group_vars" / "all" / "main.yml"
-LAB_PLAYBOOK_VARS = REPO_ROOT / "playbooks" / "vars" / "lab.yml"
+LAB_VARS = REPO_ROOT / "tests" / "lab" / "inventory" / "group_vars" / "all" / "main.yml"
+LAB_PLAYBOOK_VARS = REPO_ROOT / "tests" / "lab" / "vars" / "lab.yml"
 
 MATRIX = yaml.safe_load(COMPATIBILITY_FILE.read_text())
 RELEASES = MATRIX["pytorch_releases"]
@@ -222,7 +222,7 @@ LAB_WHEELS = {"torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl": b"torch"
 
 def test_lab_settings(tmp_path):
     """The lab: torch 2.13.0+cpu alone (no torchvision/torchaudio exist for it) from the mirror's wheelhouse, over http,
-    hash-checked against the lock playbooks/lab.yml writes on the controller."""
+    hash-checked against the lock tests/lab/lab.yml writes on the controller."""
     lab = {k: v for k, v in yaml.safe_load(LAB_VARS.read_text()).items() if k.startswith("pytorch_")}
     assert lab == {"pytorch_release": "2.13.0", "pytorch_variant": "cpu", "pytorch_wheelhouse_url": "{{ lab_mirror_url }}/wheels/",
                    "pytorch_hashes_file": "{{ lab_wheelhouse_lock }}"}

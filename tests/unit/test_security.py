@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
-ANSIBLE_DIRS = [REPO / "roles", REPO / "playbooks", REPO / "molecule"]
+ANSIBLE_DIRS = [REPO / "roles", REPO / "playbooks", REPO / "molecule", REPO / "tests" / "lab"]
 SCANNED_SUFFIXES = {".yml", ".yaml", ".j2", ".sh", ".py", ".cfg", ".conf", ""}
 BLIND_TRUST = re.compile(r"trusted\s*=\s*yes|\[\s*trusted|apt-key\b|allow-unauthenticated|AllowUnauthenticated")
 PIPE_TO_SHELL = re.compile(r"\b(curl|wget)\b[^\n|]*\|\s*(sudo\s+)?(ba|z)?sh\b")
@@ -105,7 +105,7 @@ def test_modes_are_quoted_octal_and_never_world_writable():
 
 
 def test_lab_directory_modes_are_not_world_writable():
-    text = (REPO / "playbooks" / "lab.yml").read_text()
+    text = (REPO / "tests" / "lab" / "lab.yml").read_text()
     for mode in re.findall(r"mode:\s*\"(0[0-7]{3})\"", text):
         assert int(mode[-1]) & 2 == 0, mode
 
@@ -158,7 +158,7 @@ def test_offline_wheel_installs_need_a_hash_lock():
                    if "pip" in str(t.get("ansible.builtin.command", {}).get("argv", "")) and "install" in t.get("name", "").lower())
     argv = install["ansible.builtin.command"]["argv"]
     assert "['--require-hashes', '-r', '/dev/stdin'] if __pytorch_hash_lines | length > 0" in argv
-    lab = yaml.safe_load((REPO / "inventory" / "lab" / "group_vars" / "all" / "main.yml").read_text())
+    lab = yaml.safe_load((REPO / "tests" / "lab" / "inventory" / "group_vars" / "all" / "main.yml").read_text())
     assert lab["pytorch_wheelhouse_url"] and lab["pytorch_hashes_file"] == "{{ lab_wheelhouse_lock }}"
 
 

@@ -5,7 +5,7 @@ playbooks/verify.yml collects what each node's health checks printed (one
 "gpufleet-check/1" JSON document per node) and pipes one document to this
 script on stdin::
 
-    {"generated": "2026-11-29T22:40:00Z", "inventory": "inventory/lab", "playbook": "verify",
+    {"generated": "2026-11-29T22:40:00Z", "inventory": "tests/lab/inventory", "playbook": "verify",
      "hosts": {"node-1": {"result": {...gpufleet-check/1...}, "error": null},
                "node-2": {"result": null, "error": "unreachable: ..."}}}
 
