@@ -18,7 +18,7 @@ export PATH := $(BIN):$(PATH)
 GPUFLEET_LAB_CACHE ?= /var/cache/gpufleet-lab
 export GPUFLEET_LAB_CACHE
 
-.PHONY: run verify bench lab lab-destroy lab-clean cache-clean host-deps venv torch lint unit payload molecule e2e test test-slow
+.PHONY: run verify bench lab lab-destroy lab-clean cache-clean host-deps venv torch lint unit payload molecule e2e test test-slow docs
 
 run: lab
 	$(BIN)/ansible-playbook site.yml -i tests/lab/inventory
@@ -82,6 +82,10 @@ $(VENV)/.torch: | venv
 
 payload: torch
 	$(BIN)/pytest -q tests/payload
+
+# docs/roles.md, the role reference, from roles/*/meta/argument_specs.yml (tests/role_reference.py).
+docs: venv
+	$(BIN)/python tests/role_reference.py
 
 # Stage by stage, each timed: lint, unit, payload, lab, each molecule
 # scenario, the e2e converge, the other e2e modules; the first failure stops.
