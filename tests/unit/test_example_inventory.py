@@ -1,4 +1,5 @@
-"""inventory: the settings it documents are the roles' real settings, with their real defaults."""
+"""inventory: the settings it shows are the roles' real settings (and site.yml's real switches), with their real
+defaults; every other setting is documented in docs/roles.md, which the example points to."""
 
 from __future__ import annotations
 
@@ -16,15 +17,18 @@ import yaml
 REPO_ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO_ROOT / "inventory"
 ROLES_DIR = REPO_ROOT / "roles"
+ROLE_REFERENCE = "docs/roles.md"
 DOCUMENTATION_NET = ipaddress.ip_network("192.0.2.0/24")  # RFC 5737 TEST-NET-1
 
-# A commented-out setting: "# preflight_x: value", continued by "#   - item" lines.
-_ROLE_PREFIXES = sorted(path.parent.parent.name for path in ROLES_DIR.glob("*/defaults/main.yml"))
-_SETTING = re.compile(r"^# ((?:" + "|".join(_ROLE_PREFIXES) + r")_\w+):")
+# A commented-out setting: "# preflight_x: value" (or a switch "# gpufleet_x: value"), continued by "#   - item" lines.
+_ROLE_PREFIXES = sorted(path.parent.parent.name for path in ROLES_DIR.glob("*/meta/argument_specs.yml"))
+_SETTING = re.compile(r"^# ((?:gpufleet|" + "|".join(_ROLE_PREFIXES) + r")_\w+):")
+# How site.yml's playbooks read a switch of an optional part: "gpufleet_slurm | default(false)".
+_SWITCH_USE = re.compile(r"\b(gpufleet_\w+) \| default\((true|false)\)")
 
 
 def commented_settings(path: Path) -> list[tuple[str, Any, str]]:
-    """(name, YAML value, comment line above) of every commented-out role setting in ``path``."""
+    """(name, YAML value, comment line above) of every commented-out setting in ``path``."""
     lines = path.read_text().splitlines()
     settings = []
     for i, line in enumerate(lines):
@@ -41,23 +45,53 @@ def commented_settings(path: Path) -> list[tuple[str, Any, str]]:
     return settings
 
 
-def role_defaults() -> dict[str, Any]:
-    """Every default of every role, by variable name."""
-    defaults: dict[str, Any] = {}
-    for path in sorted(ROLES_DIR.glob("*/defaults/main.yml")):
-        defaults.update(yaml.safe_load(path.read_text()) or {})
-    return defaults
+def spec_options(checker) -> dict[str, dict[str, Any]]:
+    """Every option of every role's argument spec (entry point main), by variable name."""
+    options: dict[str, dict[str, Any]] = {}
+    for role_dir in sorted(path.parent.parent for path in ROLES_DIR.glob("*/meta/argument_specs.yml")):
+        spec, _ = checker.load_argument_spec(role_dir)
+        options.update({name: attrs or {} for name, attrs in ((spec or {}).get("options") or {}).items()})
+    return options
 
 
-def test_all_yml_lists_every_setting_with_its_default(checker):
-    """group_vars/all.yml names each variable of defaults/main.yml once, commented out, with the same default."""
-    documented = commented_settings(EXAMPLE / "group_vars" / "all.yml")
-    names = [name for name, _, _ in documented]
-    assert len(names) == len(set(names)), "a setting is listed twice"
-    defaults = role_defaults()
-    assert sorted(names) == sorted(defaults)
-    wrong = [name for name, value, _ in documented if not checker.same_value(value, defaults[name])]
-    assert wrong == [], "defaults differ from the roles' defaults/main.yml"
+def site_switches() -> dict[str, bool]:
+    """The switches of site.yml's optional parts, with the default its playbooks give them."""
+    switches: dict[str, bool] = {}
+    for path in [REPO_ROOT / "site.yml", *sorted((REPO_ROOT / "playbooks").glob("*.yml"))]:
+        for name, default in _SWITCH_USE.findall(path.read_text()):
+            if name != "gpufleet_example_inventory":
+                assert switches.get(name, default == "true") == (default == "true"), f"{name} has two defaults"
+                switches[name] = default == "true"
+    return switches
+
+
+def test_all_yml_settings_are_real_with_their_real_defaults(checker):
+    """Each setting group_vars/all.yml shows is an option of a role's argument spec, shown once, with the spec's default."""
+    documented = [(name, value) for name, value, _ in commented_settings(EXAMPLE / "group_vars" / "all.yml")
+                  if not name.startswith("gpufleet_")]
+    names = [name for name, _ in documented]
+    assert names, "the example shows no setting"
+    assert len(names) == len(set(names)), "a setting is shown twice"
+    options = spec_options(checker)
+    assert [name for name in names if name not in options] == [], "not a setting of any role (roles/*/meta/argument_specs.yml)"
+    wrong = [name for name, value in documented if "default" not in options[name] or not checker.same_value(value, options[name]["default"])]
+    assert wrong == [], "defaults differ from the roles' argument specs"
+
+
+def test_all_yml_shows_every_switch_of_site_yml_with_its_default():
+    """The optional parts (gpufleet_slurm, gpufleet_cudnn, ...) are all in group_vars/all.yml, each with the default site.yml gives it."""
+    switches = site_switches()
+    assert {"gpufleet_slurm", "gpufleet_monitoring", "gpufleet_container", "gpufleet_pytorch"} <= set(switches)
+    shown = {name: value for name, value, _ in commented_settings(EXAMPLE / "group_vars" / "all.yml") if name.startswith("gpufleet_")}
+    assert shown == switches
+
+
+def test_all_yml_points_to_the_role_reference():
+    """The example shows a handful of settings and names docs/roles.md (which exists) for every other one."""
+    text = (EXAMPLE / "group_vars" / "all.yml").read_text()
+    assert ROLE_REFERENCE in text
+    assert (REPO_ROOT / ROLE_REFERENCE).is_file()
+    assert len(commented_settings(EXAMPLE / "group_vars" / "all.yml")) <= 40, "the example copies the role reference again"
 
 
 def test_all_yml_explains_every_setting():
@@ -72,14 +106,15 @@ def test_all_yml_sets_nothing():
     assert yaml.safe_load((EXAMPLE / "group_vars" / "all.yml").read_text()) == {"gpufleet_example_inventory": True}
 
 
-def test_gpu_nodes_yml_overrides_only_real_settings():
-    """The commented mirror overrides in group_vars/gpu_nodes.yml name real role variables with values of the right type."""
-    defaults = role_defaults()
+def test_gpu_nodes_yml_overrides_only_real_settings(checker):
+    """The commented mirror overrides in group_vars/gpu_nodes.yml name real role settings with values of the right type."""
+    options = spec_options(checker)
     settings = commented_settings(EXAMPLE / "group_vars" / "gpu_nodes.yml")
     assert settings, "no example override"
     for name, value, _ in settings:
-        assert name in defaults, f"{name} is not a role variable"
-        assert type(value) is type(defaults[name]), f"{name}: {value!r} is not a {type(defaults[name]).__name__}"
+        assert name in options, f"{name} is not a role setting"
+        default = options[name]["default"]
+        assert type(value) is type(default), f"{name}: {value!r} is not a {type(default).__name__}"
         if name.endswith("_url"):
             assert re.match(r"^https?://[A-Za-z0-9.-]+(:[0-9]+)?(/\S*)?$", value), name
 
