@@ -37,7 +37,13 @@ host-deps:
 	python3 -c 'import ensurepip, venv' 2>/dev/null || missing="$$missing python3-venv"; \
 	if [ -n "$$missing" ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; fi
 
-venv: $(VENV)/.installed
+# The clone as the collection gpufleet.fleet (ansible.cfg collections_path).
+COLLECTION_LINK := .ansible/collections/ansible_collections/gpufleet/fleet
+
+venv: $(VENV)/.installed $(COLLECTION_LINK)
+$(COLLECTION_LINK):
+	mkdir -p $(dir $@)
+	ln -sfn ../../../.. $@
 $(VENV)/.installed: requirements/dev.txt | host-deps
 	python3 -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements/dev.txt

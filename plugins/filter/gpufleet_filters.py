@@ -1,0 +1,106 @@
+"""gpufleet's Jinja filters: shared rules of the roles, in one place.
+
+``value | gpufleet.fleet.as_list``
+    A list setting as a list. The argument specs accept a comma-separated string
+    for ``type: list`` (``-e cuda_compile_check_archs=sm_80,sm_90``) but do not
+    convert the variable; this applies the very rule the spec check applied
+    (ansible's ``check_type_list``), so a role never re-implements it.
+
+``checks | gpufleet.fleet.failed_checks``
+    From a list of ``{ok, msg}`` rules, the messages of those that do not hold
+    (whitespace folded), in order.
+
+``names | gpufleet.fleet.unknown_settings(settings)``
+    Of variable names, those that carry a role's prefix (``cuda_``) but are no
+    setting of that role (``settings``: ``{role: [option, ...]}``, from
+    ``lookup('gpufleet.fleet.role_settings')``), each as ``"<name> is not a
+    setting of role <role> (did you mean <closest>?)"``.
+
+``messages | gpufleet.fleet.rejection(role, host)``
+    The one message a role stops a host with: ``<role> settings rejected on
+    <host>: [1] ...; [2] ...``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ansible.errors import AnsibleFilterError
+from ansible.module_utils.common.validation import check_type_list
+
+_SPACE = re.compile(r"\s+")
+
+
+def as_list(value: Any) -> list[Any]:
+    """A list setting's value as a list (a string is split on commas, as the spec check does)."""
+    if value is None:
+        return []
+    try:
+        return list(check_type_list(value))
+    except TypeError as error:
+        raise AnsibleFilterError(f"as_list: {error}") from error
+
+
+def failed_checks(checks: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The messages of the ``{ok, msg}`` rules that do not hold."""
+    failed = []
+    for index, check in enumerate(checks or []):
+        if not isinstance(check, Mapping) or "ok" not in check or "msg" not in check:
+            raise AnsibleFilterError(f"failed_checks: rule {index + 1} is not a mapping with ok and msg: {check!r}")
+        ok = check["ok"]
+        if isinstance(ok, str):
+            ok = ok.strip().lower() in ("true", "yes", "1", "on")
+        if not ok:
+            failed.append(_SPACE.sub(" ", str(check["msg"])).strip())
+    return failed
+
+
+# Words users reach for that a role calls otherwise (cuda_version: cuda_release).
+SYNONYMS = {"version": "release", "versions": "releases"}
+
+
+def _owner(name: str, roles: Sequence[str]) -> str | None:
+    """The role whose prefix ``name`` carries (the longest prefix wins: nvidia_driver_ before a role nvidia)."""
+    owners = [role for role in roles if name.startswith(role + "_")]
+    return max(owners, key=len) if owners else None
+
+
+def suggestion(name: str, role: str, options: Sequence[str]) -> str | None:
+    """The valid setting ``name`` most likely meant."""
+    rest = name[len(role) + 1:]
+    for word, meant in SYNONYMS.items():
+        candidate = f"{role}_" + re.sub(rf"(^|_){word}($|_)", rf"\g<1>{meant}\g<2>", rest)
+        if candidate != name and candidate in options:
+            return candidate
+    close = difflib.get_close_matches(name, options, n=1, cutoff=0.8)
+    return close[0] if close else None
+
+
+def unknown_settings(names: Sequence[str], settings: Mapping[str, Sequence[str]]) -> list[str]:
+    """Messages for the variables with a role's prefix that no spec of that role defines."""
+    messages = []
+    for name in sorted(set(names or [])):
+        role = _owner(name, list(settings))
+        if role is None or name in settings[role]:
+            continue
+        meant = suggestion(name, role, settings[role])
+        hint = f" (did you mean {meant}?)" if meant else f" (docs/roles.md lists the settings of {role})"
+        messages.append(f"{name} is not a setting of role {role}{hint}")
+    return messages
+
+
+def rejection(messages: Sequence[str], role: str, host: str) -> str:
+    """``<role> settings rejected on <host>: [1] first; [2] second``."""
+    numbered = "; ".join(f"[{index}] {message}" for index, message in enumerate(messages, start=1))
+    return f"{role} settings rejected on {host}: {numbered}"
+
+
+class FilterModule:
+    """gpufleet.fleet filters."""
+
+    def filters(self) -> dict[str, Any]:
+        return {"as_list": as_list, "failed_checks": failed_checks, "rejection": rejection,
+                "unknown_settings": unknown_settings}

@@ -1,0 +1,53 @@
+"""gpufleet's Jinja tests: the rules several roles share, in one place.
+
+``result is gpufleet.fleet.fetch_failure``
+    A registered result that failed because a package source or download did not
+    answer (DNS, connection refused or reset, time-out, "Failed to fetch"). Tasks
+    that download retry while this holds and stop at once on any other failure::
+
+        until: __result is not gpufleet.fleet.fetch_failure
+
+``value is gpufleet.fleet.http_url``
+    An http(s) URL with a host, no spaces and no Jinja/shell braces: what every
+    repository, key, index and wheelhouse setting must be.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+# What apt, pip, curl and get_url say when the other end does not answer.
+FETCH_FAILURE = re.compile(r"(?i)fetch|connect|resolv|timed out|refused")
+HTTP_URL = re.compile(r"^https?://[A-Za-z0-9.-]+(:[0-9]+)?(/[^\s{}]*)?$")
+
+
+def failure_text(result: Any) -> str:
+    """The messages of a registered result (msg, stderr, the items' msg of a loop)."""
+    if not isinstance(result, Mapping):
+        return ""
+    parts = [str(result.get("msg") or ""), str(result.get("stderr") or "")]
+    for item in result.get("results") or []:
+        if isinstance(item, Mapping):
+            parts.append(failure_text(item))
+    return " ".join(part for part in parts if part)
+
+
+def fetch_failure(result: Any) -> bool:
+    """True when ``result`` failed and its messages say that a source did not answer."""
+    if not isinstance(result, Mapping) or not result.get("failed"):
+        return False
+    return FETCH_FAILURE.search(failure_text(result)) is not None
+
+
+def http_url(value: Any) -> bool:
+    """True for an http(s) URL with a host (``http://mirror:8080/debian``)."""
+    return isinstance(value, str) and HTTP_URL.match(value) is not None
+
+
+class TestModule:
+    """gpufleet.fleet tests."""
+
+    def tests(self) -> dict[str, Any]:
+        return {"fetch_failure": fetch_failure, "http_url": http_url}

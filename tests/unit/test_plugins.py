@@ -1,0 +1,194 @@
+"""The plugins under plugins/ (gpufleet.fleet.*), called directly: the shared rules of the roles."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+import yaml
+from ansible.errors import AnsibleFilterError
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def load(relative: str):
+    spec = importlib.util.spec_from_file_location(Path(relative).stem, REPO / relative)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+tests_plugin = load("plugins/test/gpufleet_tests.py")
+filters = load("plugins/filter/gpufleet_filters.py")
+stack = load("plugins/lookup/stack.py")
+settings = load("plugins/lookup/role_settings.py")
+MATRIX = stack.load_matrix()
+
+
+# --- fetch_failure -----------------------------------------------------------
+
+@pytest.mark.parametrize("result", [
+    {"failed": True, "msg": "Failed to fetch http://mirror/debian/dists/bookworm/InRelease"},
+    {"failed": True, "stderr": "curl: (7) Failed to connect to mirror port 80: Connection refused"},
+    {"failed": True, "msg": "Temporary failure resolving 'mirror.gpufleet.lab'"},
+    {"failed": True, "msg": "Request failed: <urlopen error timed out>"},
+    {"failed": True, "msg": "One or more items failed", "results": [{"msg": "ok"}, {"msg": "Could not fetch index"}]},
+])
+def test_fetch_failure_holds_for_a_source_that_did_not_answer(result):
+    assert tests_plugin.fetch_failure(result)
+
+
+@pytest.mark.parametrize("result", [
+    {"failed": False, "msg": "Failed to fetch (but the task succeeded)"},
+    {"failed": True, "msg": "No package matching 'nvidia-driver-999' is available"},
+    {"failed": True, "stderr": "E: Unable to correct problems, you have held broken packages."},
+    {},
+    None,
+    "Failed to fetch",
+])
+def test_fetch_failure_does_not_hold_for_other_failures_or_successes(result):
+    assert not tests_plugin.fetch_failure(result)
+
+
+@pytest.mark.parametrize("url", ["http://mirror/debian", "https://apt.corp.example:8443/nvidia/cuda/", "http://10.0.0.5"])
+def test_http_url_accepts_http_urls(url):
+    assert tests_plugin.http_url(url)
+
+
+@pytest.mark.parametrize("url", ["", "mirror/debian", "ftp://mirror/debian", "http://", "http://mirror/a b",
+                                 "http://mirror/{variant}", "https://mirror/$(id)x{", 42, None])
+def test_http_url_rejects_anything_else(url):
+    assert not tests_plugin.http_url(url)
+
+
+# --- filters -----------------------------------------------------------------
+
+@pytest.mark.parametrize("value, expected", [
+    (["sm_80", "sm_90"], ["sm_80", "sm_90"]),
+    ("sm_80,sm_90", ["sm_80", "sm_90"]),
+    ("gpu_nodes", ["gpu_nodes"]),
+    (None, []),
+    (5, ["5"]),
+])
+def test_as_list_applies_the_spec_rule(value, expected):
+    assert filters.as_list(value) == expected
+
+
+def test_as_list_refuses_a_mapping():
+    with pytest.raises(AnsibleFilterError, match="as_list"):
+        filters.as_list({"a": 1})
+
+
+def test_failed_checks_keeps_the_failing_messages_in_order_with_folded_whitespace():
+    checks = [{"ok": True, "msg": "fine"}, {"ok": False, "msg": "first\n  wrong"}, {"ok": "False", "msg": "second"},
+              {"ok": "True", "msg": "also fine"}]
+    assert filters.failed_checks(checks) == ["first wrong", "second"]
+
+
+def test_failed_checks_refuses_a_rule_without_ok():
+    with pytest.raises(AnsibleFilterError, match="rule 2"):
+        filters.failed_checks([{"ok": True, "msg": "x"}, {"msg": "no ok"}])
+
+
+def test_rejection_numbers_the_messages_and_names_role_and_host():
+    assert filters.rejection(["a", "b"], "cuda", "node-1") == "cuda settings rejected on node-1: [1] a; [2] b"
+
+
+ROLE_SETTINGS = settings.role_settings()
+
+
+@pytest.mark.parametrize("name, role, meant", [
+    ("cuda_version", "cuda", "cuda_release"),
+    ("pytorch_version", "pytorch", "pytorch_release"),
+    ("nvidia_driver_verison", "nvidia_driver", "nvidia_driver_version"),
+    ("gpu_verify_expected_gpu", "gpu_verify", "gpu_verify_expected_gpus"),
+])
+def test_unknown_settings_names_the_setting_meant(name, role, meant):
+    assert filters.unknown_settings([name], ROLE_SETTINGS) == [
+        f"{name} is not a setting of role {role} (did you mean {meant}?)"]
+
+
+def test_unknown_settings_passes_real_settings_and_other_prefixes():
+    names = ["cuda_release", "nvidia_driver_branch", "lab_mirror_url", "ansible_host", "gpufleet_slurm"]
+    assert filters.unknown_settings(names, ROLE_SETTINGS) == []
+
+
+def test_unknown_settings_without_a_close_match_points_to_the_reference():
+    assert filters.unknown_settings(["slurm_frobnicate"], ROLE_SETTINGS) == [
+        "slurm_frobnicate is not a setting of role slurm (docs/roles.md lists the settings of slurm)"]
+
+
+def test_the_longest_role_prefix_owns_a_name():
+    assert filters._owner("nvidia_driver_x", ["nvidia", "nvidia_driver"]) == "nvidia_driver"
+
+
+# --- role_settings -----------------------------------------------------------
+
+def test_role_settings_lists_every_role_and_every_option_of_its_spec():
+    roles = sorted(path.parent.parent.name for path in (REPO / "roles").glob("*/meta/argument_specs.yml"))
+    assert sorted(ROLE_SETTINGS) == roles
+    cuda = yaml.safe_load((REPO / "roles/cuda/meta/argument_specs.yml").read_text())["argument_specs"]["main"]["options"]
+    assert ROLE_SETTINGS["cuda"] == sorted(cuda)
+
+
+def test_role_spec_drops_defaults_only():
+    spec = settings.role_spec("pytorch")
+    assert spec["pytorch_require_gpu"] == {key: value for key, value in yaml.safe_load(
+        (REPO / "roles/pytorch/meta/argument_specs.yml").read_text())["argument_specs"]["main"]["options"][
+        "pytorch_require_gpu"].items() if key != "default"}
+    assert all("default" not in option for option in spec.values())
+
+
+def test_role_spec_of_an_unknown_role_is_a_clear_error():
+    with pytest.raises(Exception, match="no argument spec for role 'nope'"):
+        settings.role_spec("nope")
+
+
+# --- stack -------------------------------------------------------------------
+
+def test_defaults_resolve_to_one_complete_stack():
+    resolved = stack.resolve(MATRIX, driver_branch="535", distribution="Ubuntu")
+    assert resolved["errors"] == []
+    assert resolved["driver"] == {"branch": "535", "version": MATRIX["driver_branches"]["535"]["default_version"],
+                                  "fabricmanager": True, "sources": ["ubuntu", "nvidia"]}
+    assert resolved["cuda"]["release"] == MATRIX["defaults"]["cuda_release"] == "12.1"
+    assert resolved["cuda"]["toolkit_package"] == "cuda-toolkit-12-1"
+    assert resolved["cudnn"]["version"] == "8.9.2.26" and resolved["nccl"]["packages"] == ["libnccl2", "libnccl-dev"]
+    assert resolved["pytorch"]["variant"] == "cu121" and resolved["pytorch"]["expected_cuda"] == "12.1"
+    assert resolved["pytorch"]["label"] == "+cu121"
+
+
+def test_every_wrong_choice_is_a_reason_and_its_part_is_empty():
+    resolved = stack.resolve(MATRIX, driver_branch="999", cuda_release="12.4", pytorch_release="1.0")
+    assert resolved["driver"] == {} and resolved["cuda"] == {} and resolved["pytorch"] == {}
+    assert [reason.split(" ")[0] for reason in resolved["errors"]] == ["nvidia_driver_branch", "cuda_release",
+                                                                       "pytorch_release"]
+    assert "lists 470, 525, 535" in resolved["errors"][0]
+
+
+def test_a_driver_version_outside_its_branch_is_a_reason():
+    resolved = stack.resolve(MATRIX, driver_branch="535", driver_version="550.54.15")
+    assert resolved["errors"] == ["nvidia_driver_version '550.54.15' is not a release of branch 535 "
+                                  f"(expected the form 535.NNN.NN, for example {MATRIX['driver_branches']['535']['default_version']})"]
+
+
+def test_a_variant_the_release_lacks_is_a_reason():
+    resolved = stack.resolve(MATRIX, pytorch_release="2.1.0", pytorch_variant="cu124")
+    assert resolved["errors"] == ["pytorch_release 2.1.0 has no cu124 build (the compatibility matrix: cu118, cu121, cpu)"]
+
+
+def test_the_cpu_variant_expects_no_cuda():
+    resolved = stack.resolve(MATRIX, pytorch_release="2.5.1", pytorch_variant="cpu")
+    assert resolved["pytorch"]["expected_cuda"] == "" and resolved["errors"] == []
+
+
+def test_no_driver_branch_resolves_no_driver():
+    assert stack.resolve(MATRIX)["driver"] == {}
+
+
+def test_a_damaged_matrix_is_a_clear_error(tmp_path):
+    bad = tmp_path / "compatibility.yml"
+    bad.write_text("just: text\n")
+    with pytest.raises(Exception, match="is not gpufleet's compatibility matrix"):
+        stack.load_matrix(bad)
