@@ -6,6 +6,10 @@
     convert the variable; this applies the very rule the spec check applied
     (ansible's ``check_type_list``), so a role never re-implements it.
 
+``value | gpufleet.fleet.as_dict``
+    A dict setting as a dict, by the spec's rule for ``type: dict`` (a mapping,
+    JSON, or ``key=value`` pairs: ``-e slurm_extra_config=DefMemPerGPU=8192``).
+
 ``checks | gpufleet.fleet.failed_checks``
     From a list of ``{ok, msg}`` rules, the messages of those that do not hold
     (whitespace folded), in order.
@@ -29,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
-from ansible.module_utils.common.validation import check_type_list
+from ansible.module_utils.common.validation import check_type_dict, check_type_list
 
 _SPACE = re.compile(r"\s+")
 
@@ -42,6 +46,16 @@ def as_list(value: Any) -> list[Any]:
         return list(check_type_list(value))
     except TypeError as error:
         raise AnsibleFilterError(f"as_list: {error}") from error
+
+
+def as_dict(value: Any) -> dict[str, Any]:
+    """A dict setting's value as a dict (``key=value`` pairs and JSON too, as the spec check accepts)."""
+    if value is None or value == "":
+        return {}
+    try:
+        return dict(check_type_dict(value))
+    except TypeError as error:
+        raise AnsibleFilterError(f"as_dict: {error}") from error
 
 
 def failed_checks(checks: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -102,5 +116,5 @@ class FilterModule:
     """gpufleet.fleet filters."""
 
     def filters(self) -> dict[str, Any]:
-        return {"as_list": as_list, "failed_checks": failed_checks, "rejection": rejection,
+        return {"as_list": as_list, "as_dict": as_dict, "failed_checks": failed_checks, "rejection": rejection,
                 "unknown_settings": unknown_settings}

@@ -3,7 +3,7 @@ on a never-provisioned node, with a message naming the variable or host."""
 
 import pytest
 
-from conftest import make_fresh_node, podman, run_playbook
+from conftest import LAB_INVENTORY, make_fresh_node, podman, run_playbook
 
 CASES = [
     pytest.param({"nvidia_driver_branch": "abc"},
@@ -40,9 +40,24 @@ CASES = [
     pytest.param({"gpu_verify_expected_gpus": -1},
                  "gpu_verify_expected_gpus '-1' is not a GPU count", id="negative-gpu-count"),
     pytest.param({"smoke_training_amp": "fp8"},
-                 "smoke_training_amp 'fp8' is not an AMP mode (auto, bf16, fp16, off)", id="unknown-amp-mode"),
+                 "value of smoke_training_amp must be one of: auto, bf16, fp16, off, got: fp8", id="unknown-amp-mode"),
     pytest.param({"smoke_training_rendezvous_port": 80},
                  "smoke_training_rendezvous_port '80' is not a TCP port (1024-65535)", id="privileged-rendezvous-port"),
+    # Types and choices: the roles' argument specs, applied by play 1 (their message).
+    pytest.param({"pytorch_require_gpu": "perhaps"},
+                 "pytorch settings rejected on gpufleet-e2e-fresh (argument spec): argument 'pytorch_require_gpu' is of type str"
+                 " and we were unable to convert to bool", id="spec-bool"),
+    pytest.param({"cuda_compile_check": "perhaps"},
+                 "cuda settings rejected on gpufleet-e2e-fresh (argument spec): argument 'cuda_compile_check' is of type str",
+                 id="spec-bool-cuda"),
+    pytest.param({"gpu_verify_gemm_min_fraction": "most"},
+                 "argument 'gpu_verify_gemm_min_fraction' is of type str and we were unable to convert to float", id="spec-float"),
+    pytest.param({"smoke_training_steps": "many"},
+                 "argument 'smoke_training_steps' is of type str and we were unable to convert to int", id="spec-int"),
+    # A setting no role has: refused, naming the one meant.
+    pytest.param({"cuda_version": "12.4"},
+                 "inventory settings rejected on gpufleet-e2e-fresh: [1] cuda_version is not a setting of role cuda"
+                 " (did you mean cuda_release?)", id="unknown-setting-extra-var"),
 ]
 
 
@@ -53,6 +68,24 @@ def test_bad_input_stops_before_any_change(tmp_path, fresh_node, extravars, expe
     assert run.status == "failed"
     messages = " ".join(run.failures().get(fresh_node.name, []))
     assert expected in messages, messages
+    assert run.changed_tasks() == {}
+    assert fresh_node.state() == before
+
+
+def test_a_misspelled_setting_in_group_vars_is_refused(tmp_path, fresh_node):
+    """nvidia_driver_verison in the inventory's group_vars: refused in play 1, naming nvidia_driver_version,
+    not ignored (the run would otherwise go on with the default)."""
+    inventory = tmp_path / "inventory"
+    (inventory / "group_vars").mkdir(parents=True)
+    (inventory / "group_vars" / "all").symlink_to(LAB_INVENTORY / "group_vars" / "all")
+    (inventory / "group_vars" / "gpu_nodes.yml").write_text('nvidia_driver_verison: "535.261.03"\n')
+    (inventory / "hosts.yml").write_text((fresh_node.inventory / "hosts.yml").read_text())
+    before = fresh_node.state()
+    run = run_playbook(tmp_path, "site.yml", inventory)
+    assert run.status == "failed"
+    messages = " ".join(run.failures().get(fresh_node.name, []))
+    assert ("nvidia_driver_verison is not a setting of role nvidia_driver (did you mean nvidia_driver_version?)"
+            in messages), messages
     assert run.changed_tasks() == {}
     assert fresh_node.state() == before
 

@@ -80,6 +80,22 @@ def test_as_list_refuses_a_mapping():
         filters.as_list({"a": 1})
 
 
+@pytest.mark.parametrize("value, expected", [
+    ({"DefMemPerGPU": 8192}, {"DefMemPerGPU": 8192}),
+    ("DefMemPerGPU=8192 MaxJobCount=500", {"DefMemPerGPU": "8192", "MaxJobCount": "500"}),
+    ('{"a": 1}', {"a": 1}),
+    ("", {}),
+    (None, {}),
+])
+def test_as_dict_applies_the_spec_rule(value, expected):
+    assert filters.as_dict(value) == expected
+
+
+def test_as_dict_refuses_what_the_spec_refuses():
+    with pytest.raises(AnsibleFilterError, match="as_dict"):
+        filters.as_dict("not a mapping")
+
+
 def test_failed_checks_keeps_the_failing_messages_in_order_with_folded_whitespace():
     checks = [{"ok": True, "msg": "fine"}, {"ok": False, "msg": "first\n  wrong"}, {"ok": "False", "msg": "second"},
               {"ok": "True", "msg": "also fine"}]

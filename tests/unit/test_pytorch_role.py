@@ -285,7 +285,6 @@ BAD_INPUT = [
     ),
     ({"pytorch_extra_packages": ["numpy>=1.26"]}, "pytorch_extra_packages must be exact pins name==version (as every host must get the same build): numpy>=1.26"),
     ({"pytorch_extra_packages": ["Torch==2.5.1"]}, "pytorch_extra_packages pins torch, whose versions come from pytorch_release"),
-    ({"pytorch_extra_packages": "numpy==1.26.4"}, "pytorch_extra_packages and pytorch_pip_extra_args must be lists"),
     ({"pytorch_venv": "/opt"}, "pytorch_venv '/opt' must be an absolute path of its own"),
     ({"pytorch_venv": "/usr/"}, "pytorch_venv '/usr/' must be an absolute path of its own"),
     ({"pytorch_venv": "venv"}, "pytorch_venv 'venv' must be an absolute path of its own"),
@@ -293,7 +292,6 @@ BAD_INPUT = [
     ({"pytorch_pip_timeout": 0}, "pytorch_pip_timeout must be a whole number of seconds above 0"),
     ({"pytorch_wheelhouse_url": "http://mirror/wheels/"}, "pytorch_wheelhouse_url is an offline install, which gpufleet checks wheel by wheel"),
     ({"pytorch_hashes_file": "/nonexistent/wheels.lock"}, "pytorch_hashes_file /nonexistent/wheels.lock does not exist on the controller"),
-    ({"pytorch_require_hashes_offline": "maybe"}, "pytorch_require_hashes_offline 'maybe' is not a boolean"),
 ]
 
 

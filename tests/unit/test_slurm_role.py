@@ -155,11 +155,7 @@ def test_job_script_runs_one_torchrun_per_node_with_rendezvous_on_the_first():
     ({"slurm_partition_max_time": "forever"}, "slurm_partition_max_time"),
     ({"slurm_node_gpus": "-1"}, "slurm_node_gpus"),
     ({"slurm_gpu_type": "h100 sxm"}, "slurm_gpu_type"),
-    ({"slurm_node_memory_reserved_mb": "2G"}, "slurm_node_memory_reserved_mb"),
-    ({"slurm_proctrack_type": "proctrack/cray"}, "slurm_proctrack_type"),
-    ({"slurm_task_plugins": ["task/magic"]}, "slurm_task_plugins"),
     ({"slurm_proctrack_type": "proctrack/linuxproc"}, "slurm_task_plugins"),  # task/cgroup without proctrack/cgroup
-    ({"slurm_extra_config": "DefMemPerGPU=1"}, "slurm_extra_config"),
     ({"slurm_torchrun": "torchrun"}, "slurm_torchrun"),
     ({"slurm_rendezvous_port": 80}, "slurm_rendezvous_port"),
     ({"slurm_job_cpu_nproc_per_node": 0}, "slurm_job_cpu_nproc_per_node"),
