@@ -36,7 +36,9 @@ import pytest
 import yaml
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
-from conftest import FAKE_FACTS, load_trusted, render_role_template
+from conftest import FAKE_FACTS, load_trusted
+from test_apt_source import apt_source_inputs
+from test_apt_source import render as render_apt_source
 from test_driver_rendering import _apt, _isolated_apt_options, apt_index_urls, parse_deb822
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -93,9 +95,19 @@ class ContainerConfig:
         """Template a value of a role file (already trusted) or a Jinja string with this host's variables and ``extra``."""
         return self.templar(extra).template(trust_as_template(expression) if isinstance(expression, str) else expression)
 
-    def render(self, template_name: str) -> str:
-        """roles/container/templates/<template_name> as the template action renders it (trim_blocks, "\\n")."""
-        return render_role_template(ROLE, template_name, self.variables)
+    def apt_source_inputs(self, entry_point: str = "main") -> dict[str, Any]:
+        """What tasks/repository.yml gives roles/apt_source's entry point, templated for this host."""
+        return apt_source_inputs("container", "repository.yml", entry_point, self.variables)
+
+    def source_text(self) -> str:
+        """The toolkit's source as roles/apt_source writes it for these inputs."""
+        return render_apt_source("source.sources.j2", self.apt_source_inputs())
+
+    def pin_text(self) -> str:
+        """The toolkit's pin as roles/apt_source writes it for these inputs."""
+        inputs = self.apt_source_inputs()
+        (pin,) = inputs["apt_source_pins"]
+        return render_apt_source("pin.pref.j2", inputs, __apt_source_pin=pin)
 
     def task(self, task_file: str, name_contains: str) -> dict:
         tasks = [t for t in _all_tasks(load_trusted(ROLE / task_file)) if name_contains in t.get("name", "")]
@@ -271,7 +283,7 @@ def test_defaults_pass_validation(host):
 @pytest.mark.parametrize("host", HOSTS)
 def test_source_is_nvidias_flat_repository_signed_by_a_keyring(host):
     """The deb822 source: NVIDIA's list with $(ARCH) = amd64, flat (Suites "/"), Signed-By the keyring in /etc/apt/keyrings."""
-    text = cfg_for(host).render("nvidia-container-toolkit.sources.j2")
+    text = cfg_for(host).source_text()
     assert text.startswith(f"# {ANSIBLE_MANAGED}\n")
     assert one_stanza(text) == {
         "Types": "deb",
@@ -288,7 +300,7 @@ def test_apt_reads_the_same_indexes_as_nvidias_list(tmp_path, host):
     """apt derives the same Packages index from the rendered source as from NVIDIA's own list (apt expands $(ARCH))."""
     (tmp_path / "ours").mkdir()
     (tmp_path / "theirs").mkdir()
-    ours = apt_index_urls(tmp_path / "ours", {"gpufleet-nvidia-container-toolkit.sources": cfg_for(host).render("nvidia-container-toolkit.sources.j2")})
+    ours = apt_index_urls(tmp_path / "ours", {"gpufleet-nvidia-container-toolkit.sources": cfg_for(host).source_text()})
     theirs = apt_index_urls(tmp_path / "theirs", {"nvidia-container-toolkit.list": NVIDIA_LIST.replace("$(ARCH)", "amd64")})
     assert ours == theirs
     assert ours and all(url.startswith(NVIDIA_REPOSITORY + "/") for url in ours)
@@ -301,7 +313,7 @@ def test_mirror_with_baked_keyring():
     assert cfg.failure is None
     assert cfg["__container_repo_url"] == "http://mirror.example.com/libnvidia-container/stable/deb/amd64"
     assert cfg["__container_key_url"] == ""
-    stanza = one_stanza(cfg.render("nvidia-container-toolkit.sources.j2"))
+    stanza = one_stanza(cfg.source_text())
     assert stanza["URIs"] == "http://mirror.example.com/libnvidia-container/stable/deb/amd64/"
     assert stanza["Signed-By"] == "/usr/share/keyrings/mirror-archive-keyring.gpg"
 
@@ -312,7 +324,20 @@ def test_mirror_with_its_own_key_url():
                   container_nvidia_toolkit_repository_key_url="https://mirror.example.com/key.asc")
     assert cfg.failure is None
     assert cfg["__container_key_url"] == "https://mirror.example.com/key.asc"
-    assert one_stanza(cfg.render("nvidia-container-toolkit.sources.j2"))["Signed-By"] == FETCHED_KEYRING
+    assert one_stanza(cfg.source_text())["Signed-By"] == FETCHED_KEYRING
+
+
+@pytest.mark.parametrize("host", HOSTS)
+def test_the_trial_tries_the_source_repository_yml_writes(host):
+    """The trial and the configuration describe one source; the trial looks for the toolkit version, naming its setting."""
+    cfg = cfg_for(host, container_nvidia_toolkit_repository_url="http://mirror.example.com/nct")
+    trial, main = cfg.apt_source_inputs("trial"), cfg.apt_source_inputs()
+    assert {k: v for k, v in trial.items() if k in main} == {k: v for k, v in main.items() if k in trial}
+    assert set(main) - set(trial) == {"apt_source_pins"}
+    assert trial["apt_source_architectures"] == ["amd64"] and trial["apt_source_key_url"] == NVIDIA_KEY_URL
+    assert (trial["apt_source_package"], trial["apt_source_version"], trial["apt_source_version_name"]) == (
+        "nvidia-container-toolkit", "1.17.8-1", "container_nvidia_toolkit_version")
+    assert trial["apt_source_url_name"] == "container_nvidia_toolkit_repository_url"
 
 
 @pytest.mark.parametrize("version", ["1.17.8-1", "1.18.1-1", "1.19.0~rc.5-1"])
@@ -320,7 +345,7 @@ def test_pin_holds_the_four_toolkit_packages_at_the_version(version):
     """The preferences pin exactly the toolkit's four packages (also libnvidia-container) at the version, priority 1001."""
     cfg = cfg_for("ubuntu2204", container_nvidia_toolkit_version=version)
     assert cfg.failure is None
-    stanza = one_stanza(cfg.render("nvidia-container-toolkit.pref.j2"))
+    stanza = one_stanza(cfg.pin_text())
     assert stanza["Pin"] == f"version {version}"
     assert stanza["Pin-Priority"] == "1001"
     assert stanza["Explanation"].startswith("gpufleet container")
@@ -342,7 +367,7 @@ def test_default_version_is_the_documented_one():
 def test_apt_accepts_the_rendered_pin(tmp_path):
     """apt parses the rendered preferences without an error or warning."""
     pref = tmp_path / "gpufleet.pref"
-    pref.write_text(cfg_for("debian12").render("nvidia-container-toolkit.pref.j2"))
+    pref.write_text(cfg_for("debian12").pin_text())
     result = subprocess.run([_apt("apt-cache"), "policy", *_isolated_apt_options(tmp_path, preferences=pref)],
                             capture_output=True, text=True, check=False)
     assert result.returncode == 0 and not re.search(r"^(E|W):", result.stderr, re.MULTILINE), result.stderr

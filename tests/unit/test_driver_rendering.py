@@ -19,6 +19,8 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 
 import pytest
+from test_apt_source import apt_source_inputs
+from test_apt_source import render as render_apt_source
 
 VERSION = "535.261.03"
 CUDA_REPOS = "https://developer.download.nvidia.com/compute/cuda/repos"
@@ -217,16 +219,34 @@ def parse_deb822(text: str) -> list[dict[str, str]]:
     return stanzas
 
 
+def driver_inputs(cfg, task_file: str = "repository.yml", entry_point: str = "main") -> dict:
+    """What the role gives roles/apt_source (the include's vars in tasks/<task_file>), templated for this host."""
+    return apt_source_inputs("nvidia_driver", task_file, entry_point, cfg.variables)
+
+
+def source_text(cfg) -> str:
+    """The driver's source as roles/apt_source writes it for the inputs repository.yml gives."""
+    return render_apt_source("source.sources.j2", driver_inputs(cfg))
+
+
+def pin_text(cfg, build: str = "") -> str:
+    """The driver's pin as roles/apt_source writes it; ``build``: the version string the trial found in the repository."""
+    inputs = driver_inputs(cfg)
+    (pin,) = inputs["apt_source_pins"]
+    assert pin["build"] == ""  # no trial ran for this fake host
+    return render_apt_source("pin.pref.j2", inputs, __apt_source_pin={**pin, "build": build})
+
+
 def sources_stanza(cfg) -> dict[str, str]:
-    """The one deb822 stanza of the rendered templates/nvidia-driver.sources.j2."""
-    stanzas = parse_deb822(cfg.render("nvidia-driver.sources.j2"))
+    """The one deb822 stanza of the driver's rendered source."""
+    stanzas = parse_deb822(source_text(cfg))
     assert len(stanzas) == 1
     return stanzas[0]
 
 
 def pin_stanza(cfg) -> dict[str, str]:
-    """The one stanza of the rendered templates/nvidia-driver.pref.j2."""
-    stanzas = parse_deb822(cfg.render("nvidia-driver.pref.j2"))
+    """The one stanza of the driver's rendered pin (no build known: the version pattern alone)."""
+    stanzas = parse_deb822(pin_text(cfg))
     assert len(stanzas) == 1
     return stanzas[0]
 
@@ -310,16 +330,18 @@ def test_nvidia_repository_layout(driver, host):
     assert cfg["__nvidia_driver_keyring"] == CUDA_KEYRING == cfg["__nvidia_driver_cuda_keyring"]
     assert cfg["__nvidia_driver_cuda_keyring_deb"] == "cuda-keyring_1.1-1_all.deb"
     assert cfg["__nvidia_driver_repo_managed"] is True
-    # What repository.yml downloads and which of cuda-keyring's files it replaces.
-    assert cfg.task_args("repository.yml", "Install NVIDIA's cuda-keyring")["deb"] == f"{url}/cuda-keyring_1.1-1_all.deb"
-    assert cfg.task_args("repository.yml", "Drop cuda-keyring's own source")["path"] == f"/etc/apt/sources.list.d/cuda-{host}-x86_64.list"
+    # What repository.yml has apt_source download and which of cuda-keyring's files it replaces.
+    inputs = driver_inputs(cfg)
+    assert inputs["apt_source_keyring_deb_url"] == f"{url}/cuda-keyring_1.1-1_all.deb"
+    assert inputs["apt_source_replaces"] == [f"/etc/apt/sources.list.d/cuda-{host}-x86_64.list"]
+    assert inputs["apt_source_key_url"] == "" and inputs["apt_source_keyring"] == CUDA_KEYRING
 
 
 @pytest.mark.parametrize("host", ["ubuntu2004", "ubuntu2204", "debian12"])
 def test_nvidia_sources_file_is_a_flat_repository(driver, host):
     """The rendered .sources names NVIDIA's repository as a flat one: URI with a trailing slash, Suites "/", no Components."""
     cfg = driver(host, "nvidia")
-    text = cfg.render("nvidia-driver.sources.j2")
+    text = source_text(cfg)
     assert f"\nURIs: {CUDA_REPOS}/{host}/x86_64/\n" in text
     assert "\nSuites: /\n" in text
     assert "Components" not in text
@@ -337,7 +359,7 @@ def test_nvidia_sources_file_is_a_flat_repository(driver, host):
 def test_nvidia_sources_file_reads_as_the_real_index_url(driver, host, tmp_path):
     """apt derives from the rendered file the one index NVIDIA really publishes, e.g. .../ubuntu2204/x86_64/Packages."""
     cfg = driver(host, "nvidia")
-    urls = apt_index_urls(tmp_path, {"gpufleet-nvidia-driver.sources": cfg.render("nvidia-driver.sources.j2")})
+    urls = apt_index_urls(tmp_path, {"gpufleet-nvidia-driver.sources": source_text(cfg)})
     assert urls == [f"{CUDA_REPOS}/{host}/x86_64/Packages"]
 
 
@@ -448,7 +470,7 @@ def test_mirror_key_without_mirror_url_is_rejected(driver):
 def test_canonical_mirror_reads_as_the_real_index_urls(driver, tmp_path):
     """apt derives restricted/binary-amd64 indexes of all three pockets from the rendered mirror source."""
     cfg = driver("ubuntu2204", "ubuntu", nvidia_driver_repository_url="http://mirror.example.com/ubuntu/")
-    urls = apt_index_urls(tmp_path, {"gpufleet-nvidia-driver.sources": cfg.render("nvidia-driver.sources.j2")})
+    urls = apt_index_urls(tmp_path, {"gpufleet-nvidia-driver.sources": source_text(cfg)})
     assert [u for u in urls if "binary-amd64" in u] == sorted(
         f"http://mirror.example.com/ubuntu/dists/{suite}/restricted/binary-amd64/Packages"
         for suite in ("jammy", "jammy-updates", "jammy-security")
@@ -526,7 +548,7 @@ def test_apt_accepts_the_pin_file(driver, host, source, tmp_path):
     """apt's own preferences parser reads the rendered file without error."""
     cfg = driver(host, source)
     pref = tmp_path / "gpufleet-nvidia-driver.pref"
-    pref.write_text(cfg.render("nvidia-driver.pref.j2"))
+    pref.write_text(pin_text(cfg, build=f"{VERSION}-1"))
     result = subprocess.run([_apt("apt-cache"), "policy", *_isolated_apt_options(tmp_path, preferences=pref)],
                             capture_output=True, text=True, check=False)
     assert result.returncode == 0 and "E:" not in result.stderr, result.stderr
@@ -561,6 +583,47 @@ def test_pin_version_matches_the_release_only(driver, host, source):
         assert fnmatchcase(version, pin_version), version
     for version in OTHER_VERSIONS:
         assert not fnmatchcase(version, pin_version), version
+
+
+@pytest.mark.parametrize(("host", "source"), SCENARIOS, ids=SCENARIO_IDS)
+def test_pin_with_the_repositorys_build_puts_it_first(driver, host, source):
+    """Once the trial found the repository's own version string for the release, it is the 1001 record; any other
+    origin's build of 535.261.03 (the pattern) comes second, at 1000."""
+    build = PINNED_VERSIONS[_family(host, source)][0]
+    first, second = parse_deb822(pin_text(driver(host, source), build=build))
+    assert (first["Pin"], first["Pin-Priority"]) == (f"version {build}", "1001")
+    assert (second["Pin"], second["Pin-Priority"]) == (f"version {VERSION}-*", "1000")
+    assert first["Package"] == second["Package"]
+
+
+def test_the_pin_takes_the_build_the_trial_found(driver):
+    """repository.yml passes apt_source_trial.build of the driver's own trial, and nothing of another source's trial."""
+    cfg = driver("debian12", "debian_nonfree")
+    trial = {"name": "nvidia-driver", "build": f"{VERSION}-1~deb12u1"}
+    (pin,) = apt_source_inputs("nvidia_driver", "repository.yml", "main", {**cfg.variables, "apt_source_trial": trial})["apt_source_pins"]
+    assert pin == {"name": "nvidia-driver", "packages": cfg["__nvidia_driver_pin_patterns"], "version": f"{VERSION}-*",
+                   "build": f"{VERSION}-1~deb12u1", "present": True}
+    other = {**trial, "name": "cuda"}
+    (pin,) = apt_source_inputs("nvidia_driver", "repository.yml", "main", {**cfg.variables, "apt_source_trial": other})["apt_source_pins"]
+    assert pin["build"] == ""
+
+
+@pytest.mark.parametrize(("host", "source", "overrides"),
+                         [(h, s, o) for h, s in SCENARIOS for o in ({}, {"nvidia_driver_repository_url": "http://mirror.example.com/repo"})],
+                         ids=[f"{h}-{s}-{label}" for h, s in SCENARIOS for label in ("public", "mirror")])
+def test_the_trial_tries_the_source_repository_yml_writes(driver, host, source, overrides):
+    """preflight.yml's trial and repository.yml's configuration describe one source; the trial asks for the driver
+    version in the version package, naming nvidia_driver_version."""
+    cfg = driver(host, source, **overrides)
+    trial, main = driver_inputs(cfg, "preflight.yml", "trial"), driver_inputs(cfg)
+    shared = ["apt_source_caller", "apt_source_name", "apt_source_description", "apt_source_url", "apt_source_suites",
+              "apt_source_components", "apt_source_keyring", "apt_source_key_url", "apt_source_keyring_deb_url", "apt_source_managed"]
+    assert {k: trial[k] for k in shared} == {k: main[k] for k in shared}
+    assert trial["apt_source_package"] == cfg["__nvidia_driver_version_package"]
+    assert (trial["apt_source_version"], trial["apt_source_version_name"]) == (VERSION, "nvidia_driver_version")
+    assert trial["apt_source_description"] == "the driver repository"  # "apt rejects the driver repository <URL>"
+    assert trial["apt_source_url_name"] == ("nvidia_driver_repository_url" if overrides else f"the public default for source {source}")
+    assert trial["apt_source_managed"] is cfg["__nvidia_driver_repo_managed"]
 
 
 # --------------------------------------------------------------------------- versioned packages (hold, upgrade)
@@ -643,7 +706,7 @@ MIRROR_WITH_KEY = {"nvidia_driver_repository_url": "https://mirror.example.com/r
 )
 def test_sources_are_never_trusted_blindly(driver, host, source, overrides):
     """No rendered source disables signature checks (trusted=yes); each names an absolute Signed-By keyring."""
-    text = driver(host, source, **overrides).render("nvidia-driver.sources.j2")
+    text = source_text(driver(host, source, **overrides))
     assert "trusted" not in text.lower()
     assert "allow-insecure" not in text.lower()
     signed_by = parse_deb822(text)[0]["Signed-By"]
@@ -668,6 +731,6 @@ def test_debian_source_beside_the_installer_sources_list(driver, tmp_path):
     apt only warns that non-free-firmware is now configured twice.
     """
     cfg = driver("debian12", "debian_nonfree")
-    urls = apt_index_urls(tmp_path, {"gpufleet-nvidia-driver.sources": cfg.render("nvidia-driver.sources.j2")},
+    urls = apt_index_urls(tmp_path, {"gpufleet-nvidia-driver.sources": source_text(cfg)},
                           sources_list=DEBIAN_INSTALLER_SOURCES_LIST)
     assert "http://deb.debian.org/debian/dists/bookworm/non-free/binary-amd64/Packages" in urls

@@ -79,7 +79,7 @@ def test_all_yml_settings_are_real_with_their_real_defaults(checker):
 
 
 def test_all_yml_shows_every_switch_of_site_yml_with_its_default():
-    """The optional parts (gpufleet_slurm, gpufleet_cudnn, ...) are all in group_vars/all.yml, each with the default site.yml gives it."""
+    """The optional parts (gpufleet_slurm, gpufleet_pytorch, ...) are all in group_vars/all.yml, each with the default site.yml gives it."""
     switches = site_switches()
     assert {"gpufleet_slurm", "gpufleet_monitoring", "gpufleet_container", "gpufleet_pytorch"} <= set(switches)
     shown = {name: value for name, value, _ in commented_settings(EXAMPLE / "group_vars" / "all.yml") if name.startswith("gpufleet_")}

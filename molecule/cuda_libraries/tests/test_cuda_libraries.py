@@ -1,4 +1,5 @@
-"""Verify for the cuda_libraries scenario: the matrix's cuDNN and NCCL builds
+"""Verify for the cuda_libraries scenario (the cuda role with cuda_libraries
+[cudnn, nccl] and cuda_toolkit false): the matrix's cuDNN and NCCL builds
 for CUDA 12.1 are installed from the CUDA repository, pinned (both packages
 of each, mode 0644), held, their headers give the version, and neither
 pulls the CUDA toolkit in. (The lab's libcudnn8 is a fixture: real header

@@ -1,0 +1,486 @@
+"""roles/apt_source, the internal role behind every apt source of the other roles.
+
+Checked without a host:
+
+* its argument specs make Ansible refuse each entry point without its
+  required inputs, before any of its tasks runs (a real ansible-playbook run
+  on localhost that includes the role with no inputs);
+* the callers (nvidia_driver, cuda, container) pass every required input of
+  the entry point they include, and nothing that is not an input of it;
+* no role reaches into another's folder for the trial script any more;
+* the deb822 source and the pins it renders, read by apt itself; two builds
+  of the same release from two origins: the pin's build wins;
+* entry point trial, run read-only against localhost and a signed repository
+  served on 127.0.0.1 (gpg, apt and a local HTTP server): the fact it
+  publishes and the one message it stops with, for each kind of problem, and
+  the converged path (the host's copy of the source has the bytes entry point
+  main writes: the host's apt is asked instead).
+
+The helpers (``include_tasks``, ``apt_source_inputs``, ``render``) are used by
+the callers' tests (test_driver_rendering.py, test_container_role.py,
+test_cuda_stack.py) to render what the role writes from the inputs the
+caller passes.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import json
+import os
+import shutil
+import subprocess
+import threading
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+import yaml
+from ansible.template import Templar
+from conftest import ANSIBLE_MANAGED, REPO_ROOT, ROLES_DIR, load_trusted, render_role_template
+
+ROLE = ROLES_DIR / "apt_source"
+SPECS = yaml.safe_load((ROLE / "meta" / "argument_specs.yml").read_text())["argument_specs"]
+CALLERS = ["container", "cuda", "nvidia_driver"]
+VENV_BIN = Path(os.environ.get("VIRTUAL_ENV", REPO_ROOT / ".venv")) / "bin"
+
+
+# --------------------------------------------------------------------------- helpers (also for the callers' tests)
+
+
+def _tasks(node: Any) -> Iterator[dict]:
+    """Every task of a task list, those inside blocks included."""
+    for task in node or []:
+        if isinstance(task, dict):
+            yield task
+            for key in ("block", "rescue", "always"):
+                yield from _tasks(task.get(key))
+
+
+def include_tasks(role: str) -> list[tuple[str, dict]]:
+    """(task file, task) of every include_role of apt_source in roles/<role>/tasks."""
+    found = []
+    for path in sorted((ROLES_DIR / role / "tasks").glob("*.yml")):
+        for task in _tasks(load_trusted(path)):
+            include = task.get("ansible.builtin.include_role") or task.get("ansible.builtin.import_role")
+            if isinstance(include, dict) and include.get("name") == "apt_source":
+                found.append((path.name, task))
+    return found
+
+
+def include_task(role: str, task_file: str, entry_point: str) -> dict:
+    """The one include of apt_source entry point ``entry_point`` in roles/<role>/tasks/<task_file>."""
+    tasks = [t for f, t in include_tasks(role) if f == task_file
+             and (t.get("ansible.builtin.include_role") or {}).get("tasks_from", "main") == entry_point]
+    assert len(tasks) == 1, f"{len(tasks)} includes of apt_source {entry_point} in roles/{role}/tasks/{task_file}"
+    return tasks[0]
+
+
+def apt_source_inputs(role: str, task_file: str, entry_point: str, variables: dict[str, Any]) -> dict[str, Any]:
+    """The inputs a caller gives the entry point (its include's vars), templated with the caller's variables."""
+    task = include_task(role, task_file, entry_point)
+    return Templar(variables=variables).template(task.get("vars") or {})
+
+
+def role_variables(inputs: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    """The variables apt_source's tasks and templates see: its defaults < its vars < the include's vars."""
+    variables: dict[str, Any] = {}
+    variables.update(load_trusted(ROLE / "defaults" / "main.yml"))
+    variables.update(load_trusted(ROLE / "vars" / "main.yml"))
+    variables.update(ansible_managed=ANSIBLE_MANAGED, inventory_hostname="gpu-test")
+    variables.update(inputs)
+    variables.update(extra)
+    return variables
+
+
+def render(template: str, inputs: dict[str, Any], **extra: Any) -> str:
+    """roles/apt_source/templates/<template> rendered as the template action renders it, for these inputs."""
+    return render_role_template(ROLE, template, role_variables(inputs, **extra))
+
+
+def render_pins(inputs: dict[str, Any]) -> dict[str, str]:
+    """{file name: text} of the preferences files entry point main writes for these inputs (present pins)."""
+    return {f"gpufleet-{pin['name']}.pref": render("pin.pref.j2", inputs, __apt_source_pin=pin)
+            for pin in inputs.get("apt_source_pins", []) if pin.get("present", True)}
+
+
+def required(entry_point: str) -> set[str]:
+    return {name for name, option in SPECS[entry_point]["options"].items() if option.get("required")}
+
+
+def _apt(tool: str) -> str:
+    path = shutil.which(tool)
+    if path is None:
+        pytest.skip(f"{tool} is not installed on this controller")
+    return path
+
+
+# --------------------------------------------------------------------------- the inputs
+
+
+def test_the_role_is_marked_internal_and_has_three_entry_points():
+    assert sorted(SPECS) == ["hold", "main", "trial"]
+    for spec in SPECS.values():
+        assert spec["short_description"].startswith("Internal: ")
+
+
+@pytest.mark.parametrize("entry_point", ["main", "trial", "hold"])
+def test_each_entry_point_requires_the_inputs_it_cannot_work_without(entry_point):
+    """What the role must be told has no default: not in defaults/main.yml, not in the spec."""
+    names = required(entry_point)
+    assert names, entry_point
+    defaults = load_trusted(ROLE / "defaults" / "main.yml")
+    for name in names:
+        assert name not in defaults and "default" not in SPECS[entry_point]["options"][name], name
+    expected = {
+        "main": {"apt_source_caller", "apt_source_name", "apt_source_description", "apt_source_url", "apt_source_suites",
+                 "apt_source_keyring"},
+        "trial": {"apt_source_caller", "apt_source_name", "apt_source_description", "apt_source_url", "apt_source_suites",
+                  "apt_source_keyring", "apt_source_package"},
+        "hold": {"apt_source_hold_packages", "apt_source_hold"},
+    }
+    assert names == expected[entry_point]
+
+
+def _playbook_env(tmp_path: Path) -> dict[str, str]:
+    config = tmp_path / "ansible.cfg"
+    config.write_text(
+        "[defaults]\n"
+        f"roles_path = {ROLES_DIR}\n"
+        f"collections_path = {REPO_ROOT / '.ansible' / 'collections'}\n"
+        "retry_files_enabled = false\n"
+        "interpreter_python = auto_silent\n"
+    )
+    return {**os.environ, "ANSIBLE_CONFIG": str(config), "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0"}
+
+
+def _ansible_playbook(tmp_path: Path, plays: list, *args: str) -> subprocess.CompletedProcess:
+    playbook = tmp_path / "play.yml"
+    playbook.write_text(yaml.safe_dump(plays, sort_keys=False))
+    inventory = [] if "-i" in args else ["-i", "localhost,"]
+    return subprocess.run([str(VENV_BIN / "ansible-playbook"), *inventory, str(playbook), *args],
+                          cwd=tmp_path, env=_playbook_env(tmp_path), capture_output=True, text=True, timeout=300, check=False)
+
+
+@pytest.mark.parametrize("entry_point", ["main", "trial", "hold"])
+def test_ansible_refuses_an_entry_point_without_its_inputs(tmp_path, entry_point):
+    """An inline localhost play includes apt_source with no input: the spec check fails, and no task of the role runs."""
+    include = {"name": "apt_source"} if entry_point == "main" else {"name": "apt_source", "tasks_from": entry_point}
+    run = _ansible_playbook(tmp_path, [{
+        "name": "Include apt_source without its inputs", "hosts": "localhost", "connection": "local", "gather_facts": False,
+        "tasks": [{"name": "Include the role", "ansible.builtin.include_role": include}],
+    }])
+    out = run.stdout + run.stderr
+    assert run.returncode != 0, out
+    assert f"Validating arguments against arg spec '{entry_point}'" in out
+    assert "missing required arguments: " + ", ".join(sorted(required(entry_point))) in out, out
+    ran = [line for line in out.splitlines() if line.startswith("TASK [apt_source : ") and "Validating arguments" not in line]
+    assert ran == [], ran
+
+
+def test_every_caller_includes_both_the_trial_and_the_configuration():
+    for role in CALLERS:
+        entry_points = [(t.get("ansible.builtin.include_role") or {}).get("tasks_from", "main") for _, t in include_tasks(role)]
+        assert "trial" in entry_points and "main" in entry_points, role
+
+
+@pytest.mark.parametrize(("role", "task_file", "entry_point"),
+                         [(role, f, (t.get("ansible.builtin.include_role") or {}).get("tasks_from", "main"))
+                          for role in CALLERS for f, t in include_tasks(role)],
+                         ids=lambda v: str(v))
+def test_callers_pass_every_required_input_and_only_inputs(role, task_file, entry_point):
+    given = set(include_task(role, task_file, entry_point).get("vars") or {})
+    assert required(entry_point) - given == set(), f"roles/{role}/tasks/{task_file} does not give {entry_point} these"
+    assert given - set(SPECS[entry_point]["options"]) == set(), f"roles/{role}/tasks/{task_file} gives what {entry_point} does not take"
+
+
+def test_the_trial_script_lives_in_the_role_and_no_role_reaches_outside_its_folder():
+    """Only apt_source names its trial script, from its own files/; none of these roles climbs out of its folder."""
+    assert (ROLE / "files" / "apt-repository-trial.sh").is_file()
+    assert not (REPO_ROOT / "files" / "apt-repository-trial.sh").exists()
+    for path in sorted(ROLES_DIR.rglob("*.yml")):
+        if "apt-repository-trial.sh" in path.read_text():
+            assert path.is_relative_to(ROLE), path
+    paths = [*ROLE.rglob("*.yml"), *(ROLES_DIR / "cuda").rglob("*.yml"), *(ROLES_DIR / "nvidia_driver").rglob("*.yml"),
+             *(ROLES_DIR / "container" / "tasks").glob("*.yml")]
+    climbing = [f"{p.relative_to(REPO_ROOT)}: {line.strip()}" for p in paths for line in p.read_text().splitlines()
+                if "role_path" in line and "../" in line]
+    assert climbing == []
+
+
+def test_no_role_reads_the_private_facts_of_another():
+    """The callers read apt_source's published facts only, and no role reads __cuda_repository_done any more."""
+    for role in CALLERS:
+        text = "\n".join(p.read_text() for p in (ROLES_DIR / role / "tasks").glob("*.yml"))
+        assert "__apt_source_" not in text, role
+    assert not any("__cuda_repository_done" in p.read_text() for p in ROLES_DIR.rglob("*.yml"))
+
+
+# --------------------------------------------------------------------------- what main writes
+
+
+SOURCE = {"apt_source_caller": "tester", "apt_source_name": "test", "apt_source_description": "the test repository",
+          "apt_source_url": "https://mirror.example.com/debian/", "apt_source_suites": ["bookworm", "bookworm-updates"],
+          "apt_source_components": ["contrib", "non-free"], "apt_source_keyring": "/usr/share/keyrings/test.gpg"}
+FLAT = {**SOURCE, "apt_source_url": "https://mirror.example.com/cuda/debian12/x86_64", "apt_source_suites": ["/"],
+        "apt_source_components": [], "apt_source_architectures": ["arm64"]}
+
+
+def _stanzas(text: str) -> list[dict[str, str]]:
+    stanzas, current = [], {}
+    for line in text.splitlines() + [""]:
+        if line.startswith("#"):
+            continue
+        if not line.strip():
+            if current:
+                stanzas.append(current)
+            current = {}
+            continue
+        key, _, value = line.partition(":")
+        assert key not in current
+        current[key] = value.strip()
+    return stanzas
+
+
+def test_the_source_is_deb822_signed_by_the_keyring():
+    text = render("source.sources.j2", SOURCE)
+    assert text.startswith(f"# {ANSIBLE_MANAGED}\n# tester: the test repository.\n")
+    assert _stanzas(text) == [{"Types": "deb", "URIs": "https://mirror.example.com/debian", "Suites": "bookworm bookworm-updates",
+                               "Components": "contrib non-free", "Architectures": "amd64",
+                               "Signed-By": "/usr/share/keyrings/test.gpg"}]
+
+
+def test_a_flat_source_has_a_trailing_slash_and_no_components():
+    assert _stanzas(render("source.sources.j2", FLAT)) == [{
+        "Types": "deb", "URIs": "https://mirror.example.com/cuda/debian12/x86_64/", "Suites": "/", "Architectures": "arm64",
+        "Signed-By": "/usr/share/keyrings/test.gpg"}]
+
+
+def test_the_paths_follow_the_name():
+    variables = Templar(variables=role_variables(SOURCE)).template(load_trusted(ROLE / "vars" / "main.yml"))
+    assert variables["__apt_source_sources_file"] == "/etc/apt/sources.list.d/gpufleet-test.sources"
+    assert variables["__apt_source_origin"] == "mirror.example.com"
+
+
+def test_an_exact_version_is_one_record():
+    pin = {"name": "cuda", "packages": ["cuda-toolkit-12-1"], "version": "12.1.1-1"}
+    assert _stanzas(render("pin.pref.j2", FLAT, __apt_source_pin=pin)) == [{
+        "Explanation": "gpufleet tester cuda: 12.1.1-1", "Package": "cuda-toolkit-12-1", "Pin": "version 12.1.1-1",
+        "Pin-Priority": "1001"}]
+
+
+def test_a_pattern_with_the_source_build_is_two_records_the_build_first():
+    pin = {"name": "nvidia-driver", "packages": ["*nvidia*", "libcuda1"], "version": "535.261.03-*", "build": "535.261.03-1~deb12u1"}
+    first, second = _stanzas(render("pin.pref.j2", SOURCE, __apt_source_pin=pin))
+    assert (first["Pin"], first["Pin-Priority"]) == ("version 535.261.03-1~deb12u1", "1001")
+    assert (second["Pin"], second["Pin-Priority"]) == ("version 535.261.03-*", "1000")
+    assert first["Package"] == second["Package"] == "*nvidia* libcuda1"
+    assert "mirror.example.com" in first["Explanation"] and "mirror.example.com" in second["Explanation"]
+
+
+def _policy(tmp_path: Path, preferences: str, repos: dict[str, list[tuple[str, str]]], package: str) -> str:
+    """apt-cache policy of ``package`` with flat file: repositories {name: [(package, version)]} and these preferences."""
+    _apt("apt-get")
+    sources = []
+    for name, packages in repos.items():
+        repo = tmp_path / name
+        repo.mkdir()
+        (repo / "Packages").write_text("".join(
+            f"Package: {p}\nVersion: {v}\nArchitecture: amd64\nMaintainer: t <t@example.com>\nFilename: ./{p}_{v}.deb\n"
+            f"Size: 1\nSHA256: {'0' * 64}\nDescription: test\n\n" for p, v in packages))
+        sources.append(f"Types: deb\nURIs: file:{repo}/\nSuites: /\nSigned-By: /dev/null\n")
+    for part in ("parts", "lists/partial", "cache/archives/partial", "prefs"):
+        (tmp_path / part).mkdir(parents=True)
+    (tmp_path / "parts" / "test.sources").write_text("\n".join(sources))
+    (tmp_path / "prefs" / "gpufleet-test.pref").write_text(preferences)
+    options = [f"-oDir::Etc::SourceList=/dev/null", f"-oDir::Etc::SourceParts={tmp_path / 'parts'}",
+               f"-oDir::State::Lists={tmp_path / 'lists'}", f"-oDir::Cache={tmp_path / 'cache'}", "-oDir::State::status=/dev/null",
+               "-oDir::Etc::Preferences=/dev/null", f"-oDir::Etc::PreferencesParts={tmp_path / 'prefs'}",
+               "-oDebug::NoLocking=1", "-oAPT::Sandbox::User=root",
+               # Test repositories made here, unsigned: only for these scratch lists.
+               "-oAcquire::AllowInsecureRepositories=1"]
+    update = subprocess.run(["apt-get", *options, "update"], capture_output=True, text=True, check=False)
+    assert update.returncode == 0, update.stdout + update.stderr
+    policy = subprocess.run(["apt-cache", *options, "policy", package], capture_output=True, text=True, check=False)
+    assert policy.returncode == 0 and "E:" not in policy.stderr, policy.stderr
+    return policy.stdout
+
+
+TWO_ORIGINS = {
+    "ours": [("nvidia-smi", "535.261.03-1~deb12u1"), ("nvidia-smi", "535.300.01-1~deb12u1"), ("libcuda1", "535.261.03-1~deb12u1")],
+    "theirs": [("nvidia-smi", "535.261.03-1"), ("nvidia-smi", "550.127.05-1"), ("libcuda1", "535.261.03-1")],
+}
+
+
+@pytest.mark.parametrize(("build", "candidate"), [("535.261.03-1~deb12u1", "535.261.03-1~deb12u1"), ("", "535.261.03-1")],
+                         ids=["with-the-build", "pattern-only"])
+def test_the_build_keeps_another_origins_build_of_the_release_out(tmp_path, build, candidate):
+    """Two origins build 535.261.03 (their version strings differ); the pattern alone lets apt take the higher string,
+    another origin's; the pin with this source's build (from the trial) keeps this source's."""
+    pin = {"name": "test", "packages": ["*nvidia*", "libcuda1"], "version": "535.261.03-*", "build": build}
+    policy = _policy(tmp_path, render("pin.pref.j2", SOURCE, __apt_source_pin=pin), TWO_ORIGINS, "nvidia-smi")
+    assert f"Candidate: {candidate}\n" in policy, policy
+    assert f"     {candidate} 1001\n" in policy, policy
+
+
+# --------------------------------------------------------------------------- entry point trial on localhost
+
+
+@pytest.fixture(scope="module")
+def signed_repository(tmp_path_factory):
+    """A flat repository signed by a fresh key, served on 127.0.0.1: (url, keyring file, other key file, directory)."""
+    for tool in ("gpg", "apt-ftparchive", "apt-get", "dpkg-query"):
+        _apt(tool)
+    if not Path("/usr/bin/python3").is_file():
+        pytest.skip("no /usr/bin/python3 (with apt) to run the role's modules on localhost")
+    root = tmp_path_factory.mktemp("signed")
+    home = root / "gnupg"
+    home.mkdir(mode=0o700)
+    other_home = root / "gnupg-other"
+    other_home.mkdir(mode=0o700)
+
+    def gpg(*args: str, home_dir: Path = home) -> str:
+        return subprocess.run(["gpg", "--homedir", str(home_dir), "--batch", "--quiet", *args], capture_output=True, text=True,
+                              check=True).stdout
+
+    for home_dir in (home, other_home):
+        gpg("--pinentry-mode", "loopback", "--passphrase", "", "--quick-gen-key", "gpufleet test <test@example.com>", "ed25519",
+            "sign", "never", home_dir=home_dir)
+    (root / "key.asc").write_text(gpg("--armor", "--export"))
+    (root / "other.asc").write_text(gpg("--armor", "--export", home_dir=other_home))
+    repo = root / "www" / "repo"
+    repo.mkdir(parents=True)
+    (repo / "Packages").write_text("".join(
+        f"Package: gpufleet-test-tool\nVersion: {v}\nArchitecture: amd64\nMaintainer: t <t@example.com>\n"
+        f"Filename: ./tool_{v}.deb\nSize: 1\nSHA256: {'0' * 64}\nDescription: test\n\n" for v in ("2.0.1-1", "2.1.0-1")))
+    release = subprocess.run(["apt-ftparchive", "release", "."], cwd=repo, capture_output=True, text=True, check=True).stdout
+    (repo / "Release").write_text(release)
+    gpg("--yes", "--clearsign", "-o", str(repo / "InRelease"), str(repo / "Release"))
+    (root / "www" / "key.asc").write_text((root / "key.asc").read_text())
+
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root / "www"))
+    handler.log_message = lambda *args: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield {"url": f"http://127.0.0.1:{server.server_address[1]}", "root": root}
+    finally:
+        server.shutdown()
+
+
+def _installed(package: str) -> str:
+    return subprocess.run(["dpkg-query", "-W", "-f=${Version}", package], capture_output=True, text=True, check=True).stdout
+
+
+@pytest.fixture(scope="module")
+def trials(signed_repository, tmp_path_factory):
+    """Entry point trial for each case, read-only, in one localhost run (one inventory host per case, in parallel):
+    {case: {fact, failed}}."""
+    url, root = signed_repository["url"], signed_repository["root"]
+    base = {"apt_source_caller": "tester", "apt_source_name": "gpufleet-unit-test", "apt_source_description": "the test repository",
+            "apt_source_url": f"{url}/repo", "apt_source_url_name": "test_repository_url", "apt_source_suites": ["/"],
+            "apt_source_keyring": str(root / "key.asc"), "apt_source_keyring_name": "test_repository_keyring",
+            "apt_source_key_url": "", "apt_source_managed": True,
+            "apt_source_package": "gpufleet-test-tool", "apt_source_version": "2.0.1", "apt_source_version_name": "test_version",
+            # Where the host's copy of the source would be; none, but for the converged case.
+            "__apt_source_sources_file": str(root / "absent.sources")}
+    # The converged host's copy of the source: the bytes entry point main would write (the same template action).
+    written = root / "written.sources"
+    cases = {
+        "ok": {},
+        "missing-version": {"apt_source_version": "2.9.9"},
+        "wrong-key": {"apt_source_keyring": str(root / "other.asc")},
+        "key-url": {"apt_source_keyring": str(root / "fetched.asc"), "apt_source_key_url": f"{url}/key.asc"},
+        "key-url-404": {"apt_source_keyring": str(root / "fetched.asc"), "apt_source_key_url": f"{url}/absent.asc"},
+        "missing-keyring": {"apt_source_keyring": str(root / "absent.gpg")},
+        "wrong-url": {"apt_source_url": f"{url}/no-such-repo"},
+        # A package installed here at its version, and the host's copy of the source as main writes it.
+        "converged": {"apt_source_package": "apt", "apt_source_version": _installed("apt"), "__apt_source_sources_file": str(written)},
+        "not-managed": {"apt_source_managed": False, "apt_source_package": "apt", "apt_source_version": "0.0.1"},
+    }
+    out = tmp_path_factory.mktemp("trials")
+    inventory = out / "inventory.yml"
+    inventory.write_text(yaml.safe_dump({"all": {"hosts": {
+        case: {"ansible_connection": "local", "ansible_python_interpreter": "/usr/bin/python3", "trial_case": {**base, **given}}
+        for case, given in cases.items()}}}))
+    plays = [{"name": "Trials", "hosts": "all", "gather_facts": False, "tasks": [
+        {"name": "Write the source as entry point main would", "ansible.builtin.template": {
+            "src": str(ROLE / "templates" / "source.sources.j2"), "dest": str(written), "mode": "0644"},
+         "vars": {**yaml.safe_load((ROLE / "defaults" / "main.yml").read_text()), **base}, "when": "inventory_hostname == 'converged'"},
+        {"name": "Try the case", "block": [
+            {"name": "Include the trial", "ansible.builtin.include_role": {"name": "apt_source", "tasks_from": "trial"},
+             "vars": {key: "{{ trial_case['%s'] }}" % key for key in base}},
+            {"name": "Record the trial", "ansible.builtin.set_fact": {"trial_result": {"fact": "{{ apt_source_trial }}", "failed": ""}}},
+        ], "rescue": [
+            {"name": "Record the failure", "ansible.builtin.set_fact": {"trial_result": {
+                "fact": "{{ apt_source_trial | default({}) }}", "failed": "{{ ansible_failed_result.msg }}"}}},
+        ]},
+        {"name": "Write the results", "run_once": True, "ansible.builtin.copy": {
+            "content": "{{ dict(ansible_play_hosts_all | zip(ansible_play_hosts_all | map('extract', hostvars, 'trial_result'))) | to_json }}",
+            "dest": f"{out}/results.json", "mode": "0644"}},
+    ]}]
+    run = _ansible_playbook(out, plays, "-i", str(inventory), "--forks", str(len(cases)))
+    assert run.returncode == 0, run.stdout[-6000:] + run.stderr
+    return json.loads((out / "results.json").read_text())
+
+
+def test_trial_of_a_good_source(trials):
+    result = trials["ok"]
+    assert result["failed"] == ""
+    fact = result["fact"]
+    assert fact["ok"] is True and fact["reason"] == "" and fact["message"] == ""
+    assert fact["tried"] is True and fact["converged"] is False
+    assert fact["offered"] == ["2.1.0-1", "2.0.1-1"]
+    assert fact["version"] == "2.0.1" and fact["build"] == "2.0.1-1" and fact["found"] is True
+
+
+def test_trial_stops_when_the_version_is_not_offered(trials):
+    result = trials["missing-version"]
+    assert result["failed"] == (f"tester on missing-version: test_version 2.9.9 is not in {result['fact']['url']};"
+                                " gpufleet-test-tool is offered at 2.1.0-1, 2.0.1-1")
+    assert result["fact"]["ok"] is True and result["fact"]["found"] is False
+
+
+def test_trial_stops_when_apt_rejects_the_signature(trials, signed_repository):
+    result = trials["wrong-key"]
+    fact = result["fact"]
+    assert fact["ok"] is False and "NO_PUBKEY" in fact["reason"]
+    assert result["failed"] == (f"tester on wrong-key: apt rejects the test repository {fact['url']} (test_repository_url)"
+                                f" signed by {signed_repository['root'] / 'other.asc'}: {fact['reason']}")
+
+
+def test_trial_fetches_a_key_url_into_its_scratch_state(trials):
+    assert trials["key-url"]["failed"] == "" and trials["key-url"]["fact"]["build"] == "2.0.1-1"
+    failed = trials["key-url-404"]["failed"]
+    assert " that signs the test repository " in failed and "is not usable from this host: HTTP 404" in failed
+
+
+def test_trial_stops_on_a_missing_keyring_and_a_wrong_url(trials):
+    assert trials["missing-keyring"]["failed"].startswith("tester on missing-keyring: test_repository_keyring ")
+    assert "absent.gpg does not exist on the host" in trials["missing-keyring"]["failed"]
+    assert trials["missing-keyring"]["fact"]["reason"].startswith("no file ")
+    failed = trials["wrong-url"]["failed"]
+    assert "the test repository " in failed and "/no-such-repo (test_repository_url) is not usable from this host" in failed
+    assert "answered HTTP 404" in failed
+
+
+def test_trial_asks_the_host_on_a_converged_host_and_for_the_hosts_own_source(trials):
+    converged = trials["converged"]
+    assert converged["failed"] == ""
+    fact = converged["fact"]
+    assert fact["converged"] is True and fact["tried"] is False and fact["found"] is True
+    # The host's lists do not carry this URL: nothing offered, the installed version is the build.
+    assert fact["offered"] == [] and fact["build"] == fact["installed"] == _installed("apt")
+    own = trials["not-managed"]
+    assert own["fact"]["tried"] is False and own["fact"]["converged"] is False
+    assert own["failed"].startswith("tester on not-managed: test_version 0.0.1 is not in ")
+
+
+def test_every_reason_is_said_when_not_ok(trials):
+    for case, result in trials.items():
+        fact = result["fact"]
+        assert fact["ok"] is (fact["reason"] == ""), case
+        assert (result["failed"] == "") is (fact["message"] == ""), case
+        if result["failed"]:
+            assert result["failed"] == fact["message"] and result["failed"].startswith(f"tester on {case}: "), case
