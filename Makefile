@@ -18,7 +18,7 @@ export PATH := $(BIN):$(PATH)
 GPUFLEET_LAB_CACHE ?= /var/cache/gpufleet-lab
 export GPUFLEET_LAB_CACHE
 
-.PHONY: run verify bench lab lab-destroy lab-clean cache-clean host-deps venv torch lint unit payload molecule e2e test test-slow docs
+.PHONY: run verify bench lab lab-destroy lab-clean cache-clean host-deps venv torch lint unit payload payload-build molecule e2e test test-slow docs
 
 run: lab
 	$(BIN)/ansible-playbook site.yml -i tests/lab/inventory
@@ -88,6 +88,12 @@ $(VENV)/.torch: | venv
 
 payload: torch
 	$(BIN)/pytest -q tests/payload
+
+# files/payload/gpufleet_check.pyz, the one file a node receives, rebuilt from
+# the package files/payload/gpufleet_check/ (byte-identical for the same
+# sources; commit both). files/payload/build_pyz.py --check compares them.
+payload-build:
+	python3 files/payload/build_pyz.py
 
 # docs/roles.md, the role reference, from roles/*/meta/argument_specs.yml (tests/role_reference.py).
 docs: venv

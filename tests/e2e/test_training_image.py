@@ -140,8 +140,8 @@ def test_default_command_trains(training_image):
 
 
 def test_health_checks_run_in_the_image(training_image):
-    """gpufleet_check.py in the image: passes on CPU, every GPU check says "no GPU" (never a pass)."""
-    run = run_in_image(training_image, "python", "/opt/gpufleet/payload/gpufleet_check.py", "--json")
+    """gpufleet_check.pyz in the image: passes on CPU, every GPU check says "no GPU" (never a pass)."""
+    run = run_in_image(training_image, "python", "/opt/gpufleet/payload/gpufleet_check.pyz", "--json")
     report = json.loads(run.stdout)
     assert run.returncode == 0 and report["verdict"] == "pass", report["reasons"]
     checks = {check["name"]: check for check in report["checks"]}

@@ -1,7 +1,7 @@
 #!/bin/bash
 # The GPU-only checks, for a machine with an NVIDIA GPU and a CUDA build of
 # torch (not part of `make test`: CI has no GPU). Runs the standalone health
-# check (gpufleet_check.py, with the payload on every GPU) and the payload's
+# check (gpufleet_check.pyz, with the payload on every GPU) and the payload's
 # GPU paths (DDP/bf16, fp16 with GradScaler, DataParallel, gradient
 # accumulation, profiler traces), and writes each JSON result to OUTDIR.
 #
@@ -27,8 +27,8 @@ step() {  # step NAME COMMAND...: runs it, keeps its output, records failures
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 "$py" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "gpus", torch.cuda.device_count())'
 
-step check "$py" "$payload/gpufleet_check.py" --require-gpus --train --json --output "$out/check.json"
-"$py" "$payload/gpufleet_check.py" --require-gpus --quick --skip gemm 2>/dev/null | tail -n 12
+step check "$py" "$payload/gpufleet_check.pyz" --require-gpus --train --json --output "$out/check.json"
+"$py" "$payload/gpufleet_check.pyz" --require-gpus --quick --skip gemm 2>/dev/null | tail -n 12
 nproc=$("$py" -c 'import torch; print(torch.cuda.device_count())')
 common=(--steps 60 --hidden 4096 --num-samples 65536 --batch-size 2048 --json)
 step ddp_bf16 "$py" -m torch.distributed.run --standalone --nproc-per-node="$nproc" "$payload/train.py" "${common[@]}" \

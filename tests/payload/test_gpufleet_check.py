@@ -1,6 +1,7 @@
-"""Tests for files/payload/gpufleet_check.py with (CPU) torch: the report of a machine
-without GPUs, and the training payload run through torchrun by ``--train`` and
-by the ``train`` subcommand (including its timeout).
+"""Tests for files/payload/gpufleet_check.pyz (the zipapp of files/payload/gpufleet_check/)
+with (CPU) torch: the report of a machine without GPUs, and the training
+payload run through torchrun by ``--train`` and by the ``train`` subcommand
+(including its timeout).
 
 Every run is a subprocess in a clean environment: no torchrun variables, no
 visible CUDA device, no nvidia-smi on PATH and empty fake sysfs / driver
@@ -21,7 +22,8 @@ from typing import Any
 import pytest
 import torch
 
-CHECK = Path(__file__).resolve().parents[2] / "files" / "payload" / "gpufleet_check.py"
+# The file the nodes receive; train.py beside it is the payload it runs.
+CHECK = Path(__file__).resolve().parents[2] / "files" / "payload" / "gpufleet_check.pyz"
 NO_GPU_CHECKS = ("driver_version", "nvidia_smi", "torch_cuda", "gemm", "allreduce_busbw", "p2p_topology")
 DIST_VARS = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"}
 
@@ -116,7 +118,7 @@ def test_train_subcommand_single_node_rendezvous(cpu_host: dict[str, Any]) -> No
 def workers_of(marker: str) -> list[str]:
     """Command lines of the payload's worker processes (not torchrun, not the check itself)."""
     return [cmd for cmd in processes_mentioning(marker)
-            if "train.py" in cmd and "torch.distributed.run" not in cmd and "gpufleet_check.py" not in cmd]
+            if "train.py" in cmd and "torch.distributed.run" not in cmd and "gpufleet_check.pyz" not in cmd]
 
 
 def start_train(cpu_host: dict[str, Any], marker: str, timeout: int) -> subprocess.Popen[str]:
@@ -193,6 +195,6 @@ def worker_pids(marker: str) -> list[int]:
                 cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
             except OSError:
                 continue
-            if marker in cmd and "train.py" in cmd and "torch.distributed.run" not in cmd and "gpufleet_check.py" not in cmd:
+            if marker in cmd and "train.py" in cmd and "torch.distributed.run" not in cmd and "gpufleet_check.pyz" not in cmd:
                 pids.append(int(entry.name))
     return pids

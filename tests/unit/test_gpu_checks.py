@@ -1,4 +1,9 @@
-"""Unit tests for files/payload/gpufleet_check.py, without torch and without a GPU.
+"""Unit tests for the GPU health checks (files/payload/gpufleet_check/, shipped as
+gpufleet_check.pyz), without torch and without a GPU.
+
+The modules are imported from the package (files/payload on sys.path); the
+command line runs gpufleet_check.pyz, the file the nodes receive, in a subprocess
+(tests/unit/test_gpufleet_check_pyz.py checks that it is built from these sources).
 
 The host is faked: an ``nvidia-smi`` shell script first (and alone) on PATH,
 sysfs PCI device directories with vendor/class files, a module version file,
@@ -16,15 +21,20 @@ import os
 import re
 import subprocess
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
-from types import ModuleType, SimpleNamespace
-from typing import Any, Iterator
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
-from conftest import load_script
+PAYLOAD_DIR = Path(__file__).resolve().parents[2] / "files" / "payload"
+PYZ = PAYLOAD_DIR / "gpufleet_check.pyz"
+if str(PAYLOAD_DIR) not in sys.path:
+    sys.path.insert(0, str(PAYLOAD_DIR))
 
-CHECK = Path(__file__).resolve().parents[2] / "files" / "payload" / "gpufleet_check.py"
+from gpufleet_check import checks, cli, common, facts, launcher, metrics  # noqa: E402  (after the sys.path entry)
+
 GPU_CHECKS = ("driver_version", "nvidia_smi", "libraries", "gemm", "allreduce_busbw", "p2p_topology")
 REPORT_KEYS = {"schema", "host", "started", "duration_s", "verdict", "reasons", "reboot_required",
                "versions", "gpus", "gpu_count_pci", "checks"}
@@ -84,13 +94,6 @@ PCIE_LISTING = "".join(f"{i}, NVIDIA L40S, GPU-7e000000-0000-0000-0000-000000000
 
 
 # --------------------------------------------------------------------------- fixtures
-
-
-@pytest.fixture(scope="module")
-def gc() -> Iterator[ModuleType]:
-    module = load_script(CHECK)
-    yield module
-    del sys.modules[module.__name__]
 
 
 @pytest.fixture(autouse=True)
@@ -158,17 +161,17 @@ def healthy_h100(host: FakeHost) -> FakeHost:
     return host
 
 
-def probe(gc: ModuleType, host: FakeHost, *extra: str) -> Any:
-    return gc.Probe(gc.parse_args(host.argv(*extra)))
+def probe(host: FakeHost, *extra: str) -> Any:
+    return checks.Probe(cli.parse_args(host.argv(*extra)))
 
 
 def run_cli(host: FakeHost, *args: str) -> subprocess.CompletedProcess[str]:
-    """The CLI in a subprocess, with the fake host and a torch that cannot be imported."""
+    """The CLI (gpufleet_check.pyz) in a subprocess, with the fake host and a torch that cannot be imported."""
     blocker = host.root / "no-torch" / "torch"
     blocker.mkdir(parents=True, exist_ok=True)
     (blocker / "__init__.py").write_text('raise ImportError("torch is blocked by the test")\n')
     env = {**os.environ, "PATH": str(host.bin), "PYTHONPATH": str(blocker.parent), "PYTHONWARNINGS": "ignore"}
-    return subprocess.run([sys.executable, str(CHECK), *args], env=env, capture_output=True, text=True,
+    return subprocess.run([sys.executable, str(PYZ), *args], env=env, capture_output=True, text=True,
                           timeout=60)
 
 
@@ -183,13 +186,13 @@ def by_name(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
 # --------------------------------------------------------------------------- PCI bus and driver versions
 
 
-def test_pci_gpus_counted_from_sysfs(gc: ModuleType, host: FakeHost) -> None:
+def test_pci_gpus_counted_from_sysfs(host: FakeHost) -> None:
     host.pci_device("0000:18:00.0", pci_class="0x030200")  # 3D controller (data-centre GPU)
     host.pci_device("0000:01:00.0", pci_class="0x030000")  # VGA controller (workstation GPU)
     host.pci_device("0000:05:00.0", pci_class="0x068000")  # NVSwitch: a bridge, not a GPU
     host.pci_device("0000:00:02.0", vendor="0x8086", pci_class="0x030000")  # Intel graphics
-    assert gc.count_pci_gpus(host.sysfs) == 2
-    assert gc.count_pci_gpus(host.root / "missing") == 0
+    assert facts.count_pci_gpus(host.sysfs) == 2
+    assert facts.count_pci_gpus(host.root / "missing") == 0
 
 
 @pytest.mark.parametrize("line, version", [
@@ -199,11 +202,11 @@ def test_pci_gpus_counted_from_sysfs(gc: ModuleType, host: FakeHost) -> None:
     ("NVRM version: NVIDIA UNIX Open Kernel Module for aarch64  550.54.15  Release Build", "550.54.15"),
     ("garbage", None),
 ])
-def test_proc_driver_version_parsing(gc: ModuleType, line: str, version: str | None) -> None:
-    assert gc.parse_proc_driver_version(line + "\nGCC version:  gcc version 12.2.0\n") == version
+def test_proc_driver_version_parsing(line: str, version: str | None) -> None:
+    assert facts.parse_proc_driver_version(line + "\nGCC version:  gcc version 12.2.0\n") == version
 
 
-def test_userspace_version_through_debian_alternatives(gc: ModuleType, host: FakeHost) -> None:
+def test_userspace_version_through_debian_alternatives(host: FakeHost) -> None:
     """libnvidia-ml.so.1 -> /etc/alternatives/... -> nvidia/current/libnvidia-ml.so.<version>."""
     current = host.root / "x86_64-linux-gnu" / "nvidia" / "current"
     current.mkdir(parents=True)
@@ -213,91 +216,91 @@ def test_userspace_version_through_debian_alternatives(gc: ModuleType, host: Fak
     alternative.symlink_to(current / "libnvidia-ml.so.1")
     lib_dir = host.root / "x86_64-linux-gnu"
     (lib_dir / "libnvidia-ml.so.1").symlink_to(alternative)
-    version, path = gc.installed_driver_version([str(lib_dir)])
+    version, path = facts.installed_driver_version([str(lib_dir)])
     assert version == "535.261.03"
     assert path == str((current / "libnvidia-ml.so.535.261.03").resolve())
 
 
-def test_userspace_version_falls_back_to_libcuda(gc: ModuleType, host: FakeHost) -> None:
+def test_userspace_version_falls_back_to_libcuda(host: FakeHost) -> None:
     (host.libs / "libcuda.so.535.161.08").write_text("")
     (host.libs / "libcuda.so.1").symlink_to("libcuda.so.535.161.08")
-    assert gc.installed_driver_version([str(host.libs)])[0] == "535.161.08"
-    assert gc.installed_driver_version([str(host.root / "empty")]) == (None, None)
+    assert facts.installed_driver_version([str(host.libs)])[0] == "535.161.08"
+    assert facts.installed_driver_version([str(host.root / "empty")]) == (None, None)
 
 
-def test_ldconfig_output_parsing(gc: ModuleType) -> None:
+def test_ldconfig_output_parsing() -> None:
     text = ("1234 libs found in cache `/etc/ld.so.cache'\n"
             "\tlibnvidia-ml.so.1 (libc6) => /lib/i386-linux-gnu/libnvidia-ml.so.1\n"
             "\tlibnvidia-ml.so.1 (libc6,x86-64) => /lib/x86_64-linux-gnu/libnvidia-ml.so.1\n"
             "\tlibnvidia-ml.so (libc6,x86-64) => /lib/x86_64-linux-gnu/libnvidia-ml.so\n"
             "\tlibcuda.so.1 (libc6,x86-64) => /lib/x86_64-linux-gnu/libcuda.so.1\n")
-    assert gc.parse_ldconfig(text, "libnvidia-ml.so.1") == ["/lib/x86_64-linux-gnu/libnvidia-ml.so.1",
+    assert facts.parse_ldconfig(text, "libnvidia-ml.so.1") == ["/lib/x86_64-linux-gnu/libnvidia-ml.so.1",
                                                              "/lib/i386-linux-gnu/libnvidia-ml.so.1"]
-    assert gc.parse_ldconfig(text, "libfoo.so.1") == []
+    assert facts.parse_ldconfig(text, "libfoo.so.1") == []
     debian_path = "/usr/lib/x86_64-linux-gnu/nvidia/current/libnvidia-ml.so.535.261.03"
-    assert gc.library_version(debian_path) == "535.261.03"
-    assert gc.library_version("/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1") is None
+    assert facts.library_version(debian_path) == "535.261.03"
+    assert facts.library_version("/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1") is None
 
 
-def test_driver_versions_equal_pass(gc: ModuleType, healthy_h100: FakeHost) -> None:
-    result = gc.check_driver_version(probe(gc, healthy_h100))
+def test_driver_versions_equal_pass(healthy_h100: FakeHost) -> None:
+    result = checks.check_driver_version(probe(healthy_h100))
     assert CHECK_KEYS <= result.keys()
     assert (result["verdict"], result["value"], result["threshold"]) == ("pass", "535.161.08", "535.161.08")
     assert result["reboot_required"] is False
 
 
-def test_upgrade_without_reboot_fails(gc: ModuleType, host: FakeHost) -> None:
+def test_upgrade_without_reboot_fails(host: FakeHost) -> None:
     host.pci_gpus(8)
     host.loaded_module("535.161.08")
     host.userspace_driver("535.261.03")
-    result = gc.check_driver_version(probe(gc, host))
+    result = checks.check_driver_version(probe(host))
     assert result["verdict"] == "fail" and result["reboot_required"] is True
     assert result["detail"] == ("loaded module 535.161.08, installed 535.261.03: "
                                 "driver/library mismatch, reboot required")
 
 
-def test_loaded_version_from_proc_when_sysfs_lacks_it(gc: ModuleType, host: FakeHost) -> None:
+def test_loaded_version_from_proc_when_sysfs_lacks_it(host: FakeHost) -> None:
     host.pci_gpus(1)
     host.proc_file.write_text("NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.161.08  Tue Feb 20 2024\n")
     host.userspace_driver("535.161.08")
-    result = gc.check_driver_version(probe(gc, host))
+    result = checks.check_driver_version(probe(host))
     assert (result["verdict"], result["loaded_from"]) == ("pass", str(host.proc_file))
 
 
-def test_loaded_version_from_nvidia_smi_as_last_resort(gc: ModuleType, host: FakeHost) -> None:
+def test_loaded_version_from_nvidia_smi_as_last_resort(host: FakeHost) -> None:
     host.nvidia_smi(h100_listing())
     host.userspace_driver("535.261.03")
-    result = gc.check_driver_version(probe(gc, host))
+    result = checks.check_driver_version(probe(host))
     assert (result["verdict"], result["value"], result["loaded_from"]) == ("fail", "535.161.08", "nvidia-smi")
 
 
-def test_module_not_loaded_with_gpus_fails(gc: ModuleType, host: FakeHost) -> None:
+def test_module_not_loaded_with_gpus_fails(host: FakeHost) -> None:
     host.pci_gpus(2)
     host.userspace_driver("535.261.03")
-    result = gc.check_driver_version(probe(gc, host))
+    result = checks.check_driver_version(probe(host))
     assert result["verdict"] == "fail" and result["reboot_required"] is True
     assert "module not loaded" in result["detail"]
 
 
-def test_no_gpu_no_driver_is_skipped(gc: ModuleType, host: FakeHost) -> None:
-    result = gc.check_driver_version(probe(gc, host))
+def test_no_gpu_no_driver_is_skipped(host: FakeHost) -> None:
+    result = checks.check_driver_version(probe(host))
     assert result["verdict"] == "skipped" and result["detail"].startswith("no GPU")
-    result = gc.check_driver_version(probe(gc, host, "--require-gpus"))
+    result = checks.check_driver_version(probe(host, "--require-gpus"))
     assert result["verdict"] == "fail" and result["detail"].startswith("no GPU")
 
 
-def test_gpus_without_any_driver_fail(gc: ModuleType, host: FakeHost) -> None:
+def test_gpus_without_any_driver_fail(host: FakeHost) -> None:
     host.pci_gpus(4)
-    result = gc.check_driver_version(probe(gc, host))
+    result = checks.check_driver_version(probe(host))
     assert result["verdict"] == "fail" and "4 GPU(s) on the PCI bus but no NVIDIA driver" in result["detail"]
 
 
 # --------------------------------------------------------------------------- nvidia-smi inventory
 
 
-def test_healthy_inventory_passes(gc: ModuleType, healthy_h100: FakeHost) -> None:
-    p = probe(gc, healthy_h100, "--expect-gpus", "8")
-    result = gc.check_nvidia_smi(p)
+def test_healthy_inventory_passes(healthy_h100: FakeHost) -> None:
+    p = probe(healthy_h100, "--expect-gpus", "8")
+    result = checks.check_nvidia_smi(p)
     assert (result["verdict"], result["value"], result["unit"], result["threshold"]) == ("pass", 8, "GPUs", 8)
     assert "8 x NVIDIA H100 80GB HBM3" in result["detail"]
     gpu = p.smi.gpus[3]
@@ -308,115 +311,115 @@ def test_healthy_inventory_passes(gc: ModuleType, healthy_h100: FakeHost) -> Non
     assert p.smi.driver_version == "535.161.08"
 
 
-def test_uncorrected_ecc_errors_fail(gc: ModuleType, host: FakeHost) -> None:
+def test_uncorrected_ecc_errors_fail(host: FakeHost) -> None:
     host.nvidia_smi(h100_listing(ecc={3: "2"}))
-    result = gc.check_nvidia_smi(probe(gc, host))
+    result = checks.check_nvidia_smi(probe(host))
     assert result["verdict"] == "fail"
     assert "GPU 3 (00000000:4B:00.0): 2 uncorrected ECC error(s), max 0" in result["detail"]
-    assert gc.check_nvidia_smi(probe(gc, host, "--max-ecc-errors", "2"))["verdict"] == "pass"
+    assert checks.check_nvidia_smi(probe(host, "--max-ecc-errors", "2"))["verdict"] == "pass"
 
 
-def test_persistence_disabled_warns(gc: ModuleType, host: FakeHost) -> None:
+def test_persistence_disabled_warns(host: FakeHost) -> None:
     host.nvidia_smi(h100_listing(persistence={0: "Disabled", 5: "Disabled"}))
-    result = gc.check_nvidia_smi(probe(gc, host))
+    result = checks.check_nvidia_smi(probe(host))
     assert result["verdict"] == "warn" and "persistence mode disabled on GPU 0, 5" in result["detail"]
 
 
-def test_unsupported_fields_are_null(gc: ModuleType, host: FakeHost) -> None:
+def test_unsupported_fields_are_null(host: FakeHost) -> None:
     host.nvidia_smi(CONSUMER_LISTING)
-    p = probe(gc, host)
-    result = gc.check_nvidia_smi(p)
+    p = probe(host)
+    result = checks.check_nvidia_smi(p)
     first, second = p.smi.gpus
     assert (first["persistence_mode"], first["ecc_uncorrected"], first["memory_total_mib"]) == (None, None, 24564)
     assert (second["persistence_mode"], second["ecc_uncorrected"], second["memory_total_mib"]) == (False, None, None)
     assert result["verdict"] == "warn" and "persistence mode disabled on GPU 1" in result["detail"]
 
 
-def test_fewer_gpus_than_expected_fail(gc: ModuleType, host: FakeHost) -> None:
+def test_fewer_gpus_than_expected_fail(host: FakeHost) -> None:
     host.nvidia_smi(h100_listing())
-    result = gc.check_nvidia_smi(probe(gc, host, "--expect-gpus", "16"))
+    result = checks.check_nvidia_smi(probe(host, "--expect-gpus", "16"))
     assert result["verdict"] == "fail" and "8 GPU(s), expected 16" in result["detail"]
 
 
-def test_gpu_missing_from_nvidia_smi_warns(gc: ModuleType, host: FakeHost) -> None:
+def test_gpu_missing_from_nvidia_smi_warns(host: FakeHost) -> None:
     host.nvidia_smi(h100_listing())
     host.pci_gpus(9)
-    result = gc.check_nvidia_smi(probe(gc, host))
+    result = checks.check_nvidia_smi(probe(host))
     assert result["verdict"] == "warn" and "nvidia-smi lists 8 GPU(s), the PCI bus has 9" in result["detail"]
 
 
-def test_driver_library_mismatch(gc: ModuleType, host: FakeHost) -> None:
+def test_driver_library_mismatch(host: FakeHost) -> None:
     host.nvidia_smi(MISMATCH, MISMATCH, rc=18)
     host.pci_gpus(8)
     host.loaded_module("535.161.08")
     host.userspace_driver("535.261.03")
-    p = probe(gc, host)
-    smi = gc.check_nvidia_smi(p)
+    p = probe(host)
+    smi = checks.check_nvidia_smi(p)
     assert smi["verdict"] == "fail" and smi["reboot_required"] is True
     assert "nvidia-smi failed (rc 18): Failed to initialize NVML: Driver/library version mismatch" in smi["detail"]
-    driver = gc.check_driver_version(p)
+    driver = checks.check_driver_version(p)
     assert driver["verdict"] == "fail" and driver["reboot_required"] is True
 
 
-def test_no_gpu_and_no_nvidia_smi_is_skipped(gc: ModuleType, host: FakeHost) -> None:
-    result = gc.check_nvidia_smi(probe(gc, host))
+def test_no_gpu_and_no_nvidia_smi_is_skipped(host: FakeHost) -> None:
+    result = checks.check_nvidia_smi(probe(host))
     assert result["verdict"] == "skipped" and result["detail"].startswith("no GPU")
-    assert gc.check_nvidia_smi(probe(gc, host, "--require-gpus"))["verdict"] == "fail"
+    assert checks.check_nvidia_smi(probe(host, "--require-gpus"))["verdict"] == "fail"
 
 
-def test_gpus_without_nvidia_smi_fail(gc: ModuleType, host: FakeHost) -> None:
+def test_gpus_without_nvidia_smi_fail(host: FakeHost) -> None:
     host.pci_gpus(2)
-    result = gc.check_nvidia_smi(probe(gc, host))
+    result = checks.check_nvidia_smi(probe(host))
     assert result["verdict"] == "fail" and "nvidia-smi not found on PATH" in result["detail"]
 
 
 # --------------------------------------------------------------------------- topology and all-reduce
 
 
-def test_nvswitch_topology(gc: ModuleType, host: FakeHost) -> None:
-    links = gc.parse_topology(dgx_topology())
+def test_nvswitch_topology(host: FakeHost) -> None:
+    links = facts.parse_topology(dgx_topology())
     assert len(links) == 8 and all(len(row) == 8 for row in links)
     assert [links[i][i] for i in range(8)] == ["X"] * 8
     assert links[0][7] == links[6][1] == "NV18"
-    assert gc.all_pairs_nvlink(links)
+    assert facts.all_pairs_nvlink(links)
 
     host.nvidia_smi(h100_listing(), dgx_topology())
-    result = gc.check_p2p_topology(probe(gc, host))
+    result = checks.check_p2p_topology(probe(host))
     assert result["verdict"] == "pass" and result["value"]["links"] == links
     assert result["value"]["p2p"] is None and "P2P not tested: torch not importable" in result["detail"]
     assert "28 NV18" in result["detail"]
 
 
-def test_pcie_topology_with_sys_warns(gc: ModuleType, host: FakeHost) -> None:
-    links = gc.parse_topology(PCIE_TOPOLOGY)
+def test_pcie_topology_with_sys_warns(host: FakeHost) -> None:
+    links = facts.parse_topology(PCIE_TOPOLOGY)
     assert links == [["X", "SYS"], ["SYS", "X"]]
-    assert not gc.all_pairs_nvlink(links)
+    assert not facts.all_pairs_nvlink(links)
     host.nvidia_smi(PCIE_LISTING, PCIE_TOPOLOGY)
-    result = gc.check_p2p_topology(probe(gc, host))
+    result = checks.check_p2p_topology(probe(host))
     assert result["verdict"] == "warn" and "GPU0-GPU1" in result["detail"]
 
 
-def test_topology_verdicts_with_peer_access(gc: ModuleType) -> None:
+def test_topology_verdicts_with_peer_access() -> None:
     nvlink = [["X", "NV12", "NV12"], ["NV12", "X", "NV12"], ["NV12", "NV12", "X"]]
     all_p2p = [[None, True, True], [True, None, True], [True, True, None]]
-    assert gc.judge_topology(nvlink, all_p2p)[0] == "pass"
+    assert checks.judge_topology(nvlink, all_p2p)[0] == "pass"
     broken = [[None, False, True], [False, None, True], [True, True, None]]
-    verdict, detail = gc.judge_topology(nvlink, broken)
+    verdict, detail = checks.judge_topology(nvlink, broken)
     assert verdict == "fail" and "GPU0-GPU1 (NV12)" in detail
     pcie = [["X", "PIX"], ["PIX", "X"]]
-    assert gc.judge_topology(pcie, [[None, False], [False, None]])[0] == "pass"  # PCIe without P2P: slower, not broken
+    assert checks.judge_topology(pcie, [[None, False], [False, None]])[0] == "pass"  # PCIe without P2P: slower, not broken
 
 
-def test_single_gpu_topology_is_skipped(gc: ModuleType, host: FakeHost) -> None:
+def test_single_gpu_topology_is_skipped(host: FakeHost) -> None:
     host.nvidia_smi(h100_listing().splitlines()[0] + "\n")
-    result = gc.check_p2p_topology(probe(gc, host))
+    result = checks.check_p2p_topology(probe(host))
     assert result["verdict"] == "skipped" and "needs 2 or more GPUs" in result["detail"]
 
 
-def test_bus_bandwidth_formula(gc: ModuleType) -> None:
-    assert gc.bus_bandwidth_gbps(10**9, 0.01, 8) == pytest.approx(175.0)  # algbw 100 GB/s x 2*7/8
-    assert gc.bus_bandwidth_gbps(10**9, 0.01, 2) == pytest.approx(100.0)
-    assert gc.bus_bandwidth_gbps(256 * 2**20, 0.002, 4) == pytest.approx(256 * 2**20 / 0.002 / 1e9 * 1.5)
+def test_bus_bandwidth_formula() -> None:
+    assert checks.bus_bandwidth_gbps(10**9, 0.01, 8) == pytest.approx(175.0)  # algbw 100 GB/s x 2*7/8
+    assert checks.bus_bandwidth_gbps(10**9, 0.01, 2) == pytest.approx(100.0)
+    assert checks.bus_bandwidth_gbps(256 * 2**20, 0.002, 4) == pytest.approx(256 * 2**20 / 0.002 / 1e9 * 1.5)
 
 
 def fake_torch(gpus: int, peer_access: Any = lambda i, j: True) -> SimpleNamespace:
@@ -434,52 +437,52 @@ def with_torch(p: Any, torch: SimpleNamespace) -> Any:
     (h100_listing(), dgx_topology(), "nvlink", 100.0, "fail"),  # 87.5 GB/s bus bandwidth: too slow for NVSwitch
     (PCIE_LISTING, PCIE_TOPOLOGY, "pcie", 5.0, "pass"),
 ], ids=["nvswitch", "pcie"])
-def test_allreduce_threshold_follows_topology(gc: ModuleType, host: FakeHost, monkeypatch: pytest.MonkeyPatch,
+def test_allreduce_threshold_follows_topology(host: FakeHost, monkeypatch: pytest.MonkeyPatch,
                                               listing: str, topology: str, fabric: str, threshold: float,
                                               verdict: str) -> None:
     host.nvidia_smi(listing, topology)
     gpus = len(listing.splitlines())
-    monkeypatch.setattr(gc, "measure_allreduce", lambda world, nbytes: {"seconds": nbytes / 50e9, "correct": True})
-    result = gc.check_allreduce_busbw(with_torch(probe(gc, host), fake_torch(gpus)))
+    monkeypatch.setattr(checks, "measure_allreduce", lambda world, nbytes: {"seconds": nbytes / 50e9, "correct": True})
+    result = checks.check_allreduce_busbw(with_torch(probe(host), fake_torch(gpus)))
     assert (result["fabric"], result["threshold"], result["verdict"]) == (fabric, threshold, verdict)
     assert result["value"] == pytest.approx(50.0 * 2 * (gpus - 1) / gpus)
     assert (result["algbw_gbps"], result["world_size"], result["size_mib"]) == (pytest.approx(50.0), gpus, 256)
 
 
-def test_allreduce_wrong_sum_fails(gc: ModuleType, host: FakeHost, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_allreduce_wrong_sum_fails(host: FakeHost, monkeypatch: pytest.MonkeyPatch) -> None:
     host.nvidia_smi(PCIE_LISTING, PCIE_TOPOLOGY)
-    monkeypatch.setattr(gc, "measure_allreduce", lambda world, nbytes: {"seconds": 1.0, "correct": False})
-    result = gc.check_allreduce_busbw(with_torch(probe(gc, host, "--quick"), fake_torch(2)))
+    monkeypatch.setattr(checks, "measure_allreduce", lambda world, nbytes: {"seconds": 1.0, "correct": False})
+    result = checks.check_allreduce_busbw(with_torch(probe(host, "--quick"), fake_torch(2)))
     assert result["verdict"] == "fail" and result["detail"].startswith("wrong all-reduce result")
     assert result["size_mib"] == 32
 
 
-def test_allreduce_needs_two_gpus(gc: ModuleType, host: FakeHost) -> None:
+def test_allreduce_needs_two_gpus(host: FakeHost) -> None:
     host.nvidia_smi(h100_listing().splitlines()[0] + "\n")
-    result = gc.check_allreduce_busbw(with_torch(probe(gc, host), fake_torch(1)))
+    result = checks.check_allreduce_busbw(with_torch(probe(host), fake_torch(1)))
     assert result["verdict"] == "skipped" and result["detail"].startswith("needs 2 or more GPUs")
 
 
-def test_p2p_with_peer_access(gc: ModuleType, host: FakeHost) -> None:
+def test_p2p_with_peer_access(host: FakeHost) -> None:
     host.nvidia_smi(h100_listing(), dgx_topology())
-    result = gc.check_p2p_topology(with_torch(probe(gc, host), fake_torch(8)))
+    result = checks.check_p2p_topology(with_torch(probe(host), fake_torch(8)))
     assert result["verdict"] == "pass" and "P2P on 28/28 pairs" in result["detail"]
     assert result["value"]["p2p"][0] == [None] + [True] * 7
     no_peer = fake_torch(8, peer_access=lambda i, j: {i, j} != {2, 6})
-    result = gc.check_p2p_topology(with_torch(probe(gc, host), no_peer))
+    result = checks.check_p2p_topology(with_torch(probe(host), no_peer))
     assert result["verdict"] == "fail" and "NVLink without peer access: GPU2-GPU6 (NV18)" in result["detail"]
 
 
-def test_gemm_slowest_gpu_and_report(gc: ModuleType, healthy_h100: FakeHost, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_gemm_slowest_gpu_and_report(healthy_h100: FakeHost, monkeypatch: pytest.MonkeyPatch) -> None:
     def measure(torch: Any, index: int, n: int) -> dict[str, Any]:
         return {"index": index, "name": "NVIDIA H100 80GB HBM3", "dtype": "bfloat16", "finite": True,
                 "uuid": f"4b0c8a3e-21f7-3c55-9e1d-0000000000{index:02d}",  # torch's form, without "GPU-"
                 "tflops": 300.0 if index == 5 else 700.0 + index}
 
-    monkeypatch.setattr(gc, "measure_gemm", measure)
-    monkeypatch.setattr(gc.Probe, "torch", property(lambda self: fake_torch(8)))
-    monkeypatch.setattr(gc, "torch_versions", lambda torch: {})
-    report = gc.build_report(gc.parse_args(healthy_h100.argv("--skip", "torch_cuda", "--skip", "libraries",
+    monkeypatch.setattr(checks, "measure_gemm", measure)
+    monkeypatch.setattr(checks.Probe, "torch", property(lambda self: fake_torch(8)))
+    monkeypatch.setattr(checks, "torch_versions", lambda torch: {})
+    report = checks.build_report(cli.parse_args(healthy_h100.argv("--skip", "torch_cuda", "--skip", "libraries",
                                                               "--skip", "allreduce_busbw")))
     gemm = by_name(report)["gemm"]
     assert (gemm["verdict"], gemm["value"], gemm["threshold"]) == ("fail", 300.0, pytest.approx(494.5))
@@ -494,15 +497,15 @@ def test_gemm_slowest_gpu_and_report(gc: ModuleType, healthy_h100: FakeHost, mon
 
 @pytest.mark.parametrize("code, version", [(8902, "8.9.2"), (8700, "8.7.0"), (90100, "9.1.0"),
                                            (90501, "9.5.1"), (None, None)])
-def test_cudnn_version_decoding(gc: ModuleType, code: int | None, version: str | None) -> None:
-    assert gc.decode_cudnn_version(code) == version
+def test_cudnn_version_decoding(code: int | None, version: str | None) -> None:
+    assert checks.decode_cudnn_version(code) == version
 
 
-def test_nccl_version_formatting(gc: ModuleType) -> None:
-    assert gc.format_nccl_version((2, 18, 1)) == "2.18.1"
-    assert gc.format_nccl_version(2708) == "2.7.8"
-    assert gc.format_nccl_version(21803) == "2.18.3"
-    assert gc.format_nccl_version(None) is None
+def test_nccl_version_formatting() -> None:
+    assert checks.format_nccl_version((2, 18, 1)) == "2.18.1"
+    assert checks.format_nccl_version(2708) == "2.7.8"
+    assert checks.format_nccl_version(21803) == "2.18.3"
+    assert checks.format_nccl_version(None) is None
 
 
 @pytest.mark.parametrize("name, model, tflops", [
@@ -518,49 +521,49 @@ def test_nccl_version_formatting(gc: ModuleType) -> None:
     ("Tesla T4", "T4", 65.0),
     ("NVIDIA GeForce RTX 4090", "RTX 4090", 165.0),
 ])
-def test_gemm_reference_lookup(gc: ModuleType, name: str, model: str, tflops: float) -> None:
-    assert gc.reference_tflops(name) == (model, tflops)
+def test_gemm_reference_lookup(name: str, model: str, tflops: float) -> None:
+    assert checks.reference_tflops(name) == (model, tflops)
 
 
-def test_gemm_verdicts(gc: ModuleType) -> None:
-    assert gc.reference_tflops("NVIDIA RTX A1000") is None  # "A10" matches whole words only
-    assert gc.judge_gemm("NVIDIA H200", 700.0, 0.5)[:2] == ("pass", 494.5)
-    verdict, threshold, detail = gc.judge_gemm("NVIDIA H100 PCIe", 300.0, 0.5)
+def test_gemm_verdicts() -> None:
+    assert checks.reference_tflops("NVIDIA RTX A1000") is None  # "A10" matches whole words only
+    assert checks.judge_gemm("NVIDIA H200", 700.0, 0.5)[:2] == ("pass", 494.5)
+    verdict, threshold, detail = checks.judge_gemm("NVIDIA H100 PCIe", 300.0, 0.5)
     assert (verdict, threshold) == ("fail", 378.0) and "300.0 TFLOP/s, threshold 378.0" in detail
-    verdict, threshold, detail = gc.judge_gemm("NVIDIA Blackwell Prototype", 1500.0, 0.5)
+    verdict, threshold, detail = checks.judge_gemm("NVIDIA Blackwell Prototype", 1500.0, 0.5)
     assert (verdict, threshold) == ("warn", None)
     assert detail == "no reference figure for NVIDIA Blackwell Prototype (measured 1500.0 TFLOP/s)"
-    assert gc.gemm_tflops(8192, 10, 0.02) == pytest.approx(2 * 8192**3 * 10 / 0.02 / 1e12)
+    assert checks.gemm_tflops(8192, 10, 0.02) == pytest.approx(2 * 8192**3 * 10 / 0.02 / 1e12)
 
 
 # --------------------------------------------------------------------------- torch absent
 
 
-def test_torch_absent_fails_torch_cuda(gc: ModuleType, healthy_h100: FakeHost) -> None:
-    p = probe(gc, healthy_h100)
-    result = gc.check_torch_cuda(p)
+def test_torch_absent_fails_torch_cuda(healthy_h100: FakeHost) -> None:
+    p = probe(healthy_h100)
+    result = checks.check_torch_cuda(p)
     assert result["verdict"] == "fail" and result["detail"].startswith("torch not importable: ")
-    for check in (gc.check_libraries, gc.check_gemm, gc.check_allreduce_busbw):
+    for check in (checks.check_libraries, checks.check_gemm, checks.check_allreduce_busbw):
         result = check(p)
         assert result["verdict"] == "skipped" and result["detail"] == "torch not importable (see torch_cuda)"
-    assert gc.check_training(p)["verdict"] == "fail"
+    assert checks.check_training(p)["verdict"] == "fail"
 
 
-def test_torch_absent_without_gpu(gc: ModuleType, host: FakeHost) -> None:
-    p = probe(gc, host)
-    assert gc.check_torch_cuda(p)["verdict"] == "fail"  # the venv must have torch, GPU or not
-    assert gc.check_libraries(p)["detail"] == "no GPU (torch not importable)"
+def test_torch_absent_without_gpu(host: FakeHost) -> None:
+    p = probe(host)
+    assert checks.check_torch_cuda(p)["verdict"] == "fail"  # the venv must have torch, GPU or not
+    assert checks.check_libraries(p)["detail"] == "no GPU (torch not importable)"
 
 
 # --------------------------------------------------------------------------- report
 
 
-def test_check_that_raises_is_a_failure(gc: ModuleType, host: FakeHost, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_check_that_raises_is_a_failure(host: FakeHost, monkeypatch: pytest.MonkeyPatch) -> None:
     def broken(_probe: Any) -> dict[str, Any]:
         raise RuntimeError("boom")
 
-    monkeypatch.setitem(gc.CHECKS, "gemm", broken)
-    report = gc.build_report(gc.parse_args(host.argv("--skip", "torch_cuda")))
+    monkeypatch.setitem(checks.CHECKS, "gemm", broken)
+    report = checks.build_report(cli.parse_args(host.argv("--skip", "torch_cuda")))
     gemm = by_name(report)["gemm"]
     assert gemm["verdict"] == "fail" and gemm["detail"] == "check raised RuntimeError: boom"
     assert "RuntimeError: boom" in gemm["traceback"]
@@ -568,17 +571,17 @@ def test_check_that_raises_is_a_failure(gc: ModuleType, host: FakeHost, monkeypa
     assert by_name(report)["p2p_topology"]["verdict"] == "skipped"  # the checks after it still ran
 
 
-def test_non_finite_numbers_become_null(gc: ModuleType) -> None:
+def test_non_finite_numbers_become_null() -> None:
     value = {"a": float("nan"), "b": [1.0, float("inf")], "c": {"d": -float("inf"), "e": 2}}
-    assert gc.finite_or_none(value) == {"a": None, "b": [1.0, None], "c": {"d": None, "e": 2}}
+    assert common.finite_or_none(value) == {"a": None, "b": [1.0, None], "c": {"d": None, "e": 2}}
 
 
-def test_payload_batch_and_log_tail(gc: ModuleType) -> None:
-    assert gc.default_payload_args(2)[-2:] == ["--batch-size", "64"]
-    assert gc.default_payload_args(3)[-2:] == ["--batch-size", "66"]  # 3 ranks x 2 micro-steps divide it
-    assert gc.default_payload_args(64)[-2:] == ["--batch-size", "128"]
+def test_payload_batch_and_log_tail() -> None:
+    assert launcher.default_payload_args(2)[-2:] == ["--batch-size", "64"]
+    assert launcher.default_payload_args(3)[-2:] == ["--batch-size", "66"]  # 3 ranks x 2 micro-steps divide it
+    assert launcher.default_payload_args(64)[-2:] == ["--batch-size", "128"]
     lines = ["starting", "{", '  "verdict": "pass",', '  "losses": [', "    1.0", "  ]", "}", "done"]
-    assert gc.drop_printed_result(lines) == ["starting", "done"]
+    assert launcher.drop_printed_result(lines) == ["starting", "done"]
 
 
 # --------------------------------------------------------------------------- command line
@@ -611,7 +614,7 @@ def test_cli_without_torch_fails(host: FakeHost) -> None:
     assert report["reasons"] == ["torch_cuda: torch is not installed in this environment"]
 
 
-def test_without_a_gpu_torch_is_read_not_imported(gc: ModuleType, host: FakeHost, tmp_path: Path,
+def test_without_a_gpu_torch_is_read_not_imported(host: FakeHost, tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """The build comes from torch/version.py; an import would fail here (sys.modules blocks it)."""
     package = tmp_path / "site" / "torch"
@@ -620,12 +623,12 @@ def test_without_a_gpu_torch_is_read_not_imported(gc: ModuleType, host: FakeHost
     (package / "version.py").write_text("__version__ = '2.5.1+cu121'\ndebug = False\ncuda: Optional[str] = '12.1'\n")
     monkeypatch.delitem(sys.modules, "torch")
     monkeypatch.syspath_prepend(str(package.parent))
-    p = probe(gc, host)
-    assert gc.check_torch_cuda(p)["detail"] == "no GPU (torch 2.5.1+cu121, CUDA 12.1)"
-    libraries = gc.check_libraries(p)
+    p = probe(host)
+    assert checks.check_torch_cuda(p)["detail"] == "no GPU (torch 2.5.1+cu121, CUDA 12.1)"
+    libraries = checks.check_libraries(p)
     assert libraries["verdict"] == "skipped" and libraries["value"] == {"torch": "2.5.1+cu121", "cuda": "12.1", "cudnn": None,
                                                                         "nccl": None}
-    assert gc.report_versions(p)["torch"] == "2.5.1+cu121"
+    assert checks.report_versions(p)["torch"] == "2.5.1+cu121"
     assert "torch" not in sys.modules
 
 
@@ -726,7 +729,7 @@ def values(families: dict[str, dict[str, Any]], name: str) -> list[tuple[dict[st
     return families[name]["samples"]
 
 
-def gemm_report(gc: ModuleType, healthy: FakeHost, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+def gemm_report(healthy: FakeHost, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     """The report of an 8 x H100 node whose GPU 5 is slow, with ECC errors on GPU 3 and a measured all-reduce."""
     healthy.nvidia_smi(h100_listing(ecc={3: "2"}), dgx_topology())
 
@@ -734,21 +737,21 @@ def gemm_report(gc: ModuleType, healthy: FakeHost, monkeypatch: pytest.MonkeyPat
         return {"index": index, "name": "NVIDIA H100 80GB HBM3", "dtype": "bfloat16", "finite": True,
                 "uuid": f"4b0c8a3e-21f7-3c55-9e1d-0000000000{index:02d}", "tflops": 300.0 if index == 5 else 700.0 + index}
 
-    monkeypatch.setattr(gc, "measure_gemm", measure)
-    monkeypatch.setattr(gc, "measure_allreduce", lambda world, nbytes: {"seconds": nbytes / 200e9, "correct": True})
-    monkeypatch.setattr(gc.Probe, "torch", property(lambda self: fake_torch(8)))
-    monkeypatch.setattr(gc, "torch_versions", lambda torch: {"torch": "2.5.1+cu121", "cuda": "12.1", "cudnn": "8.9.2",
+    monkeypatch.setattr(checks, "measure_gemm", measure)
+    monkeypatch.setattr(checks, "measure_allreduce", lambda world, nbytes: {"seconds": nbytes / 200e9, "correct": True})
+    monkeypatch.setattr(checks.Probe, "torch", property(lambda self: fake_torch(8)))
+    monkeypatch.setattr(checks, "torch_versions", lambda torch: {"torch": "2.5.1+cu121", "cuda": "12.1", "cudnn": "8.9.2",
                                                             "nccl": "2.18.1"})
-    return gc.build_report(gc.parse_args(healthy.argv("--skip", "torch_cuda", "--skip", "libraries",
+    return checks.build_report(cli.parse_args(healthy.argv("--skip", "torch_cuda", "--skip", "libraries",
                                                       "--skip", "p2p_topology")))
 
 
-def test_metrics_of_a_gpu_node_parse_back(gc: ModuleType, healthy_h100: FakeHost,
+def test_metrics_of_a_gpu_node_parse_back(healthy_h100: FakeHost,
                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    report = gemm_report(gc, healthy_h100, monkeypatch)
-    families = parse_exposition(gc.metrics_text(report))
-    assert set(families) == set(gc.METRICS), "every metric has samples on a measured GPU node"
-    assert all(families[name]["type"] == gc.METRICS[name][0] == "gauge" for name in families)
+    report = gemm_report(healthy_h100, monkeypatch)
+    families = parse_exposition(metrics.metrics_text(report))
+    assert set(families) == set(metrics.METRICS), "every metric has samples on a measured GPU node"
+    assert all(families[name]["type"] == metrics.METRICS[name][0] == "gauge" for name in families)
     assert all(name.startswith("gpufleet_") for name in families)
     assert values(families, "gpufleet_verify_passed") == [({}, 0.0)]  # GEMM of GPU 5 and ECC of GPU 3 fail
     assert values(families, "gpufleet_reboot_required") == [({}, 0.0)]
@@ -772,15 +775,15 @@ def test_metrics_of_a_gpu_node_parse_back(gc: ModuleType, healthy_h100: FakeHost
         assert mine == {s: float(s == check["verdict"]) for s in ("pass", "fail", "warn", "skipped")}, check["name"]
     assert {labels["check"] for labels, v in status if labels["status"] == "fail" and v == 1} == {"gemm", "nvidia_smi"}
     [(_, finished)] = values(families, "gpufleet_verify_timestamp_seconds")
-    started = gc.datetime.strptime(report["started"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=gc.timezone.utc).timestamp()
+    started = datetime.strptime(report["started"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc).timestamp()
     assert finished == pytest.approx(started + report["duration_s"])
     assert values(families, "gpufleet_verify_duration_seconds") == [({}, pytest.approx(report["duration_s"]))]
 
 
-def test_metrics_leave_out_what_was_not_measured(gc: ModuleType, host: FakeHost) -> None:
-    report = gc.build_report(gc.parse_args(host.argv("--skip", "torch_cuda")))
-    families = parse_exposition(gc.metrics_text(report))
-    assert set(gc.METRICS) - set(families) == {"gpufleet_gemm_flops_per_second", "gpufleet_gpu_ecc_uncorrected_errors",
+def test_metrics_leave_out_what_was_not_measured(host: FakeHost) -> None:
+    report = checks.build_report(cli.parse_args(host.argv("--skip", "torch_cuda")))
+    families = parse_exposition(metrics.metrics_text(report))
+    assert set(metrics.METRICS) - set(families) == {"gpufleet_gemm_flops_per_second", "gpufleet_gpu_ecc_uncorrected_errors",
                                                "gpufleet_allreduce_busbw_bytes_per_second"}
     assert values(families, "gpufleet_verify_passed") == [({}, 1.0)]
     assert values(families, "gpufleet_gpus") == [({}, 0.0)]
@@ -796,32 +799,32 @@ def test_metrics_leave_out_what_was_not_measured(gc: ModuleType, host: FakeHost)
     ('\\n is not "\n"', '\\\\n is not \\"\\n\\"'),
     (None, ""),
 ])
-def test_label_values_are_escaped(gc: ModuleType, raw: str | None, escaped: str) -> None:
-    assert gc.escape_label_value(raw) == escaped
+def test_label_values_are_escaped(raw: str | None, escaped: str) -> None:
+    assert metrics.escape_label_value(raw) == escaped
     assert unescape_label_value(escaped) == ("" if raw is None else raw)
 
 
-def test_escaped_labels_parse_back(gc: ModuleType, healthy_h100: FakeHost, monkeypatch: pytest.MonkeyPatch) -> None:
-    report = gemm_report(gc, healthy_h100, monkeypatch)
+def test_escaped_labels_parse_back(healthy_h100: FakeHost, monkeypatch: pytest.MonkeyPatch) -> None:
+    report = gemm_report(healthy_h100, monkeypatch)
     report["host"] = 'rack "7"\\slot\n3'
     report["gpus"][0]["name"] = 'NVIDIA "H100"\\SXM'
-    families = parse_exposition(gc.metrics_text(report))
+    families = parse_exposition(metrics.metrics_text(report))
     assert values(families, "gpufleet_versions_info")[0][0]["host"] == 'rack "7"\\slot\n3'
     assert values(families, "gpufleet_gemm_flops_per_second")[0][0]["model"] == 'NVIDIA "H100"\\SXM'
-    assert "\\n" in gc.escape_help("a\nb") and "\n" not in gc.escape_help("a\nb")
+    assert "\\n" in metrics.escape_help("a\nb") and "\n" not in metrics.escape_help("a\nb")
 
 
-def test_metric_values_are_numbers_prometheus_reads(gc: ModuleType) -> None:
-    assert [gc.format_metric_value(v) for v in (True, False, 3, 0.5, 1e15, float("nan"), float("inf"), -float("inf"))] \
+def test_metric_values_are_numbers_prometheus_reads() -> None:
+    assert [metrics.format_metric_value(v) for v in (True, False, 3, 0.5, 1e15, float("nan"), float("inf"), -float("inf"))] \
         == ["1", "0", "3", "0.5", "1000000000000000.0", "NaN", "+Inf", "-Inf"]
 
 
-def test_metrics_file_is_replaced_atomically(gc: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_metrics_file_is_replaced_atomically(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     target = tmp_path / "gpufleet.prom"
     report = {"verdict": "pass", "started": "2024-01-01T00:00:00Z", "duration_s": 1.0, "checks": [], "gpus": []}
     old_umask = os.umask(0o077)  # the mode must not depend on the caller's umask
     try:
-        gc.write_metrics(report, target)
+        metrics.write_metrics(report, target)
     finally:
         os.umask(old_umask)
     assert target.stat().st_mode & 0o777 == 0o644
@@ -833,34 +836,34 @@ def test_metrics_file_is_replaced_atomically(gc: ModuleType, tmp_path: Path, mon
 
     def spy(src: str, dst: str) -> None:
         assert Path(src).parent == target.parent and not Path(src).name.endswith(".prom"), src
-        assert Path(src).read_text() == gc.metrics_text({**report, "verdict": "fail"}), "complete before the rename"
+        assert Path(src).read_text() == metrics.metrics_text({**report, "verdict": "fail"}), "complete before the rename"
         replaced.append((src, str(dst)))
         real_replace(src, dst)
 
     with target.open() as reader:
         inode = os.fstat(reader.fileno()).st_ino
-        monkeypatch.setattr(gc.os, "replace", spy)
-        gc.write_metrics({**report, "verdict": "fail"}, target)
+        monkeypatch.setattr(metrics.os, "replace", spy)
+        metrics.write_metrics({**report, "verdict": "fail"}, target)
         assert "gpufleet_verify_passed 1" in reader.read()
     assert len(replaced) == 1 and replaced[0][1] == str(target)
     assert target.stat().st_ino != inode and "gpufleet_verify_passed 0" in target.read_text()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["gpufleet.prom"], "no temporary file left"
 
 
-def test_failed_metrics_write_keeps_the_old_file(gc: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_failed_metrics_write_keeps_the_old_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     target = tmp_path / "gpufleet.prom"
     target.write_text("# the previous run's metrics\n")
 
     def broken(src: str, dst: str) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(gc.os, "replace", broken)
+    monkeypatch.setattr(metrics.os, "replace", broken)
     with pytest.raises(OSError, match="No space left"):
-        gc.write_metrics({"verdict": "pass", "checks": [], "gpus": []}, target)
+        metrics.write_metrics({"verdict": "pass", "checks": [], "gpus": []}, target)
     assert target.read_text() == "# the previous run's metrics\n"
     assert [p.name for p in tmp_path.iterdir()] == ["gpufleet.prom"]
     with pytest.raises(OSError):
-        gc.write_metrics({"verdict": "pass"}, tmp_path / "missing" / "gpufleet.prom")
+        metrics.write_metrics({"verdict": "pass"}, tmp_path / "missing" / "gpufleet.prom")
 
 
 def test_cli_writes_metrics_beside_the_json(host: FakeHost) -> None:
@@ -932,18 +935,16 @@ Root Cause (first observed failure):
 
 
 def test_worker_failures_are_read_from_torchruns_summary():
-    check = load_script(CHECK)
-    failures = check.worker_failures(TORCHRUN_FAILURE)
+    failures = launcher.worker_failures(TORCHRUN_FAILURE)
     assert failures == [
         {"host": "gpufleet-node-2", "rank": 3, "exitcode": 1, "cause": "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html"},
         {"host": "gpufleet-node-2", "rank": 2, "exitcode": -9, "cause": "Signal 9 (SIGKILL) received by PID 811"},
     ]
-    assert [check.describe_failure(f) for f in failures] == [
+    assert [launcher.describe_failure(f) for f in failures] == [
         "rank 3 on gpufleet-node-2 exited with code 1", "rank 2 on gpufleet-node-2 was killed by signal 9 (SIGKILL)"]
 
 
 def test_no_summary_no_failures():
-    check = load_script(CHECK)
-    assert check.worker_failures("step 10 loss 0.5\nall good\n") == []
-    assert check.describe_failure({"host": "", "rank": 0, "exitcode": -99, "cause": ""}) == \
+    assert launcher.worker_failures("step 10 loss 0.5\nall good\n") == []
+    assert launcher.describe_failure({"host": "", "rank": 0, "exitcode": -99, "cause": ""}) == \
         "rank 0 on an unknown host was killed by signal 99 (signal 99)"

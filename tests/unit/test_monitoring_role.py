@@ -6,7 +6,7 @@ first_found picks), templates and the validation task, rendered with
 ansible-core's Templar over a fake inventory (groups, hostvars) of three GPU
 nodes and a head node (the lab's shape). Nothing is copied from the role.
 
-The alert rules and the metrics writer (files/payload/gpufleet_check.py) are
+The alert rules and the metrics writer (files/payload/gpufleet_check/metrics.py) are
 cross-checked: every gpufleet_* name the rules (and the promtool tests of the
 rules) use is a metric the writer emits, so neither can drift alone.
 """
@@ -32,7 +32,8 @@ from conftest import ANSIBLE_MANAGED, FAKE_FACTS, load_script, load_trusted, ren
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ROLE = REPO_ROOT / "roles" / "monitoring"
 GPU_VERIFY = REPO_ROOT / "roles" / "gpu_verify"
-CHECK_SCRIPT = REPO_ROOT / "files" / "payload" / "gpufleet_check.py"
+# Standard library only and nothing else of its package: it loads on its own.
+METRICS_WRITER = REPO_ROOT / "files" / "payload" / "gpufleet_check" / "metrics.py"
 RULES_TEST_FILE = ROLE / "files" / "gpufleet-alerts.test.yml"
 COUNTERS_FILE = ROLE / "files" / "dcgm-exporter-counters.csv"
 COMPATIBILITY_FILE = REPO_ROOT / "files" / "compatibility.yml"
@@ -52,7 +53,7 @@ _loader = DataLoader()
 
 @pytest.fixture(scope="module")
 def writer() -> Iterator[ModuleType]:
-    module = load_script(CHECK_SCRIPT, "gpufleet_check_for_monitoring")
+    module = load_script(METRICS_WRITER, "gpufleet_metrics_for_monitoring")
     yield module
     del sys.modules[module.__name__]
 
@@ -414,7 +415,7 @@ def gpu_verify_vars(**overrides: Any) -> dict[str, Any]:
     variables.update(load_trusted(GPU_VERIFY / "vars" / "main.yml"))
     variables.update(role_path=str(GPU_VERIFY), inventory_hostname="gpufleet-node-1",
                      __gpu_verify_matrix=load_trusted(COMPATIBILITY_FILE), __gpu_verify_cuda="12.1",
-                     __gpu_verify_check_script="/x/gpufleet_check.py")
+                     __gpu_verify_check_script="/x/gpufleet_check.pyz")
     variables.update(overrides)
     return variables
 

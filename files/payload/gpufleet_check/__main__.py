@@ -1,0 +1,12 @@
+"""``python3 -m gpufleet_check``: the command line (cli.main) from a checkout, with PYTHONPATH=files/payload.
+
+gpufleet_check.pyz has its own __main__.py at the top of the archive (written
+by build_pyz.py) that does the same.
+"""
+
+import sys
+
+from .cli import main
+
+if __name__ == "__main__":
+    sys.exit(main())

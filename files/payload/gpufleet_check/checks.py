@@ -1,0 +1,726 @@
+"""The GPU health checks, the JSON report they make up, and its human summary.
+
+Each check measures one thing and judges it against a threshold. In order:
+
+``driver_version``   the loaded nvidia kernel module against the installed
+                     userspace driver (libnvidia-ml / libcuda): after a driver
+                     upgrade without a reboot they differ ("Driver/library
+                     version mismatch") and the check asks for a reboot.
+``nvidia_smi``       the GPU inventory from nvidia-smi: count (``--expect-gpus``),
+                     uncorrected ECC errors (``--max-ecc-errors``), persistence mode.
+``torch_cuda``       torch imports, CUDA is available, torch sees every GPU.
+``libraries``        the CUDA, cuDNN and NCCL versions torch was built with
+                     (``--expect-cuda 12.1`` compares major.minor).
+``gemm``             square bf16 matmul TFLOP/s on every GPU (fp16 before Ampere)
+                     against ``--gemm-min-fraction`` x the datasheet figure.
+``allreduce_busbw``  NCCL all-reduce bus bandwidth over all GPUs of the node,
+                     against a floor for NVLink/NVSwitch or for PCIe machines.
+``p2p_topology``     ``nvidia-smi topo -m`` links and CUDA peer access per pair.
+``training``         (``--train`` only) the DDP payload train.py under torchrun
+                     on every GPU of the machine (launcher.run_training).
+
+A check's verdict is "pass", "fail", "warn" or "skipped". On a machine without
+GPUs the GPU checks are "skipped" with the detail "no GPU" (never "pass");
+``--require-gpus`` makes that a failure. A check that raises is reported as a
+failure, with the exception; it never stops the other checks.
+
+torch is imported only when a check needs it (``Probe.torch``); without a GPU
+it is not imported at all: its installed files say which build it is.
+
+JSON report (``--json``, or ``--output PATH``)
+----------------------------------------------
+::
+
+    {"schema": "gpufleet-check/1", "host": str, "started": "2024-01-01T00:00:00Z",
+     "duration_s": float, "verdict": "pass" | "fail",
+     "reasons": ["<check name>: <detail>", ...],        # one per failed check
+     "reboot_required": bool,
+     "versions": {"driver_installed", "driver_loaded", "cuda", "torch", "cudnn",
+                  "nccl", "python"},                    # str or null each
+     "gpus": [{"index": int, "name": str, "uuid": str, "pci_bus_id": str,
+               "memory_total_mib": int | null, "persistence_mode": bool | null,
+               "ecc_uncorrected": int | null, "gemm_tflops": float | null}],
+     "gpu_count_pci": int,
+     "checks": [{"name", "verdict", "value", "unit", "threshold", "detail", ...}],
+     "training": {...}}                                 # the payload's result, --train only
+
+Checks may carry more keys: ``reboot_required`` (driver_version, nvidia_smi),
+``per_gpu`` (gemm), ``algbw_gbps``/``world_size``/``size_mib``/``fabric``
+(allreduce_busbw), ``log_tail`` (training), ``traceback`` (a check that
+raised). Non-finite numbers are written as null.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import platform
+import re
+import socket
+import tempfile
+import time
+import traceback
+from collections import Counter
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Callable
+
+from . import launcher
+from .common import check_result, finite_or_none, first_lines, read_text
+from .facts import (USERSPACE_LIBRARIES, SmiInventory, all_pairs_nvlink, count_pci_gpus, gpu_pairs,
+                    installed_driver_version, is_nvlink, loaded_module_version, parse_topology,
+                    query_nvidia_smi, run_nvidia_smi)
+
+SCHEMA = "gpufleet-check/1"
+
+# Dense tensor-core TFLOP/s per GPU model: bf16 (fp16 on V100 and T4, which
+# have no bf16), fp32 accumulation, NO sparsity. Sources: the NVIDIA datasheet
+# of each data-centre product (the dense figure, half the "with sparsity" one)
+# and the Ampere / Ada GeForce whitepapers (FP16 tensor with FP32 accumulate).
+# Matched in this order against the GPU name as whole words ("A10" does not
+# match "A100"), so the more specific names come first.
+GEMM_REFERENCE_TFLOPS: tuple[tuple[str, float], ...] = (
+    ("GH200", 989.0),
+    ("H200", 989.0),
+    ("H100 PCIe", 756.0),
+    ("H100 NVL", 835.0),
+    ("H100", 989.0),  # SXM5 / HBM3
+    ("H800 PCIe", 756.0),
+    ("H800", 989.0),
+    ("H20", 148.0),
+    ("A100", 312.0),
+    ("A800", 312.0),
+    ("A30", 165.0),
+    ("A10", 125.0),
+    ("L40S", 362.0),
+    ("L40", 181.0),
+    ("L4", 121.0),
+    ("RTX 4090", 165.0),
+    ("RTX 3090", 71.0),
+    ("V100", 125.0),
+    ("T4", 65.0),
+)
+
+GEMM_SIZE, QUICK_GEMM_SIZE = 8192, 4096
+GEMM_WARMUP, GEMM_ITERS = 3, 10
+ALLREDUCE_MIB, QUICK_ALLREDUCE_MIB = 256, 32
+ALLREDUCE_WARMUP, ALLREDUCE_ITERS = 5, 20
+ALLREDUCE_TIMEOUT_S = 300
+TRAIN_CPU_NPROC = 2  # training processes of --train on a machine without GPUs
+
+
+# --------------------------------------------------------------------------- pure figures and judgements
+
+
+def bus_bandwidth_gbps(nbytes: int, seconds: float, world_size: int) -> float:
+    """All-reduce bus bandwidth in GB/s (1e9), as nccl-tests reports it: algbw x 2(n-1)/n."""
+    algbw = nbytes / seconds / 1e9
+    return algbw * 2 * (world_size - 1) / world_size
+
+
+def gemm_tflops(n: int, iters: int, seconds: float) -> float:
+    return 2 * n**3 * iters / seconds / 1e12
+
+
+def decode_cudnn_version(code: int | None) -> str | None:
+    """torch.backends.cudnn.version(): 8902 -> '8.9.2' (cuDNN 8: major*1000 + minor*100 + patch),
+    90100 -> '9.1.0' (cuDNN 9: major*10000 + minor*100 + patch)."""
+    if not code:
+        return None
+    major_unit = 10000 if code >= 90000 else 1000
+    return f"{code // major_unit}.{code % major_unit // 100}.{code % 100}"
+
+
+def format_nccl_version(version: Any) -> str | None:
+    """torch.cuda.nccl.version(): (2, 18, 1) -> '2.18.1' (old releases gave 2708 for 2.7.8)."""
+    if version is None:
+        return None
+    if isinstance(version, int):
+        major_unit = 10000 if version >= 20900 else 1000
+        version = (version // major_unit, version % major_unit // 100, version % 100)
+    return ".".join(str(part) for part in version)
+
+
+def reference_tflops(gpu_name: str) -> tuple[str, float] | None:
+    """(model, dense TFLOP/s) from GEMM_REFERENCE_TFLOPS for a GPU name, or None when unknown."""
+    for model, tflops in GEMM_REFERENCE_TFLOPS:
+        if re.search(rf"(?<![A-Za-z0-9]){re.escape(model)}(?![A-Za-z0-9])", gpu_name, re.IGNORECASE):
+            return model, tflops
+    return None
+
+
+def judge_gemm(gpu_name: str, tflops: float, min_fraction: float) -> tuple[str, float | None, str]:
+    """(verdict, threshold, detail) for one GPU's measured TFLOP/s."""
+    reference = reference_tflops(gpu_name)
+    if reference is None:
+        return "warn", None, f"no reference figure for {gpu_name} (measured {tflops:.1f} TFLOP/s)"
+    model, expected = reference
+    threshold = min_fraction * expected
+    verdict = "pass" if tflops >= threshold else "fail"
+    return verdict, threshold, (f"{gpu_name}: {tflops:.1f} TFLOP/s, threshold {threshold:.1f} "
+                                f"({min_fraction} x {expected:g} for {model})")
+
+
+def judge_topology(links: list[list[str]], p2p: list[list[bool | None]] | None) -> tuple[str, str]:
+    """Fail: an NVLink pair without peer access. Warn: a pair crossing the CPU interconnect (SYS)."""
+    pairs = list(gpu_pairs(len(links)))
+    kinds = Counter(links[i][j] for i, j in pairs)
+    summary = f"{len(links)} GPUs, pairs: " + ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items()))
+    if p2p is not None:
+        summary += f"; P2P on {sum(bool(p2p[i][j]) for i, j in pairs)}/{len(pairs)} pairs"
+    broken = [f"GPU{i}-GPU{j} ({links[i][j]})" for i, j in pairs
+              if is_nvlink(links[i][j]) and p2p is not None and p2p[i][j] is False]
+    crossing = [f"GPU{i}-GPU{j}" for i, j in pairs if links[i][j] in ("SYS", "SOC")]
+    if broken:
+        return "fail", f"NVLink without peer access: {', '.join(broken)}; {summary}"
+    if crossing:
+        return "warn", f"pairs crossing the CPU interconnect (SYS): {', '.join(crossing)}; {summary}"
+    return "pass", summary
+
+
+# --------------------------------------------------------------------------- what the checks share
+
+
+@dataclass
+class DriverState:
+    loaded: str | None
+    loaded_source: str | None
+    installed: str | None
+    installed_path: str | None
+
+
+class Probe:
+    """The options plus the host facts several checks share, each gathered once."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.torch_error = ""
+        self.training_result: dict[str, Any] | None = None
+
+    @cached_property
+    def pci_gpu_count(self) -> int:
+        return count_pci_gpus(self.args.sysfs_pci_dir)
+
+    @cached_property
+    def smi(self) -> SmiInventory:
+        return query_nvidia_smi()
+
+    @property
+    def gpu_present(self) -> bool:
+        return self.pci_gpu_count > 0 or bool(self.smi.gpus)
+
+    @property
+    def expected_gpu_count(self) -> int:
+        """GPUs the machine should expose: nvidia-smi's count, else the PCI bus's."""
+        return len(self.smi.gpus) if self.smi.ok else self.pci_gpu_count
+
+    @cached_property
+    def driver(self) -> DriverState:
+        loaded, source = loaded_module_version(self.args.module_version_file, self.args.driver_proc_file)
+        if loaded is None and self.smi.driver_version:
+            loaded, source = self.smi.driver_version, "nvidia-smi"  # NVML reports the kernel driver
+        installed, path = installed_driver_version(self.args.driver_lib_dir or ())
+        return DriverState(loaded, source, installed, path)
+
+    @cached_property
+    def topology(self) -> tuple[list[list[str]] | None, str]:
+        """(link matrix, "") or (None, why not)."""
+        code, output = run_nvidia_smi("topo", "-m")
+        if code is None:
+            return None, output
+        if code != 0:
+            return None, f"nvidia-smi topo -m failed (rc {code}): {first_lines(output)}"
+        try:
+            return parse_topology(output), ""
+        except ValueError as exc:
+            return None, str(exc)
+
+    @cached_property
+    def torch(self) -> Any:
+        """The torch module, or None (the reason in torch_error)."""
+        os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")  # CUDA indices = nvidia-smi indices
+        try:
+            import torch
+        except Exception as exc:  # ImportError, or OSError from a broken CUDA library
+            self.torch_error = f"{type(exc).__name__}: {exc}"
+            return None
+        return torch
+
+    @property
+    def cuda_device_count(self) -> int:
+        torch = self.torch
+        return torch.cuda.device_count() if torch is not None and torch.cuda.is_available() else 0
+
+
+def no_gpu(name: str, probe: Probe, note: str = "") -> dict[str, Any]:
+    """Skipped "no GPU", or failed with --require-gpus."""
+    detail = "no GPU" + (f" ({note})" if note else "")
+    if probe.args.require_gpus:
+        return check_result(name, "fail", f"{detail}; --require-gpus")
+    return check_result(name, "skipped", detail)
+
+
+def gpu_prerequisite(name: str, probe: Probe, min_gpus: int = 1) -> dict[str, Any] | None:
+    """The skip result of a check that needs torch with CUDA and min_gpus GPUs, or None to go on."""
+    if not probe.gpu_present:
+        return no_gpu(name, probe)
+    if probe.torch is None:
+        return check_result(name, "skipped", "torch not importable (see torch_cuda)")
+    count = probe.cuda_device_count
+    if count == 0:
+        return check_result(name, "skipped", "CUDA not available to torch (see torch_cuda)")
+    if count < min_gpus:
+        return check_result(name, "skipped", f"needs {min_gpus} or more GPUs, torch sees {count}")
+    return None
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def check_driver_version(probe: Probe) -> dict[str, Any]:
+    """Loaded kernel module == installed userspace driver, else a reboot is due."""
+    name = "driver_version"
+    state, smi, pci = probe.driver, probe.smi, probe.pci_gpu_count
+
+    def result(verdict: str, detail: str, reboot: bool = False) -> dict[str, Any]:
+        return check_result(name, verdict, detail, value=state.loaded, threshold=state.installed,
+                            reboot_required=reboot, loaded_from=state.loaded_source,
+                            installed_library=state.installed_path)
+
+    if smi.needs_reboot:
+        return result("fail", f"{smi.error} (loaded module {state.loaded}, installed {state.installed}): "
+                              "reboot required", reboot=True)
+    if state.loaded and state.installed:
+        if state.loaded == state.installed:
+            return result("pass", f"loaded module {state.loaded} matches the installed userspace driver")
+        return result("fail", f"loaded module {state.loaded}, installed {state.installed}: "
+                              "driver/library mismatch, reboot required", reboot=True)
+    if state.installed:
+        if pci == 0:
+            return no_gpu(name, probe, f"userspace driver {state.installed} installed, module not loaded")
+        return result("fail", f"userspace driver {state.installed} installed, {pci} GPU(s) on the PCI bus: "
+                              "module not loaded, reboot required", reboot=True)
+    if state.loaded:
+        return result("fail", f"module {state.loaded} loaded but no userspace driver library "
+                              f"({' / '.join(USERSPACE_LIBRARIES)}) found")
+    if pci:
+        return result("fail", f"{pci} GPU(s) on the PCI bus but no NVIDIA driver installed")
+    return no_gpu(name, probe, "no NVIDIA driver installed")
+
+
+def check_nvidia_smi(probe: Probe) -> dict[str, Any]:
+    """Inventory: GPU count, uncorrected ECC errors, persistence mode."""
+    name, smi, args = "nvidia_smi", probe.smi, probe.args
+    if not smi.ok:
+        if probe.pci_gpu_count == 0 and not smi.needs_reboot:
+            return no_gpu(name, probe, smi.error)
+        return check_result(name, "fail", f"{smi.error} ({probe.pci_gpu_count} GPU(s) on the PCI bus)",
+                            threshold=args.expect_gpus, reboot_required=smi.needs_reboot)
+    gpus, failures, warnings = smi.gpus, [], []
+    if args.expect_gpus is not None and len(gpus) < args.expect_gpus:
+        failures.append(f"{len(gpus)} GPU(s), expected {args.expect_gpus}")
+    for gpu in gpus:
+        if (gpu["ecc_uncorrected"] or 0) > args.max_ecc_errors:
+            failures.append(f"GPU {gpu['index']} ({gpu['pci_bus_id']}): {gpu['ecc_uncorrected']} uncorrected "
+                            f"ECC error(s), max {args.max_ecc_errors}")
+    if probe.pci_gpu_count > len(gpus):
+        warnings.append(f"nvidia-smi lists {len(gpus)} GPU(s), the PCI bus has {probe.pci_gpu_count}")
+    no_persistence = [str(gpu["index"]) for gpu in gpus if gpu["persistence_mode"] is False]
+    if no_persistence:
+        warnings.append(f"persistence mode disabled on GPU {', '.join(no_persistence)}")
+    models = ", ".join(f"{n} x {model}" for model, n in Counter(g["name"] for g in gpus).items())
+    summary = f"{len(gpus)} GPU(s): {models or 'none'}; driver {smi.driver_version}"
+    verdict = "fail" if failures else "warn" if warnings else "pass"
+    return check_result(name, verdict, "; ".join(failures + warnings + [summary]), value=len(gpus),
+                        unit="GPUs", threshold=args.expect_gpus, reboot_required=False)
+
+
+def torch_build(torch: Any) -> str:
+    cuda = f"CUDA {torch.version.cuda}" if torch.version.cuda else "CPU-only build"
+    return f"torch {torch.__version__}, {cuda}"
+
+
+def installed_torch() -> dict[str, str | None] | None:
+    """torch's version and CUDA build read from its installed torch/version.py, without
+    importing torch (seconds of CPU); None when no torch package with one is found."""
+    try:
+        spec = importlib.util.find_spec("torch")
+    except (ImportError, ValueError):  # sys.modules["torch"] is None: blocked
+        return None
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    text = read_text(Path(locations[0]) / "version.py") if locations else None
+    version = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)['\"]", text or "", re.M)
+    if not version:
+        return None
+    cuda = re.search(r"^cuda\s*(?::[^=]*)?=\s*['\"]([^'\"]+)['\"]", text or "", re.M)
+    return {"torch": version.group(1), "cuda": cuda.group(1) if cuda else None, "cudnn": None, "nccl": None}
+
+
+def check_torch_cuda(probe: Probe) -> dict[str, Any]:
+    """torch imports, CUDA is available and torch sees as many GPUs as nvidia-smi.
+
+    Without a GPU on the machine there is nothing for torch to use: its
+    installed files say which build it is, and it is not imported."""
+    name = "torch_cuda"
+    if not probe.gpu_present:
+        installed = installed_torch()
+        if installed is None:
+            return check_result(name, "fail", "torch is not installed in this environment")
+        return no_gpu(name, probe, f"torch {installed['torch']}, "
+                      + (f"CUDA {installed['cuda']}" if installed["cuda"] else "CPU-only build"))
+    torch = probe.torch
+    if torch is None:
+        return check_result(name, "fail", f"torch not importable: {probe.torch_error}")
+    available = torch.cuda.is_available()
+    count = torch.cuda.device_count() if available else 0
+    expected = probe.expected_gpu_count
+    build = torch_build(torch)
+    if not probe.gpu_present and count == 0:
+        return no_gpu(name, probe, build)
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    note = f" (CUDA_VISIBLE_DEVICES={visible!r})" if visible is not None else ""
+    if not available:
+        return check_result(name, "fail", f"torch.cuda.is_available() is False with {expected} GPU(s) "
+                                          f"on the machine; {build}{note}",
+                            value=0, unit="GPUs", threshold=expected)
+    if count != expected:
+        return check_result(name, "fail", f"torch sees {count} GPU(s), nvidia-smi {expected}; {build}{note}",
+                            value=count, unit="GPUs", threshold=expected)
+    return check_result(name, "pass", f"torch sees {count} GPU(s); {build}", value=count, unit="GPUs",
+                        threshold=expected)
+
+
+def torch_versions(torch: Any) -> dict[str, str | None]:
+    """Versions of torch and of the CUDA, cuDNN and NCCL it was built with (None where absent)."""
+    try:
+        nccl = format_nccl_version(torch.cuda.nccl.version())
+    except (AttributeError, RuntimeError):  # CPU-only builds have no NCCL
+        nccl = None
+    cudnn_code = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    return {"torch": torch.__version__, "cuda": torch.version.cuda,
+            "cudnn": decode_cudnn_version(cudnn_code), "nccl": nccl}
+
+
+def describe_versions(versions: dict[str, str | None]) -> str:
+    if versions["cuda"] is None:
+        return f"torch {versions['torch']}, CPU-only build"
+    return (f"torch {versions['torch']}, CUDA {versions['cuda']}, cuDNN {versions['cudnn']}, "
+            f"NCCL {versions['nccl']}")
+
+
+def check_libraries(probe: Probe) -> dict[str, Any]:
+    """CUDA, cuDNN and NCCL behind torch; --expect-cuda compares major.minor."""
+    name, expect = "libraries", probe.args.expect_cuda
+    if not probe.gpu_present:  # versions from torch's files, without importing it
+        versions = installed_torch()
+        result = no_gpu(name, probe, (f"torch {versions['torch']}, " + (f"CUDA {versions['cuda']}" if versions["cuda"]
+                                      else "CPU-only build")) if versions else "torch not importable")
+        result["value"] = versions
+        return result
+    torch = probe.torch
+    versions = torch_versions(torch) if torch is not None else None
+    described = describe_versions(versions) if versions else ""
+    if versions is None:
+        return check_result(name, "skipped", "torch not importable (see torch_cuda)", threshold=expect)
+    failures = []
+    if versions["cuda"] is None:
+        failures.append("CPU-only torch build")
+    elif expect and versions["cuda"].split(".")[:2] != expect.split(".")[:2]:
+        failures.append(f"torch built for CUDA {versions['cuda']}, expected {expect}")
+    if versions["cudnn"] is None:
+        failures.append("cuDNN not available")
+    if versions["nccl"] is None:
+        failures.append("NCCL not available")
+    detail = "; ".join(failures + [described])
+    return check_result(name, "fail" if failures else "pass", detail, value=versions, threshold=expect)
+
+
+def measure_gemm(torch: Any, index: int, n: int) -> dict[str, Any]:
+    """TFLOP/s of an n x n x n matmul on GPU `index`: bf16 (fp16 before Ampere), timed with CUDA events."""
+    device = torch.device("cuda", index)
+    props = torch.cuda.get_device_properties(device)
+    dtype = torch.bfloat16 if props.major >= 8 else torch.float16
+    a = b = c = None
+    with torch.cuda.device(device):
+        try:
+            a = torch.randn(n, n, device=device, dtype=dtype)
+            b = torch.randn(n, n, device=device, dtype=dtype)
+            c = torch.empty(n, n, device=device, dtype=dtype)
+            for _ in range(GEMM_WARMUP):
+                torch.matmul(a, b, out=c)
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(GEMM_ITERS):
+                torch.matmul(a, b, out=c)
+            end.record()
+            end.synchronize()
+            seconds = start.elapsed_time(end) / 1e3
+            finite = bool(torch.isfinite(c).all())
+        finally:
+            del a, b, c
+            torch.cuda.empty_cache()
+    return {"index": index, "name": props.name, "uuid": str(getattr(props, "uuid", "")) or None,
+            "dtype": str(dtype).replace("torch.", ""), "tflops": gemm_tflops(n, GEMM_ITERS, seconds),
+            "finite": finite}
+
+
+def check_gemm(probe: Probe) -> dict[str, Any]:
+    """Matmul TFLOP/s of every GPU against a fraction of its datasheet figure; value = the slowest."""
+    name, args = "gemm", probe.args
+    skip = gpu_prerequisite(name, probe)
+    if skip:
+        return skip
+    n = args.gemm_size or (QUICK_GEMM_SIZE if args.quick else GEMM_SIZE)
+    per_gpu = []
+    for index in range(probe.cuda_device_count):
+        measured = measure_gemm(probe.torch, index, n)
+        verdict, threshold, detail = judge_gemm(measured["name"], measured["tflops"], args.gemm_min_fraction)
+        if not measured["finite"]:
+            verdict, detail = "fail", f"non-finite values in the matmul output; {detail}"
+        per_gpu.append({**measured, "verdict": verdict, "threshold": threshold, "detail": f"GPU {index} {detail}"})
+    slowest = min(per_gpu, key=lambda g: g["tflops"])
+    verdicts = {g["verdict"] for g in per_gpu}
+    verdict = "fail" if "fail" in verdicts else "warn" if "warn" in verdicts else "pass"
+    shown = [g for g in per_gpu if g["verdict"] != "pass"] or [slowest]
+    detail = f"n={n} {slowest['dtype']}; " + "; ".join(g["detail"] for g in shown)
+    return check_result(name, verdict, detail, value=slowest["tflops"], unit="TFLOP/s",
+                        threshold=slowest["threshold"], per_gpu=per_gpu)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def allreduce_worker(rank: int, world_size: int, port: int, nbytes: int, result_file: str) -> None:
+    """One rank of the all-reduce benchmark (module level: torch.multiprocessing spawns it by name)."""
+    import torch
+    import torch.distributed as dist
+
+    torch.cuda.set_device(rank)
+    device = torch.device("cuda", rank)
+    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=world_size, timeout=timedelta(seconds=ALLREDUCE_TIMEOUT_S))
+    try:
+        ranks_plus_one = torch.full((1024,), float(rank + 1), device=device)
+        dist.all_reduce(ranks_plus_one)  # sum of 1..world_size on every rank
+        expected = world_size * (world_size + 1) / 2
+        correct = torch.tensor([int(bool((ranks_plus_one == expected).all()))], device=device)
+        dist.all_reduce(correct, op=dist.ReduceOp.MIN)
+
+        buffer = torch.zeros(nbytes // 4, dtype=torch.float32, device=device)
+        for _ in range(ALLREDUCE_WARMUP):
+            dist.all_reduce(buffer)
+        torch.cuda.synchronize()
+        dist.barrier(device_ids=[rank])
+        torch.cuda.synchronize()
+        began = time.perf_counter()
+        for _ in range(ALLREDUCE_ITERS):
+            dist.all_reduce(buffer)
+        torch.cuda.synchronize()
+        elapsed = torch.tensor([time.perf_counter() - began], dtype=torch.float64, device=device)
+        dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)  # the slowest rank sets the pace
+        if rank == 0:
+            Path(result_file).write_text(json.dumps(
+                {"seconds": elapsed.item() / ALLREDUCE_ITERS, "correct": bool(correct.item())}))
+    finally:
+        dist.destroy_process_group()
+
+
+def measure_allreduce(world_size: int, nbytes: int, timeout: float = ALLREDUCE_TIMEOUT_S) -> dict[str, Any]:
+    """{"seconds": per all-reduce, "correct": bool}: one process per GPU, NCCL over a loopback rendezvous."""
+    import torch.multiprocessing as mp
+
+    with tempfile.TemporaryDirectory(prefix="gpufleet-allreduce-") as tmp:
+        result_file = os.path.join(tmp, "result.json")
+        context = mp.spawn(allreduce_worker, args=(world_size, free_port(), nbytes, result_file),
+                           nprocs=world_size, join=False)
+        deadline = time.monotonic() + timeout
+        while not context.join(timeout=1):
+            if time.monotonic() > deadline:
+                for process in context.processes:
+                    process.kill()
+                    process.join()
+                raise TimeoutError(f"all-reduce did not finish within {timeout:g} s")
+        return json.loads(Path(result_file).read_text())
+
+
+def check_allreduce_busbw(probe: Probe) -> dict[str, Any]:
+    """NCCL all-reduce bus bandwidth over every GPU of the machine."""
+    name, args = "allreduce_busbw", probe.args
+    skip = gpu_prerequisite(name, probe, min_gpus=2)
+    if skip:
+        return skip
+    world = probe.cuda_device_count
+    mib = args.allreduce_mib or (QUICK_ALLREDUCE_MIB if args.quick else ALLREDUCE_MIB)
+    nbytes = mib * 2**20
+    links, topology_error = probe.topology
+    nvlink = links is not None and len(links) == world and all_pairs_nvlink(links)
+    threshold = args.busbw_min_nvlink if nvlink else args.busbw_min_pcie
+    fabric = "nvlink" if nvlink else "pcie"
+
+    timing = measure_allreduce(world, nbytes)
+    busbw = bus_bandwidth_gbps(nbytes, timing["seconds"], world)
+    summary = (f"{busbw:.1f} GB/s bus bandwidth, {world} GPUs, {mib} MiB float32, "
+               f"threshold {threshold:g} ({'NVLink/NVSwitch' if nvlink else 'PCIe'})")
+    if topology_error:
+        summary += f"; topology unknown: {topology_error}"
+    if not timing["correct"]:
+        verdict, detail = "fail", f"wrong all-reduce result; {summary}"
+    else:
+        verdict, detail = ("pass" if busbw >= threshold else "fail"), summary
+    return check_result(name, verdict, detail, value=busbw, unit="GB/s", threshold=threshold,
+                        algbw_gbps=nbytes / timing["seconds"] / 1e9, world_size=world, size_mib=mib,
+                        fabric=fabric)
+
+
+def peer_access(probe: Probe, count: int) -> tuple[list[list[bool | None]] | None, str]:
+    """torch.cuda.can_device_access_peer for every pair (None on the diagonal), or (None, why not)."""
+    if probe.torch is None:
+        return None, "P2P not tested: torch not importable"
+    if probe.cuda_device_count != count:
+        return None, f"P2P not tested: torch sees {probe.cuda_device_count} GPU(s), topology {count}"
+    can_access = probe.torch.cuda.can_device_access_peer
+    return [[None if i == j else bool(can_access(i, j)) for j in range(count)] for i in range(count)], ""
+
+
+def check_p2p_topology(probe: Probe) -> dict[str, Any]:
+    """The link between every GPU pair (nvidia-smi topo -m) and CUDA peer access."""
+    name = "p2p_topology"
+    if not probe.gpu_present:
+        return no_gpu(name, probe)
+    if probe.expected_gpu_count < 2:
+        return check_result(name, "skipped", f"needs 2 or more GPUs, the machine has {probe.expected_gpu_count}")
+    links, error = probe.topology
+    if links is None:
+        return check_result(name, "fail", error)
+    p2p, note = peer_access(probe, len(links))
+    verdict, detail = judge_topology(links, p2p)
+    return check_result(name, verdict, detail + (f"; {note}" if note else ""),
+                        value={"links": links, "p2p": p2p})
+
+
+# --------------------------------------------------------------------------- training (the payload)
+
+
+def check_training(probe: Probe) -> dict[str, Any]:
+    """The DDP payload on every GPU of the machine (or --train-nproc CPU ranks); value = samples/s."""
+    name, args = "training", probe.args
+    if probe.torch is None:
+        return check_result(name, "fail", f"torch not importable: {probe.torch_error}")
+    nproc = args.train_nproc or probe.cuda_device_count or TRAIN_CPU_NPROC
+    run = launcher.run_training(nproc, payload_args=launcher.default_payload_args(nproc),
+                                timeout=args.train_timeout, payload=args.payload)
+    result = probe.training_result = run["result"]
+    last_line = run["log_tail"].splitlines()[-1:] or ["no output"]
+    if result is None:
+        return check_result(name, "fail", f"no result from the payload (torchrun rc {run['rc']}): {last_line[0]}",
+                            unit="samples/s", log_tail=run["log_tail"])
+    verdict = result.get("verdict", "fail")
+    reasons = list(result.get("reasons") or [])
+    if run["rc"] != 0 and verdict == "pass":
+        verdict, reasons = "fail", reasons + [f"torchrun rc {run['rc']}"]
+    samples = result.get("samples_per_s")
+    detail = (f"world size {result.get('world_size')} on {result.get('device')}, {result.get('steps')} steps, "
+              f"amp {result.get('amp')}, {samples or 0:.0f} samples/s" + "".join(f"; {r}" for r in reasons))
+    extra = {"log_tail": run["log_tail"]} if verdict != "pass" else {}
+    return check_result(name, verdict, detail, value=samples, unit="samples/s", **extra)
+
+
+# --------------------------------------------------------------------------- report
+
+
+CHECKS: dict[str, Callable[[Probe], dict[str, Any]]] = {
+    "driver_version": check_driver_version,
+    "nvidia_smi": check_nvidia_smi,
+    "torch_cuda": check_torch_cuda,
+    "libraries": check_libraries,
+    "gemm": check_gemm,
+    "allreduce_busbw": check_allreduce_busbw,
+    "p2p_topology": check_p2p_topology,
+    "training": check_training,
+}
+
+
+def run_check(name: str, probe: Probe) -> dict[str, Any]:
+    """One check; skipped "by request" with --skip, and a failure (not a crash) when it raises."""
+    if name in probe.args.skip:
+        return check_result(name, "skipped", "by request")
+    try:
+        return CHECKS[name](probe)
+    except Exception as exc:
+        return check_result(name, "fail", f"check raised {type(exc).__name__}: {exc}",
+                            traceback=traceback.format_exc()[-4000:])
+
+
+def report_versions(probe: Probe) -> dict[str, str | None]:
+    try:
+        if not probe.gpu_present:  # no import without a GPU (see check_torch_cuda)
+            versions: dict[str, str | None] = installed_torch() or {}
+        else:
+            versions = torch_versions(probe.torch) if probe.torch is not None else {}
+    except Exception:  # a broken torch is the checks' business, not the report's
+        versions = {}
+    return {"driver_installed": probe.driver.installed, "driver_loaded": probe.driver.loaded,
+            "cuda": versions.get("cuda"), "torch": versions.get("torch"), "cudnn": versions.get("cudnn"),
+            "nccl": versions.get("nccl"), "python": platform.python_version()}
+
+
+def report_gpus(probe: Probe, checks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """nvidia-smi's GPUs with the gemm figure of each (matched by UUID, else by index)."""
+    gpus = [dict(gpu) for gpu in probe.smi.gpus]
+    gemm = next((c for c in checks if c["name"] == "gemm"), {})
+    for measured in gemm.get("per_gpu", []):
+        uuid = (measured["uuid"] or "").lower()
+        match = next((g for g in gpus if uuid and g["uuid"].lower().endswith(uuid)), None) \
+            or next((g for g in gpus if g["index"] == measured["index"]), None)
+        if match is None:
+            match = {"index": measured["index"], "name": measured["name"], "uuid": measured["uuid"],
+                     "pci_bus_id": None, "memory_total_mib": None, "persistence_mode": None,
+                     "ecc_uncorrected": None}
+            gpus.append(match)
+        match["gemm_tflops"] = measured["tflops"]
+    return gpus
+
+
+def build_report(args: argparse.Namespace) -> dict[str, Any]:
+    """Run the selected checks and assemble the JSON report (see the module docstring)."""
+    started, clock = datetime.now(timezone.utc), time.perf_counter()
+    probe = Probe(args)
+    names = [name for name in CHECKS if name != "training" or args.train]
+    checks = [run_check(name, probe) for name in names]
+    failed = [c for c in checks if c["verdict"] == "fail"]
+    report = {
+        "schema": SCHEMA,
+        "host": socket.gethostname(),
+        "started": started.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "duration_s": 0.0,
+        "verdict": "fail" if failed else "pass",
+        "reasons": [f"{c['name']}: {c['detail']}" for c in failed],
+        "reboot_required": any(c.get("reboot_required") for c in checks),
+        "versions": report_versions(probe),
+        "gpus": report_gpus(probe, checks),
+        "gpu_count_pci": probe.pci_gpu_count,
+        "checks": checks,
+    }
+    if args.train:
+        report["training"] = probe.training_result
+    report["duration_s"] = round(time.perf_counter() - clock, 3)
+    return finite_or_none(report)
+
+
+def summary_lines(report: dict[str, Any]) -> list[str]:
+    """The human summary: one line per check, then the verdict."""
+    labels = {"pass": "PASS", "fail": "FAIL", "warn": "WARN", "skipped": "SKIP"}
+    lines = [f"{labels.get(c['verdict'], c['verdict'].upper())} {c['name']}: {c['detail']}" for c in report["checks"]]
+    counts = Counter(c["verdict"] for c in report["checks"])
+    tally = ", ".join(f"{counts[v]} {v}" for v in ("pass", "warn", "skipped", "fail"))
+    lines.append(f"verdict: {report['verdict'].upper()} on {report['host']} ({tally}, {report['duration_s']:.1f} s)")
+    if report["reboot_required"]:
+        lines.append("reboot required")
+    return lines

@@ -1,0 +1,112 @@
+"""The command line: options, the run of the checks, and where the report goes.
+
+Commands
+--------
+::
+
+    python3 gpufleet_check.pyz                  # every check, human summary
+    python3 gpufleet_check.pyz --json           # the JSON report on stdout
+    python3 gpufleet_check.pyz --train          # also train on every GPU of the machine
+    python3 gpufleet_check.pyz --quick --skip allreduce_busbw --output /tmp/check.json
+    python3 gpufleet_check.pyz --metrics-file /var/lib/prometheus/node-exporter/gpufleet.prom
+    python3 gpufleet_check.pyz train --nnodes 2 --nproc-per-node 8 --rdzv-endpoint node1:29500 ...
+    python3 gpufleet_check.pyz --help
+
+(from a checkout: ``PYTHONPATH=files/payload python3 -m gpufleet_check ...``).
+The report is described in checks, the metrics file in metrics, the ``train``
+subcommand in launcher.
+
+Exit codes: 0 pass, 1 fail, 2 usage error. The ``train`` subcommand exits
+with torchrun's code (0 when the payload passed, 124 on timeout).
+
+Options for tests: ``--sysfs-pci-dir``, ``--module-version-file``,
+``--driver-proc-file``, ``--driver-lib-dir`` and the nvidia-smi found on PATH.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from . import launcher
+from .checks import (ALLREDUCE_MIB, CHECKS, GEMM_SIZE, QUICK_ALLREDUCE_MIB, QUICK_GEMM_SIZE, TRAIN_CPU_NPROC,
+                     build_report, summary_lines)
+from .common import EXIT_FAIL, EXIT_PASS, non_negative_int, positive_int, program_name
+from .metrics import write_metrics
+
+DESCRIPTION = "GPU health checks for gpufleet nodes: a library of small checks and a CLI."
+
+
+def major_minor(text: str) -> str:
+    if not re.fullmatch(r"\d+\.\d+(\.\d+)?", text):
+        raise argparse.ArgumentTypeError(f"expected MAJOR.MINOR like 12.1, got {text!r}")
+    return text
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog=program_name(), description=DESCRIPTION,
+        epilog=f"Multi-node training: {program_name()} train --help. Exit codes: 0 pass, 1 fail, 2 usage.")
+    p.add_argument("--json", action="store_true", help="print the JSON report instead of the summary")
+    p.add_argument("--output", type=Path, metavar="PATH", help="also write the JSON report to this file")
+    p.add_argument("--metrics-file", type=Path, metavar="PATH",
+                   help="also write the result as Prometheus metrics (text format, replaced atomically, mode 0644) "
+                        "to this file, e.g. node exporter's textfile directory; the directory must exist")
+    p.add_argument("--require-gpus", action="store_true", help="'no GPU' is a failure, not a skip")
+    p.add_argument("--skip", action="append", default=[], choices=list(CHECKS), metavar="CHECK",
+                   help=f"leave a check out (repeatable): {', '.join(CHECKS)}")
+    p.add_argument("--quick", action="store_true",
+                   help=f"smaller sizes: gemm n={QUICK_GEMM_SIZE}, all-reduce {QUICK_ALLREDUCE_MIB} MiB")
+    p.add_argument("--expect-gpus", type=non_negative_int, metavar="N", help="fail with fewer GPUs than this")
+    p.add_argument("--expect-cuda", type=major_minor, metavar="X.Y",
+                   help="CUDA release torch must be built for, e.g. 12.1")
+    p.add_argument("--max-ecc-errors", type=non_negative_int, default=0, metavar="N",
+                   help="most uncorrected (volatile) ECC errors per GPU (default 0)")
+    p.add_argument("--gemm-size", type=positive_int, metavar="N", help=f"matrix size n (default {GEMM_SIZE})")
+    p.add_argument("--gemm-min-fraction", type=float, default=0.5, metavar="F",
+                   help="least fraction of the datasheet TFLOP/s (default 0.5)")
+    p.add_argument("--allreduce-mib", type=positive_int, metavar="MIB",
+                   help=f"all-reduce size in MiB (default {ALLREDUCE_MIB})")
+    p.add_argument("--busbw-min-nvlink", type=float, default=100.0, metavar="GBPS",
+                   help="least bus bandwidth, GB/s, when all GPU pairs are NVLink/NVSwitch (default 100)")
+    p.add_argument("--busbw-min-pcie", type=float, default=5.0, metavar="GBPS",
+                   help="least bus bandwidth, GB/s, otherwise (default 5)")
+    p.add_argument("--train", action="store_true", help="also run the training payload on every GPU")
+    p.add_argument("--train-nproc", type=positive_int, metavar="N",
+                   help=f"training processes (default: one per GPU, {TRAIN_CPU_NPROC} without GPUs)")
+    p.add_argument("--train-timeout", type=positive_int, default=launcher.TRAIN_TIMEOUT_S, metavar="S",
+                   help=f"seconds before training is stopped (default {launcher.TRAIN_TIMEOUT_S})")
+    p.add_argument("--payload", type=Path, metavar="PATH", help=launcher.PAYLOAD_HELP)
+    where = p.add_argument_group("where host facts are read (tests point these at fake files)")
+    where.add_argument("--sysfs-pci-dir", default="/sys/bus/pci/devices", metavar="DIR",
+                       help="PCI devices, each with vendor and class files (default %(default)s)")
+    where.add_argument("--module-version-file", default="/sys/module/nvidia/version", metavar="PATH",
+                       help="version of the loaded nvidia module (default %(default)s)")
+    where.add_argument("--driver-proc-file", default="/proc/driver/nvidia/version", metavar="PATH",
+                       help="its fallback, an 'NVRM version:' line (default %(default)s)")
+    where.add_argument("--driver-lib-dir", action="append", metavar="DIR",
+                       help="look for libnvidia-ml/libcuda here instead of asking ldconfig (repeatable)")
+    return p.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["train"]:
+        return launcher.train_main(argv[1:])
+    args = parse_args(argv)  # exits 2 on a bad option
+    report = build_report(args)
+    text = json.dumps(report, indent=2, allow_nan=False)
+    if args.output is not None:
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(text + "\n")
+    if args.metrics_file is not None:
+        try:
+            write_metrics(report, args.metrics_file)
+        except OSError as exc:
+            print(f"gpufleet_check: metrics not written to {args.metrics_file}: {exc}", file=sys.stderr, flush=True)
+    print(text if args.json else "\n".join(summary_lines(report)), flush=True)
+    return EXIT_PASS if report["verdict"] == "pass" else EXIT_FAIL

@@ -1,0 +1,73 @@
+"""Small helpers the other modules share: exit codes, the dict a check returns,
+JSON-safe numbers, file reading, version sorting and argparse types.
+
+Standard library only, and nothing else of the package: every other module
+may import this one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+EXIT_PASS, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+EXIT_TIMEOUT = 124  # the `train` subcommand, like coreutils' timeout
+
+
+def check_result(name: str, verdict: str, detail: str, value: Any = None, unit: str | None = None,
+                 threshold: Any = None, **extra: Any) -> dict[str, Any]:
+    """The dict every check returns; extra keys go after the common ones."""
+    return {"name": name, "verdict": verdict, "value": value, "unit": unit,
+            "threshold": threshold, "detail": detail, **extra}
+
+
+def finite_or_none(value: Any) -> Any:
+    """NaN and infinities become None, in nested lists and dicts too (JSON has no NaN)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, (list, tuple)):
+        return [finite_or_none(v) for v in value]
+    if isinstance(value, dict):
+        return {k: finite_or_none(v) for k, v in value.items()}
+    return value
+
+
+def read_text(path: str | Path) -> str | None:
+    try:
+        return Path(path).read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", version))
+
+
+def first_lines(text: str, count: int = 3) -> str:
+    return " / ".join(line.strip() for line in text.strip().splitlines()[:count] if line.strip())
+
+
+def program_name() -> str:
+    """The command as the user typed it, for usage messages: gpufleet_check.pyz (or its
+    copy's name), or ``python3 -m gpufleet_check`` when the package runs from source."""
+    name = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    return "python3 -m gpufleet_check" if name in ("", "-c", "__main__.py") else name
+
+
+def non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value

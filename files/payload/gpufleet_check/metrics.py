@@ -1,0 +1,159 @@
+"""The report as Prometheus metrics (``--metrics-file PATH``).
+
+The result is written in Prometheus' text exposition format, for node
+exporter's textfile collector (``/var/lib/prometheus/node-exporter/gpufleet.prom``
+with the monitoring role). The file is replaced atomically (a temporary file
+in the same directory, then a rename; mode 0644), so the collector never reads
+half a file; the directory must exist. A file that cannot be written is named
+on stderr and changes neither the report nor the exit code (the staleness
+alert on ``gpufleet_verify_timestamp_seconds`` catches it)::
+
+    gpufleet_verify_passed                          1 pass, 0 fail
+    gpufleet_verify_timestamp_seconds               Unix time the verification finished
+    gpufleet_verify_duration_seconds                how long the checks took
+    gpufleet_reboot_required                        1 when the loaded module is not the installed driver
+    gpufleet_versions_info{host, driver_installed, driver_loaded, cuda, cudnn, nccl, torch, python}  1
+    gpufleet_check_status{check, status}            1 for the check's verdict, 0 for the other verdicts
+    gpufleet_gpus                                   GPUs nvidia-smi lists
+    gpufleet_pci_gpus                               NVIDIA GPUs on the PCI bus
+    gpufleet_gemm_flops_per_second{gpu, model, uuid}   measured dense bf16/fp16 GEMM (TFLOP/s x 1e12)
+    gpufleet_gpu_ecc_uncorrected_errors{gpu, model, uuid}   volatile uncorrected ECC errors
+    gpufleet_allreduce_busbw_bytes_per_second{fabric}  all-reduce bus bandwidth (GB/s x 1e9)
+
+A version that is unknown is an empty label; a figure that was not measured
+(no GPU, check skipped) is left out rather than written as 0.
+
+The input is the report dict of ``checks.build_report`` (see its module
+docstring); nothing else of the package is needed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+# Every metric the writer emits: name -> (type, help). The monitoring role's
+# alert rules use these names (tests/unit/test_monitoring_role.py checks that
+# every gpufleet_* name in the rules is here).
+METRICS: dict[str, tuple[str, str]] = {
+    "gpufleet_verify_passed": ("gauge", "1 when the node passed gpufleet verification, 0 when it failed."),
+    "gpufleet_verify_timestamp_seconds": ("gauge", "Unix time the gpufleet verification finished."),
+    "gpufleet_verify_duration_seconds": ("gauge", "Seconds the gpufleet verification took."),
+    "gpufleet_reboot_required": ("gauge", "1 when the node needs a reboot (loaded driver module is not the installed driver)."),
+    "gpufleet_versions_info": ("gauge", "Driver (installed and loaded), CUDA, cuDNN, NCCL, torch and Python versions; "
+                                        "empty: unknown."),
+    "gpufleet_check_status": ("gauge", "1 for the verdict of each gpufleet check (status: pass, fail, warn, skipped), "
+                                       "0 for the other verdicts."),
+    "gpufleet_gpus": ("gauge", "GPUs nvidia-smi lists."),
+    "gpufleet_pci_gpus": ("gauge", "NVIDIA GPUs on the PCI bus."),
+    "gpufleet_gemm_flops_per_second": ("gauge", "Measured dense bf16 (fp16 before Ampere) matmul FLOP/s of each GPU."),
+    "gpufleet_gpu_ecc_uncorrected_errors": ("gauge", "Volatile uncorrected ECC errors of each GPU."),
+    "gpufleet_allreduce_busbw_bytes_per_second": ("gauge", "All-reduce bus bandwidth over every GPU of the node, bytes/s."),
+}
+CHECK_VERDICTS = ("pass", "fail", "warn", "skipped")
+METRICS_FILE_MODE = 0o644
+
+
+def escape_label_value(value: Any) -> str:
+    """A label value in the text format: backslash, double quote and line feed escaped; None is empty."""
+    text = "" if value is None else str(value)
+    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def escape_help(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def format_metric_value(value: float | int | bool) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "NaN"
+        if math.isinf(value):
+            return "+Inf" if value > 0 else "-Inf"
+        return repr(value)
+    return str(int(value))
+
+
+def finished_timestamp(report: dict[str, Any]) -> float:
+    """Unix time the report's checks finished: its start plus its duration (now when the start is unreadable)."""
+    try:
+        started = datetime.strptime(report["started"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+    except (KeyError, TypeError, ValueError):
+        return round(time.time(), 3)
+    return round(started.timestamp() + float(report.get("duration_s") or 0.0), 3)
+
+
+def metric_samples(report: dict[str, Any]) -> dict[str, list[tuple[dict[str, Any], float | int | bool]]]:
+    """name -> [(labels, value)] for the report; a figure that was not measured has no sample."""
+    samples: dict[str, list[tuple[dict[str, Any], float | int | bool]]] = {name: [] for name in METRICS}
+    versions = report.get("versions") or {}
+    samples["gpufleet_verify_passed"].append(({}, report.get("verdict") == "pass"))
+    samples["gpufleet_verify_timestamp_seconds"].append(({}, finished_timestamp(report)))
+    samples["gpufleet_verify_duration_seconds"].append(({}, float(report.get("duration_s") or 0.0)))
+    samples["gpufleet_reboot_required"].append(({}, bool(report.get("reboot_required"))))
+    samples["gpufleet_versions_info"].append(({"host": report.get("host"), **{
+        key: versions.get(key) for key in ("driver_installed", "driver_loaded", "cuda", "cudnn", "nccl", "torch", "python")}},
+        1))
+    for check in report.get("checks") or []:
+        for status in CHECK_VERDICTS:
+            samples["gpufleet_check_status"].append(({"check": check["name"], "status": status},
+                                                     check.get("verdict") == status))
+    gpus = report.get("gpus") or []
+    samples["gpufleet_gpus"].append(({}, len(gpus)))
+    samples["gpufleet_pci_gpus"].append(({}, int(report.get("gpu_count_pci") or 0)))
+    for gpu in gpus:
+        labels = {"gpu": gpu.get("index"), "model": gpu.get("name"), "uuid": gpu.get("uuid")}
+        if gpu.get("gemm_tflops") is not None:
+            samples["gpufleet_gemm_flops_per_second"].append((labels, float(gpu["gemm_tflops"]) * 1e12))
+        if gpu.get("ecc_uncorrected") is not None:
+            samples["gpufleet_gpu_ecc_uncorrected_errors"].append((labels, int(gpu["ecc_uncorrected"])))
+    allreduce = next((c for c in report.get("checks") or [] if c.get("name") == "allreduce_busbw"), {})
+    if isinstance(allreduce.get("value"), (int, float)) and not isinstance(allreduce.get("value"), bool):
+        samples["gpufleet_allreduce_busbw_bytes_per_second"].append(
+            ({"fabric": allreduce.get("fabric")}, float(allreduce["value"]) * 1e9))
+    return samples
+
+
+def metrics_text(report: dict[str, Any]) -> str:
+    """The report in Prometheus' text exposition format (HELP and TYPE for each metric that has samples)."""
+    lines: list[str] = []
+    for name, samples in metric_samples(report).items():
+        if not samples:
+            continue
+        kind, text = METRICS[name]
+        lines += [f"# HELP {name} {escape_help(text)}", f"# TYPE {name} {kind}"]
+        for labels, value in samples:
+            rendered = ",".join(f'{key}="{escape_label_value(val)}"' for key, val in labels.items())
+            lines.append(f"{name}{{{rendered}}} {format_metric_value(value)}" if rendered
+                         else f"{name} {format_metric_value(value)}")
+    return "\n".join(lines) + "\n"
+
+
+def write_metrics(report: dict[str, Any], path: str | Path) -> None:
+    """Replace ``path`` atomically with the report's metrics: a temporary file beside it, then os.replace.
+
+    The temporary name starts with a dot and does not end in .prom, so node
+    exporter's textfile collector never reads it. Raises OSError (the
+    temporary file removed) when the directory is missing or not writable.
+    """
+    path = Path(path)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(metrics_text(report))
+            handle.flush()
+            os.fsync(handle.fileno())
+            os.fchmod(handle.fileno(), METRICS_FILE_MODE)
+        os.replace(tmp_name, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp_name)
+        raise
