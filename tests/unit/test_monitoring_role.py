@@ -378,7 +378,6 @@ def test_defaults_and_lab_settings_are_accepted() -> None:
     ({"monitoring_verify_stale_after": "0h"}, "monitoring_verify_stale_after"),
     ({"monitoring_node_exporter_extra_args": ["--collector.textfile.directory=/tmp x"]}, "monitoring_node_exporter_extra_args"),
     ({"monitoring_prometheus_extra_args": ['--web.external-url="$HOST"']}, "monitoring_prometheus_extra_args"),
-    ({"monitoring_dcgm": "maybe"}, "monitoring_dcgm"),
     ({"monitoring_dcgm": True, "monitoring_dcgm_exporter_checksum": SHA256}, "monitoring_dcgm_exporter_url"),
     ({"monitoring_dcgm": True, "monitoring_dcgm_exporter_url": "https://repo.example.com/dcgm-exporter"},
      "monitoring_dcgm_exporter_checksum"),
