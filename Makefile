@@ -89,11 +89,11 @@ $(VENV)/.torch: | venv
 payload: torch
 	$(BIN)/pytest -q tests/payload
 
-# files/payload/gpufleet_check.pyz, the one file a node receives, rebuilt from
-# the package files/payload/gpufleet_check/ (byte-identical for the same
-# sources; commit both). files/payload/build_pyz.py --check compares them.
+# roles/payload/files/gpufleet_check.pyz, the one file a node receives, rebuilt from
+# the package roles/payload/files/gpufleet_check/ (byte-identical for the same
+# sources; commit both). roles/payload/files/build_pyz.py --check compares them.
 payload-build:
-	python3 files/payload/build_pyz.py
+	python3 roles/payload/files/build_pyz.py
 
 # docs/roles.md, the role reference, from roles/*/meta/argument_specs.yml (tests/role_reference.py).
 docs: venv

@@ -234,7 +234,7 @@ def bench_payload(ranks: list[int], root: Path) -> dict:
     figures = {}
     for n in ranks:
         result = root / f"payload-{n}.json"
-        cmd = [str(torchrun), "--standalone", f"--nproc-per-node={n}", str(REPO / "files" / "payload" / "train.py"),
+        cmd = [str(torchrun), "--standalone", f"--nproc-per-node={n}", str(REPO / "roles" / "payload" / "files" / "train.py"),
                "--device", "cpu", "--amp", "off", "--steps", "60", "--batch-size", "512", "--hidden", "256",
                "--num-samples", "16384", "--result", str(result)]
         subprocess.run(cmd, check=True, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})

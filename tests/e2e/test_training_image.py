@@ -1,4 +1,4 @@
-"""The training image (files/container/Containerfile.train), built for real with
+"""The training image (roles/container/files/Containerfile.train), built for real with
 podman and run on CPU.
 
 The image is built from the lab's own node image (Debian 12 whose only apt
@@ -29,7 +29,7 @@ import yaml
 
 from conftest import LAB_INVENTORY, LAB_NETWORK, NODE_IMAGE, REPO, podman
 
-CONTAINERFILE = "files/container/Containerfile.train"
+CONTAINERFILE = "roles/container/files/Containerfile.train"
 MIRROR = "gpufleet-mirror"
 BUILD_TIMEOUT_S = 1200
 RUN_TIMEOUT_S = 300

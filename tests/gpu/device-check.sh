@@ -10,7 +10,7 @@ set -uo pipefail
 py=${1:-python3}
 out=${2:-/tmp/gpufleet-gpu-check}
 here=$(cd "$(dirname "$0")/../.." && pwd)
-payload=$here/files/payload
+payload=$here/roles/payload/files
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 status=0

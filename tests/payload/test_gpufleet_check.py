@@ -1,4 +1,4 @@
-"""Tests for files/payload/gpufleet_check.pyz (the zipapp of files/payload/gpufleet_check/)
+"""Tests for roles/payload/files/gpufleet_check.pyz (the zipapp of roles/payload/files/gpufleet_check/)
 with (CPU) torch: the report of a machine without GPUs, and the training
 payload run through torchrun by ``--train`` and by the ``train`` subcommand
 (including its timeout).
@@ -23,7 +23,7 @@ import pytest
 import torch
 
 # The file the nodes receive; train.py beside it is the payload it runs.
-CHECK = Path(__file__).resolve().parents[2] / "files" / "payload" / "gpufleet_check.pyz"
+CHECK = Path(__file__).resolve().parents[2] / "roles" / "payload" / "files" / "gpufleet_check.pyz"
 NO_GPU_CHECKS = ("driver_version", "nvidia_smi", "torch_cuda", "gemm", "allreduce_busbw", "p2p_topology")
 DIST_VARS = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"}
 

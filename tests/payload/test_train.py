@@ -1,4 +1,4 @@
-"""Tests for files/payload/train.py on CPU (gloo).
+"""Tests for roles/payload/files/train.py on CPU (gloo).
 
 Multi-rank runs go through the real launcher, ``python -m torch.distributed.run``
 (torchrun), in a subprocess, with the rendezvous flags of the documented
@@ -28,7 +28,7 @@ from typing import Iterator
 import pytest
 import torch
 
-TRAIN = Path(__file__).resolve().parents[2] / "files" / "payload" / "train.py"
+TRAIN = Path(__file__).resolve().parents[2] / "roles" / "payload" / "files" / "train.py"
 PARAM_ATOL = 1e-5
 STEPS = 20  # enough steps for the default loss-drop check to be meaningful
 RESULT_FIELDS = {

@@ -1,4 +1,4 @@
-"""roles/container and files/container/Containerfile.train without a host or a registry.
+"""roles/container and roles/container/files/Containerfile.train without a host or a registry.
 
 As tests/unit/conftest.py does for nvidia_driver (and test_pytorch_role.py
 for pytorch), the role's own set_fact and fail tasks (tasks/validate.yml, in
@@ -44,7 +44,7 @@ from test_driver_rendering import _apt, _isolated_apt_options, apt_index_urls, p
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ROLE = REPO_ROOT / "roles" / "container"
 COMPATIBILITY_FILE = REPO_ROOT / "files" / "compatibility.yml"
-CONTAINERFILE = REPO_ROOT / "files" / "container" / "Containerfile.train"
+CONTAINERFILE = REPO_ROOT / "roles" / "container" / "files" / "Containerfile.train"
 MATRIX = yaml.safe_load(COMPATIBILITY_FILE.read_text())
 ANSIBLE_MANAGED = "Ansible managed: gpufleet unit test"
 
@@ -239,7 +239,7 @@ def test_containerfile_copies_what_the_role_ships():
     copies = [line.split()[1:-1] for line in text.splitlines() if line.startswith("COPY ")]
     sources = [src for srcs in copies for src in srcs if not src.startswith("--")]
     build_files = load_trusted(ROLE / "vars" / "main.yml")["__container_build_files"]
-    assert sorted(sources + ["files/container/Containerfile.train"]) == sorted(build_files)
+    assert sorted(sources + ["roles/container/files/Containerfile.train"]) == sorted(build_files)
     for path in build_files:
         assert (REPO_ROOT / path).is_file(), path
 
@@ -261,7 +261,7 @@ def test_build_context_ignores_local_state():
     """The repository root is the build context: .dockerignore (read by docker and podman) keeps local state out."""
     entries = {line.strip() for line in (REPO_ROOT / ".dockerignore").read_text().splitlines() if line.strip() and not line.startswith("#")}
     assert {".git", ".venv", ".lab", ".cache", "reports"} <= entries
-    assert not any(fnmatchcase(path, entry) for path in ("files/payload/train.py", "files/container/Containerfile.train") for entry in entries)
+    assert not any(fnmatchcase(path, entry) for path in ("roles/payload/files/train.py", "roles/container/files/Containerfile.train") for entry in entries)
 
 
 # --------------------------------------------------------------------------- repository, pin, engine
@@ -480,11 +480,11 @@ def test_lab_image_settings_follow_the_pytorch_role():
 
 
 def test_build_command_passes_every_build_arg():
-    """docker/podman build -f files/container/Containerfile.train with the inputs label and one --build-arg per ARG, context '.'."""
+    """docker/podman build -f roles/container/files/Containerfile.train with the inputs label and one --build-arg per ARG, context '.'."""
     cfg = cfg_for("ubuntu2204", container_build_image=True, container_image_tag="v1", container_image_pip_extra_args=["--proxy", "http://proxy:3128"])
     task = cfg.task("tasks/image.yml", "Build the training image")
     argv = cfg.template(task["ansible.builtin.command"]["argv"], __container_image_inputs="abc")
-    assert argv[:8] == ["docker", "build", "--file", "files/container/Containerfile.train", "--tag", "gpufleet-train:v1",
+    assert argv[:8] == ["docker", "build", "--file", "roles/container/files/Containerfile.train", "--tag", "gpufleet-train:v1",
                         "--label", "org.gpufleet.inputs=abc"]
     assert argv[-1] == "."
     assert "--build-arg=PIP_EXTRA_ARGS=--proxy http://proxy:3128" in argv

@@ -1,7 +1,7 @@
-"""Unit tests for the GPU health checks (files/payload/gpufleet_check/, shipped as
+"""Unit tests for the GPU health checks (roles/payload/files/gpufleet_check/, shipped as
 gpufleet_check.pyz), without torch and without a GPU.
 
-The modules are imported from the package (files/payload on sys.path); the
+The modules are imported from the package (roles/payload/files on sys.path); the
 command line runs gpufleet_check.pyz, the file the nodes receive, in a subprocess
 (tests/unit/test_gpufleet_check_pyz.py checks that it is built from these sources).
 
@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-PAYLOAD_DIR = Path(__file__).resolve().parents[2] / "files" / "payload"
+PAYLOAD_DIR = Path(__file__).resolve().parents[2] / "roles" / "payload" / "files"
 PYZ = PAYLOAD_DIR / "gpufleet_check.pyz"
 if str(PAYLOAD_DIR) not in sys.path:
     sys.path.insert(0, str(PAYLOAD_DIR))

@@ -1,7 +1,7 @@
 """gpufleet_check.pyz, the one file a node receives, and the package it is built from.
 
-* the committed files/payload/gpufleet_check.pyz is a fresh build of
-  files/payload/gpufleet_check/ (build_pyz.py --check), and a build is
+* the committed roles/payload/files/gpufleet_check.pyz is a fresh build of
+  roles/payload/files/gpufleet_check/ (build_pyz.py --check), and a build is
   byte-identical whatever the file times, umask or stray __pycache__;
 * it runs (``--help``, ``--json``) under a python without torch and reports
   torch as missing, also through gpu_verify's ``executable`` wrapper from a
@@ -34,7 +34,7 @@ from ansible.template import Templar
 from conftest import load_script, load_trusted
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-PAYLOAD_DIR = REPO_ROOT / "files" / "payload"
+PAYLOAD_DIR = REPO_ROOT / "roles" / "payload" / "files"
 PACKAGE_DIR = PAYLOAD_DIR / "gpufleet_check"
 PYZ = PAYLOAD_DIR / "gpufleet_check.pyz"
 BUILDER = PAYLOAD_DIR / "build_pyz.py"
@@ -114,7 +114,7 @@ def assert_torch_reported_missing(proc: subprocess.CompletedProcess[str]) -> Non
 
 
 def test_committed_pyz_is_current() -> None:
-    """make payload-build after every change to files/payload/gpufleet_check/, and commit the .pyz with it."""
+    """make payload-build after every change to roles/payload/files/gpufleet_check/, and commit the .pyz with it."""
     proc = run([sys.executable, str(BUILDER), "--check"], dict(os.environ))
     assert proc.returncode == 0, explain(proc)
     assert "is current" in proc.stdout
@@ -198,7 +198,10 @@ def test_gpu_verify_runs_the_pyz_through_its_wrapper(bare_python: tuple[str, dic
     role = REPO_ROOT / "roles" / "gpu_verify"
     [task] = [t for t in load_trusted(role / "tasks" / "check.yml") if t.get("name") == "Run the health checks"]
     variables = load_trusted(role / "vars" / "main.yml")
-    assert variables["__gpu_verify_check_script"].endswith("/files/payload/gpufleet_check.pyz")
+    # The payload role's file, located by its `locate` entry point (no path out of gpu_verify's folder).
+    assert variables["__gpu_verify_check_script"] == "{{ payload_files.check }}"
+    locate = load_trusted(REPO_ROOT / "roles" / "payload" / "tasks" / "locate.yml")[0]["ansible.builtin.set_fact"]
+    assert locate["payload_files"]["check"] == "{{ role_path }}/files/gpufleet_check.pyz"
     executable = Templar(loader=DataLoader(), variables={
         "gpu_verify_python": str(tmp_path / "venv" / "bin" / "python"), "__gpu_verify_fallback_python": python,
     }).template(task["ansible.builtin.script"]["executable"])
@@ -258,7 +261,7 @@ def test_payload_is_found_beside_the_pyz(bare_python: tuple[str, dict[str, str]]
         proc = run([python, "-c", code, archive], env, cwd=where)
         assert proc.stdout.strip() == str(where / "train.py"), explain(proc)
     proc = run([python, "-c", code.replace("sys.argv[1]", repr(str(PAYLOAD_DIR)))], env)
-    assert proc.stdout.strip() == str(PAYLOAD_DIR / "train.py"), explain(proc)  # from source: files/payload/train.py
+    assert proc.stdout.strip() == str(PAYLOAD_DIR / "train.py"), explain(proc)  # from source: roles/payload/files/train.py
 
 
 @pytest.mark.skipif(Path("/opt/gpufleet/payload/train.py").exists(), reason="this machine has an installed payload")
@@ -348,7 +351,7 @@ def test_metrics_loads_without_its_package() -> None:
 
 
 def test_package_runs_from_source(bare_python: tuple[str, dict[str, str]], empty_host: list[str], tmp_path: Path) -> None:
-    """PYTHONPATH=files/payload python3 -m gpufleet_check: the same command line as the .pyz."""
+    """PYTHONPATH=roles/payload/files python3 -m gpufleet_check: the same command line as the .pyz."""
     python, env = bare_python
     env = {**env, "PATH": str(tmp_path), "PYTHONPATH": os.pathsep.join(filter(None, [str(PAYLOAD_DIR), env.get("PYTHONPATH")]))}
     proc = run([python, "-m", "gpufleet_check", "--help"], env)

@@ -6,7 +6,7 @@ first_found picks), templates and the validation task, rendered with
 ansible-core's Templar over a fake inventory (groups, hostvars) of three GPU
 nodes and a head node (the lab's shape). Nothing is copied from the role.
 
-The alert rules and the metrics writer (files/payload/gpufleet_check/metrics.py) are
+The alert rules and the metrics writer (roles/payload/files/gpufleet_check/metrics.py) are
 cross-checked: every gpufleet_* name the rules (and the promtool tests of the
 rules) use is a metric the writer emits, so neither can drift alone.
 """
@@ -33,7 +33,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 ROLE = REPO_ROOT / "roles" / "monitoring"
 GPU_VERIFY = REPO_ROOT / "roles" / "gpu_verify"
 # Standard library only and nothing else of its package: it loads on its own.
-METRICS_WRITER = REPO_ROOT / "files" / "payload" / "gpufleet_check" / "metrics.py"
+METRICS_WRITER = REPO_ROOT / "roles" / "payload" / "files" / "gpufleet_check" / "metrics.py"
 RULES_TEST_FILE = ROLE / "files" / "gpufleet-alerts.test.yml"
 COUNTERS_FILE = ROLE / "files" / "dcgm-exporter-counters.csv"
 COMPATIBILITY_FILE = REPO_ROOT / "files" / "compatibility.yml"

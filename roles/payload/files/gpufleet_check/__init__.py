@@ -17,12 +17,12 @@ Modules (each reads on its own; the arrows are their imports)::
     metrics    the report as Prometheus metrics, written atomically                       (standard library only)
     cli        options and main()                                                        -> checks, launcher, metrics, common
 
-A node receives one file: files/payload/gpufleet_check.pyz, a zipapp of this
-package built reproducibly by files/payload/build_pyz.py (``make
+A node receives one file: roles/payload/files/gpufleet_check.pyz, a zipapp of this
+package built reproducibly by roles/payload/files/build_pyz.py (``make
 payload-build``; ``--check`` says whether the committed one is current)::
 
     python3 gpufleet_check.pyz --json                  # cli's docstring has every command
-    PYTHONPATH=files/payload python3 -m gpufleet_check --json       # the same, from a checkout
+    PYTHONPATH=roles/payload/files python3 -m gpufleet_check --json       # the same, from a checkout
 
 Exit codes: 0 pass, 1 fail, 2 usage error; ``train``: torchrun's (124 on timeout).
 """

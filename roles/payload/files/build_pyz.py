@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Build files/payload/gpufleet_check.pyz, the one file a node receives, from
-the package files/payload/gpufleet_check/.
+"""Build roles/payload/files/gpufleet_check.pyz, the one file a node receives, from
+the package roles/payload/files/gpufleet_check/.
 
 The archive is a zipapp (``python3 gpufleet_check.pyz --json``) that is also
 importable (``sys.path.insert(0, ".../gpufleet_check.pyz")``, then
@@ -11,9 +11,9 @@ them: the shebang ``#!/usr/bin/env python3``, then a zip of the package's
 sorted order, stored uncompressed (no dependence on the zlib at hand), each
 entry dated 1980-01-01 00:00:00 with mode 0644.
 
-    python3 files/payload/build_pyz.py            # write files/payload/gpufleet_check.pyz
-    python3 files/payload/build_pyz.py --check    # exit 1 when the committed one is not a fresh build
-    python3 files/payload/build_pyz.py --output /tmp/x.pyz
+    python3 roles/payload/files/build_pyz.py            # write roles/payload/files/gpufleet_check.pyz
+    python3 roles/payload/files/build_pyz.py --check    # exit 1 when the committed one is not a fresh build
+    python3 roles/payload/files/build_pyz.py --output /tmp/x.pyz
 
 Standard library only. ``make payload-build`` runs it.
 """
@@ -35,9 +35,9 @@ SHEBANG = b"#!/usr/bin/env python3\n"
 DATE_TIME = (1980, 1, 1, 0, 0, 0)  # the earliest date a zip entry can carry
 ENTRY_MODE = 0o100644  # a regular file, rw-r--r--
 ARCHIVE_MODE = 0o755  # the .pyz itself: executable through its shebang
-REBUILD = "run `make payload-build` (python3 files/payload/build_pyz.py) and commit the .pyz with its sources"
+REBUILD = "run `make payload-build` (python3 roles/payload/files/build_pyz.py) and commit the .pyz with its sources"
 MAIN = b'''\
-"""python3 gpufleet_check.pyz: gpufleet_check.cli.main (written by files/payload/build_pyz.py)."""
+"""python3 gpufleet_check.pyz: gpufleet_check.cli.main (written by roles/payload/files/build_pyz.py)."""
 
 import sys
 
@@ -79,7 +79,7 @@ def write(path: Path, data: bytes) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Build gpufleet_check.pyz from files/payload/gpufleet_check/.")
+    parser = argparse.ArgumentParser(description="Build gpufleet_check.pyz from roles/payload/files/gpufleet_check/.")
     parser.add_argument("--check", action="store_true",
                         help="build in memory and exit 1 when the archive differs from this build (writes nothing)")
     parser.add_argument("--output", type=Path, default=TARGET, metavar="PATH",

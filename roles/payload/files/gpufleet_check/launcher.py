@@ -71,8 +71,8 @@ PAYLOAD_HELP = f"train.py to run (default: beside gpufleet_check.pyz, else {INST
 def payload_home() -> Path:
     """The directory this copy of gpufleet_check lives in: the one holding
     gpufleet_check.pyz when it runs from the zipapp (zipimport's loader names
-    the archive), else the one holding the package directory (files/payload
-    in a checkout, with PYTHONPATH=files/payload)."""
+    the archive), else the one holding the package directory (roles/payload/files
+    in a checkout, with PYTHONPATH=roles/payload/files)."""
     archive = getattr(getattr(__spec__, "loader", None), "archive", None)
     if archive:
         return Path(archive).resolve().parent

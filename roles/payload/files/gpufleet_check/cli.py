@@ -12,7 +12,7 @@ Commands
     python3 gpufleet_check.pyz train --nnodes 2 --nproc-per-node 8 --rdzv-endpoint node1:29500 ...
     python3 gpufleet_check.pyz --help
 
-(from a checkout: ``PYTHONPATH=files/payload python3 -m gpufleet_check ...``).
+(from a checkout: ``PYTHONPATH=roles/payload/files python3 -m gpufleet_check ...``).
 The report is described in checks, the metrics file in metrics, the ``train``
 subcommand in launcher.
 
