@@ -24,7 +24,7 @@ DOCUMENTATION_NET = ipaddress.ip_network("192.0.2.0/24")  # RFC 5737 TEST-NET-1
 _ROLE_PREFIXES = sorted(path.parent.parent.name for path in ROLES_DIR.glob("*/meta/argument_specs.yml"))
 _SETTING = re.compile(r"^# ((?:gpufleet|" + "|".join(_ROLE_PREFIXES) + r")_\w+):")
 # How site.yml's playbooks read a switch of an optional part: "gpufleet_slurm | default(false)".
-_SWITCH_USE = re.compile(r"\b(gpufleet_\w+) \| default\((true|false)\)")
+_SWITCH_USE = re.compile(r"\b(gpufleet_\w+) \| default\((true|false|'[a-z]+')\)")
 
 
 def commented_settings(path: Path) -> list[tuple[str, Any, str]]:
@@ -54,14 +54,15 @@ def spec_options(checker) -> dict[str, dict[str, Any]]:
     return options
 
 
-def site_switches() -> dict[str, bool]:
-    """The switches of site.yml's optional parts, with the default its playbooks give them."""
-    switches: dict[str, bool] = {}
-    for path in [REPO_ROOT / "site.yml", *sorted((REPO_ROOT / "playbooks").glob("*.yml"))]:
+def site_switches() -> dict[str, bool | str]:
+    """The switches of site.yml (its optional parts, gpufleet_unknown_settings), with the default its playbooks give them."""
+    switches: dict[str, bool | str] = {}
+    for path in [REPO_ROOT / "site.yml", *sorted((REPO_ROOT / "playbooks").rglob("*.yml"))]:
         for name, default in _SWITCH_USE.findall(path.read_text()):
             if name != "gpufleet_example_inventory":
-                assert switches.get(name, default == "true") == (default == "true"), f"{name} has two defaults"
-                switches[name] = default == "true"
+                value = default.strip("'") if default.startswith("'") else default == "true"
+                assert switches.get(name, value) == value, f"{name} has two defaults"
+                switches[name] = value
     return switches
 
 
