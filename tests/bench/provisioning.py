@@ -35,6 +35,7 @@ in a re-run. Results also go to reports/bench/provisioning-<UTC time>.json.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import datetime as dt
 import json
 import os
@@ -158,9 +159,13 @@ def bench_size(size: int, root: Path) -> dict:
 
 def shell_sequence() -> str:
     """The source document's steps, by hand, against the lab's mirror (what a runbook does)."""
-    versions = yaml.safe_load((REPO / "files" / "compatibility.yml").read_text())
-    cuda = versions["cuda_releases"]["12.1"]
-    driver = versions["driver_branches"]["535"]["default_version"]
+    # The default stack, as the collection's one reader of the matrix resolves it.
+    spec = importlib.util.spec_from_file_location("stack", REPO / "plugins" / "lookup" / "stack.py")
+    stack = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(stack)
+    resolved = stack.resolve(stack.load_matrix(), driver_branch="535")
+    cuda = {**resolved["cuda"], "cudnn": resolved["cudnn"], "nccl": resolved["nccl"]}
+    driver = resolved["driver"]["version"]
     kernel = lab_vars()["lab_kernel_release"]
     mirror = lab_vars()["lab_mirror_url"]
     return f"""set -eux
