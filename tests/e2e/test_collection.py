@@ -19,20 +19,22 @@ BIN = Path(sys.executable).parent
 
 def test_play_1_of_the_installed_collection_checks_the_lab(tmp_path, lab_hosts):
     galaxy = yaml.safe_load((REPO / "galaxy.yml").read_text())
-    built = subprocess.run([str(BIN / "ansible-galaxy"), "collection", "build", str(REPO), "--output-path", str(tmp_path)],
-                           capture_output=True, text=True, timeout=120, cwd=tmp_path)
-    assert built.returncode == 0, built.stderr
     path = tmp_path / "collections"
-    tarball = tmp_path / f"{galaxy['namespace']}-{galaxy['name']}-{galaxy['version']}.tar.gz"
-    installed = subprocess.run([str(BIN / "ansible-galaxy"), "collection", "install", str(tarball), "-p", str(path), "--no-deps"],
-                               capture_output=True, text=True, timeout=120, cwd=tmp_path)
-    assert installed.returncode == 0, installed.stderr
-
-    before = {host: podman("exec", host, "sh", "-c", "md5sum /var/lib/dpkg/status; ls -la /etc/apt/sources.list.d").stdout
-              for host in lab_hosts}
+    # Outside the clone: neither its ansible.cfg (make exports ANSIBLE_CONFIG) nor its link answers.
     env = {key: value for key, value in os.environ.items() if not key.startswith("ANSIBLE_")}
     env.update(ANSIBLE_COLLECTIONS_PATH=str(path), ANSIBLE_HOME=str(tmp_path / "home"),
                ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"), ANSIBLE_HOST_KEY_CHECKING="true")
+    built = subprocess.run([str(BIN / "ansible-galaxy"), "collection", "build", str(REPO), "--output-path", str(tmp_path)],
+                           capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env)
+    assert built.returncode == 0, built.stderr
+    tarball = tmp_path / f"{galaxy['namespace']}-{galaxy['name']}-{galaxy['version']}.tar.gz"
+    installed = subprocess.run([str(BIN / "ansible-galaxy"), "collection", "install", str(tarball), "-p", str(path), "--no-deps",
+                                "--force"], capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env)
+    assert installed.returncode == 0, installed.stderr
+    assert (path / "ansible_collections" / "gpufleet" / "fleet" / "MANIFEST.json").is_file(), installed.stdout
+
+    before = {host: podman("exec", host, "sh", "-c", "md5sum /var/lib/dpkg/status; ls -la /etc/apt/sources.list.d").stdout
+              for host in lab_hosts}
     played = subprocess.run([str(BIN / "ansible-playbook"), "gpufleet.fleet.check", "-i", str(LAB_INVENTORY)],
                             capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
     out = played.stdout + played.stderr

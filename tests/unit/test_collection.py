@@ -29,16 +29,19 @@ def run(argv: list, cwd: Path, env: dict | None = None) -> subprocess.CompletedP
 def installed(tmp_path_factory) -> dict:
     """The collection built from this clone and installed into a scratch path (no Galaxy)."""
     root = tmp_path_factory.mktemp("collection")
-    built = run([str(BIN / "ansible-galaxy"), "collection", "build", str(REPO), "--output-path", str(root)], cwd=root)
+    path = root / "collections"
+    # Outside the clone: its ansible.cfg (make exports ANSIBLE_CONFIG) and the link to the
+    # clone must not be what answers, nor make ansible-galaxy think it is installed already.
+    env = {key: value for key, value in os.environ.items() if not key.startswith("ANSIBLE_")}
+    env.update(ANSIBLE_COLLECTIONS_PATH=str(path), ANSIBLE_LOCAL_TEMP=str(root / "tmp"), ANSIBLE_HOME=str(root / "home"))
+    built = run([str(BIN / "ansible-galaxy"), "collection", "build", str(REPO), "--output-path", str(root)], cwd=root, env=env)
     assert built.returncode == 0, built.stdout + built.stderr
     galaxy = yaml.safe_load((REPO / "galaxy.yml").read_text())
     tarball = root / f"{galaxy['namespace']}-{galaxy['name']}-{galaxy['version']}.tar.gz"
-    path = root / "collections"
-    done = run([str(BIN / "ansible-galaxy"), "collection", "install", str(tarball), "-p", str(path), "--no-deps"], cwd=root)
+    done = run([str(BIN / "ansible-galaxy"), "collection", "install", str(tarball), "-p", str(path), "--no-deps", "--force"],
+               cwd=root, env=env)
     assert done.returncode == 0, done.stdout + done.stderr
-    # Outside the clone: its ansible.cfg (and the link to the clone) must not be what answers.
-    env = {key: value for key, value in os.environ.items() if not key.startswith("ANSIBLE_")}
-    env.update(ANSIBLE_COLLECTIONS_PATH=str(path), ANSIBLE_LOCAL_TEMP=str(root / "tmp"), ANSIBLE_HOME=str(root / "home"))
+    assert (path / "ansible_collections" / galaxy["namespace"] / galaxy["name"] / "MANIFEST.json").is_file(), done.stdout
     return {"root": root, "tarball": tarball, "path": path, "env": env,
             "dir": path / "ansible_collections" / galaxy["namespace"] / galaxy["name"]}
 
