@@ -14,13 +14,12 @@ returns one mapping::
      "cudnn":   {"version", "package_version", "packages"},
      "nccl":    {"version", "package_version", "packages"},
      "pytorch": {"release", "cuda_release", "variant", "variants", "expected_cuda", "label",
-                 "torchvision", "torchaudio"},
+                 "torchvision", "torchaudio", "pins", "packages"},
      "known":   {"driver_branches", "cuda_releases", "pytorch_releases"}}
 
 Empty settings take the matrix's defaults. A part that cannot be resolved is
 empty (``{}``) and its reason is in ``errors``; the lookup itself never fails
 on a setting, so that a role can list every wrong setting at once.
-``lookup('gpufleet.fleet.stack', matrix=true)`` returns the matrix as it is (tests, the lab).
 """
 
 from __future__ import annotations
@@ -49,7 +48,12 @@ options:
   pytorch_cuda_release: {description: CUDA release of the wheels; empty follows cuda_release., type: str, default: ""}
   pytorch_variant: {description: Wheel variant (cu121, cpu); empty for the CUDA release's variant., type: str, default: ""}
   distribution: {description: ansible_facts.distribution of the host (driver sources differ per OS)., type: str, default: ""}
-  matrix: {description: Return the matrix itself instead of a stack., type: bool, default: false}
+  torchvision: {description: Pin torchvision with torch., type: bool, default: true}
+  torchaudio: {description: Pin torchaudio with torch., type: bool, default: true}
+  names:
+    description: The caller's names of the settings, for the reasons (keys cuda_release, pytorch_release, pytorch_cuda_release, pytorch_variant).
+    type: dict
+    default: {}
 """
 
 RETURN = r"""
@@ -84,10 +88,92 @@ def expected_cuda(variant: str) -> str:
     return f"{match.group(1)}.{match.group(2)}" if match else ""
 
 
+# The settings the reasons name, unless the caller renames them.
+SETTING_NAMES = {"cuda_release": "cuda_release", "pytorch_release": "pytorch_release",
+                 "pytorch_cuda_release": "pytorch_cuda_release", "pytorch_variant": "pytorch_variant"}
+_VARIANT_FORM = re.compile(r"^(cpu|cu[0-9]{3})$")
+
+
+def _span(releases: list[str]) -> str:
+    """2.1.0 ... 2.5.1 for a long run (matrix order is release order), else the list."""
+    return f"{releases[0]} ... {releases[-1]}" if len(releases) > 2 else ", ".join(releases)
+
+
+def resolve_pytorch(matrix: dict[str, Any], release: Any = "", cuda_release: Any = "", variant: Any = "",
+                    torchvision: bool = True, torchaudio: bool = True, names: dict[str, str] | None = None,
+                    cuda_follows: bool = False) -> dict[str, Any]:
+    """The PyTorch wheels for these choices: release, variant, pins, the CUDA torch must report; or reasons.
+
+    ``cuda_release`` empty takes the matrix default; ``cuda_follows`` says it
+    came from the CUDA setting (its own reason is given there, not twice).
+    """
+    names = {**SETTING_NAMES, **(names or {})}
+    cudas = {str(key): value for key, value in matrix["cuda_releases"].items()}
+    torches = {str(key): value for key, value in matrix["pytorch_releases"].items()}
+    defaults = matrix["defaults"]
+    release = _text(release) or _text(defaults.get("pytorch_release"))
+    cuda_release = _text(cuda_release) or _text(defaults.get("cuda_release"))
+    asked = _text(variant)
+    cuda_row = cudas.get(cuda_release)
+    variant = asked or _text((cuda_row or {}).get("pytorch_variant"))
+    row = torches.get(release)
+    with_variant = [key for key, value in torches.items() if variant in value.get("variants", [])]
+    known_variants = list(dict.fromkeys(v for value in torches.values() for v in value.get("variants", [])))
+    origin = (f"{names['pytorch_variant']} {variant}" if asked
+              else f"the variant of CUDA {cuda_release}, {names['pytorch_cuda_release']}")
+    errors: list[str] = []
+    if row is None:
+        errors.append(f"{names['pytorch_release']} '{release}' is not a PyTorch release gpufleet knows "
+                      f"(files/compatibility.yml lists {_span(list(torches))}"
+                      + (f"; {variant} wheels exist for torch {_span(with_variant)})" if with_variant else ")"))
+    if asked and not _VARIANT_FORM.match(asked):
+        errors.append(f"{names['pytorch_variant']} '{asked}' is not a wheel variant: cpu or cuXYZ "
+                      f"(files/compatibility.yml knows {', '.join(known_variants)})")
+        return {"errors": errors}
+    if variant != "cpu" and cuda_row is None:
+        # Said once: by the CUDA setting this release follows, else here.
+        if not cuda_follows:
+            errors.append(f"{names['pytorch_cuda_release']} '{cuda_release}' is not a CUDA release gpufleet knows "
+                          f"(files/compatibility.yml lists {', '.join(cudas)}); set {names['pytorch_variant']}=cpu "
+                          "for a CPU-only environment")
+        return {"errors": errors}
+    if not variant:
+        errors.append(f"files/compatibility.yml gives CUDA {cuda_release} no pytorch_variant: "
+                      f"set {names['pytorch_variant']}")
+        return {"errors": errors}
+    if variant != "cpu" and variant != _text(cuda_row.get("pytorch_variant")):
+        wanted = _text(cuda_row.get("pytorch_variant")) or "?"
+        errors.append(f"{names['pytorch_variant']} {variant} does not match CUDA {cuda_release} "
+                      f"({names['pytorch_cuda_release']}): files/compatibility.yml gives CUDA {cuda_release} the "
+                      f"{wanted} wheels; use {wanted}, or cpu for a CPU-only environment")
+    if row is not None and variant not in row.get("variants", []):
+        errors.append(f"torch {release} is published for {', '.join(row.get('variants', []))} only, not {variant} "
+                      f"({origin}; {names['pytorch_release']} {release})"
+                      + (f"; files/compatibility.yml: {variant} wheels exist for torch {_span(with_variant)}"
+                         if with_variant else ""))
+    if errors:
+        return {"errors": errors}
+    label = f"+{variant}"
+    pins = [f"torch=={release}{label}"]
+    for name, wanted in (("torchvision", torchvision), ("torchaudio", torchaudio)):
+        if wanted and _text(row.get(name)):
+            pins.append(f"{name}=={_text(row.get(name))}{label}")
+    return {"errors": [], "release": release, "cuda_release": cuda_release, "variant": variant,
+            "variants": list(row.get("variants", [])), "expected_cuda": expected_cuda(variant), "label": label,
+            "torchvision": _text(row.get("torchvision")), "torchaudio": _text(row.get("torchaudio")),
+            "pins": pins, "packages": ["torch", "torchvision", "torchaudio"]}
+
+
 def resolve(matrix: dict[str, Any], driver_branch: Any = "", driver_version: Any = "", cuda_release: Any = "",
             pytorch_release: Any = "", pytorch_cuda_release: Any = "", pytorch_variant: Any = "",
-            distribution: Any = "") -> dict[str, Any]:
-    """One stack for these choices, or its reasons in ``errors``."""
+            distribution: Any = "", torchvision: bool = True, torchaudio: bool = True,
+            names: dict[str, str] | None = None) -> dict[str, Any]:
+    """One stack for these choices, or its reasons in ``errors``.
+
+    ``names`` renames the settings in the reasons (the container role's
+    container_image_torch_release is this lookup's pytorch_release).
+    """
+    names = {**SETTING_NAMES, **(names or {})}
     errors: list[str] = []
     branches = {str(key): value for key, value in matrix["driver_branches"].items()}
     cudas = {str(key): value for key, value in matrix["cuda_releases"].items()}
@@ -114,7 +200,7 @@ def resolve(matrix: dict[str, Any], driver_branch: Any = "", driver_version: Any
     cuda: dict[str, Any] = {}
     row = cudas.get(release)
     if row is None:
-        errors.append(f"cuda_release '{release}' is not a CUDA release gpufleet knows "
+        errors.append(f"{names['cuda_release']} '{release}' is not a CUDA release gpufleet knows "
                       f"(the compatibility matrix lists {', '.join(cudas)})")
     else:
         cuda = {"release": release, "dashed": release.replace(".", "-"),
@@ -125,25 +211,10 @@ def resolve(matrix: dict[str, Any], driver_branch: Any = "", driver_version: Any
     cudnn = dict(row.get("cudnn") or {}) if row else {}
     nccl = dict(row.get("nccl") or {}) if row else {}
 
-    torch_release = _text(pytorch_release) or _text(defaults.get("pytorch_release"))
-    torch_cuda = _text(pytorch_cuda_release) or release
-    variant = _text(pytorch_variant) or _text((cudas.get(torch_cuda) or {}).get("pytorch_variant"))
-    pytorch: dict[str, Any] = {}
-    torch_row = torches.get(torch_release)
-    if torch_row is None:
-        errors.append(f"pytorch_release '{torch_release}' is not a PyTorch release gpufleet knows "
-                      f"(the compatibility matrix lists {', '.join(torches)})")
-    elif not variant:
-        errors.append(f"CUDA {torch_cuda} has no PyTorch wheel variant in the compatibility matrix "
-                      f"(it lists {', '.join(cudas)}): set pytorch_variant")
-    elif variant not in torch_row.get("variants", []):
-        errors.append(f"pytorch_release {torch_release} has no {variant} build (the compatibility matrix: "
-                      f"{', '.join(torch_row.get('variants', []))})")
-    else:
-        pytorch = {"release": torch_release, "cuda_release": torch_cuda, "variant": variant,
-                   "variants": list(torch_row.get("variants", [])), "expected_cuda": expected_cuda(variant),
-                   "label": f"+{variant}", "torchvision": _text(torch_row.get("torchvision")),
-                   "torchaudio": _text(torch_row.get("torchaudio"))}
+    pytorch = resolve_pytorch(matrix, pytorch_release, pytorch_cuda_release or release, pytorch_variant,
+                              torchvision=torchvision, torchaudio=torchaudio, names=names,
+                              cuda_follows=not _text(pytorch_cuda_release))
+    errors += pytorch.pop("errors")
 
     return {"errors": errors, "driver": driver, "cuda": cuda, "cudnn": cudnn, "nccl": nccl, "pytorch": pytorch,
             "known": known}
@@ -155,9 +226,7 @@ class LookupModule(LookupBase):
     def run(self, terms: list[Any], variables: dict[str, Any] | None = None, **kwargs: Any) -> list[dict[str, Any]]:
         self.set_options(var_options=variables, direct=kwargs)
         matrix = load_matrix()
-        if self.get_option("matrix"):
-            return [matrix]
         choices = {name: self.get_option(name) for name in (
             "driver_branch", "driver_version", "cuda_release", "pytorch_release", "pytorch_cuda_release",
-            "pytorch_variant", "distribution")}
+            "pytorch_variant", "distribution", "torchvision", "torchaudio", "names")}
         return [resolve(matrix, **choices)]

@@ -133,7 +133,6 @@ def container_config(host: str = "ubuntu2204", **overrides: Any) -> ContainerCon
     variables.update(load_trusted(ROLE / "vars" / "main.yml"))
     variables.update(ansible_facts=dict(facts), inventory_hostname=f"gpu-{host}", role_path=str(ROLE), ansible_managed=ANSIBLE_MANAGED)
     # validate.yml's two include_vars tasks.
-    variables["__container_matrix"] = load_trusted(COMPATIBILITY_FILE)
     os_vars = _os_vars_file(facts)
     if os_vars is not None:
         variables.update(load_trusted(os_vars))
@@ -512,7 +511,7 @@ BAD_INPUT = [
 BAD_IMAGE_INPUT = [
     ({"container_image_torch_release": "2.0.1"}, "container_image_torch_release '2.0.1' is not a PyTorch release gpufleet knows"),
     ({"container_image_cuda_release": "11.8"}, "container_image_cuda_release '11.8' is not a CUDA release gpufleet knows"),
-    ({"container_image_torch_release": "2.13.0"}, "torch 2.13.0 is published for cpu only, not 'cu121'"),
+    ({"container_image_torch_release": "2.13.0"}, "torch 2.13.0 is published for cpu only, not cu121 (the variant of CUDA 12.1, container_image_cuda_release"),
     ({"container_image_torch_variant": "cu118"}, "container_image_torch_variant cu118 does not match CUDA 12.1"),
     ({"container_image_name": "Bad Name"}, "container_image_name 'Bad Name' is not an image name"),
     ({"container_image_tag": "2.5.1+cu121"}, "container_image_tag '2.5.1+cu121' is not an image tag"),

@@ -104,7 +104,7 @@ def test_nvidia_repository_url_follows_nvidia_layout(host, directory):
 
 
 def cuda_variables(host: str, **settings) -> dict:
-    """roles/cuda's variables after validate.yml (its facts for CUDA 12.1, given here) and repository.yml's set_facts."""
+    """roles/cuda's variables after validate.yml (its facts for CUDA 12.1, given here) and source.yml's set_facts."""
     variables = {}
     for part in ("defaults/main.yml", "vars/main.yml"):
         variables.update(load_trusted(CUDA_ROLE / part))
@@ -118,8 +118,8 @@ def cuda_variables(host: str, **settings) -> dict:
             "{{ (__cuda_keyring_dir ~ '/gpufleet-cuda.asc') if cuda_repository_key_url | length > 0 else "
             "(cuda_repository_keyring if cuda_repository_keyring | length > 0 else __cuda_keyring_package_keyring) }}")),
     )
-    # repository.yml's set_fact tasks, in order (a loop task once per item).
-    for task in load_trusted(CUDA_ROLE / "tasks" / "repository.yml"):
+    # source.yml's set_fact tasks, in order (a loop task once per item).
+    for task in load_trusted(CUDA_ROLE / "tasks" / "source.yml"):
         facts = task.get("ansible.builtin.set_fact")
         if facts is None or "apt_source_configured" in str(facts):
             continue
@@ -131,8 +131,8 @@ def cuda_variables(host: str, **settings) -> dict:
 
 
 def cuda_inputs(host: str, entry_point: str = "main", **settings) -> dict:
-    """What repository.yml gives roles/apt_source's entry point for this host and these settings."""
-    return apt_source_inputs("cuda", "repository.yml", entry_point, cuda_variables(host, **settings))
+    """What source.yml gives roles/apt_source's entry point for this host and these settings."""
+    return apt_source_inputs("cuda", "source.yml", entry_point, cuda_variables(host, **settings))
 
 
 @pytest.mark.parametrize("host", list(FACTS))

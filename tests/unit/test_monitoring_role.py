@@ -342,11 +342,13 @@ def test_dcgm_exporter_fields() -> None:
 
 
 def test_dcgm_comes_from_the_cuda_roles_repository() -> None:
-    """No second NVIDIA source: the DCGM tasks include the cuda role's repository tasks."""
+    """No second NVIDIA source: the DCGM tasks run the cuda role's public entry point `repository` (with its spec)."""
     tasks = load_trusted(ROLE / "tasks" / "dcgm.yml")
     [block] = [t for t in tasks if "block" in t]
     included = [t["ansible.builtin.include_role"] for t in block["block"] if "ansible.builtin.include_role" in t]
-    assert included == [{"name": "cuda", "tasks_from": "validate"}, {"name": "cuda", "tasks_from": "repository"}]
+    assert included == [{"name": "cuda", "tasks_from": "repository"}]
+    cuda_specs = yaml.safe_load((ROLE.parent / "cuda" / "meta" / "argument_specs.yml").read_text())["argument_specs"]
+    assert cuda_specs["repository"]["options"] == cuda_specs["main"]["options"]
     assert not list((ROLE / "templates").glob("*.sources.j2"))
     download = next(t for t in block["block"] if "ansible.builtin.get_url" in t)["ansible.builtin.get_url"]
     templar = Monitoring(monitoring_dcgm_exporter_checksum="SHA256:" + SHA256.upper()).templar()

@@ -190,8 +190,58 @@ def test_a_driver_version_outside_its_branch_is_a_reason():
 
 
 def test_a_variant_the_release_lacks_is_a_reason():
-    resolved = stack.resolve(MATRIX, pytorch_release="2.1.0", pytorch_variant="cu124")
-    assert resolved["errors"] == ["pytorch_release 2.1.0 has no cu124 build (the compatibility matrix: cu118, cu121, cpu)"]
+    resolved = stack.resolve(MATRIX, pytorch_release="2.13.0")
+    assert resolved["errors"] == [
+        "torch 2.13.0 is published for cpu only, not cu121 (the variant of CUDA 12.1, pytorch_cuda_release; "
+        "pytorch_release 2.13.0); files/compatibility.yml: cu121 wheels exist for torch 2.1.0 ... 2.5.1"]
+    assert resolved["pytorch"] == {}
+
+
+# The PyTorch part: every reason the pytorch and container roles stop on.
+PYTORCH_REASONS = [
+    ({"pytorch_release": "2.0.1"}, ["pytorch_release '2.0.1' is not a PyTorch release gpufleet knows (files/compatibility.yml "
+                                    "lists 2.1.0 ... 2.13.0; cu121 wheels exist for torch 2.1.0 ... 2.5.1)"]),
+    # A release the matrix does not know is said to be unknown, not to lack a
+    # variant whose span it lies in (issue 16, item 21).
+    ({"pytorch_release": "2.6.0", "pytorch_variant": "cpu"},
+     ["pytorch_release '2.6.0' is not a PyTorch release gpufleet knows (files/compatibility.yml lists 2.1.0 ... 2.13.0; "
+      "cpu wheels exist for torch 2.1.0 ... 2.13.0)"]),
+    ({"pytorch_release": "2.1.0", "pytorch_variant": "cu124"},
+     ["pytorch_variant cu124 does not match CUDA 12.1 (pytorch_cuda_release): files/compatibility.yml gives CUDA 12.1 the "
+      "cu121 wheels; use cu121, or cpu for a CPU-only environment",
+      "torch 2.1.0 is published for cu118, cu121, cpu only, not cu124 (pytorch_variant cu124; pytorch_release 2.1.0); "
+      "files/compatibility.yml: cu124 wheels exist for torch 2.4.0 ... 2.5.1"]),
+    ({"pytorch_variant": "cuda121"}, ["pytorch_variant 'cuda121' is not a wheel variant: cpu or cuXYZ "
+                                      "(files/compatibility.yml knows cu118, cu121, cpu, cu124)"]),
+    ({"pytorch_cuda_release": "12.4"}, ["pytorch_cuda_release '12.4' is not a CUDA release gpufleet knows "
+                                        "(files/compatibility.yml lists 12.1); set pytorch_variant=cpu for a CPU-only environment"]),
+    # CUDA from the CUDA setting: its reason is given once, by that setting.
+    ({"cuda_release": "12.4"}, ["cuda_release '12.4' is not a CUDA release gpufleet knows (the compatibility matrix lists 12.1)"]),
+]
+
+
+@pytest.mark.parametrize(("choices", "reasons"), PYTORCH_REASONS, ids=[str(i) for i in range(len(PYTORCH_REASONS))])
+def test_pytorch_choices_outside_the_matrix_are_reasons(choices, reasons):
+    resolved = stack.resolve(MATRIX, **choices)
+    assert resolved["errors"] == reasons and resolved["pytorch"] == {}
+
+
+def test_the_caller_names_its_own_settings():
+    names = {"cuda_release": "container_image_cuda_release", "pytorch_release": "container_image_torch_release",
+             "pytorch_cuda_release": "container_image_cuda_release", "pytorch_variant": "container_image_torch_variant"}
+    assert stack.resolve(MATRIX, pytorch_release="2.0.1", names=names)["errors"][0].startswith(
+        "container_image_torch_release '2.0.1' is not a PyTorch release")
+    assert stack.resolve(MATRIX, cuda_release="11.0", names=names)["errors"] == [
+        "container_image_cuda_release '11.0' is not a CUDA release gpufleet knows (the compatibility matrix lists 12.1)"]
+
+
+def test_pins_carry_the_variant_and_follow_the_companion_switches():
+    assert stack.resolve(MATRIX)["pytorch"]["pins"] == ["torch==2.5.1+cu121", "torchvision==0.20.1+cu121",
+                                                        "torchaudio==2.5.1+cu121"]
+    assert stack.resolve(MATRIX, pytorch_release="2.3.1", torchaudio=False)["pytorch"]["pins"] == [
+        "torch==2.3.1+cu121", "torchvision==0.18.1+cu121"]
+    # A row without companions pins torch alone.
+    assert stack.resolve(MATRIX, pytorch_release="2.13.0", pytorch_variant="cpu")["pytorch"]["pins"] == ["torch==2.13.0+cpu"]
 
 
 def test_the_cpu_variant_expects_no_cuda():
