@@ -34,7 +34,7 @@ CASES = [
     pytest.param({"cuda_release": "11.0"},
                  "cuda_release '11.0' is not a CUDA release gpufleet knows", id="unknown-cuda-release"),
     pytest.param({"pytorch_release": "2.0.1", "pytorch_variant": "cu121"},
-                 "pytorch_release 2.0.1 has no cu121 build", id="torch-release-without-cu121"),
+                 "pytorch_release '2.0.1' is not a PyTorch release gpufleet knows", id="torch-release-without-cu121"),
     pytest.param({"pytorch_variant": "cu121"},
                  "torch 2.13.0 is published for cpu only, not cu121", id="lab-torch-has-no-cu121"),
     pytest.param({"preflight_secure_boot_policy": "sometimes"},
@@ -72,6 +72,50 @@ def test_bad_input_stops_before_any_change(tmp_path, fresh_node, extravars, expe
     assert expected in messages, messages
     assert run.changed_tasks() == {}
     assert fresh_node.state() == before
+
+
+# The playbooks' own settings (roles/gpufleet) and the inventory itself:
+# refused by play 0 on the controller, before any host is contacted.
+CONTROLLER_CASES = [
+    pytest.param({"gpufleet_slurm": "perhaps"},
+                 "gpufleet settings rejected on localhost (argument spec): argument 'gpufleet_slurm' is of type str and"
+                 " we were unable to convert to bool", id="switch-not-a-bool"),
+    pytest.param({"gpufleet_unknown_settings": "ignore"},
+                 "value of gpufleet_unknown_settings must be one of: refuse, warn, got: ignore", id="unknown-settings-mode"),
+]
+
+
+@pytest.mark.parametrize("extravars, expected", CONTROLLER_CASES)
+def test_bad_playbook_settings_stop_on_the_controller(tmp_path, fresh_node, extravars, expected):
+    before = fresh_node.state()
+    run = run_playbook(tmp_path, "site.yml", fresh_node.inventory, extravars=extravars)
+    assert run.status == "failed"
+    messages = " ".join(run.failures().get("localhost", []))
+    assert expected in messages, messages
+    assert fresh_node.name not in run.failures()
+    assert run.changed_tasks() == {}
+    assert fresh_node.state() == before
+
+
+def test_a_misspelled_switch_is_refused(tmp_path, fresh_node):
+    """gpufleet_monitorng (a typo of a playbook switch) is refused like a role's setting, not ignored."""
+    run = run_playbook(tmp_path, "site.yml", fresh_node.inventory, extravars={"gpufleet_monitorng": True})
+    assert run.status == "failed"
+    messages = " ".join(run.failures().get(fresh_node.name, []))
+    assert "gpufleet_monitorng is not a setting of role gpufleet (did you mean gpufleet_monitoring?)" in messages, messages
+    assert run.changed_tasks() == {}
+
+
+def test_an_inventory_without_gpu_nodes_is_refused(tmp_path, fresh_node):
+    """No host in gpu_nodes: every play would match no host and exit 0 having done nothing (issue 16, item 16)."""
+    inventory = tmp_path / "inventory"
+    inventory.mkdir()
+    (inventory / "group_vars").symlink_to(LAB_INVENTORY / "group_vars")
+    (inventory / "hosts.yml").write_text("all:\n  children:\n    gpu_nodes: {}\n    slurm_controller: {}\n")
+    run = run_playbook(tmp_path, "site.yml", inventory)
+    assert run.status == "failed"
+    messages = " ".join(run.failures().get("localhost", []))
+    assert f"the inventory ({inventory}) has no host in the group gpu_nodes" in messages, messages
 
 
 def test_a_misspelled_setting_in_group_vars_is_refused(tmp_path, fresh_node):
