@@ -2,8 +2,9 @@
 on a never-provisioned node, with a message naming the variable or host."""
 
 import pytest
+import yaml
 
-from conftest import LAB_INVENTORY, make_fresh_node, podman, run_playbook
+from conftest import LAB_INVENTORY, REPO, make_fresh_node, podman, run_playbook
 
 CASES = [
     pytest.param({"nvidia_driver_branch": "abc"},
@@ -180,3 +181,37 @@ def test_conflicting_admin_source_stops_before_apt_breaks(tmp_path, fresh_node):
         assert "E:" not in fresh_node.exec("apt-cache policy 2>&1 >/dev/null")
     finally:
         fresh_node.exec(f"rm -f {admin_list} {trusted}")
+
+
+def _bool_settings() -> list[str]:
+    """The bool settings of every public role's spec (apt_source and payload take theirs from roles, not users)."""
+    names = []
+    for spec_file in sorted((REPO / "roles").glob("*/meta/argument_specs.yml")):
+        if spec_file.parent.parent.name in ("apt_source", "payload"):
+            continue
+        options = yaml.safe_load(spec_file.read_text())["argument_specs"]["main"]["options"]
+        names += [name for name, option in options.items() if option.get("type") == "bool"]
+    return names
+
+
+def _what_ran(run) -> list[tuple]:
+    """(host, task, outcome) of every task result, in order: the behaviour of the run."""
+    outcome = {"runner_on_ok": "ok", "runner_on_skipped": "skipped", "runner_on_failed": "failed",
+               "runner_on_unreachable": "unreachable"}
+    return [(ev["event_data"]["host"], ev["event_data"].get("task"), outcome[ev["event"]])
+            for ev in run.events if ev.get("event") in outcome]
+
+
+def test_string_booleans_behave_as_false(tmp_path, fresh_node):
+    """Every bool setting of every role given as the strings "no" and "false" (as -e and an INI inventory give
+    them): play 1 does exactly what it does with false (issue 16, item 15); before, "no" read as true or broke a
+    conditional without naming the setting."""
+    names = _bool_settings()
+    assert len(names) > 30 and "preflight_require_kernel_headers" in names
+    as_false = {name: False for name in names}
+    as_strings = {name: ("no", "false")[i % 2] for i, name in enumerate(names)}
+    runs = {label: run_playbook(tmp_path / label, "playbooks/check.yml", fresh_node.inventory, extravars=values)
+            for label, values in (("false", as_false), ("strings", as_strings))}
+    assert runs["strings"].failures() == runs["false"].failures()
+    assert _what_ran(runs["strings"]) == _what_ran(runs["false"])
+    assert runs["strings"].status == runs["false"].status
