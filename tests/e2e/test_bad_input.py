@@ -19,8 +19,6 @@ CASES = [
                  "nvidia_driver_repository_url 'gpufleet-mirror/debian' is not an http(s) URL", id="malformed-mirror-url"),
     pytest.param({"nvidia_driver_repository_url": "", "nvidia_driver_repository_key_url": "http://gpufleet-mirror/gpufleet-lab.asc"},
                  "nvidia_driver_repository_key_url is set but nvidia_driver_repository_url is empty", id="missing-mirror-url"),
-    pytest.param({"nvidia_driver_repository_url": "http://gpufleet-mirror/no-such-repo"},
-                 "(nvidia_driver_repository_url) is not usable from this host", id="mirror-url-without-repository"),
     pytest.param({"nvidia_driver_repository_keyring": "/etc/apt/keyrings/absent.gpg"},
                  "nvidia_driver_repository_keyring /etc/apt/keyrings/absent.gpg does not exist", id="missing-keyring"),
     pytest.param({"nvidia_driver_version": "535.999.99"},
@@ -62,6 +60,33 @@ CASES = [
                  "inventory settings rejected on gpufleet-e2e-fresh: [1] cuda_version is not a setting of role cuda"
                  " (did you mean cuda_release?)", id="unknown-setting-extra-var"),
 ]
+
+
+# Download sources that do not answer: play 1 tries every one the run needs
+# (each role's `probe`), so none is found after the driver is installed
+# (issue 16, item 18).
+SOURCE_CASES = [
+    pytest.param({"nvidia_driver_repository_url": "http://gpufleet-mirror/no-such-repo"},
+                 "(nvidia_driver_repository_url) is not usable from this host", id="driver-repository"),
+    pytest.param({"cuda_repository_url": "http://gpufleet-mirror/no-such-cuda"},
+                 "http://gpufleet-mirror/no-such-cuda (cuda_repository_url) is not usable from this host", id="cuda-repository"),
+    pytest.param({"pytorch_wheelhouse_url": "http://gpufleet-mirror/no-such-wheels/"},
+                 "the wheel source is not usable from this host: http://gpufleet-mirror/no-such-wheels/ answered HTTP 404",
+                 id="wheel-source"),
+]
+
+
+@pytest.mark.parametrize("extravars, expected", SOURCE_CASES)
+def test_a_dead_download_source_stops_play_1(tmp_path, fresh_node, extravars, expected):
+    before = fresh_node.state()
+    run = run_playbook(tmp_path, "site.yml", fresh_node.inventory, extravars=extravars)
+    assert run.status == "failed"
+    messages = " ".join(run.failures().get(fresh_node.name, []))
+    assert expected in messages, messages
+    plays = {ev["event_data"].get("play") for ev in run.events if ev.get("event") == "runner_on_failed"}
+    assert plays == {"Check hosts and settings (read-only)"}, plays
+    assert run.changed_tasks() == {}
+    assert fresh_node.state() == before
 
 
 @pytest.mark.parametrize("extravars, expected", CASES)
