@@ -3,7 +3,7 @@ across all nodes (one torchrun world); a second run changes nothing."""
 
 import json
 
-from conftest import LAB_INVENTORY, run_playbook
+from conftest import LAB_INVENTORY, podman, run_playbook
 
 DRIVER_FACTS_TASK = "Publish the driver facts"
 CUDA_FACTS_TASK = "Publish the toolkit facts"
@@ -75,3 +75,19 @@ def test_site_converges_then_is_idempotent(tmp_path, lab_hosts):
     check_reports(reports, lab_hosts)
     assert second.changed_tasks() == {}
     assert all(second.changed().get(h, 0) == 0 for h in [*lab_hosts, HEAD])
+
+
+def test_a_source_that_installed_nothing_is_not_recorded(tmp_path, lab_hosts):
+    """A re-run with another wheel source on a converged node installs nothing from it, so the node's
+    /var/lib/gpufleet/pytorch.json keeps the source that was used and nothing changes (issue 16, item 17).
+    The dead address is never contacted: a complete environment needs no source."""
+    node = sorted(lab_hosts)[0]
+    report = ["exec", node, "cat", "/var/lib/gpufleet/pytorch.json"]
+    before = json.loads(podman(*report).stdout)
+    assert before["source"].startswith("http://gpufleet-mirror/"), before["source"]
+    run = run_playbook(tmp_path, "playbooks/provision.yml", LAB_INVENTORY, limit=node,
+                       extravars={"pytorch_wheelhouse_url": "http://gpufleet-mirror/never-used-wheels/"})
+    assert run.status == "successful", run.failures()
+    assert run.changed_tasks() == {}
+    after = json.loads(podman(*report).stdout)
+    assert after == before
