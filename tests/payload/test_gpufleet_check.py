@@ -73,12 +73,14 @@ def processes_mentioning(marker: str) -> list[str]:
     return found
 
 
-def test_cpu_machine_skips_gpu_checks_and_passes(cpu_host: dict[str, Any]) -> None:
+def test_cpu_machine_skips_gpu_checks_and_says_nothing_was_checked(cpu_host: dict[str, Any]) -> None:
+    """No GPU and no driver: every check is skipped, which is not a pass (issue 16, item 1)."""
     proc = run(cpu_host, "--json", *cpu_host["argv"])
-    assert proc.returncode == 0, explain(proc)
+    assert proc.returncode == 1, explain(proc)
     report = json.loads(proc.stdout)
     assert report["schema"] == "gpufleet-check/1" and report["host"] == socket.gethostname()
-    assert (report["verdict"], report["reasons"], report["reboot_required"]) == ("pass", [], False)
+    assert (report["verdict"], report["reboot_required"]) == ("fail", False)
+    assert report["reasons"] == ["nothing was checked: no GPU (7 checks skipped)"]
     assert (report["gpus"], report["gpu_count_pci"]) == ([], 0) and "training" not in report
     versions = report["versions"]
     assert versions["torch"] == torch.__version__ and versions["cuda"] == torch.version.cuda

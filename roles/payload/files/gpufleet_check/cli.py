@@ -16,8 +16,14 @@ Commands
 The report is described in checks, the metrics file in metrics, the ``train``
 subcommand in launcher.
 
-Exit codes: 0 pass, 1 fail, 2 usage error. The ``train`` subcommand exits
-with torchrun's code (0 when the payload passed, 124 on timeout).
+Exit codes: 0 pass, 1 fail (a check failed, or none passed: "nothing was
+checked: no GPU"; a cron job is never told that an unverified machine is
+healthy), 2 usage error: a bad option, or an ``--output`` file that cannot be
+written (checked before any check runs; the report is then replaced
+atomically). A ``--metrics-file`` that cannot be written is named on stderr
+before the checks run and changes neither the report nor the exit code. The
+``train`` subcommand exits with torchrun's code (0 when the payload passed,
+124 on timeout).
 
 Options for tests: ``--sysfs-pci-dir``, ``--module-version-file``,
 ``--driver-proc-file``, ``--driver-lib-dir`` and the nvidia-smi found on PATH.
@@ -33,9 +39,10 @@ from pathlib import Path
 from typing import Sequence
 
 from . import launcher
-from .checks import (ALLREDUCE_MIB, CHECKS, GEMM_SIZE, QUICK_ALLREDUCE_MIB, QUICK_GEMM_SIZE, TRAIN_CPU_NPROC,
-                     build_report, summary_lines)
-from .common import EXIT_FAIL, EXIT_PASS, non_negative_int, positive_int, program_name
+from .checks import (ALLREDUCE_MIB, CHECKS, GEMM_MIN_FRACTION, GEMM_SIZE, QUICK_ALLREDUCE_MIB, QUICK_GEMM_SIZE,
+                     TRAIN_CPU_NPROC, build_report, summary_lines)
+from .common import (EXIT_FAIL, EXIT_PASS, EXIT_USAGE, check_writable, fraction, non_negative_float,
+                     non_negative_int, positive_int, program_name, write_atomically)
 from .metrics import write_metrics
 
 DESCRIPTION = "GPU health checks for gpufleet nodes: a library of small checks and a CLI."
@@ -67,13 +74,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-ecc-errors", type=non_negative_int, default=0, metavar="N",
                    help="most uncorrected (volatile) ECC errors per GPU (default 0)")
     p.add_argument("--gemm-size", type=positive_int, metavar="N", help=f"matrix size n (default {GEMM_SIZE})")
-    p.add_argument("--gemm-min-fraction", type=float, default=0.5, metavar="F",
-                   help="least fraction of the datasheet TFLOP/s (default 0.5)")
+    p.add_argument("--gemm-min-fraction", type=fraction, default=GEMM_MIN_FRACTION, metavar="F",
+                   help="least fraction (above 0, at most 1) of the GPU model's achievable TFLOP/s, measured "
+                        f"figures where published (default {GEMM_MIN_FRACTION})")
     p.add_argument("--allreduce-mib", type=positive_int, metavar="MIB",
                    help=f"all-reduce size in MiB (default {ALLREDUCE_MIB})")
-    p.add_argument("--busbw-min-nvlink", type=float, default=100.0, metavar="GBPS",
+    p.add_argument("--busbw-min-nvlink", type=non_negative_float, default=100.0, metavar="GBPS",
                    help="least bus bandwidth, GB/s, when all GPU pairs are NVLink/NVSwitch (default 100)")
-    p.add_argument("--busbw-min-pcie", type=float, default=5.0, metavar="GBPS",
+    p.add_argument("--busbw-min-pcie", type=non_negative_float, default=5.0, metavar="GBPS",
                    help="least bus bandwidth, GB/s, otherwise (default 5)")
     p.add_argument("--train", action="store_true", help="also run the training payload on every GPU")
     p.add_argument("--train-nproc", type=positive_int, metavar="N",
@@ -98,15 +106,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[:1] == ["train"]:
         return launcher.train_main(argv[1:])
     args = parse_args(argv)  # exits 2 on a bad option
+    problem = check_writable(args.output) if args.output is not None else None
+    if problem:  # before any check runs: a report that cannot be kept is a usage error
+        print(f"{program_name()}: --output {args.output}: cannot be written ({problem})", file=sys.stderr, flush=True)
+        return EXIT_USAGE
+    metrics_file = args.metrics_file
+    if metrics_file is not None and (problem := metrics_problem(metrics_file)):
+        print(f"gpufleet_check: metrics not written to {metrics_file}: {problem}", file=sys.stderr, flush=True)
+        metrics_file = None
     report = build_report(args)
     text = json.dumps(report, indent=2, allow_nan=False)
+    code = EXIT_PASS if report["verdict"] == "pass" else EXIT_FAIL
     if args.output is not None:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(text + "\n")
-    if args.metrics_file is not None:
         try:
-            write_metrics(report, args.metrics_file)
+            write_atomically(args.output, text + "\n")
+        except OSError as exc:  # it could be written a moment ago: a full disk, a removed directory
+            print(f"{program_name()}: --output {args.output}: not written ({exc})", file=sys.stderr, flush=True)
+            code = EXIT_USAGE
+    if metrics_file is not None:
+        try:
+            write_metrics(report, metrics_file)
         except OSError as exc:
-            print(f"gpufleet_check: metrics not written to {args.metrics_file}: {exc}", file=sys.stderr, flush=True)
+            print(f"gpufleet_check: metrics not written to {metrics_file}: {exc}", file=sys.stderr, flush=True)
     print(text if args.json else "\n".join(summary_lines(report)), flush=True)
-    return EXIT_PASS if report["verdict"] == "pass" else EXIT_FAIL
+    return code
+
+
+def metrics_problem(path: Path) -> str | None:
+    """Why the metrics file cannot be written, or None. Its directory is not created: node exporter's
+    package or the monitoring role makes it."""
+    if not path.parent.is_dir():
+        return f"no directory {path.parent}"
+    return check_writable(path)

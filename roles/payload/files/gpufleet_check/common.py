@@ -8,10 +8,12 @@ may import this one.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import re
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -71,3 +73,51 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
     return value
+
+
+def fraction(text: str) -> float:
+    """A share above 0 and at most 1 (nan, inf and 0 refused)."""
+    value = float(text)
+    if not 0 < value <= 1:  # False for nan too
+        raise argparse.ArgumentTypeError(f"must be above 0 and at most 1, got {text}")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    value = float(text)
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number, 0 or more, got {text}")
+    return value
+
+
+def check_writable(path: Path) -> str | None:
+    """Why a file cannot be written at path (its directory created if missing), or None when it can:
+    a temporary file is created beside it and removed, which is what writing it will take."""
+    try:
+        if path.is_dir():
+            return "is a directory"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None
+
+
+def write_atomically(path: Path, text: str, mode: int = 0o644) -> None:
+    """Replace path with text: a temporary file beside it, flushed to disk, then renamed over it.
+    Readers see the old file or the new one, never half of one; on an error the temporary file
+    is removed and the old file is left as it was (OSError raised)."""
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+            os.fchmod(handle.fileno(), mode)
+        os.replace(tmp_name, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp_name)
+        raise

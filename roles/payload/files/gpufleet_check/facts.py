@@ -188,7 +188,7 @@ def parse_smi_query(text: str) -> tuple[list[dict[str, Any]], str | None]:
             "index": smi_int(index), "name": name.strip(), "uuid": uuid.strip(),
             "pci_bus_id": bus_id.strip(), "memory_total_mib": smi_int(memory),
             "persistence_mode": smi_bool(persistence), "ecc_uncorrected": smi_int(ecc),
-            "gemm_tflops": None,
+            "gemm_tflops": None, "gemm_of_achievable": None,
         })
     return gpus, driver
 

@@ -9,6 +9,12 @@ SIGTERM, then SIGKILL after a grace period (``stop_process_tree``): no rank
 outlives the run. The result is the payload's own (``--result``), the tail
 of the log and the failed workers torchrun's error summary lists.
 
+Why a rank failed comes first: each failure's "cause" is the rank's own
+error (train.py logs ``rank<N> ERROR <message>`` and records the exception
+in torchrun's error file), not torchrun's "To enable traceback see: ...";
+the log tail starts with the payload's error lines, and torchrun's own
+ChildFailedError traceback (its launcher's call stack) is left out of it.
+
 The payload is train.py beside gpufleet_check.pyz (beside the package
 directory when it runs from source), else /opt/gpufleet/payload/train.py,
 or ``--payload PATH``.
@@ -17,8 +23,8 @@ Multi-node training (the same command on every node; prints one JSON object
 {"rc", "node", "result", "log_tail", "failures", "failed_ranks"}, where
 "result" is the payload's result on the node that got global rank 0 and null
 elsewhere, and "failures" the workers torchrun's error summary lists (host,
-rank, exit code: negative when killed by that signal), described one per line
-in "failed_ranks")::
+rank, exit code: negative when killed by that signal, cause; the root cause
+first), described one per line in "failed_ranks")::
 
     python3 gpufleet_check.pyz train --nnodes 2 --nproc-per-node 8 \\
         --rdzv-endpoint node1:29500 --rdzv-id smoke1 [--timeout 600] [-- payload args...]
@@ -177,6 +183,11 @@ def wait_or_stop(proc: subprocess.Popen, timeout: float) -> tuple[int, str]:
 # --------------------------------------------------------------------------- what the run left
 
 
+CHILD_FAILED = "torch.distributed.elastic.multiprocessing.errors.ChildFailedError"
+# train.py's log lines: "<time> rank<N> <LEVEL> <message>" (torch may prefix "[rank<N>]:").
+PAYLOAD_ERROR = re.compile(r"(?:^|\s)rank(\d+) (?:ERROR|CRITICAL) (.+)$")
+
+
 def drop_printed_result(lines: list[str]) -> list[str]:
     """Leave out the payload's --json copy of its result (a block from "{" to "}"); it is in "result"."""
     kept, inside = [], False
@@ -188,40 +199,96 @@ def drop_printed_result(lines: list[str]) -> list[str]:
     return kept
 
 
+def drop_launcher_traceback(lines: list[str]) -> list[str]:
+    """Leave out torchrun's own traceback ("Traceback ..." down to its ChildFailedError line): the
+    launcher's call stack says nothing about the failed rank; its failure summary below it stays."""
+    kept, index = [], 0
+    while index < len(lines):
+        if lines[index] == "Traceback (most recent call last):":
+            end = index + 1
+            while end < len(lines) and lines[end].startswith(" "):
+                end += 1
+            if end < len(lines) and lines[end].startswith(CHILD_FAILED):
+                index = end + 1
+                continue
+        kept.append(lines[index])
+        index += 1
+    return kept
+
+
+def payload_error_lines(lines: Iterable[str]) -> list[str]:
+    """The payload's own ERROR lines, each once, in order."""
+    found: list[str] = []
+    for line in lines:
+        if PAYLOAD_ERROR.search(line) and line not in found:
+            found.append(line)
+    return found
+
+
+def payload_errors(log_text: str) -> dict[int, str]:
+    """The first error message the payload logged on each global rank."""
+    errors: dict[int, str] = {}
+    for line in log_text.splitlines():
+        match = PAYLOAD_ERROR.search(line)
+        if match:
+            errors.setdefault(int(match.group(1)), match.group(2).strip())
+    return errors
+
+
 def log_tail(log_file: Path, note: str) -> str:
-    lines = drop_printed_result((read_text(log_file) or "").splitlines())[-LOG_TAIL_LINES:]
-    return "\n".join(lines + ([note] if note else []))
+    """The payload's own error lines first, then the last LOG_TAIL_LINES of the rest of the log."""
+    lines = drop_launcher_traceback(drop_printed_result((read_text(log_file) or "").splitlines()))
+    errors = payload_error_lines(lines)
+    rest = [line for line in lines if line not in errors][-LOG_TAIL_LINES:]
+    return "\n".join(errors + rest + ([note] if note else []))
 
 
 FAILURE_FIELD = re.compile(r"^\s*(time|host|rank|exitcode|error_file|traceback)\s*:\s*(.*)$")
+UNINFORMATIVE_CAUSES = ("To enable traceback", "<N/A>")
 
 
 def worker_failures(log_text: str) -> list[dict[str, Any]]:
-    """The failed workers torchrun lists in its error summary ("Failures:" and
-    "Root Cause"): host, global rank, exit code (negative: killed by that
-    signal) and cause, each rank once, in torchrun's order."""
-    failures: dict[int, dict[str, Any]] = {}
-    entry: dict[str, str] = {}
+    """The failed workers torchrun lists in its error summary ("Root Cause" first, then the other
+    "Failures"): host, global rank, exit code (negative: killed by that signal) and cause, each rank
+    once. The cause is the rank's own error: the message the payload logged on that rank, else the
+    last line of the traceback the payload recorded in torchrun's error file, else torchrun's text."""
+    own = payload_errors(log_text)
+    root: list[dict[str, Any]] = []
+    others: list[dict[str, Any]] = []
+    section = others
+    entry: dict[str, Any] = {}
 
     def keep() -> None:
         rank = re.match(r"-?\d+", entry.get("rank", ""))
         code = re.match(r"-?\d+", entry.get("exitcode", ""))
-        if rank and code and int(rank.group()) not in failures:
-            failures[int(rank.group())] = {"host": entry.get("host", ""), "rank": int(rank.group()),
-                                           "exitcode": int(code.group()), "cause": entry.get("traceback", "")}
+        if rank and code:
+            trace = [line for line in entry.get("traceback_lines", []) if line.strip()]
+            cause = own.get(int(rank.group())) or (trace[-1].strip() if len(trace) > 1 else entry.get("traceback", ""))
+            entry["failure"] = {"host": entry.get("host", ""), "rank": int(rank.group()),
+                                "exitcode": int(code.group()), "cause": cause}
+            entry["section"].append(entry["failure"])
 
     for line in log_text.splitlines():
-        if re.match(r"^\s*\[\d+\]:\s*$", line):
+        if line.startswith("Root Cause"):
+            section = root
+        if re.match(r"^\s*\[\d+\]:\s*$", line) or re.match(r"^[=-]{10,}$", line):
             keep()
-            entry = {}
-        elif match := FAILURE_FIELD.match(line):
+            entry = {"section": section} if line.strip().startswith("[") else {}
+        elif (match := FAILURE_FIELD.match(line)) and "section" in entry:
             entry[match.group(1)] = match.group(2).strip()
+            if match.group(1) == "traceback":
+                entry["traceback_lines"] = [match.group(2)]
+        elif "traceback_lines" in entry and line.startswith("  "):
+            entry["traceback_lines"].append(line)
     keep()
+    failures: dict[int, dict[str, Any]] = {}
+    for failure in root + others:
+        failures.setdefault(failure["rank"], failure)
     return list(failures.values())
 
 
 def describe_failure(failure: dict[str, Any]) -> str:
-    """One line for a failed worker: killed by a signal, or its exit code."""
+    """One line for a failed worker: killed by a signal, or its exit code and why."""
     where = f"rank {failure['rank']} on {failure['host'] or 'an unknown host'}"
     code = failure["exitcode"]
     if code < 0:
@@ -230,7 +297,17 @@ def describe_failure(failure: dict[str, Any]) -> str:
         except ValueError:
             name = f"signal {-code}"
         return f"{where} was killed by signal {-code} ({name})"
-    return f"{where} exited with code {code}"
+    cause = str(failure.get("cause") or "")
+    informative = bool(cause) and not cause.startswith(UNINFORMATIVE_CAUSES)
+    return f"{where} exited with code {code}" + (f": {cause}" if informative else "")
+
+
+def failure_summary(run: dict[str, Any]) -> str:
+    """Why a run left no result, in one line: its first failure (the root cause), else the log's first line."""
+    if run.get("failures"):
+        return describe_failure(run["failures"][0])
+    lines = [line for line in str(run.get("log_tail") or "").splitlines() if line.strip()]
+    return lines[0] if lines else "no output"
 
 
 # --------------------------------------------------------------------------- the run
