@@ -105,7 +105,7 @@ def timed_verify(workdir: Path, inventory: Path, where: str) -> float:
     """Seconds of one verify.yml run; a failed run stops the benchmark, naming where it ran."""
     seconds, run = timed(workdir, "playbooks/verify.yml", inventory)
     if run.status != "successful":
-        raise SystemExit(f"verify.yml failed on {where}: {run.failures()}")
+        raise SystemExit(f"verify.yml failed on {where} (status {run.status}, rc {run.rc}): {run.failures() or 'no task failed'}")
     return seconds
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import os
 import subprocess
+import sys
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -71,6 +72,13 @@ class PlaybookRun:
             if ev.get("event") == "runner_on_ok" and data.get("task") == task:
                 out[data["host"]] = data.get("res", {})
         return out
+
+
+# ansible-runner starts the ansible-playbook it finds on PATH: the one of
+# this interpreter's environment (the venv) comes first, also when a script
+# is run as `.venv/bin/python tests/bench/provisioning.py` without the venv
+# on PATH (it would otherwise fail as if the playbook had failed).
+os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
 
 
 def run_playbook(tmp_path: Path, playbook: str, inventory: Path, extravars: dict | None = None,

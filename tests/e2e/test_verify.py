@@ -115,6 +115,9 @@ def test_node_stopped_mid_verification_is_named(tmp_path, lab_hosts, node_to_sto
     assert set(nodes) == set(lab_hosts)
     assert nodes[node_to_stop]["verdict"] in ("unreachable", "fail")
     assert nodes[node_to_stop]["reasons"], nodes[node_to_stop]
+    # Said once, and without Ansible's "Task failed" prefix (issue 16, item 21).
+    reasons = " ".join(nodes[node_to_stop]["reasons"])
+    assert "unreachable: unreachable" not in reasons.lower() and "Task failed" not in reasons, reasons
     for host in set(lab_hosts) - {node_to_stop}:
         assert nodes[host]["verdict"] == "pass", nodes[host]
         assert nodes[host]["result"]["host"] == host
