@@ -200,3 +200,20 @@ def worker_pids(marker: str) -> list[int]:
             if marker in cmd and "train.py" in cmd and "torch.distributed.run" not in cmd and "gpufleet_check.pyz" not in cmd:
                 pids.append(int(entry.name))
     return pids
+
+
+def test_train_subcommand_says_why_the_payload_failed(cpu_host: dict[str, Any], tmp_path: Path) -> None:
+    """Issue 16, item 10: the ranks' own error is the cause, first, not torchrun's "To enable traceback see"."""
+    broken = tmp_path / "state.pt"
+    broken.write_bytes(b"")
+    proc = run(cpu_host, "train", "--nproc-per-node", "2", "--", "--steps", "8", "--checkpoint", str(broken), "--resume")
+    out = json.loads(proc.stdout)
+    assert proc.returncode != 0 and out["rc"] != 0 and out["result"] is None, explain(proc)
+    cause = f"--checkpoint {broken}: cannot be loaded ("
+    root = out["failures"][0]  # the first rank to fail; torchrun then stops the other (SIGTERM) or it fails alike
+    assert root["exitcode"] == 2 and root["cause"].startswith(cause), out["failures"]
+    assert out["failed_ranks"][0].startswith(f"rank {root['rank']} on ")
+    assert f"exited with code 2: {cause}" in out["failed_ranks"][0], out["failed_ranks"]
+    first = out["log_tail"].splitlines()[0]
+    assert " ERROR " in first and cause in first, out["log_tail"]
+    assert "ChildFailedError" not in out["log_tail"]

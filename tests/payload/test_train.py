@@ -163,11 +163,12 @@ def test_profiler_writes_a_trace(train: ModuleType, tmp_path: Path) -> None:
     assert "traceEvents" in json.loads(traces[0].read_text())
 
 
-def test_dp_mode_on_cpu_falls_back(train: ModuleType, tmp_path: Path) -> None:
-    assert run_main(train, "--mode", "dp", "--steps", STEPS, "--result", tmp_path / "r.json") == 0
-    result = read_result(tmp_path / "r.json")
-    assert (result["mode"], result["wrapper"], result["verdict"]) == ("dp", "none", "pass")
-    assert any("dp fallback" in note for note in result["notes"]), result["notes"]
+def test_dp_mode_on_cpu_is_refused(tmp_path: Path) -> None:
+    """Issue 16, item 9: no DataParallel can run on a CPU, so none passes there: refused like fp16 on CPU."""
+    proc = run_single("--mode", "dp", "--steps", STEPS, "--result", tmp_path / "r.json")
+    assert proc.returncode == 2, explain(proc)
+    assert proc.stderr.count("\n") == 1 and "ERROR --mode dp needs CUDA GPUs" in proc.stderr
+    assert not (tmp_path / "r.json").exists()
 
 
 def test_data_dir_classification(train: ModuleType, tmp_path: Path) -> None:
@@ -188,7 +189,24 @@ def test_batch_not_divisible_is_a_usage_error() -> None:
 def test_unknown_amp_is_an_argparse_error() -> None:
     proc = run_single("--amp", "fp32")
     assert proc.returncode == 2, explain(proc)
-    assert "argument --amp: invalid choice: 'fp32'" in proc.stderr
+    assert "argument --amp: invalid choice: 'fp32'" in proc.stderr and proc.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--lr", "-0.5"], "argument --lr: must be a finite number above 0, got -0.5"),
+    (["--lr", "nan"], "argument --lr: must be a finite number above 0, got nan"),
+    (["--lr", "inf"], "argument --lr: must be a finite number above 0, got inf"),
+    (["--min-loss-drop", "nan"], "argument --min-loss-drop: must be a finite number below 1, got nan"),
+    (["--steps", "0"], "argument --steps: must be 1 or more, got 0"),
+    (["--checkpoint-every", "-1"], "argument --checkpoint-every: must be 0 or more, got -1"),
+    (["--steps", "ten"], "argument --steps: invalid int value: 'ten'"),
+])
+def test_bad_numbers_are_one_line_usage_errors(train: ModuleType, args: list[str], message: str,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 16, item 8: a learning rate of -0.5 was rc 3 with a traceback, nan was accepted."""
+    assert run_main(train, *args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.rstrip().endswith(f"rank0 ERROR {message}"), err
 
 
 # --------------------------------------------------------------------------- several ranks (torchrun)
@@ -237,18 +255,21 @@ def test_checkpoint_resume_matches_one_go(tmp_path: Path) -> None:
 
 
 def test_amp_policy(train: ModuleType) -> None:
-    cpu = torch.device("cpu")
-    assert train.resolve_amp("auto", cpu) == "bf16"
-    assert train.resolve_amp("bf16", cpu) == "bf16"
-    assert train.resolve_amp("off", cpu) == "off"
+    def amp(choice: str) -> str:
+        return train.Trainer(train.parse_args(["--amp", choice, "--device", "cpu"]), {}).amp
+    assert amp("auto") == "bf16"
+    assert amp("bf16") == "bf16"
+    assert amp("off") == "off"
     with pytest.raises(train.UsageError, match="fp16 needs CUDA"):
-        train.resolve_amp("fp16", cpu)
+        amp("fp16")
 
 
 def test_dist_env_from_torchrun_variables(train: ModuleType) -> None:
-    assert train.read_dist_env({}) == train.DistEnv(0, 0, 1, False)
-    env = train.read_dist_env({"RANK": "5", "WORLD_SIZE": "8", "LOCAL_RANK": "1"})
-    assert env == train.DistEnv(rank=5, local_rank=1, world_size=8, distributed=True)
+    def env(environ: dict[str, str]) -> tuple[int, int, int, bool]:
+        trainer = train.Trainer(train.parse_args(["--batch-size", "64"]), environ)
+        return trainer.rank, trainer.local_rank, trainer.world_size, trainer.distributed
+    assert env({}) == (0, 0, 1, False)
+    assert env({"RANK": "5", "WORLD_SIZE": "8", "LOCAL_RANK": "1"}) == (5, 1, 8, True)
 
 
 @pytest.mark.parametrize("step", [0, 1, 63, 64, 100])
@@ -258,8 +279,8 @@ def test_global_batch_is_the_same_for_any_world_size(train: ModuleType, step: in
         per_micro: list[list[int]] = [[] for _ in range(accum)]
         for rank in range(world):
             args = train.parse_args(["--grad-accum", str(accum)])
-            run = train.prepare(args, train.DistEnv(rank, rank, world, world > 1))
-            for m, idx in enumerate(train.ShardedBatches(run).for_step(step)):
+            trainer = train.Trainer(args, {"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank)})
+            for m, idx in enumerate(trainer.micro_batch_indices(step)):
                 per_micro[m] += idx.tolist()
         return [sorted(ids) for ids in per_micro]
 
@@ -270,6 +291,21 @@ def test_global_batch_is_the_same_for_any_world_size(train: ModuleType, step: in
         assert sorted(sum(micro, [])) == reference
         if accum == 2:
             assert micro == samples(1, 2)  # micro-step m holds the same samples for any world size
+
+
+def test_dataset_moves_to_the_device_once(train: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 16, item 11: no pin_memory() and no copy per micro-batch: the dataset went to the device
+    once, in setup(), and every micro-batch is an index into it."""
+    trainer = train.Trainer(train.parse_args(["--grad-accum", "4", "--amp", "off"]), {})
+    trainer.setup()
+    calls: list[str] = []
+    monkeypatch.setattr(torch.Tensor, "pin_memory", lambda self, *a, **k: calls.append("pin_memory") or self)
+    real_to = torch.Tensor.to
+    monkeypatch.setattr(torch.Tensor, "to", lambda self, *a, **k: calls.append("to") or real_to(self, *a, **k))
+    x = trainer.x
+    for step in range(5):
+        trainer.train_step(step)
+    assert calls == [] and trainer.x is x
 
 
 def test_verdict_rules(train: ModuleType) -> None:
@@ -283,3 +319,127 @@ def test_verdict_rules(train: ModuleType) -> None:
     assert len(reasons) == 1 and "ranks disagree on parameters" in reasons[0]
     reasons, notes, _ = train.judge([1.0, 2.0], 0, 0.0, 0.1)
     assert reasons == [] and "not checked" in notes[0]
+
+
+# --------------------------------------------------------------------------- bad input: one line, rc 2, before any step
+
+
+def assert_usage_error(code: int, err: str, message: str) -> None:
+    """rc 2, one log line that ends with the message, no traceback and no training step run."""
+    assert code == 2, err
+    assert err.count("\n") == 1 and message in err and "Traceback" not in err, err
+    assert "step 1/" not in err and "world " not in err, err
+
+
+@pytest.mark.parametrize("option", ["--checkpoint", "--result", "--save-params", "--profile-dir"])
+def test_unwritable_output_is_refused_before_training(train: ModuleType, tmp_path: Path, option: str,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 16, item 4: an output that cannot be written was found only after training (rc 3, no JSON)."""
+    (tmp_path / "a-file").write_text("")
+    bad = tmp_path / "a-file" / "out"
+    code = run_main(train, "--steps", 4, option, bad)
+    assert_usage_error(code, capsys.readouterr().err, f"ERROR {option} {bad}: cannot be written (Not a directory)")
+
+
+def test_result_path_that_is_a_directory_is_refused(train: ModuleType, tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    code = run_main(train, "--result", tmp_path)
+    assert_usage_error(code, capsys.readouterr().err, f"ERROR --result {tmp_path}: cannot be written (is a directory)")
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A good checkpoint at step 4 of --steps 4 (hidden 64)."""
+    path = tmp_path_factory.mktemp("ckpt") / "state.pt"
+    proc = run_single("--steps", 4, "--amp", "off", "--min-loss-drop", "-1", "--checkpoint", path)
+    assert proc.returncode == 0, explain(proc)
+    return path
+
+
+def damaged(kind: str, good: Path, where: Path) -> Path:
+    path = where / f"{kind}.pt"
+    if kind == "truncated":
+        path.write_bytes(good.read_bytes()[:1000])
+    elif kind == "empty":
+        path.write_bytes(b"")
+    elif kind == "other-kind":
+        torch.save({"weights": torch.zeros(3)}, path)
+    elif kind == "not-torch":
+        path.write_text("step: 4\n")
+    return path
+
+
+@pytest.mark.parametrize("kind, message", [
+    ("truncated", "cannot be loaded ("),
+    ("empty", "cannot be loaded ("),
+    ("not-torch", "cannot be loaded ("),
+    ("other-kind", "not a checkpoint of this payload (no model, optimizer, scaler, step, rng, config)"),
+])
+def test_damaged_checkpoint_is_a_usage_error_and_kept(train: ModuleType, checkpoint: Path, tmp_path: Path,
+                                                      kind: str, message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 16, item 5: every checkpoint problem was rc 3 and a long traceback; the file is never overwritten."""
+    path = damaged(kind, checkpoint, tmp_path)
+    before = path.read_bytes()
+    code = run_main(train, "--steps", 8, "--checkpoint", path, "--resume")
+    assert_usage_error(code, capsys.readouterr().err, f"ERROR --checkpoint {path}: {message}")
+    assert path.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == [path.name]
+
+
+def test_checkpoint_of_another_model_size_is_refused(train: ModuleType, checkpoint: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 16, item 5: the checkpoint stores hidden; a different --hidden is compared, not a shape traceback."""
+    before = checkpoint.read_bytes()
+    code = run_main(train, "--steps", 8, "--hidden", 32, "--checkpoint", checkpoint, "--resume")
+    assert_usage_error(code, capsys.readouterr().err,
+                       f"ERROR --checkpoint {checkpoint}: saved with --hidden 64, this run has --hidden 32")
+    assert checkpoint.read_bytes() == before
+
+
+def test_checkpoint_that_does_not_fit_the_data_is_refused(train: ModuleType, checkpoint: Path, tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """Same --hidden, another dataset (3 features instead of 32): a one-line error, not load_state_dict's traceback."""
+    torch.save({"x": torch.randn(128, 3), "y": torch.randn(128, 2)}, tmp_path / "train.pt")
+    before = checkpoint.read_bytes()
+    code = run_main(train, "--steps", 8, "--data-dir", tmp_path, "--checkpoint", checkpoint, "--resume")
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert f"ERROR --checkpoint {checkpoint}: does not fit this run (RuntimeError: Error(s) in loading state_dict" in err
+    assert checkpoint.read_bytes() == before
+
+
+@pytest.mark.parametrize("steps", [4, 3])
+def test_resume_at_or_past_steps_is_refused(train: ModuleType, checkpoint: Path, steps: int,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 16, item 6: resuming at or past --steps passed with 0 steps and a final_step beyond --steps."""
+    code = run_main(train, "--steps", steps, "--checkpoint", checkpoint, "--resume")
+    assert_usage_error(code, capsys.readouterr().err,
+                       f"ERROR --checkpoint {checkpoint} is at step 4, at or past --steps {steps}: nothing left to train")
+
+
+# --------------------------------------------------------------------------- atomic writes
+
+
+def test_failed_write_leaves_no_temporary_file_and_the_old_file(train: ModuleType, tmp_path: Path) -> None:
+    """Issue 16, item 7: a write that fails (a full disk) removes its temporary file and keeps the old one."""
+    target = tmp_path / "state.pt"
+    target.write_bytes(b"old checkpoint")
+
+    def fill_the_disk(handle) -> None:
+        handle.write(b"half a checkpoint")
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError, match="No space left on device"):
+        train.atomic_write(target, fill_the_disk)
+    assert target.read_bytes() == b"old checkpoint"
+    assert [p.name for p in tmp_path.iterdir()] == ["state.pt"]
+
+
+def test_write_is_synced_before_the_rename(train: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 16, item 7: os.fsync on the temporary file, then os.replace over the target."""
+    events: list[str] = []
+    real_fsync, real_replace = os.fsync, os.replace
+    monkeypatch.setattr(train.os, "fsync", lambda fd: (events.append("fsync"), real_fsync(fd))[1])
+    monkeypatch.setattr(train.os, "replace", lambda a, b: (events.append(f"replace {Path(b).name}"), real_replace(a, b))[1])
+    train.atomic_write(tmp_path / "result.json", lambda handle: handle.write(b"{}"))
+    assert events == ["fsync", "replace result.json"]
+    assert (tmp_path / "result.json").read_bytes() == b"{}"
