@@ -36,11 +36,11 @@ from typing import Any, Callable
 import pytest
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
-from ansible.plugins.loader import init_plugin_loader
+import role_run
 
 # The collection loader, as ansible-playbook starts it: templates that call
 # lookups (ansible.builtin.file) resolve their plugins.
-init_plugin_loader()
+role_run.init_plugin_loader()
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ROLES_DIR = REPO_ROOT / "roles"

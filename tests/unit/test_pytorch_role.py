@@ -1,9 +1,13 @@
 """roles/pytorch without a host: what it resolves from files/compatibility.yml, what it rejects, what its scripts report.
 
-As tests/unit/conftest.py does for nvidia_driver, the role's own set_fact
-expressions (tasks/validate.yml, in order, stopping at the first ``fail``
-whose ``when`` is true) are evaluated with ansible-core's Templar over the
-role's defaults, its vars and the matrix: nothing is copied from the role.
+The role runs for real (tests/unit/role_run.py): ansible-core's executor runs
+``include_role: gpufleet.fleet.pytorch tasks_from: validate`` on fake hosts
+(one per case, the settings as inventory variables, fake facts), in one run
+for the cases this module knows up front; the results are the facts its
+set_fact tasks left and the message of the fail task that stopped a host.
+The checks of tasks/preflight.yml that read host probes (free space, the
+wheel source's listings) run as copies of the role's own tasks after
+validate.yml, the probes' registered results given as host variables.
 Expected values are PyTorch's real layout: the index
 https://download.pytorch.org/whl/<variant> (PEP 503: one page per project,
 https://download.pytorch.org/whl/cu121/torch/), wheels whose local version
@@ -17,14 +21,12 @@ import json
 import re
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+import role_run
 import yaml
-from ansible.parsing.dataloader import DataLoader
-from ansible.template import Templar, trust_as_template
 from conftest import FAKE_FACTS, load_script, load_trusted
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -40,63 +42,26 @@ INDEX = "https://download.pytorch.org/whl"
 # built for CUDA 12.1, to 2.5.1, the last; 2.6 moved to cu124/cu126).
 CU121_RELEASES = ["2.1.0", "2.1.1", "2.1.2", "2.2.0", "2.2.1", "2.2.2", "2.3.0", "2.3.1", "2.4.0", "2.4.1", "2.5.0", "2.5.1"]
 
-_loader = DataLoader()
-
 
 def _version_key(release: str) -> tuple[int, ...]:
     return tuple(int(part) for part in release.split("."))
 
 
-@dataclass
-class PytorchConfig:
-    """What tasks/validate.yml resolved for one fake host and one set of settings."""
-
-    variables: dict[str, Any]
-    failure: str | None = None
-
-    def __getitem__(self, name: str) -> Any:
-        return Templar(loader=_loader, variables=self.variables).template(self.variables[name])
-
-    def task(self, task_file: str, name_contains: str) -> dict:
-        tasks = [t for t in load_trusted(ROLE / "tasks" / task_file) if name_contains in t.get("name", "")]
-        assert len(tasks) == 1, f"{len(tasks)} tasks in {task_file} named like {name_contains!r}"
-        return tasks[0]
-
-    def evaluate(self, task_file: str, name_contains: str, **registered: Any) -> tuple[bool, str]:
-        """(when is true, rendered msg) of a fail task, with ``registered`` results of earlier host probes."""
-        task = self.task(task_file, name_contains)
-        templar = Templar(loader=_loader, variables={**self.variables, **registered, **(task.get("vars") or {})})
-        when = task.get("when", [])
-        fired = all(templar.evaluate_conditional(c) for c in (when if isinstance(when, list) else [when]))
-        msg = str(templar.template(task["ansible.builtin.fail"]["msg"])).strip() if fired else ""
-        return fired, msg
+# validate.yml on each case's host.
+VALIDATE = role_run.Batch(FAKE_FACTS, [role_run.include_role("pytorch")])
+# ... and the arguments of install.yml's pip task, templated on the host afterwards.
+INSTALL_TASK = role_run.role_task("pytorch", "install.yml", "Install {{ __pytorch_requirements")
+WITH_INSTALL = role_run.Batch(FAKE_FACTS, [role_run.include_role("pytorch")], after=[role_run.capture(
+    {"argv": INSTALL_TASK["ansible.builtin.command"]["argv"], "stdin": INSTALL_TASK["ansible.builtin.command"]["stdin"]},
+    vars=INSTALL_TASK.get("vars"), name="Template the pip task's arguments")])
 
 
-def pytorch_config(host: str = "ubuntu2204", **overrides: Any) -> PytorchConfig:
-    """Run the set_fact and fail tasks of roles/pytorch/tasks/validate.yml for fake host ``host``.
+def pytorch_config(host: str = "ubuntu2204", **overrides: Any) -> role_run.Outcome:
+    """What roles/pytorch/tasks/validate.yml resolved (or the message it stopped with) on fake host ``host``.
 
-    ``overrides`` are inventory or extra variables; strings are trusted
-    templates, as inventory values are.
+    ``overrides`` are inventory variables of the host.
     """
-    variables: dict[str, Any] = {}
-    variables.update(load_trusted(ROLE / "defaults" / "main.yml"))
-    variables.update(load_trusted(ROLE / "vars" / "main.yml"))
-    variables.update(ansible_facts=dict(FAKE_FACTS[host]), inventory_hostname=f"gpu-{host}", role_path=str(ROLE))
-    variables.update({k: trust_as_template(v) if isinstance(v, str) else v for k, v in overrides.items()})
-    config = PytorchConfig(variables)
-    for task in load_trusted(ROLE / "tasks" / "validate.yml"):
-        templar = Templar(loader=_loader, variables={**config.variables, **(task.get("vars") or {})})
-        when = task.get("when", [])
-        if not all(templar.evaluate_conditional(c) for c in (when if isinstance(when, list) else [when])):
-            continue
-        if "ansible.builtin.fail" in task:
-            config.failure = str(templar.template(task["ansible.builtin.fail"]["msg"])).strip()
-            return config
-        if "ansible.builtin.set_fact" in task:
-            # set_fact templates every key against the variables from before the task.
-            results = {k: templar.template(v) for k, v in task["ansible.builtin.set_fact"].items() if k != "cacheable"}
-            config.variables.update(results)
-    return config
+    return VALIDATE.get(host, **overrides)
 
 
 # --- the compatibility matrix ----------------------------------------------
@@ -219,14 +184,14 @@ LAB_WHEELS = {"torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl": b"torch"
               "typing_extensions-4.16.0-py3-none-any.whl": b"typing"}
 
 
-def test_lab_settings(tmp_path):
+def test_lab_settings(locked):
     """The lab: torch 2.13.0+cpu alone (no torchvision/torchaudio exist for it) from the mirror's wheelhouse, over http,
-    hash-checked against the lock tests/lab/lab.yml writes on the controller."""
+    hash-checked against the lock tests/lab/lab.yml writes on the controller (the case "lab" of the fixture: the
+    lab's pytorch_* settings, lab_mirror_url and lab_wheelhouse_lock as the lab's inventory sets them)."""
     lab = {k: v for k, v in yaml.safe_load(LAB_VARS.read_text()).items() if k.startswith("pytorch_")}
     assert lab == {"pytorch_release": "2.13.0", "pytorch_variant": "cpu", "pytorch_wheelhouse_url": "{{ lab_mirror_url }}/wheels/",
                    "pytorch_hashes_file": "{{ lab_wheelhouse_lock }}"}
-    lock = write_lock(tmp_path, LAB_WHEELS)
-    cfg = pytorch_config("debian12", lab_mirror_url="http://gpufleet-mirror", lab_wheelhouse_lock=str(lock), **lab)
+    cfg, _ = locked["lab"]
     assert cfg.failure is None
     assert [line.split()[0] for line in cfg["__pytorch_hash_lines"]] == ["filelock==4.3.1", "torch==2.13.0+cpu", "typing-extensions==4.16.0"]
     assert cfg["__pytorch_matrix_pins"] == ["torch==2.13.0+cpu"]
@@ -240,13 +205,16 @@ def test_lab_mirror_carries_python3_venv():
     assert load_trusted(ROLE / "defaults" / "main.yml")["pytorch_python_packages"] == ["python3-venv"]
 
 
+INTERNAL_MIRROR = {
+    "pytorch_index_url": "http://pypi.corp.example:8081/repository/pytorch-{variant}/simple/",
+    "pytorch_extra_index_url": "http://pypi.corp.example:8081/repository/pypi/simple",
+    "pytorch_extra_packages": ["numpy==1.26.4", "ray[default]==2.9.3"],
+}
+
+
 def test_internal_mirror_and_extra_packages():
     """An internal http mirror of the index (variant placeholder), a second index and extra pins: pip trusts both http hosts."""
-    cfg = pytorch_config(
-        pytorch_index_url="http://pypi.corp.example:8081/repository/pytorch-{variant}/simple/",
-        pytorch_extra_index_url="http://pypi.corp.example:8081/repository/pypi/simple",
-        pytorch_extra_packages=["numpy==1.26.4", "ray[default]==2.9.3"],
-    )
+    cfg = pytorch_config(**INTERNAL_MIRROR)
     assert cfg.failure is None
     assert cfg["__pytorch_index_url"] == "http://pypi.corp.example:8081/repository/pytorch-cu121/simple"
     assert cfg["__pytorch_pip_source_args"] == [
@@ -259,7 +227,7 @@ def test_internal_mirror_and_extra_packages():
 
 
 def test_torchvision_and_torchaudio_can_be_left_out():
-    cfg = pytorch_config(pytorch_torchvision=False, pytorch_torchaudio=False)
+    cfg = pytorch_config(**TORCH_ONLY)
     assert cfg["__pytorch_matrix_pins"] == ["torch==2.5.1+cu121"]
 
 
@@ -296,15 +264,19 @@ BAD_INPUT = [
 def test_bad_input_is_rejected_with_a_clear_message(overrides, message):
     cfg = pytorch_config(**overrides)
     assert cfg.failure is not None, "accepted"
-    assert cfg.failure.startswith("pytorch settings rejected on gpu-ubuntu2204: [1] ")
+    assert cfg.failure.startswith(f"pytorch settings rejected on {cfg.host}: [1] ")
     assert message in cfg.failure
+
+
+EVERY_PROBLEM = {"pytorch_release": "2.0.1", "pytorch_wheelhouse_url": "http://mirror/wheels", "pytorch_venv": "/usr",
+                 "pytorch_pip_timeout": -1}
 
 
 def test_every_problem_comes_in_one_message():
     """Several wrong settings: one failure, numbered, naming the host and each variable."""
-    cfg = pytorch_config(pytorch_release="2.0.1", pytorch_wheelhouse_url="http://mirror/wheels", pytorch_venv="/usr", pytorch_pip_timeout=-1)
+    cfg = pytorch_config(**EVERY_PROBLEM)
     assert cfg.failure is not None
-    assert cfg.failure.startswith("pytorch settings rejected on gpu-ubuntu2204: ")
+    assert cfg.failure.startswith(f"pytorch settings rejected on {cfg.host}: ")
     for n, name in enumerate(["pytorch_release", "pytorch_wheelhouse_url", "pytorch_venv", "pytorch_hashes_file", "pytorch_pip_timeout"], start=1):
         assert re.search(rf"\[{n}\] [^\[]*{name}", cfg.failure), (name, cfg.failure)
 
@@ -332,26 +304,70 @@ LAB_WHEELHOUSE_PAGE = (
 )
 
 
-def _source_check(cfg: PytorchConfig, python: str, pages: list[str]) -> tuple[bool, str]:
-    return cfg.evaluate(
-        "preflight.yml",
-        "lacks a pinned wheel",
-        __pytorch_unsatisfied=cfg["__pytorch_requirements"],
-        __pytorch_python_probe={"rc": 0, "stdout_lines": [python, "x86_64"]},
-        __pytorch_source_probe={"results": [{"item": url, "status": 200, "content": page} for url, page in zip(cfg["__pytorch_source_pages"], pages)]},
-    )
+# The probes' registered results on a host without the environment: preflight.yml's stat found no venv, so the
+# command that reads the installed versions was skipped.
+NO_VENV = {"__pytorch_venv_stat": {"stat": {"exists": False}}, "__pytorch_installed": {"skipped": True, "changed": False}}
+DF = "Filesystem 1024-blocks Used Available Capacity Mounted on\n/dev/sda2 102400000 98000000 {free} 96% /"
+ROOMY_KB = 52428800
+# The checks of preflight.yml after its host probes, in the role's order (copies of its tasks), after validate.yml.
+PREFLIGHT = role_run.Batch(FAKE_FACTS, [role_run.include_role("pytorch")] + [
+    role_run.role_task("pytorch", "preflight.yml", name)
+    for name in ("Decide what must be installed", "too full", "does not answer", "lacks a pinned wheel")])
+LAB_SOURCE = {"lab_mirror_url": "http://gpufleet-mirror", "pytorch_release": "2.13.0", "pytorch_variant": "cpu",
+              "pytorch_wheelhouse_url": "{{ lab_mirror_url }}/wheels/", "pytorch_require_hashes_offline": False}
+
+
+def _preflight_host(host: str = "ubuntu2204", python: str = "3.11", pages: list[str] | None = None,
+                    source: list[dict] | None = None, free_kb: int = ROOMY_KB, **settings: Any) -> tuple[str, dict]:
+    """(facts, inventory variables) of a preflight() case: the settings and the probes' registered results."""
+    urls = pytorch_config(host, **settings)["__pytorch_source_pages"]
+    probe = source if source is not None else [{"item": url, "status": 200, "content": page} for url, page in zip(urls, pages)]
+    return host, {**settings, **NO_VENV, "__pytorch_python_probe": {"rc": 0, "stdout_lines": [python, "x86_64"]},
+                  "__pytorch_source_probe": {"results": probe},
+                  "__pytorch_df": {"stdout_lines": DF.format(free=free_kb).splitlines()}}
+
+
+def preflight(*args: Any, **kwargs: Any) -> role_run.Outcome:
+    """preflight.yml's checks on a host without the environment: its Python is ``python``, its file system has
+    ``free_kb`` free, each listing of the wheel source answers 200 with the page of ``pages`` (or as ``source`` says).
+
+    The first call runs every case of PREFLIGHT_CASES with it (one run).
+    """
+    if not _preflight_declared:
+        _preflight_declared.append(True)
+        for case in PREFLIGHT_CASES:
+            case_host, case_settings = _preflight_host(**case)
+            PREFLIGHT.declare(case_host, **case_settings)
+    host, settings = _preflight_host(*args, **kwargs)
+    return PREFLIGHT.get(host, **settings)
+
+
+_preflight_declared: list[bool] = []
+
+
+def _source_check(host: str, python: str, pages: list[str], **settings: Any) -> tuple[bool, str]:
+    """(the wheel check stopped the host, its message)."""
+    cfg = preflight(host, python, pages, **settings)
+    stopped = cfg.failed_task is not None and "lacks a pinned wheel" in cfg.failed_task
+    assert cfg.failure is None or stopped, cfg.failure
+    return stopped, cfg.failure or ""
+
+
+PYTORCH_PAGES = [PYTORCH_TORCH_PAGE, TORCHVISION_PAGE, TORCHAUDIO_PAGE]
+CPU_ONLY_PAGES = [PYTORCH_TORCH_PAGE.replace("cu121", "cpu"), TORCHVISION_PAGE, TORCHAUDIO_PAGE]
 
 
 def test_source_check_passes_on_pytorch_index_for_python_3_11():
-    fired, _ = _source_check(pytorch_config(), "3.11", [PYTORCH_TORCH_PAGE, TORCHVISION_PAGE, TORCHAUDIO_PAGE])
+    fired, _ = _source_check("ubuntu2204", "3.11", PYTORCH_PAGES)
     assert not fired
 
 
 def test_source_check_stops_python_3_8_for_torch_2_5():
     """Ubuntu 20.04's Python 3.8: torch 2.5.1 has no cp38 wheel; the message says which Pythons it has."""
-    fired, msg = _source_check(pytorch_config("ubuntu2004"), "3.8", [PYTORCH_TORCH_PAGE, TORCHVISION_PAGE, TORCHAUDIO_PAGE])
+    fired, msg = _source_check("ubuntu2004", "3.8", PYTORCH_PAGES)
     assert fired
-    assert msg.startswith(f"pytorch on gpu-ubuntu2004: {INDEX}/cu121 has no wheel of torch==2.5.1+cu121, torchvision==0.20.1+cu121")
+    host = preflight("ubuntu2004", "3.8", PYTORCH_PAGES).host
+    assert msg.startswith(f"pytorch on {host}: {INDEX}/cu121 has no wheel of torch==2.5.1+cu121, torchvision==0.20.1+cu121")
     assert "for CPython 3.8 on x86_64" in msg
     assert "torch==2.5.1+cu121 is offered for cp39, cp310, cp311, cp312" in msg
     assert "pytorch_python" in msg
@@ -359,46 +375,36 @@ def test_source_check_stops_python_3_8_for_torch_2_5():
 
 def test_source_check_stops_a_source_without_the_variant():
     """A cpu wheel where the cu121 build is pinned does not count."""
-    page = PYTORCH_TORCH_PAGE.replace("cu121", "cpu")
-    fired, msg = _source_check(pytorch_config(), "3.11", [page, TORCHVISION_PAGE, TORCHAUDIO_PAGE])
+    fired, msg = _source_check("ubuntu2204", "3.11", CPU_ONLY_PAGES)
     assert fired and "has no wheel of torch==2.5.1+cu121 for CPython 3.11" in msg
 
 
 def test_source_check_reads_the_lab_wheelhouse():
-    cfg = pytorch_config("debian12", lab_mirror_url="http://gpufleet-mirror", pytorch_release="2.13.0", pytorch_variant="cpu",
-                         pytorch_wheelhouse_url="{{ lab_mirror_url }}/wheels/")
-    assert not _source_check(cfg, "3.11", [LAB_WHEELHOUSE_PAGE])[0]
-    fired, msg = _source_check(cfg, "3.12", [LAB_WHEELHOUSE_PAGE])
+    assert not _source_check("debian12", "3.11", [LAB_WHEELHOUSE_PAGE], **LAB_SOURCE)[0]
+    fired, msg = _source_check("debian12", "3.12", [LAB_WHEELHOUSE_PAGE], **LAB_SOURCE)
     assert fired and "http://gpufleet-mirror/wheels/ has no wheel of torch==2.13.0+cpu for CPython 3.12" in msg
     assert "offered for cp311" in msg
 
 
+UNREACHABLE = [
+    {"item": f"{INDEX}/cu121/torch/", "status": -1, "msg": "Request failed: <urlopen error [Errno -3] Temporary failure in name resolution>"},
+    {"item": f"{INDEX}/cu121/torchvision/", "status": 200},
+    {"item": f"{INDEX}/cu121/torchaudio/", "status": 200},
+]
+
+
 def test_source_unreachable_is_reported_with_the_url():
-    cfg = pytorch_config()
-    fired, msg = cfg.evaluate(
-        "preflight.yml",
-        "does not answer",
-        __pytorch_unsatisfied=cfg["__pytorch_requirements"],
-        __pytorch_source_probe={"results": [
-            {"item": f"{INDEX}/cu121/torch/", "status": -1, "msg": "Request failed: <urlopen error [Errno -3] Temporary failure in name resolution>"},
-            {"item": f"{INDEX}/cu121/torchvision/", "status": 200},
-            {"item": f"{INDEX}/cu121/torchaudio/", "status": 200},
-        ]},
-    )
-    assert fired
-    assert f"{INDEX}/cu121/torch/ answered HTTP -1 Request failed" in msg
-    assert "pytorch_index_url, for variant cu121" in msg
+    cfg = preflight(source=UNREACHABLE)
+    assert cfg.failed_task is not None and "does not answer" in cfg.failed_task
+    assert f"{INDEX}/cu121/torch/ answered HTTP -1 Request failed" in cfg.failure
+    assert "pytorch_index_url, for variant cu121" in cfg.failure
 
 
 def test_disk_check():
-    cfg = pytorch_config()
-    df = "Filesystem 1024-blocks Used Available Capacity Mounted on\n/dev/sda2 102400000 98000000 4194304 96% /"
-    fired, msg = cfg.evaluate("preflight.yml", "too full", __pytorch_unsatisfied=["torch==2.5.1+cu121"],
-                              __pytorch_df={"stdout_lines": df.splitlines()})
-    assert fired and "/ (where /opt/gpufleet/venv goes) has 4.0 GB free" in msg and "pytorch_min_free_disk_gb=10" in msg
-    df = df.replace("4194304", "52428800")
-    assert not cfg.evaluate("preflight.yml", "too full", __pytorch_unsatisfied=["torch==2.5.1+cu121"],
-                            __pytorch_df={"stdout_lines": df.splitlines()})[0]
+    cfg = preflight(pages=PYTORCH_PAGES, free_kb=4194304)
+    assert cfg.failed_task is not None and "too full" in cfg.failed_task
+    assert "/ (where /opt/gpufleet/venv goes) has 4.0 GB free" in cfg.failure and "pytorch_min_free_disk_gb=10" in cfg.failure
+    assert preflight(pages=PYTORCH_PAGES, free_kb=ROOMY_KB).failure is None
 
 
 # --- the scripts the role runs in the environment ------------------------------
@@ -457,20 +463,62 @@ def test_installed_probe_local_versions():
 
 # --- hash-checked installs (pytorch_hashes_file) --------------------------------
 
-def install_argv(cfg: PytorchConfig) -> tuple[list, Any]:
-    """The pip command line and stdin of the install task, rendered for ``cfg``."""
-    task = cfg.task("install.yml", "Install {{ __pytorch_requirements")
-    templar = Templar(loader=_loader, variables={**cfg.variables, "omit": "__omit__"})
-    return templar.template(task["ansible.builtin.command"]["argv"]), templar.template(task["ansible.builtin.command"].get("stdin"))
+def install_argv(cfg: role_run.Outcome) -> tuple[list, Any]:
+    """The pip command line and stdin of install.yml's pip task as templated on the host of ``cfg`` (a WITH_INSTALL
+    case; stdin None: omitted)."""
+    assert cfg.failure is None, cfg.failure
+    return cfg["argv"], cfg.captured.get("stdin")
 
 
-def test_offline_install_is_hash_checked_through_stdin(tmp_path):
+OFFLINE_WHEELS = {"torch-2.5.1+cu121-cp311-cp311-linux_x86_64.whl": b"cu121 torch",
+                  "torchvision-0.20.1+cu121-cp311-cp311-linux_x86_64.whl": b"tv",
+                  "torchaudio-2.5.1+cu121-cp311-cp311-linux_x86_64.whl": b"ta",
+                  "nvidia_cudnn_cu12-9.1.0.70-py3-none-manylinux2014_x86_64.whl": b"cudnn"}
+BAD_LOCK_LINES = [
+    "torch>=2.5.1 --hash=sha256:" + "a" * 64,
+    "torch==2.5.1+cu121",
+    "torch==2.5.1+cu121 --hash=sha256:abc",
+    "torch==2.5.1+cu121 --hash=md5:" + "a" * 32,
+]
+COMPILED_LOCK = ("#\n# pip-compile --generate-hashes\n#\ntorch==2.5.1+cu121 \\\n    --hash=sha256:" + "b" * 64
+                 + " \\\n    --hash=sha256:" + "c" * 64 + "\n    # via -r requirements.in\n")
+TORCH_ONLY = {"pytorch_torchvision": False, "pytorch_torchaudio": False}
+
+
+@pytest.fixture(scope="module")
+def locked(tmp_path_factory) -> dict[str, tuple[role_run.Outcome, Path]]:
+    """The cases with a hash lock, the locks written first, in one run per kind: {case: (outcome, lock)}."""
+    root = tmp_path_factory.mktemp("locks")
+
+    def house(name: str, wheels: dict[str, bytes]) -> Path:
+        (root / name).mkdir()
+        return write_lock(root / name, wheels)
+
+    def text(name: str, content: str) -> Path:
+        (root / name).write_text(content)
+        return root / name
+
+    lab = {k: v for k, v in yaml.safe_load(LAB_VARS.read_text()).items() if k.startswith("pytorch_")}
+    cases = {
+        "lab": (VALIDATE, "debian12", house("lab", LAB_WHEELS), lambda lock: dict(
+            lab, lab_mirror_url="http://gpufleet-mirror", lab_wheelhouse_lock=str(lock))),
+        "offline": (WITH_INSTALL, "ubuntu2204", house("offline", OFFLINE_WHEELS), lambda lock: dict(
+            pytorch_wheelhouse_url="http://mirror.corp/wheels/", pytorch_hashes_file=str(lock))),
+        "other-release": (VALIDATE, "ubuntu2204", house("old", {"torch-2.4.1+cu121-cp311-cp311-linux_x86_64.whl": b"old"}),
+                          lambda lock: dict(TORCH_ONLY, pytorch_wheelhouse_url="http://mirror/wheels/", pytorch_hashes_file=str(lock))),
+        "compiled": (VALIDATE, "ubuntu2204", text("compiled.txt", COMPILED_LOCK), lambda lock: dict(TORCH_ONLY, pytorch_hashes_file=str(lock))),
+        **{line: (VALIDATE, "ubuntu2204", text(f"bad-{n}.lock", f"# a comment\n{line}\n"),
+                  lambda lock: dict(TORCH_ONLY, pytorch_hashes_file=str(lock)))
+           for n, line in enumerate(BAD_LOCK_LINES)},
+    }
+    for batch, host, lock, settings in cases.values():
+        batch.declare(host, **settings(lock))
+    return {name: (batch.get(host, **settings(lock)), lock) for name, (batch, host, lock, settings) in cases.items()}
+
+
+def test_offline_install_is_hash_checked_through_stdin(locked):
     """A lock makes pip install exactly it with --require-hashes; it travels on stdin, nothing is written on the node."""
-    lock = write_lock(tmp_path, {"torch-2.5.1+cu121-cp311-cp311-linux_x86_64.whl": b"cu121 torch",
-                                 "torchvision-0.20.1+cu121-cp311-cp311-linux_x86_64.whl": b"tv",
-                                 "torchaudio-2.5.1+cu121-cp311-cp311-linux_x86_64.whl": b"ta",
-                                 "nvidia_cudnn_cu12-9.1.0.70-py3-none-manylinux2014_x86_64.whl": b"cudnn"})
-    cfg = pytorch_config(pytorch_wheelhouse_url="http://mirror.corp/wheels/", pytorch_hashes_file=str(lock))
+    cfg, _ = locked["offline"]
     assert cfg.failure is None
     argv, stdin = install_argv(cfg)
     assert argv[argv.index("--require-hashes"):argv.index("--require-hashes") + 3] == ["--require-hashes", "-r", "/dev/stdin"]
@@ -481,42 +529,56 @@ def test_offline_install_is_hash_checked_through_stdin(tmp_path):
 
 
 def test_without_a_lock_pip_gets_the_pins():
-    argv, stdin = install_argv(pytorch_config())
+    argv, stdin = install_argv(WITH_INSTALL.get("ubuntu2204"))
     assert "--require-hashes" not in argv and argv[-3:] == ["torch==2.5.1+cu121", "torchvision==0.20.1+cu121", "torchaudio==2.5.1+cu121"]
-    assert stdin == "__omit__"
+    assert stdin is None  # omit: the command gets no stdin
 
 
 def test_offline_install_without_hashes_only_when_switched_off():
     assert pytorch_config(pytorch_wheelhouse_url="http://mirror/wheels/", pytorch_require_hashes_offline=False).failure is None
 
 
-def test_a_lock_of_another_release_is_rejected(tmp_path):
-    lock = write_lock(tmp_path, {"torch-2.4.1+cu121-cp311-cp311-linux_x86_64.whl": b"old"})
-    cfg = pytorch_config(pytorch_wheelhouse_url="http://mirror/wheels/", pytorch_hashes_file=str(lock), pytorch_torchvision=False,
-                         pytorch_torchaudio=False)
+def test_a_lock_of_another_release_is_rejected(locked):
+    cfg, lock = locked["other-release"]
     assert cfg.failure is not None
     assert "pytorch_hashes_file " + str(lock) + " does not pin torch==2.5.1+cu121 (it pins torch==2.4.1+cu121)" in cfg.failure
 
 
-@pytest.mark.parametrize("line", [
-    "torch>=2.5.1 --hash=sha256:" + "a" * 64,
-    "torch==2.5.1+cu121",
-    "torch==2.5.1+cu121 --hash=sha256:abc",
-    "torch==2.5.1+cu121 --hash=md5:" + "a" * 32,
-])
-def test_a_lock_line_without_pin_and_sha256_is_rejected(tmp_path, line):
-    lock = tmp_path / "bad.lock"
-    lock.write_text(f"# a comment\n{line}\n")
-    cfg = pytorch_config(pytorch_hashes_file=str(lock), pytorch_torchvision=False, pytorch_torchaudio=False)
+@pytest.mark.parametrize("line", BAD_LOCK_LINES)
+def test_a_lock_line_without_pin_and_sha256_is_rejected(locked, line):
+    cfg, lock = locked[line]
     assert cfg.failure is not None
     assert f"pytorch_hashes_file {lock} has lines that are not an exact pin with --hash=sha256" in cfg.failure
 
 
-def test_pip_compile_style_continuations_and_comments_are_read(tmp_path):
-    lock = tmp_path / "compiled.txt"
-    lock.write_text("#\n# pip-compile --generate-hashes\n#\ntorch==2.5.1+cu121 \\\n    --hash=sha256:" + "b" * 64
-                    + " \\\n    --hash=sha256:" + "c" * 64 + "\n    # via -r requirements.in\n")
-    cfg = pytorch_config(pytorch_hashes_file=str(lock), pytorch_torchvision=False, pytorch_torchaudio=False)
+def test_pip_compile_style_continuations_and_comments_are_read(locked):
+    cfg, _ = locked["compiled"]
     assert cfg.failure is None
     assert [" ".join(line.split()) for line in cfg["__pytorch_hash_lines"]] == [
         "torch==2.5.1+cu121 --hash=sha256:" + "b" * 64 + " --hash=sha256:" + "c" * 64]
+
+
+# --- the cases known up front: one run for validate.yml, one for preflight.yml's checks ----------------------------
+
+for _host in FAKE_FACTS:
+    VALIDATE.declare(_host)
+for _release in RELEASES:
+    VALIDATE.declare(pytorch_release=_release, pytorch_variant="cpu")
+for _release in CU121_RELEASES:
+    VALIDATE.declare(pytorch_release=_release)
+for _settings in [{"cuda_release": "12.1"}, {"cuda_release": "11.8"}, INTERNAL_MIRROR, TORCH_ONLY, EVERY_PROBLEM,
+                  {"pytorch_variant": "cpu", "pytorch_cuda_release": "11.8"},
+                  {"pytorch_wheelhouse_url": "http://mirror/wheels/", "pytorch_require_hashes_offline": False},
+                  *(overrides for overrides, _ in BAD_INPUT)]:
+    VALIDATE.declare(**_settings)
+VALIDATE.declare("debian12", **LAB_SOURCE)
+WITH_INSTALL.declare("ubuntu2204")
+PREFLIGHT_CASES = [
+    {"host": "ubuntu2204", "python": "3.11", "pages": PYTORCH_PAGES},
+    {"host": "ubuntu2004", "python": "3.8", "pages": PYTORCH_PAGES},
+    {"host": "ubuntu2204", "python": "3.11", "pages": CPU_ONLY_PAGES},
+    {"host": "debian12", "python": "3.11", "pages": [LAB_WHEELHOUSE_PAGE], **LAB_SOURCE},
+    {"host": "debian12", "python": "3.12", "pages": [LAB_WHEELHOUSE_PAGE], **LAB_SOURCE},
+    {"source": UNREACHABLE},
+    {"pages": PYTORCH_PAGES, "free_kb": 4194304},
+]

@@ -1,0 +1,431 @@
+"""Run a role's validation for real: ansible-core's PlaybookExecutor, in this process, on fake hosts.
+
+The unit tests ask what a role resolves and what it refuses for a host and a
+set of settings. Instead of re-evaluating the role's expressions by hand, they
+run a real playbook with ansible-core's own executor (variable precedence,
+task order, ``when``, ``vars``, loops, ``include_role``, ``include_vars``,
+lookups and filters all Ansible's own), in this pytest process (about 0.5 s a
+run plus about 0.2 s a host):
+
+* one inventory host per case: its settings are inventory host variables (the
+  precedence of a user's group_vars/host_vars), its facts are put in the fact
+  cache before the run (as ``setup`` would leave them; ``gather_facts`` is
+  off), and it may belong to inventory groups;
+* every fake host uses the connection ``gpufleet_no_host``
+  (tests/unit/role_run_plugins): a task that would run a module or a command
+  on a host fails instead of running on this machine, so only controller-side
+  tasks (set_fact, fail, assert, debug, include_vars, include_role, lookups)
+  can pass;
+* the play runs the given tasks (typically ``include_role`` of
+  ``gpufleet.fleet.<role>`` with ``tasks_from: validate`` and ``public: true``)
+  inside a block whose rescue records the task that stopped the host and its
+  message; afterwards, ``capture`` tasks may template more expressions in the
+  same play (the role's defaults and vars are visible there through
+  ``public: true``), for example a role template through the
+  ``ansible.builtin.template`` lookup;
+* the outcome of each host is read back from the variable manager: every
+  variable set_fact set on it, the captured values, and the stop.
+
+``PlaybookCLI.parse()`` and its ``_play_prereqs()`` run once per process (the
+vault secrets context can be initialised only once); each run gets a new
+inventory and variable manager, with an in-memory fact cache (the clone's
+ansible.cfg keeps facts in .cache/facts, which the fake hosts must not reach).
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import os
+import signal
+import tempfile
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+ROLES_DIR = REPO_ROOT / "roles"
+COLLECTION = "gpufleet.fleet"
+CONNECTION = "gpufleet_no_host"
+_PLUGINS = Path(__file__).resolve().parent / "role_run_plugins"
+# The actions whose failure is a role's refusal (anything else that fails is an error of the run).
+_STOP_ACTIONS = {"fail", "ansible.builtin.fail", "assert", "ansible.builtin.assert"}
+
+os.environ.setdefault("ANSIBLE_CONFIG", str(REPO_ROOT / "ansible.cfg"))
+
+
+@functools.cache
+def init_plugin_loader() -> None:
+    """The collection loader, as ansible-playbook starts it, once per process (conftest.py calls it first).
+
+    The clone is the collection gpufleet.fleet through the link `make venv`
+    makes (.ansible/collections), searched first whatever ansible.cfg says.
+    """
+    from ansible import constants as C
+    from ansible.plugins.loader import connection_loader
+    from ansible.plugins.loader import init_plugin_loader as init
+
+    init([str(REPO_ROOT / ".ansible" / "collections"), *C.COLLECTIONS_PATHS])
+    connection_loader.add_directory(str(_PLUGINS / "connection"))
+
+
+@functools.cache
+def _ansible() -> Any:
+    """ansible-playbook's set-up, once per process: plugin loaders, CLI arguments, the data loader."""
+    from ansible.cli.playbook import PlaybookCLI
+
+    init_plugin_loader()
+    cli = PlaybookCLI(["ansible-playbook", "--inventory", "localhost,", "--forks", "8", str(REPO_ROOT / "site.yml")])
+    cli.parse()
+    loader, _inventory, _variables = cli._play_prereqs()
+    _load_plugins_before_forking(loader)
+    return loader
+
+
+def _load_plugins_before_forking(loader: Any) -> None:
+    """Load the plugins every run uses here, once: each worker is forked from this process and would load them again."""
+    from ansible.plugins.loader import action_loader, connection_loader, filter_loader, lookup_loader, test_loader
+    from ansible.template import Templar, trust_as_template
+
+    for name in ("set_fact", "fail", "assert", "debug", "include_vars"):
+        action_loader.get(f"ansible.builtin.{name}", class_only=True)
+    for name in ("ansible.builtin.first_found", "ansible.builtin.template", "ansible.builtin.file", "ansible.builtin.vars",
+                 f"{COLLECTION}.stack"):
+        lookup_loader.get(name)
+    connection_loader.get(CONNECTION, class_only=True)
+    list(filter_loader.all(class_only=True))
+    list(test_loader.all(class_only=True))
+    Templar(loader=loader).template(trust_as_template(
+        "{{ [1] | map('string') | %s.as_list | select('match', '1') | list }}{{ 'http://x' is %s.http_url }}"
+        % (COLLECTION, COLLECTION)))
+
+
+@dataclass(frozen=True)
+class Host:
+    """One fake host: a case of a test."""
+
+    name: str
+    facts: Mapping[str, Any]
+    vars: Mapping[str, Any] = field(default_factory=dict)
+    groups: tuple[str, ...] = ()
+
+
+class RunError(AssertionError):
+    """The run itself went wrong for a host (not a refusal by the role): a test that reads it fails."""
+
+
+@dataclass
+class Outcome:
+    """What the run left on one host."""
+
+    host: str
+    # Every variable set_fact set on the host (plain Python values).
+    facts: dict[str, Any]
+    # Values of the capture tasks, by the names given to capture().
+    captured: dict[str, Any]
+    # The task that stopped the host inside the block: {"task", "action", "msg"}, or None.
+    stop: dict[str, Any] | None
+    # Failures the rescue did not catch (a capture that could not be templated, ...).
+    errors: list[str]
+
+    def _check(self) -> None:
+        if self.errors:
+            raise RunError(f"the run failed on {self.host}: " + "; ".join(self.errors))
+        if self.stop is not None and self.stop["action"] not in _STOP_ACTIONS:
+            raise RunError(f"{self.host} stopped with an error, not a refusal, in task {self.stop['task']!r} "
+                           f"({self.stop['action']}): {self.stop['msg']}")
+
+    @property
+    def failure(self) -> str | None:
+        """The message of the fail (or assert) task that stopped the host, stripped; None when none did."""
+        self._check()
+        return None if self.stop is None else str(self.stop["msg"]).strip()
+
+    @property
+    def failed_task(self) -> str | None:
+        """The name of the task that stopped the host."""
+        self._check()
+        return None if self.stop is None else self.stop["task"]
+
+    def __getitem__(self, name: str) -> Any:
+        """A captured value, else a variable set_fact set on the host (e.g. cfg['__pytorch_index_url'])."""
+        self._check()
+        if name in self.captured:
+            return self.captured[name]
+        if name in self.facts:
+            return self.facts[name]
+        raise KeyError(f"{name} was neither set by set_fact on {self.host} nor captured "
+                       f"(stopped: {self.failure!r}; capture it with role_run.capture())")
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.captured or name in self.facts
+
+
+def plain(value: Any) -> Any:
+    """Ansible's (tagged) values as plain Python values: dict, list, str, int, float, bool, None."""
+    if isinstance(value, Mapping):
+        return {str(key): plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(item) for item in value]
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, str):
+        return str(value)
+    return value
+
+
+# --------------------------------------------------------------------------- tasks
+
+
+def include_role(role: str, tasks_from: str = "validate", *, public: bool = True, skip_apt_source: bool = False,
+                 **keywords: Any) -> dict:
+    """An ``include_role`` task of gpufleet.fleet.<role> (its task file ``tasks_from``).
+
+    ``public``: the role's defaults and vars stay visible to the tasks after
+    it (capture tasks). ``skip_apt_source``: the file's own includes of
+    roles/apt_source (its trial and configuration, which run apt on the host)
+    are skipped, every other task of the file runs: ``apply`` adds the
+    condition ``apt_source_caller is not defined`` to each included task, and
+    only those includes set apt_source_caller (their ``vars``; checked here).
+    """
+    include: dict[str, Any] = {"name": f"{COLLECTION}.{role}", "tasks_from": tasks_from, "public": public}
+    if skip_apt_source:
+        _check_apt_source_includes(role, tasks_from)
+        include["apply"] = {"when": "apt_source_caller is not defined"}
+    return {"name": f"Include {role} {tasks_from}", "ansible.builtin.include_role": include, **keywords}
+
+
+def _tasks(node: Any) -> Iterable[dict]:
+    for task in node or []:
+        if isinstance(task, dict):
+            yield task
+            for key in ("block", "rescue", "always"):
+                yield from _tasks(task.get(key))
+
+
+def _check_apt_source_includes(role: str, tasks_from: str) -> None:
+    """Only the includes of apt_source in roles/<role>/tasks/<tasks_from>.yml name apt_source_caller."""
+    path = ROLES_DIR / role / "tasks" / f"{tasks_from}.yml"
+    for task in _tasks(yaml.safe_load(path.read_text())):
+        include = task.get("ansible.builtin.include_role") or task.get("ansible.builtin.import_role")
+        is_apt_source = isinstance(include, dict) and include.get("name") == "apt_source"
+        names = "apt_source_caller" in (task.get("vars") or {})
+        assert is_apt_source == names, f"{path}: task {task.get('name')!r}: skip_apt_source cannot tell it apart"
+        assert "apt_source_caller" not in str({k: v for k, v in task.items() if k != "vars"}), path
+
+
+def capture(values: Mapping[str, Any], *, vars: Mapping[str, Any] | None = None, name: str = "Capture") -> dict:
+    """A task that templates ``values`` ({name: expression or structure}) on each host, after the block.
+
+    ``vars``: task variables for the expressions (e.g. the ``vars`` of a role
+    task whose arguments are captured).
+    """
+    task: dict[str, Any] = {"name": name, "ansible.builtin.set_fact": {"__role_run_capture": dict(values)}}
+    if vars:
+        task["vars"] = dict(vars)
+    return task
+
+
+def names(*variables: str) -> dict[str, str]:
+    """capture() values for variables under their own names."""
+    return {variable: "{{ %s }}" % variable for variable in variables}
+
+
+def role_task(role: str, task_file: str, name_contains: str) -> dict:
+    """A copy of the task of roles/<role>/tasks/<task_file> whose name contains ``name_contains`` (blocks searched).
+
+    For a task that cannot run in the role's own file here (it follows a host
+    probe there): the harness play runs this copy, with the probe's registered
+    result given as a host variable. The copy's ``vars`` and ``when`` are the
+    role's; role-relative paths do not resolve in the play.
+    """
+    path = ROLES_DIR / role / "tasks" / task_file
+    found = [task for task in _tasks(yaml.safe_load(path.read_text())) if name_contains in str(task.get("name", ""))]
+    assert len(found) == 1, f"{len(found)} tasks of {path} have a name containing {name_contains!r}"
+    return copy.deepcopy(found[0])
+
+
+def template(role: str, template_name: str) -> str:
+    """An expression rendering roles/<role>/templates/<template_name> with the variables of the task it is in.
+
+    The ``ansible.builtin.template`` lookup renders as the template action
+    does (trim_blocks on, lstrip_blocks off, "\\n" newlines, backslashes not
+    escaped, ansible_managed and template_* variables set).
+    """
+    path = ROLES_DIR / role / "templates" / template_name
+    assert path.is_file(), path
+    return "{{ lookup('ansible.builtin.template', %r) }}" % str(path)
+
+
+# --------------------------------------------------------------------------- the run
+
+
+def _callback() -> Any:
+    from ansible.plugins.callback import CallbackBase
+
+    class Collector(CallbackBase):
+        """Prints nothing; keeps every failure and unreachable host that no rescue handled."""
+
+        CALLBACK_VERSION = 2.0
+        CALLBACK_TYPE = "stdout"
+        CALLBACK_NAME = "gpufleet_role_run"
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.failures: dict[str, list[tuple[str, str]]] = {}
+
+        def _record(self, result: Any, what: str) -> None:
+            msg = result._result.get("msg") or result._result.get("reason") or str(result._result)
+            self.failures.setdefault(result._host.get_name(), []).append((result._task.name, f"{what} in task {result._task.get_name()!r}: {msg}"))
+
+        def v2_runner_on_failed(self, result: Any, ignore_errors: bool = False) -> None:
+            self._record(result, "failed")
+
+        def v2_runner_on_unreachable(self, result: Any) -> None:
+            self._record(result, "unreachable")
+
+    collector = Collector()
+    collector._init_callback_methods()
+    collector.set_options()
+    return collector
+
+
+def _in_fresh_thread(function: Any) -> Any:
+    """function() in a new thread, its exception re-raised here.
+
+    The executor forks a worker per host and task from the calling thread. In
+    pytest that thread is deep in pytest's frames, and CPython 3.11 then maps
+    and unmaps a 16 KiB frame-stack chunk over and over in every worker (its
+    hot calls straddle a chunk's end): twice the system time. A new thread
+    starts with an empty frame stack, as ansible-playbook's main thread does.
+    """
+    outcome: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            outcome["value"] = function()
+        except BaseException as error:  # noqa: BLE001 - re-raised in the caller
+            outcome["error"] = error
+
+    thread = threading.Thread(target=target, name="gpufleet-role-run")
+    thread.start()
+    thread.join()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome.get("value")
+
+
+def run(hosts: Iterable[Host], tasks: list[dict], after: list[dict] | None = None) -> dict[str, Outcome]:
+    """Run ``tasks`` (in a block with a rescue) and then ``after`` on every host; {host name: Outcome}."""
+    from ansible.executor.playbook_executor import PlaybookExecutor
+    from ansible.inventory.manager import InventoryManager
+    from ansible.plugins.loader import cache_loader
+    from ansible.vars.manager import VariableManager
+
+    loader = _ansible()
+    hosts = list(hosts)
+    assert len({h.name for h in hosts}) == len(hosts), "host names repeat"
+    inventory_data: dict[str, Any] = {"all": {"hosts": {}, "children": {}}}
+    for host in hosts:
+        inventory_data["all"]["hosts"][host.name] = {"ansible_connection": CONNECTION, **host.vars}
+        for group in host.groups:
+            inventory_data["all"]["children"].setdefault(group, {"hosts": {}})["hosts"][host.name] = None
+    after = list(after or [])
+    plays = [{
+        "name": "gpufleet unit test",
+        "hosts": "all",
+        "gather_facts": False,
+        "tasks": [
+            {"name": "Run the role", "block": tasks, "rescue": [{
+                "name": "Record the task that stopped the host",
+                "ansible.builtin.set_fact": {"__role_run_stop": {
+                    "task": "{{ ansible_failed_task.name }}", "action": "{{ ansible_failed_task.action }}",
+                    "msg": "{{ ansible_failed_result.msg | default(ansible_failed_result) }}"}},
+            }]},
+            *([{"name": "Capture", "when": "__role_run_stop is not defined",
+                "block": [dict(task, **{"ansible.builtin.set_fact": {f"__role_run_capture_{n}":
+                                                                       task["ansible.builtin.set_fact"]["__role_run_capture"]}})
+                          for n, task in enumerate(after)]}] if after else []),
+        ],
+    }]
+    with tempfile.TemporaryDirectory(prefix="gpufleet-role-run-") as tmp:
+        inventory_file = Path(tmp) / "inventory.yml"
+        inventory_file.write_text(yaml.safe_dump(inventory_data, sort_keys=False))
+        playbook = Path(tmp) / "play.yml"
+        playbook.write_text(yaml.safe_dump(plays, sort_keys=False))
+        inventory = InventoryManager(loader=loader, sources=[str(inventory_file)])
+        variables = VariableManager(loader=loader, inventory=inventory)
+        variables._fact_cache = cache_loader.get("memory")
+        for host in hosts:
+            variables.set_host_facts(host.name, dict(host.facts))
+        # The task queue manager takes SIGINT and SIGTERM: pytest's handlers are put back after the run.
+        handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            executor = PlaybookExecutor(playbooks=[str(playbook)], inventory=inventory, variable_manager=variables,
+                                        loader=loader, passwords={})
+            collector = _callback()
+            # The collector alone (no stdout callback, none of ansible.cfg's callbacks_enabled).
+            executor._tqm._callback_plugins = [collector]
+            _in_fresh_thread(executor.run)
+        finally:
+            for signum, handler in handlers.items():
+                signal.signal(signum, handler)
+        outcomes = {}
+        for host in hosts:
+            facts = plain(variables._nonpersistent_fact_cache.get(host.name, {}))
+            captured: dict[str, Any] = {}
+            for n in range(len(after)):
+                captured.update(facts.pop(f"__role_run_capture_{n}", {}))
+            stop = facts.pop("__role_run_stop", None)
+            # The failure the rescue recorded is the stop; any other is an error of the run.
+            errors = [text for task, text in collector.failures.get(host.name, []) if stop is None or task != stop["task"]]
+            outcomes[host.name] = Outcome(host=host.name, facts=facts, captured=captured, stop=stop, errors=errors)
+    return outcomes
+
+
+class Batch:
+    """Cases of one kind of run (the same tasks on every host), run together the first time one is read.
+
+    ``declare`` the cases a module knows up front; ``get`` returns one case's
+    Outcome, running every declared case not run yet in one run with it (one
+    fake host each). A case is a facts key of ``facts`` (or facts given as a
+    mapping) and the host's settings.
+    """
+
+    def __init__(self, facts: Mapping[str, Mapping[str, Any]], tasks: list[dict], after: list[dict] | None = None) -> None:
+        self._facts = facts
+        self._tasks = tasks
+        self._after = after or []
+        self._pending: dict[str, Host] = {}
+        self._done: dict[str, Outcome] = {}
+        self._count = 0
+
+    @staticmethod
+    def _key(facts: Any, settings: Mapping[str, Any]) -> str:
+        return repr((facts if isinstance(facts, str) else sorted(facts.items()), sorted(settings.items())))
+
+    def declare(self, facts: str | Mapping[str, Any] = "ubuntu2204", **settings: Any) -> None:
+        key = self._key(facts, settings)
+        if key in self._done or key in self._pending:
+            return
+        self._count += 1
+        label = facts if isinstance(facts, str) else f"{facts['distribution']}{facts.get('distribution_major_version', '')}".lower()
+        self._pending[key] = Host(name=f"{label}-{self._count}", facts=self._facts[facts] if isinstance(facts, str) else facts,
+                                  vars=settings)
+
+    def get(self, facts: str | Mapping[str, Any] = "ubuntu2204", **settings: Any) -> Outcome:
+        key = self._key(facts, settings)
+        if key not in self._done:
+            self.declare(facts, **settings)
+            pending, self._pending = self._pending, {}
+            outcomes = run(pending.values(), self._tasks, self._after)
+            self._done.update({k: outcomes[host.name] for k, host in pending.items()})
+        return self._done[key]
