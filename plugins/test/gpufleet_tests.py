@@ -19,7 +19,14 @@ from collections.abc import Mapping
 from typing import Any
 
 # What apt, pip, curl and get_url say when the other end does not answer.
-FETCH_FAILURE = re.compile(r"(?i)fetch|connect|resolv|timed out|refused")
+# Phrases of apt, get_url, uri, pip and curl when a source does not answer.
+# Whole phrases, not stems: "Error while resolving value for ..." (a template
+# error) must not pass for a name that did not resolve.
+FETCH_FAILURE = re.compile(
+    r"(?i)(failed|unable) to fetch|could not fetch|fetch failed"
+    r"|(failed|unable) to connect|(could not|cannot) connect|connection (refused|reset|timed out|aborted)"
+    r"|temporary failure (in name )?resolv|could not resolve|name or service not known|name resolution"
+    r"|no route to host|network is unreachable|timed out|refused")
 HTTP_URL = re.compile(r"^https?://[A-Za-z0-9.-]+(:[0-9]+)?(/[^\s{}]*)?$")
 
 

@@ -33,6 +33,10 @@ MATRIX = stack.load_matrix()
     {"failed": True, "stderr": "curl: (7) Failed to connect to mirror port 80: Connection refused"},
     {"failed": True, "msg": "Temporary failure resolving 'mirror.gpufleet.lab'"},
     {"failed": True, "msg": "Request failed: <urlopen error timed out>"},
+    {"failed": True, "msg": "Status code was -1: Request failed: <urlopen error [Errno -2] Name or service not known>"},
+    {"failed": True, "stderr": "ERROR: Could not install packages due to an OSError: HTTPConnectionPool(host='mirror', port=80): "
+                               "Max retries exceeded (Caused by NewConnectionError: Failed to establish a new connection: "
+                               "[Errno 111] Connection refused)"},
     {"failed": True, "msg": "One or more items failed", "results": [{"msg": "ok"}, {"msg": "Could not fetch index"}]},
 ])
 def test_fetch_failure_holds_for_a_source_that_did_not_answer(result):
@@ -43,6 +47,9 @@ def test_fetch_failure_holds_for_a_source_that_did_not_answer(result):
     {"failed": False, "msg": "Failed to fetch (but the task succeeded)"},
     {"failed": True, "msg": "No package matching 'nvidia-driver-999' is available"},
     {"failed": True, "stderr": "E: Unable to correct problems, you have held broken packages."},
+    # A template error is not a source that did not answer.
+    {"failed": True, "msg": "Task failed: Finalization of task args for 'ansible.builtin.set_fact' failed: "
+                            "Error while resolving value for 'pytorch_report': 'NoneType' object has no attribute 'group'"},
     {},
     None,
     "Failed to fetch",
