@@ -69,6 +69,7 @@ class CallbackModule(CallbackBase):
         self.started: list[str] = []
         self.hosts: dict[str, set[str]] = {}  # play -> hosts with a result
         self.stopped: dict[str, dict[str, tuple[str, str, str]]] = {}  # play -> host -> (kind, task, message)
+        self.rescued: dict[str, dict[str, list[str]]] = {}  # play -> host -> messages of failures it went on from
         self._play = ""
 
     # --- events -------------------------------------------------------------
@@ -88,8 +89,13 @@ class CallbackModule(CallbackBase):
         return host
 
     def _ran(self, result, *args, **kwargs):
-        # A host that goes on after a failure was rescued (or ignored it).
-        self.stopped.get(self._play, {}).pop(self._seen(result), None)
+        # A host that goes on after a failure was rescued: the failure is a
+        # reason, shown if the host stops later in the play (play 1 rescues
+        # each role's rejection and then stops the host once).
+        host = self._seen(result)
+        stopped = self.stopped.get(self._play, {}).pop(host, None)
+        if stopped:
+            self.rescued.setdefault(self._play, {}).setdefault(host, []).append(stopped[2])
 
     v2_runner_on_ok = _ran
     v2_runner_on_skipped = _ran
@@ -129,6 +135,7 @@ class CallbackModule(CallbackBase):
                 if (host, message) not in reported:
                     reported.add((host, message))
                     lines.append(f"{kind}: {host} ({task}): {message}")
+                    lines += [f"  because: {reason}" for reason in self.rescued.get(play, {}).get(host, [])]
         for kind, path in sorted((custom.get("gpufleet_reports") or {}).items()):
             verdict = verdict_of(kind, path)
             lines.append(f"report {kind}: {path}" + (f" (verdict: {verdict})" if verdict else ""))

@@ -105,6 +105,10 @@ def test_summary_names_plays_failed_hosts_and_reports(tmp_path):
     plugin.v2_runner_on_ok(_result("gpu-01", "Collect the rejection"))  # rescued: not a stop
     for host in ("gpu-01", "gpu-02", "gpu-03"):
         plugin.v2_runner_on_ok(_result(host, "Probe"))
+    # A rescued failure is the reason of a later stop in the same play.
+    plugin.v2_runner_on_failed(_result("gpu-05", "Apply the argument spec", msg="cuda_release '11.0' is unknown"))
+    plugin.v2_runner_on_ok(_result("gpu-05", "Remember the role"))
+    plugin.v2_runner_on_failed(_result("gpu-05", "Stop a host", msg="settings of cuda rejected"))
     plugin.v2_playbook_on_play_start(_play("Install"))
     plugin.v2_runner_on_ok(_result("gpu-01"))
     plugin.v2_runner_on_failed(_result("gpu-02", msg="the package source http://mirror did not answer\nmore"))
@@ -115,10 +119,12 @@ def test_summary_names_plays_failed_hosts_and_reports(tmp_path):
     lines = plugin.summary_lines({"gpufleet_reports": {"verify": str(tmp_path / "fleet-report.md")}})
     assert lines[1] == "GPUFLEET SUMMARY"
     assert lines[2:] == [
-        "Check: 3 ok",
+        "Check: 3 ok, 1 failed",
         "Install: 2 ok, 1 failed, 1 unreachable",
         "Verify: 1 ok",
         "Smoke: not run (no host left, or the run stopped before it)",
+        "failed: gpu-05 (Stop a host): settings of cuda rejected",
+        "  because: cuda_release '11.0' is unknown",
         "failed: gpu-02 (Install the NVIDIA driver packages): the package source http://mirror did not answer",
         "unreachable: gpu-03 (Gathering Facts): ssh: connect to host gpu-03 port 22",
         f"report verify: {tmp_path / 'fleet-report.md'} (verdict: fail)",
