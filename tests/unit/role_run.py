@@ -203,6 +203,16 @@ def include_role(role: str, tasks_from: str = "validate", *, public: bool = True
     return {"name": f"Include {role} {tasks_from}", "ansible.builtin.include_role": include, **keywords}
 
 
+def expose(role: str, tasks_from: str) -> dict:
+    """An ``include_role`` of gpufleet.fleet.<role> that runs none of its tasks (``apply: when: false``, the
+    argument spec check included) but leaves its defaults and vars visible to the tasks after it (``public``).
+
+    Each skipped task still costs a worker process per host: name a short task file.
+    """
+    return {"name": f"Expose the variables of {role}", "ansible.builtin.include_role": {
+        "name": f"{COLLECTION}.{role}", "tasks_from": tasks_from, "public": True, "apply": {"when": False}}}
+
+
 def _tasks(node: Any) -> Iterable[dict]:
     for task in node or []:
         if isinstance(task, dict):
@@ -253,6 +263,42 @@ def role_task(role: str, task_file: str, name_contains: str) -> dict:
     return copy.deepcopy(found[0])
 
 
+def apt_source_include(role: str, task_file: str, entry_point: str = "main") -> dict:
+    """A copy of the one include of roles/apt_source's ``entry_point`` in roles/<role>/tasks/<task_file>."""
+    path = ROLES_DIR / role / "tasks" / task_file
+    found = [task for task in _tasks(yaml.safe_load(path.read_text()))
+             if (task.get("ansible.builtin.include_role") or {}).get("name") == "apt_source"
+             and (task.get("ansible.builtin.include_role") or {}).get("tasks_from", "main") == entry_point]
+    assert len(found) == 1, f"{len(found)} includes of apt_source {entry_point} in {path}"
+    return copy.deepcopy(found[0])
+
+
+def apt_source_capture(role: str, task_file: str, entry_point: str, prefix: str, also: Mapping[str, Any] | None = None) -> dict:
+    """A capture of what roles/<role>/tasks/<task_file> gives apt_source's ``entry_point`` and what apt_source writes.
+
+    Captured, templated with the include's ``vars`` as task variables (after
+    ``expose("apt_source")``, for apt_source's defaults and vars):
+    ``<prefix>inputs`` (each input of the include), ``<prefix>source`` (the
+    deb822 source, as entry point main writes it and the trial compares it)
+    and, for main, ``<prefix>pins``: [{name, text}] of the pins main writes,
+    selected by the loop of its own template task. ``also``: more values
+    to capture in the same task (one task less per host).
+    """
+    include = apt_source_include(role, task_file, entry_point)
+    assert not set(also or {}) & set(include["vars"]), "also's names would see the include's vars"
+    values: dict[str, Any] = {**(also or {}), f"{prefix}inputs": names(*include["vars"]), f"{prefix}source": template("apt_source", "source.sources.j2")}
+    if entry_point == "main":
+        pin_task = role_task("apt_source", "main.yml", "Pin the packages")
+        loop_var = pin_task["loop_control"]["loop_var"]
+        selected = pin_task["loop"].strip()
+        assert selected.startswith("{{") and selected.endswith("}}") and "{{" not in selected[2:-2], selected
+        values[f"{prefix}pins"] = (
+            "{%% set out = [] %%}{%% for %(var)s in (%(loop)s) %%}{%% set _ = out.append({'name': %(var)s.name, 'text': "
+            "lookup('ansible.builtin.template', %(src)r, template_vars={%(var)r: %(var)s})}) %%}{%% endfor %%}{{ out }}"
+            % {"var": loop_var, "loop": " ".join(selected[2:-2].split()), "src": str(ROLES_DIR / "apt_source" / "templates" / pin_task["ansible.builtin.template"]["src"])})
+    return capture(values, vars=include["vars"], name=f"Capture what {role} gives apt_source {entry_point}")
+
+
 def template(role: str, template_name: str) -> str:
     """An expression rendering roles/<role>/templates/<template_name> with the variables of the task it is in.
 
@@ -263,6 +309,13 @@ def template(role: str, template_name: str) -> str:
     path = ROLES_DIR / role / "templates" / template_name
     assert path.is_file(), path
     return "{{ lookup('ansible.builtin.template', %r) }}" % str(path)
+
+
+def ansible_managed() -> str:
+    """The ``ansible_managed`` text the template action and lookup put in a rendered file (ansible.cfg's, or Ansible's)."""
+    from ansible import constants as C
+
+    return C.config.get_config_value("DEFAULT_MANAGED_STR")
 
 
 # --------------------------------------------------------------------------- the run
@@ -338,7 +391,10 @@ def run(hosts: Iterable[Host], tasks: list[dict], after: list[dict] | None = Non
         inventory_data["all"]["hosts"][host.name] = {"ansible_connection": CONNECTION, **host.vars}
         for group in host.groups:
             inventory_data["all"]["children"].setdefault(group, {"hosts": {}})["hosts"][host.name] = None
-    after = list(after or [])
+    # Each capture task sets its own fact, __role_run_capture_<n>.
+    after = [dict(task, **{"ansible.builtin.set_fact": {f"__role_run_capture_{n}": task["ansible.builtin.set_fact"]["__role_run_capture"]}})
+             if "__role_run_capture" in (task.get("ansible.builtin.set_fact") or {}) else task
+             for n, task in enumerate(after or [])]
     plays = [{
         "name": "gpufleet unit test",
         "hosts": "all",
@@ -350,10 +406,7 @@ def run(hosts: Iterable[Host], tasks: list[dict], after: list[dict] | None = Non
                     "task": "{{ ansible_failed_task.name }}", "action": "{{ ansible_failed_task.action }}",
                     "msg": "{{ ansible_failed_result.msg | default(ansible_failed_result) }}"}},
             }]},
-            *([{"name": "Capture", "when": "__role_run_stop is not defined",
-                "block": [dict(task, **{"ansible.builtin.set_fact": {f"__role_run_capture_{n}":
-                                                                       task["ansible.builtin.set_fact"]["__role_run_capture"]}})
-                          for n, task in enumerate(after)]}] if after else []),
+            *([{"name": "Capture", "when": "__role_run_stop is not defined", "block": after}] if after else []),
         ],
     }]
     with tempfile.TemporaryDirectory(prefix="gpufleet-role-run-") as tmp:
@@ -383,7 +436,7 @@ def run(hosts: Iterable[Host], tasks: list[dict], after: list[dict] | None = Non
             facts = plain(variables._nonpersistent_fact_cache.get(host.name, {}))
             captured: dict[str, Any] = {}
             for n in range(len(after)):
-                captured.update(facts.pop(f"__role_run_capture_{n}", {}))
+                captured.update(facts.pop(f"__role_run_capture_{n}", None) or {})
             stop = facts.pop("__role_run_stop", None)
             # The failure the rescue recorded is the stop; any other is an error of the run.
             errors = [text for task, text in collector.failures.get(host.name, []) if stop is None or task != stop["task"]]

@@ -1,8 +1,10 @@
 """What roles/nvidia_driver configures on Ubuntu 20.04, Ubuntu 22.04 and Debian 12, checked against the real archives.
 
-No host is involved: the ``driver`` fixture (conftest.py) evaluates the
-role's own set_fact expressions with fake facts and renders its templates
-with ansible-core's templating. The expected values are the layouts that
+No host is involved: the ``driver`` fixture (conftest.py) runs the role's
+validate.yml and preflight.yml for real on fake hosts (ansible-core's
+executor, fake facts, the settings as inventory variables) and renders its
+templates, and those of roles/apt_source for the inputs the role gives it,
+in the same play. The expected values are the layouts that
 Canonical, Debian and NVIDIA actually publish for the 535 branch
 (535.261.03): repository URLs and keyrings, package names and version
 strings. Where apt is installed (any Debian/Ubuntu controller), the rendered
@@ -19,8 +21,7 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 
 import pytest
-from test_apt_source import apt_source_inputs
-from test_apt_source import render as render_apt_source
+from conftest import FAKE_FACTS, declare_driver
 
 VERSION = "535.261.03"
 CUDA_REPOS = "https://developer.download.nvidia.com/compute/cuda/repos"
@@ -219,22 +220,27 @@ def parse_deb822(text: str) -> list[dict[str, str]]:
     return stanzas
 
 
-def driver_inputs(cfg, task_file: str = "repository.yml", entry_point: str = "main") -> dict:
-    """What the role gives roles/apt_source (the include's vars in tasks/<task_file>), templated for this host."""
-    return apt_source_inputs("nvidia_driver", task_file, entry_point, cfg.variables)
+def driver_inputs(cfg, entry_point: str = "main") -> dict:
+    """What the role gives roles/apt_source's entry point (repository.yml's include of main, preflight.yml's of the
+    trial), templated on the host."""
+    return cfg[f"{entry_point}_inputs"]
 
 
 def source_text(cfg) -> str:
     """The driver's source as roles/apt_source writes it for the inputs repository.yml gives."""
-    return render_apt_source("source.sources.j2", driver_inputs(cfg))
+    return cfg["main_source"]
 
 
-def pin_text(cfg, build: str = "") -> str:
-    """The driver's pin as roles/apt_source writes it; ``build``: the version string the trial found in the repository."""
-    inputs = driver_inputs(cfg)
-    (pin,) = inputs["apt_source_pins"]
-    assert pin["build"] == ""  # no trial ran for this fake host
-    return render_apt_source("pin.pref.j2", inputs, __apt_source_pin={**pin, "build": build})
+def pin_text(cfg) -> str:
+    """The driver's pin as roles/apt_source writes it (with the build of apt_source_trial, when the case gives one)."""
+    (pin,) = cfg["main_pins"]
+    assert pin["name"] == "nvidia-driver"
+    return pin["text"]
+
+
+def trial_found(build: str) -> dict:
+    """apt_source_trial as the driver's trial publishes it when the repository builds the release as ``build``."""
+    return {"apt_source_trial": {"name": "nvidia-driver", "build": build}}
 
 
 def sources_stanza(cfg) -> dict[str, str]:
@@ -245,7 +251,8 @@ def sources_stanza(cfg) -> dict[str, str]:
 
 
 def pin_stanza(cfg) -> dict[str, str]:
-    """The one stanza of the driver's rendered pin (no build known: the version pattern alone)."""
+    """The one stanza of the driver's rendered pin (no trial ran: no build known, the version pattern alone)."""
+    assert driver_inputs(cfg)["apt_source_pins"][0]["build"] == ""
     stanzas = parse_deb822(pin_text(cfg))
     assert len(stanzas) == 1
     return stanzas[0]
@@ -297,16 +304,15 @@ def test_source_of_another_os_is_rejected_before_any_change(driver):
     """nvidia_driver_source=ubuntu on Debian stops in validate.yml with a message that names the valid sources."""
     cfg = driver("debian12", "ubuntu")
     assert cfg.failure is not None
-    name, message = cfg.failure
-    assert "nothing has been changed" in name
-    assert "nvidia_driver_source 'ubuntu' does not exist on Debian (choose one of debian_nonfree, nvidia)" in message
+    assert "nothing has been changed" in cfg.failed_task
+    assert "nvidia_driver_source 'ubuntu' does not exist on Debian (choose one of debian_nonfree, nvidia)" in cfg.failure
 
 
 def test_version_of_another_branch_is_rejected(driver):
     """nvidia_driver_version must be a release of nvidia_driver_branch."""
     cfg = driver("ubuntu2204", "ubuntu", nvidia_driver_version="550.127.05")
     assert cfg.failure is not None
-    assert "nvidia_driver_version '550.127.05' is not a release of branch 535" in cfg.failure[1]
+    assert "nvidia_driver_version '550.127.05' is not a release of branch 535" in cfg.failure
 
 
 def test_explicit_version_is_used(driver):
@@ -396,7 +402,7 @@ def test_canonical_packages(driver, host):
     """Canonical's -server packages: headless + utils, or nvidia-driver-535-server; the DKMS module is 'nvidia'."""
     cfg = driver(host, "ubuntu")
     assert cfg["__nvidia_driver_packages"] == ["nvidia-headless-535-server", "nvidia-utils-535-server"]
-    assert cfg["__nvidia_driver_support_packages"] == ["dkms", f"linux-headers-{cfg['ansible_facts']['kernel']}", "initramfs-tools", "kmod"]
+    assert cfg["__nvidia_driver_support_packages"] == ["dkms", f"linux-headers-{FAKE_FACTS[host]['kernel']}", "initramfs-tools", "kmod"]
     assert cfg["__nvidia_driver_version_package"] == "nvidia-utils-535-server"
     assert cfg["__nvidia_driver_dkms_module"] == "nvidia"
     assert driver(host, "ubuntu", nvidia_driver_headless=False)["__nvidia_driver_packages"] == ["nvidia-driver-535-server"]
@@ -413,7 +419,7 @@ def test_canonical_signed_modules_for_the_target_kernel(driver, host):
     assert "nvidia-headless-no-dkms-535-server" in packages
     assert "nvidia-utils-535-server" in packages
     assert not any("dkms" == p or p.startswith("linux-headers-") for p in cfg["__nvidia_driver_support_packages"])
-    assert cfg.condition("preflight.yml", "Secure Boot needs signed modules") is False
+    assert cfg.failure is None  # preflight.yml's "Secure Boot needs signed modules" did not stop it
 
 
 @pytest.mark.parametrize(("nvswitch_count", "expected"), [(None, False), (0, False), ("0", False), (4, True), ("6", True)])
@@ -427,7 +433,7 @@ def test_fabricmanager_follows_the_nvswitch_count(driver, nvswitch_count, expect
     assert cfg["nvidia_driver_fabricmanager"] is expected
     fabric = ["nvidia-fabricmanager-535", "libnvidia-nscq-535"]
     assert (cfg["__nvidia_driver_packages"][-2:] == fabric) is expected
-    assert cfg.condition("preflight.yml", "NVSwitch needs a Fabric Manager") is False
+    assert cfg.failure is None  # preflight.yml's "NVSwitch needs a Fabric Manager" did not stop it
 
 
 def test_canonical_mirror_gets_a_managed_source(driver):
@@ -464,7 +470,7 @@ def test_mirror_key_without_mirror_url_is_rejected(driver):
     """A key URL for the public repository makes no sense and stops validation."""
     cfg = driver("ubuntu2204", "ubuntu", nvidia_driver_repository_key_url="https://mirror.example.com/gpg.asc")
     assert cfg.failure is not None
-    assert "nvidia_driver_repository_key_url is set but nvidia_driver_repository_url is empty" in cfg.failure[1]
+    assert "nvidia_driver_repository_key_url is set but nvidia_driver_repository_url is empty" in cfg.failure
 
 
 def test_canonical_mirror_reads_as_the_real_index_urls(driver, tmp_path):
@@ -513,20 +519,24 @@ def test_debian_nvidia_source(driver):
     cfg = driver("debian12", "nvidia", **NVSWITCH)
     assert cfg["__nvidia_driver_dkms_module"] == "nvidia-current"
     assert cfg["__nvidia_driver_packages"][-2:] == ["nvidia-fabricmanager-535", "libnvidia-nscq-535"]
-    assert cfg.condition("preflight.yml", "NVSwitch needs a Fabric Manager") is False
+    assert cfg.failure is None  # preflight.yml's "NVSwitch needs a Fabric Manager" did not stop it
 
 
 @pytest.mark.parametrize(
-    ("overrides", "stop"),
+    ("overrides", "stop", "message"),
     [
-        (NVSWITCH, "NVSwitch needs a Fabric Manager"),
-        (SECURE_BOOT, "Secure Boot needs signed modules"),
+        (NVSWITCH, "NVSwitch needs a Fabric Manager",
+         "4 NVSwitch(es) need nvidia-fabricmanager-535, which source 'debian_nonfree' does not ship"),
+        (SECURE_BOOT, "Secure Boot needs signed modules",
+         "Secure Boot calls for signed prebuilt modules (nvidia_driver_module_source=signed) but Debian source 'debian_nonfree' has none"),
     ],
     ids=["nvswitch", "secure-boot"],
 )
-def test_debian_nonfree_stops_where_debian_ships_nothing(driver, overrides, stop):
+def test_debian_nonfree_stops_where_debian_ships_nothing(driver, overrides, stop, message):
     """Debian packages neither Fabric Manager nor signed modules: preflight.yml stops rather than install half a driver."""
-    assert driver("debian12", "debian_nonfree", **overrides).condition("preflight.yml", stop) is True
+    cfg = driver("debian12", "debian_nonfree", **overrides)
+    assert stop in cfg.failed_task
+    assert cfg.failure.startswith(f"nvidia_driver on {cfg.host}: ") and message in cfg.failure
 
 
 # --------------------------------------------------------------------------- apt preferences (the pin)
@@ -546,9 +556,9 @@ def test_pin_file(driver, host, source):
 @pytest.mark.parametrize(("host", "source"), SCENARIOS, ids=SCENARIO_IDS)
 def test_apt_accepts_the_pin_file(driver, host, source, tmp_path):
     """apt's own preferences parser reads the rendered file without error."""
-    cfg = driver(host, source)
+    cfg = driver(host, source, **trial_found(PINNED_VERSIONS[_family(host, source)][0]))
     pref = tmp_path / "gpufleet-nvidia-driver.pref"
-    pref.write_text(pin_text(cfg, build=f"{VERSION}-1"))
+    pref.write_text(pin_text(cfg))
     result = subprocess.run([_apt("apt-cache"), "policy", *_isolated_apt_options(tmp_path, preferences=pref)],
                             capture_output=True, text=True, check=False)
     assert result.returncode == 0 and "E:" not in result.stderr, result.stderr
@@ -590,7 +600,7 @@ def test_pin_with_the_repositorys_build_puts_it_first(driver, host, source):
     """Once the trial found the repository's own version string for the release, it is the 1001 record; any other
     origin's build of 535.261.03 (the pattern) comes second, at 1000."""
     build = PINNED_VERSIONS[_family(host, source)][0]
-    first, second = parse_deb822(pin_text(driver(host, source), build=build))
+    first, second = parse_deb822(pin_text(driver(host, source, **trial_found(build))))
     assert (first["Pin"], first["Pin-Priority"]) == (f"version {build}", "1001")
     assert (second["Pin"], second["Pin-Priority"]) == (f"version {VERSION}-*", "1000")
     assert first["Package"] == second["Package"]
@@ -598,13 +608,12 @@ def test_pin_with_the_repositorys_build_puts_it_first(driver, host, source):
 
 def test_the_pin_takes_the_build_the_trial_found(driver):
     """repository.yml passes apt_source_trial.build of the driver's own trial, and nothing of another source's trial."""
-    cfg = driver("debian12", "debian_nonfree")
-    trial = {"name": "nvidia-driver", "build": f"{VERSION}-1~deb12u1"}
-    (pin,) = apt_source_inputs("nvidia_driver", "repository.yml", "main", {**cfg.variables, "apt_source_trial": trial})["apt_source_pins"]
+    cfg = driver("debian12", "debian_nonfree", **trial_found(f"{VERSION}-1~deb12u1"))
+    (pin,) = driver_inputs(cfg)["apt_source_pins"]
     assert pin == {"name": "nvidia-driver", "packages": cfg["__nvidia_driver_pin_patterns"], "version": f"{VERSION}-*",
                    "build": f"{VERSION}-1~deb12u1", "present": True}
-    other = {**trial, "name": "cuda"}
-    (pin,) = apt_source_inputs("nvidia_driver", "repository.yml", "main", {**cfg.variables, "apt_source_trial": other})["apt_source_pins"]
+    other = driver("debian12", "debian_nonfree", apt_source_trial={"name": "cuda", "build": f"{VERSION}-1~deb12u1"})
+    (pin,) = driver_inputs(other)["apt_source_pins"]
     assert pin["build"] == ""
 
 
@@ -615,7 +624,7 @@ def test_the_trial_tries_the_source_repository_yml_writes(driver, host, source, 
     """preflight.yml's trial and repository.yml's configuration describe one source; the trial asks for the driver
     version in the version package, naming nvidia_driver_version."""
     cfg = driver(host, source, **overrides)
-    trial, main = driver_inputs(cfg, "preflight.yml", "trial"), driver_inputs(cfg)
+    trial, main = driver_inputs(cfg, "trial"), driver_inputs(cfg)
     shared = ["apt_source_caller", "apt_source_name", "apt_source_description", "apt_source_url", "apt_source_suites",
               "apt_source_components", "apt_source_keyring", "apt_source_key_url", "apt_source_keyring_deb_url", "apt_source_managed"]
     assert {k: trial[k] for k in shared} == {k: main[k] for k in shared}
@@ -661,7 +670,7 @@ def test_versioned_packages_canonical_example(driver):
 def test_unattended_upgrades_blacklist_is_an_apt_conf_list(driver, host, source):
     """The rendered file is one apt.conf list whose entries are the source's blacklist, each a valid regex."""
     cfg = driver(host, source)
-    entries = blacklist_entries(cfg.render("unattended-upgrades.j2"))
+    entries = blacklist_entries(cfg["unattended-upgrades.j2"])
     assert entries == cfg["__nvidia_driver_upgrade_blacklist"]
     for entry in entries:
         re.compile(entry)
@@ -671,7 +680,7 @@ def test_unattended_upgrades_blacklist_is_an_apt_conf_list(driver, host, source)
 def test_apt_reads_the_unattended_upgrades_blacklist(driver, host, source, tmp_path):
     """apt-config, reading only the rendered file, finds exactly the same list entries."""
     cfg = driver(host, source)
-    text = cfg.render("unattended-upgrades.j2")
+    text = cfg["unattended-upgrades.j2"]
     conf = tmp_path / "51gpufleet"
     conf.write_text(text)
     isolate = tmp_path / "isolate.conf"
@@ -686,7 +695,7 @@ def test_apt_reads_the_unattended_upgrades_blacklist(driver, host, source, tmp_p
 def test_unattended_upgrades_blacklist_covers_the_driver(driver, host, source, overrides):
     """Every installed driver package and every compute package it brings in is blacklisted, and nothing unrelated."""
     cfg = driver(host, source, **overrides)
-    entries = blacklist_entries(cfg.render("unattended-upgrades.j2"))
+    entries = blacklist_entries(cfg["unattended-upgrades.j2"])
     family = _family(host, source)
     assert [p for p in cfg["__nvidia_driver_packages"] + COMPUTE_PACKAGES[family] if not blacklisted(p, entries)] == []
     assert [p for p in NOT_DRIVER_PACKAGES if blacklisted(p, entries)] == []
@@ -734,3 +743,38 @@ def test_debian_source_beside_the_installer_sources_list(driver, tmp_path):
     urls = apt_index_urls(tmp_path, {"gpufleet-nvidia-driver.sources": source_text(cfg)},
                           sources_list=DEBIAN_INSTALLER_SOURCES_LIST)
     assert "http://deb.debian.org/debian/dists/bookworm/non-free/binary-amd64/Packages" in urls
+
+
+# --------------------------------------------------------------------------- the cases, known up front: one run
+
+
+def _declare_cases() -> None:
+    for host, source, overrides in VARIANTS:
+        declare_driver(host, source, **overrides)
+    for host, source in SCENARIOS:
+        declare_driver(host, source, **trial_found(PINNED_VERSIONS[_family(host, source)][0]))
+        for overrides in (MIRROR, MIRROR_WITH_KEY):
+            declare_driver(host, source, **overrides)
+    for host in ("ubuntu2004", "ubuntu2204", "debian12"):
+        declare_driver(host)
+    for host in UBUNTU_RELEASES:
+        declare_driver(host, "ubuntu", preflight={**SECURE_BOOT["preflight"], "kernel_release": "5.15.0-91-generic"})
+    for count in (0, "0", "6"):
+        declare_driver("ubuntu2204", "ubuntu", preflight={"nvswitch_count": count})
+    declare_driver("debian12", "ubuntu")
+    for version in ("550.127.05", "535.247.01"):
+        declare_driver("ubuntu2204", "ubuntu", nvidia_driver_version=version)
+    declare_driver("ubuntu2204", "ubuntu", nvidia_driver_repository_url="http://mirror.example.com/ubuntu/")
+    for overrides in ({"nvidia_driver_repository_key_url": "https://mirror.example.com/gpg.asc"},
+                      {"nvidia_driver_repository_keyring": "/usr/share/keyrings/corp-archive-keyring.gpg"}):
+        declare_driver("debian12", "debian_nonfree", nvidia_driver_repository_url="https://mirror.example.com/debian", **overrides)
+    declare_driver("ubuntu2204", "ubuntu", nvidia_driver_repository_key_url="https://mirror.example.com/gpg.asc")
+    declare_driver("debian12", "debian_nonfree", preflight={"kernel_release": "6.1.0-50-amd64"})
+    declare_driver("debian12", "debian_nonfree", **NVSWITCH)
+    declare_driver("debian12", "debian_nonfree", **SECURE_BOOT)
+    declare_driver("debian12", "debian_nonfree", **trial_found(f"{VERSION}-1~deb12u1"))
+    declare_driver("debian12", "debian_nonfree", apt_source_trial={"name": "cuda", "build": f"{VERSION}-1~deb12u1"})
+    declare_driver("ubuntu2204", "ubuntu", nvidia_driver_headless="false")
+
+
+_declare_cases()
