@@ -76,28 +76,28 @@ SOURCE_CASES = [
 ]
 
 
+def stops_before_any_change(tmp_path, node, extravars, expected):
+    """site.yml with these settings fails on the node with the expected message, and nothing on it changed."""
+    before = node.state()
+    run = run_playbook(tmp_path, "site.yml", node.inventory, extravars=extravars)
+    assert run.status == "failed"
+    messages = " ".join(run.failures().get(node.name, []))
+    assert expected in messages, messages
+    assert run.changed_tasks() == {}
+    assert node.state() == before
+    return run
+
+
 @pytest.mark.parametrize("extravars, expected", SOURCE_CASES)
 def test_a_dead_download_source_stops_play_1(tmp_path, fresh_node, extravars, expected):
-    before = fresh_node.state()
-    run = run_playbook(tmp_path, "site.yml", fresh_node.inventory, extravars=extravars)
-    assert run.status == "failed"
-    messages = " ".join(run.failures().get(fresh_node.name, []))
-    assert expected in messages, messages
+    run = stops_before_any_change(tmp_path, fresh_node, extravars, expected)
     plays = {ev["event_data"].get("play") for ev in run.events if ev.get("event") == "runner_on_failed"}
     assert plays == {"Check hosts and settings (read-only)"}, plays
-    assert run.changed_tasks() == {}
-    assert fresh_node.state() == before
 
 
 @pytest.mark.parametrize("extravars, expected", CASES)
 def test_bad_input_stops_before_any_change(tmp_path, fresh_node, extravars, expected):
-    before = fresh_node.state()
-    run = run_playbook(tmp_path, "site.yml", fresh_node.inventory, extravars=extravars)
-    assert run.status == "failed"
-    messages = " ".join(run.failures().get(fresh_node.name, []))
-    assert expected in messages, messages
-    assert run.changed_tasks() == {}
-    assert fresh_node.state() == before
+    stops_before_any_change(tmp_path, fresh_node, extravars, expected)
 
 
 # The playbooks' own settings (roles/gpufleet) and the inventory itself:
