@@ -140,10 +140,12 @@ def test_default_command_trains(training_image):
 
 
 def test_health_checks_run_in_the_image(training_image):
-    """gpufleet_check.pyz in the image: passes on CPU, every GPU check says "no GPU" (never a pass)."""
+    """gpufleet_check.pyz in the image: every GPU check says "no GPU" (never a pass), and a run in which
+    nothing was checked (no driver, no GPU) is a failure, not a pass (issue 16, item 1)."""
     run = run_in_image(training_image, "python", "/opt/gpufleet/payload/gpufleet_check.pyz", "--json")
     report = json.loads(run.stdout)
-    assert run.returncode == 0 and report["verdict"] == "pass", report["reasons"]
+    assert run.returncode == 1 and report["verdict"] == "fail", report["reasons"]
+    assert report["reasons"] == ["nothing was checked: no GPU (7 checks skipped)"], report["reasons"]
     checks = {check["name"]: check for check in report["checks"]}
     for name in ("nvidia_smi", "torch_cuda", "gemm", "allreduce_busbw", "p2p_topology"):
         assert checks[name]["verdict"] == "skipped" and "no GPU" in checks[name]["detail"], name
