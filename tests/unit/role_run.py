@@ -249,15 +249,15 @@ def names(*variables: str) -> dict[str, str]:
     return {variable: "{{ %s }}" % variable for variable in variables}
 
 
-def role_task(role: str, task_file: str, name_contains: str) -> dict:
-    """A copy of the task of roles/<role>/tasks/<task_file> whose name contains ``name_contains`` (blocks searched).
+def role_task(role: str, task_file: str, name_contains: str, directory: str = "tasks") -> dict:
+    """A copy of the task of roles/<role>/<directory>/<task_file> whose name contains ``name_contains`` (blocks searched).
 
     For a task that cannot run in the role's own file here (it follows a host
     probe there): the harness play runs this copy, with the probe's registered
     result given as a host variable. The copy's ``vars`` and ``when`` are the
     role's; role-relative paths do not resolve in the play.
     """
-    path = ROLES_DIR / role / "tasks" / task_file
+    path = ROLES_DIR / role / directory / task_file
     found = [task for task in _tasks(yaml.safe_load(path.read_text())) if name_contains in str(task.get("name", ""))]
     assert len(found) == 1, f"{len(found)} tasks of {path} have a name containing {name_contains!r}"
     return copy.deepcopy(found[0])
@@ -297,6 +297,13 @@ def apt_source_capture(role: str, task_file: str, entry_point: str, prefix: str,
             "lookup('ansible.builtin.template', %(src)r, template_vars={%(var)r: %(var)s})}) %%}{%% endfor %%}{{ out }}"
             % {"var": loop_var, "loop": " ".join(selected[2:-2].split()), "src": str(ROLES_DIR / "apt_source" / "templates" / pin_task["ansible.builtin.template"]["src"])})
     return capture(values, vars=include["vars"], name=f"Capture what {role} gives apt_source {entry_point}")
+
+
+def condition(task: Mapping[str, Any]) -> str:
+    """An expression that is the task's ``when`` (its conditions ANDed), to capture where the task cannot run."""
+    when = task.get("when", [])
+    conditions = when if isinstance(when, list) else [when]
+    return "{{ %s }}" % (" and ".join(f"({c})" for c in conditions) or "true")
 
 
 def template(role: str, template_name: str) -> str:

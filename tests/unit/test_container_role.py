@@ -1,12 +1,14 @@
 """roles/container and roles/container/files/Containerfile.train without a host or a registry.
 
-As tests/unit/conftest.py does for nvidia_driver (and test_pytorch_role.py
-for pytorch), the role's own set_fact and fail tasks (tasks/validate.yml, in
-order, stopping at the first ``fail`` whose ``when`` is true) are evaluated
-with ansible-core's Templar over the role's defaults, its vars, the OS file
-validate.yml's first_found picks and the matrix, with fake facts of Ubuntu
-20.04, Ubuntu 22.04 and Debian 12; the templates are rendered the way the
-template action does. Nothing is copied from the role into the tests.
+The role runs for real (tests/unit/role_run.py): ansible-core's executor runs
+its tasks/validate.yml on fake hosts of Ubuntu 20.04, Ubuntu 22.04 and Debian
+12 (one per case, the settings as inventory variables), in one run for the
+cases this module knows up front. In the same play, after validate.yml, it
+templates what tasks/repository.yml gives roles/apt_source (and the source
+and pin apt_source renders from it), and the arguments of the tasks that run
+commands on a host (install.yml, configure.yml, image.yml, the handler),
+with their registered inputs given as task variables. Nothing is copied from
+the role into the tests.
 
 Expected values are NVIDIA's published layout (the Container Toolkit
 install guide): the repository list
@@ -27,18 +29,14 @@ from __future__ import annotations
 import re
 import shlex
 import subprocess
-from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
 import pytest
+import role_run
 import yaml
-from ansible.parsing.dataloader import DataLoader
-from ansible.template import Templar, trust_as_template
 from conftest import FAKE_FACTS, load_trusted
-from test_apt_source import apt_source_inputs
-from test_apt_source import render as render_apt_source
 from test_driver_rendering import _apt, _isolated_apt_options, apt_index_urls, parse_deb822
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -46,7 +44,6 @@ ROLE = REPO_ROOT / "roles" / "container"
 COMPATIBILITY_FILE = REPO_ROOT / "files" / "compatibility.yml"
 CONTAINERFILE = REPO_ROOT / "roles" / "container" / "files" / "Containerfile.train"
 MATRIX = yaml.safe_load(COMPATIBILITY_FILE.read_text())
-ANSIBLE_MANAGED = "Ansible managed: gpufleet unit test"
 
 NVIDIA_REPOSITORY = "https://nvidia.github.io/libnvidia-container/stable/deb/amd64"
 # NVIDIA's nvidia-container-toolkit.list, as the install guide fetches it.
@@ -58,110 +55,61 @@ TOOLKIT_PACKAGES = ["nvidia-container-toolkit", "nvidia-container-toolkit-base",
 OTHER_PACKAGES = ["nvidia-docker2", "nvidia-container-runtime", "libnvidia-container-dev", "libnvidia-container1-dbg", "docker.io"]
 HOSTS = ["ubuntu2004", "ubuntu2204", "debian12"]
 
-_loader = DataLoader()
+
+# --------------------------------------------------------------------------- the role on fake hosts
+
+# validate.yml alone: what it resolves and what it refuses.
+VALIDATE = role_run.Batch(FAKE_FACTS, [role_run.include_role("container")])
+# ... then what repository.yml gives apt_source's trial and main, and what apt_source writes from it.
+WITH_SOURCE = role_run.Batch(FAKE_FACTS, [role_run.include_role("container")], after=[
+    role_run.expose("apt_source", "hold"),
+    role_run.apt_source_capture("container", "repository.yml", "main", "main_"),
+    role_run.apt_source_capture("container", "repository.yml", "trial", "trial_"),
+])
+# ... or the arguments of the tasks that run commands, templated on the host (registered inputs as task variables).
+_TOOLKIT = role_run.role_task("container", "install.yml", "Install the NVIDIA Container Toolkit")
+_SELECTION = role_run.role_task("container", "install.yml", "dpkg selection")
+_RUNTIME = role_run.role_task("container", "configure.yml", "Configure the NVIDIA Container Runtime")
+_HANDLER = role_run.role_task("container", "main.yml", "Restart the container runtimes whose configuration changed", "handlers")
+_CDI = role_run.role_task("container", "configure.yml", "Generate the CDI specification where the driver is loaded")
+_STAT = role_run.role_task("container", "configure.yml", "control device")
+_GENERATE = role_run.role_task("container", "configure.yml", "Generate the CDI specification of this host's GPUs")
+_INSTALL_CDI = role_run.role_task("container", "configure.yml", "Install the CDI specification")
+_BUILD = role_run.role_task("container", "image.yml", "Build the training image")
+CHANGED = {"results": [{"item": "docker", "changed": True}, {"item": "containerd", "changed": False}]}
+UNCHANGED = {"results": [{"item": "docker", "changed": False}]}
+SCRATCH = {"path": "/tmp/gpufleet-cdi.x"}
+WITH_TASKS = role_run.Batch(FAKE_FACTS, [role_run.include_role("container")], after=[
+    role_run.capture({"toolkit_apt_name": _TOOLKIT["ansible.builtin.apt"]["name"], "selection_loop": _SELECTION["loop"],
+                      "stat_path": _STAT["ansible.builtin.stat"]["path"], "cdi_dest": _INSTALL_CDI["ansible.builtin.copy"]["dest"],
+                      "build_chdir": _BUILD["ansible.builtin.command"]["chdir"],
+                      **role_run.names("__container_runtimes", "__container_nvidiactl")}),
+    role_run.capture({"containerd_environment": _RUNTIME["environment"]}, vars={"item": "containerd"}),
+    role_run.capture({"restart_changed": _HANDLER["loop"]}, vars={"__container_runtime_configured": CHANGED}),
+    role_run.capture({"restart_unchanged": _HANDLER["loop"]}, vars={"__container_runtime_configured": UNCHANGED}),
+    *[role_run.capture({f"cdi_when_{exists}": role_run.condition(_CDI)}, vars={
+        "__container_nvidiactl_stat": {"stat": {"exists": exists}}, "__container_toolkit_installed": {"changed": False}})
+      for exists in (True, False)],
+    role_run.capture({"generate_argv": _GENERATE["ansible.builtin.command"]["argv"]}, vars={"__container_cdi_scratch": SCRATCH}),
+    role_run.capture({"build_argv": _BUILD["ansible.builtin.command"]["argv"]}, vars={"__container_image_inputs": "abc"}),
+])
 
 
-# --------------------------------------------------------------------------- the role without a host
+def cfg_for(host: str | dict = "ubuntu2204", **overrides: Any) -> role_run.Outcome:
+    """What tasks/validate.yml resolved (or the message it stopped with) on fake host ``host`` (a FAKE_FACTS key or
+    facts); ``overrides`` are inventory variables."""
+    return VALIDATE.get(host, **overrides)
 
 
-def _os_vars_file(facts: dict[str, Any]) -> Path | None:
-    """The vars file validate.yml's first_found lookup picks for these facts."""
-    for name in (f"{facts['distribution']}-{facts['distribution_major_version']}.yml", f"{facts['distribution']}.yml",
-                 f"{facts['os_family']}.yml"):
-        if (ROLE / "vars" / name).is_file():
-            return ROLE / "vars" / name
-    return None
+def source_text(cfg: role_run.Outcome) -> str:
+    """The toolkit's source as roles/apt_source writes it (a WITH_SOURCE case)."""
+    return cfg["main_source"]
 
 
-def _when(templar: Templar, task: dict) -> bool:
-    when = task.get("when", [])
-    return all(templar.evaluate_conditional(c) for c in (when if isinstance(when, list) else [when]))
-
-
-@dataclass
-class ContainerConfig:
-    """What roles/container/tasks/validate.yml resolved for one fake host and one set of settings."""
-
-    variables: dict[str, Any]
-    failure: str | None = None
-
-    def templar(self, extra: dict[str, Any] | None = None) -> Templar:
-        return Templar(loader=_loader, variables={**self.variables, **(extra or {})})
-
-    def __getitem__(self, name: str) -> Any:
-        return self.templar().template(self.variables[name])
-
-    def template(self, expression: Any, **extra: Any) -> Any:
-        """Template a value of a role file (already trusted) or a Jinja string with this host's variables and ``extra``."""
-        return self.templar(extra).template(trust_as_template(expression) if isinstance(expression, str) else expression)
-
-    def apt_source_inputs(self, entry_point: str = "main") -> dict[str, Any]:
-        """What tasks/repository.yml gives roles/apt_source's entry point, templated for this host."""
-        return apt_source_inputs("container", "repository.yml", entry_point, self.variables)
-
-    def source_text(self) -> str:
-        """The toolkit's source as roles/apt_source writes it for these inputs."""
-        return render_apt_source("source.sources.j2", self.apt_source_inputs())
-
-    def pin_text(self) -> str:
-        """The toolkit's pin as roles/apt_source writes it for these inputs."""
-        inputs = self.apt_source_inputs()
-        (pin,) = inputs["apt_source_pins"]
-        return render_apt_source("pin.pref.j2", inputs, __apt_source_pin=pin)
-
-    def task(self, task_file: str, name_contains: str) -> dict:
-        tasks = [t for t in _all_tasks(load_trusted(ROLE / task_file)) if name_contains in t.get("name", "")]
-        assert len(tasks) == 1, f"{len(tasks)} tasks in {task_file} named like {name_contains!r}"
-        return tasks[0]
-
-
-def _all_tasks(tasks: list) -> list[dict]:
-    """Tasks with those of blocks flattened."""
-    out = []
-    for task in tasks or []:
-        out.append(task)
-        for key in ("block", "rescue", "always"):
-            out.extend(_all_tasks(task.get(key, [])))
-    return out
-
-
-def container_config(host: str = "ubuntu2204", **overrides: Any) -> ContainerConfig:
-    """Run the set_fact and fail tasks of tasks/validate.yml for fake host ``host``; ``overrides`` are inventory variables."""
-    facts = FAKE_FACTS[host]
-    variables: dict[str, Any] = {}
-    variables.update(load_trusted(ROLE / "defaults" / "main.yml"))
-    variables.update(load_trusted(ROLE / "vars" / "main.yml"))
-    variables.update(ansible_facts=dict(facts), inventory_hostname=f"gpu-{host}", role_path=str(ROLE), ansible_managed=ANSIBLE_MANAGED)
-    # validate.yml's two include_vars tasks.
-    os_vars = _os_vars_file(facts)
-    if os_vars is not None:
-        variables.update(load_trusted(os_vars))
-    variables.update({k: trust_as_template(v) if isinstance(v, str) else v for k, v in overrides.items()})
-    config = ContainerConfig(variables)
-    for task in load_trusted(ROLE / "tasks" / "validate.yml"):
-        if "ansible.builtin.fail" not in task and "ansible.builtin.set_fact" not in task:
-            continue  # setup and the include_vars tasks: done above
-        templar = config.templar(task.get("vars"))
-        if not _when(templar, task):
-            continue
-        if "ansible.builtin.fail" in task:
-            config.failure = str(templar.template(task["ansible.builtin.fail"]["msg"])).strip()
-            return config
-        if "ansible.builtin.set_fact" in task:
-            # set_fact templates every key against the variables from before the task.
-            config.variables.update({k: templar.template(v) for k, v in task["ansible.builtin.set_fact"].items() if k != "cacheable"})
-    return config
-
-
-_CACHE: dict[str, ContainerConfig] = {}
-
-
-def cfg_for(host: str = "ubuntu2204", **overrides: Any) -> ContainerConfig:
-    """container_config(), cached per arguments (tests must not modify the result)."""
-    key = repr((host, sorted(overrides.items(), key=lambda kv: kv[0])))
-    if key not in _CACHE:
-        _CACHE[key] = container_config(host, **overrides)
-    return _CACHE[key]
+def pin_text(cfg: role_run.Outcome) -> str:
+    """The toolkit's pin as roles/apt_source writes it (a WITH_SOURCE case)."""
+    (pin,) = cfg["main_pins"]
+    return pin["text"]
 
 
 def one_stanza(text: str) -> dict[str, str]:
@@ -282,8 +230,8 @@ def test_defaults_pass_validation(host):
 @pytest.mark.parametrize("host", HOSTS)
 def test_source_is_nvidias_flat_repository_signed_by_a_keyring(host):
     """The deb822 source: NVIDIA's list with $(ARCH) = amd64, flat (Suites "/"), Signed-By the keyring in /etc/apt/keyrings."""
-    text = cfg_for(host).source_text()
-    assert text.startswith(f"# {ANSIBLE_MANAGED}\n")
+    text = source_text(WITH_SOURCE.get(host))
+    assert text.startswith(f"# {role_run.ansible_managed()}\n")
     assert one_stanza(text) == {
         "Types": "deb",
         "URIs": f"{NVIDIA_REPOSITORY}/",
@@ -299,38 +247,43 @@ def test_apt_reads_the_same_indexes_as_nvidias_list(tmp_path, host):
     """apt derives the same Packages index from the rendered source as from NVIDIA's own list (apt expands $(ARCH))."""
     (tmp_path / "ours").mkdir()
     (tmp_path / "theirs").mkdir()
-    ours = apt_index_urls(tmp_path / "ours", {"gpufleet-nvidia-container-toolkit.sources": cfg_for(host).source_text()})
+    ours = apt_index_urls(tmp_path / "ours", {"gpufleet-nvidia-container-toolkit.sources": source_text(WITH_SOURCE.get(host))})
     theirs = apt_index_urls(tmp_path / "theirs", {"nvidia-container-toolkit.list": NVIDIA_LIST.replace("$(ARCH)", "amd64")})
     assert ours == theirs
     assert ours and all(url.startswith(NVIDIA_REPOSITORY + "/") for url in ours)
 
 
+BAKED_MIRROR = {"container_nvidia_toolkit_repository_url": "http://mirror.example.com/libnvidia-container/stable/deb/amd64/",
+                "container_nvidia_toolkit_repository_keyring": "/usr/share/keyrings/mirror-archive-keyring.gpg"}
+KEYED_MIRROR = {"container_nvidia_toolkit_repository_url": "https://mirror.example.com/nct",
+                "container_nvidia_toolkit_repository_key_url": "https://mirror.example.com/key.asc"}
+MIRROR = {"container_nvidia_toolkit_repository_url": "http://mirror.example.com/nct"}
+
+
 def test_mirror_with_baked_keyring():
     """An air-gapped mirror: its URL, a keyring already on the host, nothing fetched."""
-    cfg = cfg_for("debian12", container_nvidia_toolkit_repository_url="http://mirror.example.com/libnvidia-container/stable/deb/amd64/",
-                  container_nvidia_toolkit_repository_keyring="/usr/share/keyrings/mirror-archive-keyring.gpg")
+    cfg = WITH_SOURCE.get("debian12", **BAKED_MIRROR)
     assert cfg.failure is None
     assert cfg["__container_repo_url"] == "http://mirror.example.com/libnvidia-container/stable/deb/amd64"
     assert cfg["__container_key_url"] == ""
-    stanza = one_stanza(cfg.source_text())
+    stanza = one_stanza(source_text(cfg))
     assert stanza["URIs"] == "http://mirror.example.com/libnvidia-container/stable/deb/amd64/"
     assert stanza["Signed-By"] == "/usr/share/keyrings/mirror-archive-keyring.gpg"
 
 
 def test_mirror_with_its_own_key_url():
     """A mirror re-signed with the site's key: the key is fetched to the same managed keyring path."""
-    cfg = cfg_for("ubuntu2204", container_nvidia_toolkit_repository_url="https://mirror.example.com/nct",
-                  container_nvidia_toolkit_repository_key_url="https://mirror.example.com/key.asc")
+    cfg = WITH_SOURCE.get("ubuntu2204", **KEYED_MIRROR)
     assert cfg.failure is None
     assert cfg["__container_key_url"] == "https://mirror.example.com/key.asc"
-    assert one_stanza(cfg.source_text())["Signed-By"] == FETCHED_KEYRING
+    assert one_stanza(source_text(cfg))["Signed-By"] == FETCHED_KEYRING
 
 
 @pytest.mark.parametrize("host", HOSTS)
 def test_the_trial_tries_the_source_repository_yml_writes(host):
     """The trial and the configuration describe one source; the trial looks for the toolkit version, naming its setting."""
-    cfg = cfg_for(host, container_nvidia_toolkit_repository_url="http://mirror.example.com/nct")
-    trial, main = cfg.apt_source_inputs("trial"), cfg.apt_source_inputs()
+    cfg = WITH_SOURCE.get(host, **MIRROR)
+    trial, main = cfg["trial_inputs"], cfg["main_inputs"]
     assert {k: v for k, v in trial.items() if k in main} == {k: v for k, v in main.items() if k in trial}
     assert set(main) - set(trial) == {"apt_source_pins"}
     assert trial["apt_source_architectures"] == ["amd64"] and trial["apt_source_key_url"] == NVIDIA_KEY_URL
@@ -342,9 +295,9 @@ def test_the_trial_tries_the_source_repository_yml_writes(host):
 @pytest.mark.parametrize("version", ["1.17.8-1", "1.18.1-1", "1.19.0~rc.5-1"])
 def test_pin_holds_the_four_toolkit_packages_at_the_version(version):
     """The preferences pin exactly the toolkit's four packages (also libnvidia-container) at the version, priority 1001."""
-    cfg = cfg_for("ubuntu2204", container_nvidia_toolkit_version=version)
+    cfg = WITH_SOURCE.get("ubuntu2204", container_nvidia_toolkit_version=version)
     assert cfg.failure is None
-    stanza = one_stanza(cfg.pin_text())
+    stanza = one_stanza(pin_text(cfg))
     assert stanza["Pin"] == f"version {version}"
     assert stanza["Pin-Priority"] == "1001"
     assert stanza["Explanation"].startswith("gpufleet container")
@@ -353,9 +306,9 @@ def test_pin_holds_the_four_toolkit_packages_at_the_version(version):
     for package in OTHER_PACKAGES:
         assert not any(fnmatchcase(package, p) for p in patterns), package
     # The install task asks apt for the same four packages at that version.
-    task = cfg.task("tasks/install.yml", "Install the NVIDIA Container Toolkit")
-    assert cfg.template(task["ansible.builtin.apt"]["name"]) == [f"{p}={version}" for p in TOOLKIT_PACKAGES]
-    assert cfg.template(cfg.task("tasks/install.yml", "dpkg selection")["loop"]) == TOOLKIT_PACKAGES
+    tasks = WITH_TASKS.get("ubuntu2204", container_nvidia_toolkit_version=version)
+    assert tasks["toolkit_apt_name"] == [f"{p}={version}" for p in TOOLKIT_PACKAGES]
+    assert tasks["selection_loop"] == TOOLKIT_PACKAGES
 
 
 def test_default_version_is_the_documented_one():
@@ -366,7 +319,7 @@ def test_default_version_is_the_documented_one():
 def test_apt_accepts_the_rendered_pin(tmp_path):
     """apt parses the rendered preferences without an error or warning."""
     pref = tmp_path / "gpufleet.pref"
-    pref.write_text(cfg_for("debian12").pin_text())
+    pref.write_text(pin_text(WITH_SOURCE.get("debian12")))
     result = subprocess.run([_apt("apt-cache"), "policy", *_isolated_apt_options(tmp_path, preferences=pref)],
                             capture_output=True, text=True, check=False)
     assert result.returncode == 0 and not re.search(r"^(E|W):", result.stderr, re.MULTILINE), result.stderr
@@ -385,41 +338,45 @@ def test_podman_on_ubuntu_is_rejected_with_the_reason(host):
     """Ubuntu 20.04 has no podman, 22.04's podman 3.4 has no CDI: stopped before any change, the variable named."""
     cfg = cfg_for(host, container_engine="podman")
     assert cfg.failure is not None
-    assert "container settings rejected on gpu-" in cfg.failure
+    assert f"container settings rejected on {cfg.host}: " in cfg.failure
     assert f"container_engine 'podman' is not an engine gpufleet installs on Ubuntu {FAKE_FACTS[host]['distribution_version']}" in cfg.failure
     assert "podman supports CDI from 4.1 on" in cfg.failure and "(choose docker)" in cfg.failure
 
 
+KUBERNETES = {"container_nvidia_runtimes": ["containerd", "crio"], "container_nvidia_runtime_default": True}
+
+
 def test_runtimes_for_kubernetes_nodes():
     """containerd/CRI-O on request, each with the file nvidia-ctk edits (passed as --config) and the service to restart."""
-    cfg = cfg_for("ubuntu2204", container_nvidia_runtimes=["containerd", "crio"], container_nvidia_runtime_default=True)
+    cfg = WITH_TASKS.get("ubuntu2204", **KUBERNETES)
     assert cfg.failure is None
     assert cfg["__container_nvidia_runtimes"] == ["containerd", "crio"]
     runtimes = cfg["__container_runtimes"]
     assert runtimes["docker"] == {"config": "/etc/docker/daemon.json", "service": "docker"}
     assert runtimes["containerd"] == {"config": "/etc/containerd/config.toml", "service": "containerd"}
     assert runtimes["crio"]["service"] == "crio" and runtimes["crio"]["config"].startswith("/etc/crio/")
-    task = cfg.task("tasks/configure.yml", "Configure the NVIDIA Container Runtime")
+    task = _RUNTIME
     assert "nvidia-ctk runtime configure --runtime=\"$RUNTIME\" --config=\"$CONFIG\" $SET_AS_DEFAULT" in task["ansible.builtin.shell"]["cmd"]
-    env = {k: cfg.template(v, item="containerd") for k, v in task["environment"].items()}
-    assert env == {"RUNTIME": "containerd", "CONFIG": "/etc/containerd/config.toml", "SET_AS_DEFAULT": "--set-as-default"}
+    assert task["loop"] == "{{ __container_nvidia_runtimes }}"
+    # The task's environment for the item containerd.
+    assert cfg["containerd_environment"] == {"RUNTIME": "containerd", "CONFIG": "/etc/containerd/config.toml", "SET_AS_DEFAULT": "--set-as-default"}
     assert task["notify"] == "Restart the container runtimes whose configuration changed"
 
 
 def test_only_changed_runtimes_are_restarted():
     """The handler restarts the services of the runtimes whose configuration nvidia-ctk changed, nothing else."""
-    cfg = cfg_for("ubuntu2204")
+    cfg = WITH_TASKS.get("ubuntu2204")
     handler = load_trusted(ROLE / "handlers" / "main.yml")[0]
-    assert handler["name"] == "Restart the container runtimes whose configuration changed"
+    assert handler["name"] == _HANDLER["name"] == "Restart the container runtimes whose configuration changed"
     assert handler["listen"] == "container runtime restart"
-    results = {"results": [{"item": "docker", "changed": True}, {"item": "containerd", "changed": False}]}
-    assert cfg.template(handler["loop"], __container_runtime_configured=results) == ["docker"]
-    assert cfg.template(handler["loop"], __container_runtime_configured={"results": [{"item": "docker", "changed": False}]}) == []
+    # The handler's loop, templated on the host after configure.yml registered CHANGED or UNCHANGED.
+    assert cfg["restart_changed"] == ["docker"]
+    assert cfg["restart_unchanged"] == []
 
 
 def test_runtime_configuration_reports_a_change_only_when_the_file_changed(tmp_path):
     """The configure command's own logic, with a fake nvidia-ctk: a rewrite with the same content is no change."""
-    task = cfg_for("ubuntu2204").task("tasks/configure.yml", "Configure the NVIDIA Container Runtime")
+    task = _RUNTIME
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     fake = bin_dir / "nvidia-ctk"
@@ -441,32 +398,30 @@ def test_runtime_configuration_reports_a_change_only_when_the_file_changed(tmp_p
 
 def test_cdi_is_generated_only_where_the_driver_is_loaded():
     """The CDI block runs only when /dev/nvidiactl exists, writes nvidia-ctk's output to the spec file (0644), and cleans up."""
-    cfg = cfg_for("ubuntu2204")
-    block = cfg.task("tasks/configure.yml", "Generate the CDI specification where the driver is loaded")
+    cfg = WITH_TASKS.get("ubuntu2204")
     assert cfg["__container_nvidiactl"] == "/dev/nvidiactl"
-    stat = cfg.task("tasks/configure.yml", "control device")
-    assert cfg.template(stat["ansible.builtin.stat"]["path"]) == "/dev/nvidiactl"
-    for exists, expected in ((True, True), (False, False)):
-        templar = cfg.templar({"__container_nvidiactl_stat": {"stat": {"exists": exists}}, "__container_toolkit_installed": {"changed": False},
-                               "ansible_check_mode": False})
-        assert _when(templar, block) is expected
-    generate = cfg.task("tasks/configure.yml", "Generate the CDI specification of this host's GPUs")
-    argv = cfg.template(generate["ansible.builtin.command"]["argv"], __container_cdi_scratch={"path": "/tmp/gpufleet-cdi.x"})
-    assert argv == ["nvidia-ctk", "cdi", "generate", "--output=/tmp/gpufleet-cdi.x/nvidia.yaml"]
-    install = cfg.task("tasks/configure.yml", "Install the CDI specification")["ansible.builtin.copy"]
-    assert cfg.template(install["dest"]) == "/etc/cdi/nvidia.yaml" and install["mode"] == "0644" and install["remote_src"] is True
-    cleanup = cfg.task("tasks/configure.yml", "Remove the CDI scratch directory")
+    assert cfg["stat_path"] == "/dev/nvidiactl"
+    # The block's when, templated on the host (not in check mode) with the stat's result.
+    assert cfg["cdi_when_True"] is True
+    assert cfg["cdi_when_False"] is False
+    assert cfg["generate_argv"] == ["nvidia-ctk", "cdi", "generate", "--output=/tmp/gpufleet-cdi.x/nvidia.yaml"]
+    install = _INSTALL_CDI["ansible.builtin.copy"]
+    assert cfg["cdi_dest"] == "/etc/cdi/nvidia.yaml" and install["mode"] == "0644" and install["remote_src"] is True
+    cleanup = role_run.role_task("container", "configure.yml", "Remove the CDI scratch directory")
     assert cleanup["ansible.builtin.file"]["state"] == "absent" and cleanup["check_mode"] is False
 
 
 # --------------------------------------------------------------------------- image settings
 
 
+LAB_IMAGE = {"container_build_image": True, "pytorch_release": "2.13.0", "pytorch_variant": "cpu",
+             "pytorch_wheelhouse_url": "http://gpufleet-mirror/wheels/"}
+
+
 def test_lab_image_settings_follow_the_pytorch_role():
     """The lab's pytorch settings (CPU torch 2.13.0 from the mirror's wheelhouse) give the image's: pip uses the wheelhouse alone,
     trusting its plain-http host (pip ignores an untrusted http find-links)."""
-    cfg = cfg_for("debian12", container_build_image=True, pytorch_release="2.13.0", pytorch_variant="cpu",
-                  pytorch_wheelhouse_url="http://gpufleet-mirror/wheels/")
+    cfg = cfg_for("debian12", **LAB_IMAGE)
     assert cfg.failure is None
     assert cfg["__container_image_build_args"] == {
         "BASE_IMAGE": "nvcr.io/nvidia/cuda:12.1.1-cudnn8-runtime-ubuntu22.04",
@@ -478,17 +433,19 @@ def test_lab_image_settings_follow_the_pytorch_role():
     assert cfg["__container_image_ref"] == "gpufleet-train:2.13.0-cpu"
 
 
+IMAGE_BUILD = {"container_build_image": True, "container_image_tag": "v1", "container_image_pip_extra_args": ["--proxy", "http://proxy:3128"]}
+
+
 def test_build_command_passes_every_build_arg():
     """docker/podman build -f roles/container/files/Containerfile.train with the inputs label and one --build-arg per ARG, context '.'."""
-    cfg = cfg_for("ubuntu2204", container_build_image=True, container_image_tag="v1", container_image_pip_extra_args=["--proxy", "http://proxy:3128"])
-    task = cfg.task("tasks/image.yml", "Build the training image")
-    argv = cfg.template(task["ansible.builtin.command"]["argv"], __container_image_inputs="abc")
+    cfg = WITH_TASKS.get("ubuntu2204", **IMAGE_BUILD)
+    argv = cfg["build_argv"]  # the task's argv, with the inputs label "abc"
     assert argv[:8] == ["docker", "build", "--file", "roles/container/files/Containerfile.train", "--tag", "gpufleet-train:v1",
                         "--label", "org.gpufleet.inputs=abc"]
     assert argv[-1] == "."
     assert "--build-arg=PIP_EXTRA_ARGS=--proxy http://proxy:3128" in argv
     assert "--build-arg=BASE_IMAGE=nvcr.io/nvidia/cuda:12.1.1-cudnn8-runtime-ubuntu22.04" in argv
-    assert cfg.template(task["ansible.builtin.command"]["chdir"]) == "/opt/gpufleet/container-build"
+    assert cfg["build_chdir"] == "/opt/gpufleet/container-build"
 
 
 # --------------------------------------------------------------------------- validation
@@ -527,7 +484,7 @@ BAD_IMAGE_INPUT = [
 def test_bad_input_is_rejected_naming_the_variable(overrides, message):
     cfg = cfg_for("ubuntu2204", **overrides)
     assert cfg.failure is not None, overrides
-    assert cfg.failure.startswith("container settings rejected on gpu-ubuntu2204: [1] ")
+    assert cfg.failure.startswith(f"container settings rejected on {cfg.host}: [1] ")
     assert message in cfg.failure
 
 
@@ -541,27 +498,28 @@ def test_bad_image_input_is_rejected_when_the_image_is_built(overrides, message)
 
 def test_image_settings_are_not_checked_without_an_image():
     """With container_build_image off (the default) the image settings cannot stop a host."""
-    merged = {key: value for overrides, _ in BAD_IMAGE_INPUT for key, value in overrides.items()}
-    assert cfg_for("ubuntu2204", **merged).failure is None
-    assert cfg_for("ubuntu2204", container_build_image=True, **merged).failure is not None
+    assert cfg_for("ubuntu2204", **MERGED_IMAGE_INPUT).failure is None
+    assert cfg_for("ubuntu2204", container_build_image=True, **MERGED_IMAGE_INPUT).failure is not None
+
+
+EVERY_PROBLEM = {"container_engine": "podman", "container_nvidia_toolkit_version": "x", "container_cdi_spec_file": "nvidia.yaml",
+                 "container_build_image": True, "container_image_name": "UPPER"}
+MERGED_IMAGE_INPUT = {key: value for overrides, _ in BAD_IMAGE_INPUT for key, value in overrides.items()}
 
 
 def test_every_problem_comes_in_one_message():
     """All wrong settings of a host in one rejection, numbered."""
-    cfg = cfg_for("ubuntu2204", container_engine="podman", container_nvidia_toolkit_version="x", container_cdi_spec_file="nvidia.yaml",
-                  container_build_image=True, container_image_name="UPPER")
+    cfg = cfg_for("ubuntu2204", **EVERY_PROBLEM)
     assert cfg.failure is not None
     assert [int(n) for n in re.findall(r"\[(\d+)\] ", cfg.failure)] == [1, 2, 3, 4]
 
 
+ROCKY = dict(FAKE_FACTS["debian12"], distribution="Rocky", os_family="RedHat", distribution_major_version="9", distribution_version="9.3")
+
+
 def test_unsupported_os_is_rejected():
     """A host without a package layout (not Ubuntu/Debian) is named, before any change."""
-    facts = dict(FAKE_FACTS["debian12"], distribution="Rocky", os_family="RedHat", distribution_major_version="9", distribution_version="9.3")
-    FAKE_FACTS["rocky9-test"] = facts
-    try:
-        cfg = container_config("rocky9-test")
-    finally:
-        del FAKE_FACTS["rocky9-test"]
+    cfg = cfg_for(ROCKY)
     assert cfg.failure is not None and "no package layout for Rocky 9.3" in cfg.failure
 
 
@@ -590,3 +548,30 @@ def test_argument_spec_documents_every_default_and_engine():
         data = yaml.safe_load(path.read_text()) or {}
         engines |= set(data.get("__container_engines", {})) | set(data.get("__container_engines_refused", {}))
     assert engines and sorted(spec["container_engine"]["choices"]) == sorted(engines)
+
+
+# --------------------------------------------------------------------------- the cases, known up front: one run a kind
+
+for _host in HOSTS:
+    for _settings in ({}, {"container_build_image": True}):
+        VALIDATE.declare(_host, **_settings)
+    for _settings in ({}, MIRROR):
+        WITH_SOURCE.declare(_host, **_settings)
+for _host in ("ubuntu2004", "ubuntu2204", "debian12"):
+    VALIDATE.declare(_host, container_engine="podman")
+VALIDATE.declare("debian12", **LAB_IMAGE)
+for _overrides, _ in BAD_INPUT:
+    VALIDATE.declare("ubuntu2204", **_overrides)
+for _overrides, _ in BAD_IMAGE_INPUT:
+    VALIDATE.declare("ubuntu2204", container_build_image=True, **_overrides)
+VALIDATE.declare("ubuntu2204", **MERGED_IMAGE_INPUT)
+VALIDATE.declare("ubuntu2204", container_build_image=True, **MERGED_IMAGE_INPUT)
+VALIDATE.declare("ubuntu2204", **EVERY_PROBLEM)
+VALIDATE.declare(ROCKY)
+WITH_SOURCE.declare("debian12", **BAKED_MIRROR)
+WITH_SOURCE.declare("ubuntu2204", **KEYED_MIRROR)
+for _version in ("1.17.8-1", "1.18.1-1", "1.19.0~rc.5-1"):
+    WITH_SOURCE.declare("ubuntu2204", container_nvidia_toolkit_version=_version)
+    WITH_TASKS.declare("ubuntu2204", container_nvidia_toolkit_version=_version)
+for _settings in ({}, KUBERNETES, IMAGE_BUILD):
+    WITH_TASKS.declare("ubuntu2204", **_settings)
