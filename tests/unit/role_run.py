@@ -222,7 +222,8 @@ def _tasks(node: Any) -> Iterable[dict]:
 
 
 def _check_apt_source_includes(role: str, tasks_from: str) -> None:
-    """Only the includes of apt_source in roles/<role>/tasks/<tasks_from>.yml name apt_source_caller."""
+    """Only the includes of apt_source in roles/<role>/tasks/<tasks_from>.yml (and the task files it imports or
+    includes) name apt_source_caller."""
     path = ROLES_DIR / role / "tasks" / f"{tasks_from}.yml"
     for task in _tasks(yaml.safe_load(path.read_text())):
         include = task.get("ansible.builtin.include_role") or task.get("ansible.builtin.import_role")
@@ -230,6 +231,11 @@ def _check_apt_source_includes(role: str, tasks_from: str) -> None:
         names = "apt_source_caller" in (task.get("vars") or {})
         assert is_apt_source == names, f"{path}: task {task.get('name')!r}: skip_apt_source cannot tell it apart"
         assert "apt_source_caller" not in str({k: v for k, v in task.items() if k != "vars"}), path
+        nested = task.get("ansible.builtin.import_tasks") or task.get("ansible.builtin.include_tasks")
+        nested = nested.get("file") if isinstance(nested, dict) else nested
+        if nested is not None:
+            assert "{{" not in nested and nested.endswith(".yml"), f"{path}: cannot follow {nested!r}"
+            _check_apt_source_includes(role, nested[:-len(".yml")])
 
 
 def capture(values: Mapping[str, Any], *, vars: Mapping[str, Any] | None = None, name: str = "Capture") -> dict:

@@ -1,7 +1,13 @@
 """The CUDA rows of files/compatibility.yml and what roles/cuda renders from
 them, checked without a host: versions belong together, NVIDIA's repository
 URLs follow its real layout, and the role's driver check refuses an
-impossible stack."""
+impossible stack.
+
+The role runs for real (tests/unit/role_run.py): its read-only entry point
+``probe`` (validate.yml, then source.yml's pins with the trial only; the
+trial's include of roles/apt_source, which runs apt on the host, is skipped)
+on fake hosts, then, in the same play, what source.yml gives apt_source and
+the source and pins apt_source renders from it."""
 
 from __future__ import annotations
 
@@ -9,12 +15,8 @@ import re
 from pathlib import Path
 
 import pytest
+import role_run
 import yaml
-from ansible.parsing.dataloader import DataLoader
-from ansible.template import Templar, trust_as_template
-from conftest import load_trusted
-from test_apt_source import apt_source_inputs, render_pins
-from test_apt_source import render as render_apt_source
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MATRIX = yaml.safe_load((REPO_ROOT / "files" / "compatibility.yml").read_text())
@@ -28,24 +30,18 @@ FACTS = {
 }
 
 
-def _trusted(value):
-    if isinstance(value, str):
-        return trust_as_template(value)
-    if isinstance(value, list):
-        return [_trusted(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _trusted(v) for k, v in value.items()}
-    return value
+# probe.yml on each case's host, then what source.yml gives apt_source's trial and main (and what apt_source writes).
+CUDA = role_run.Batch(FACTS, [role_run.include_role("cuda", "probe", skip_apt_source=True)], after=[
+    role_run.expose("apt_source", "hold"),
+    role_run.apt_source_capture("cuda", "source.yml", "main", "main_", also=role_run.names(
+        "__cuda_public_repository_url", "__cuda_repo_os", "__cuda_supported_os")),
+    role_run.apt_source_capture("cuda", "source.yml", "trial", "trial_"),
+])
 
 
-def render(expression: str, host: str, **extra) -> str:
-    """Template ``expression`` with roles/cuda's vars and defaults and the host's facts."""
-    variables = {}
-    for part in ("defaults/main.yml", "vars/main.yml"):
-        variables.update(yaml.safe_load((CUDA_ROLE / part).read_text()))
-    variables.update(role_path=str(CUDA_ROLE), ansible_facts=FACTS[host], ansible_managed="test", **extra)
-    templar = Templar(loader=DataLoader(), variables=_trusted(variables))
-    return templar.template(trust_as_template(expression))
+def cuda(host: str, **settings) -> role_run.Outcome:
+    """What roles/cuda resolved on fake host ``host`` (or the message it stopped with); ``settings``: inventory variables."""
+    return CUDA.get(host, **settings)
 
 
 def version_tuple(version: str) -> tuple[int, ...]:
@@ -97,49 +93,29 @@ def test_matrix_defaults_exist():
                                              ("debian12", "debian12")])
 def test_nvidia_repository_url_follows_nvidia_layout(host, directory):
     """https://developer.download.nvidia.com/compute/cuda/repos/<os>/x86_64, as cuda-keyring's own list has it."""
-    assert render("{{ __cuda_public_repository_url }}", host) == (
-        f"https://developer.download.nvidia.com/compute/cuda/repos/{directory}/x86_64"
-    )
-    assert render("{{ __cuda_repo_os in __cuda_supported_os }}", host) in (True, "True")
-
-
-def cuda_variables(host: str, **settings) -> dict:
-    """roles/cuda's variables after validate.yml (its facts for CUDA 12.1, given here) and source.yml's set_facts."""
-    variables = {}
-    for part in ("defaults/main.yml", "vars/main.yml"):
-        variables.update(load_trusted(CUDA_ROLE / part))
-    variables.update(role_path=str(CUDA_ROLE), ansible_facts=FACTS[host], ansible_managed="test", inventory_hostname="gpu-test")
-    variables.update(_trusted(settings))
-    templar = Templar(loader=DataLoader(), variables=variables)
-    variables.update(
-        __cuda_release="12.1", __cuda_spec=CUDA_RELEASES["12.1"], __cuda_toolkit_package="cuda-toolkit-12-1",
-        __cuda_repo_url=(templar.template(trust_as_template("{{ cuda_repository_url or __cuda_public_repository_url }}"))),
-        __cuda_keyring=templar.template(trust_as_template(
-            "{{ (__cuda_keyring_dir ~ '/gpufleet-cuda.asc') if cuda_repository_key_url | length > 0 else "
-            "(cuda_repository_keyring if cuda_repository_keyring | length > 0 else __cuda_keyring_package_keyring) }}")),
-    )
-    # source.yml's set_fact tasks, in order (a loop task once per item).
-    for task in load_trusted(CUDA_ROLE / "tasks" / "source.yml"):
-        facts = task.get("ansible.builtin.set_fact")
-        if facts is None or "apt_source_configured" in str(facts):
-            continue
-        items = Templar(loader=DataLoader(), variables=variables).template(task["loop"]) if "loop" in task else [None]
-        for item in items:
-            templar = Templar(loader=DataLoader(), variables={**variables, "item": item})
-            variables.update({key: templar.template(value) for key, value in facts.items()})
-    return variables
+    cfg = cuda(host)
+    assert cfg.failure is None
+    assert cfg["__cuda_public_repository_url"] == f"https://developer.download.nvidia.com/compute/cuda/repos/{directory}/x86_64"
+    assert cfg["__cuda_repo_os"] in cfg["__cuda_supported_os"]
 
 
 def cuda_inputs(host: str, entry_point: str = "main", **settings) -> dict:
     """What source.yml gives roles/apt_source's entry point for this host and these settings."""
-    return apt_source_inputs("cuda", "source.yml", entry_point, cuda_variables(host, **settings))
+    cfg = cuda(host, **settings)
+    assert cfg.failure is None, cfg.failure
+    return cfg[f"{entry_point}_inputs"]
+
+
+def render_pins(host: str, **settings) -> dict[str, str]:
+    """{file name: text} of the preferences files apt_source's main writes from source.yml's inputs."""
+    return {f"gpufleet-{pin['name']}.pref": pin["text"] for pin in cuda(host, **settings)["main_pins"]}
 
 
 @pytest.mark.parametrize("host", list(FACTS))
 def test_sources_file_is_flat_and_signed(host):
     """The deb822 source: the flat repository ("Suites: /", no Components), Signed-By cuda-keyring's keyring."""
-    url = render("{{ __cuda_public_repository_url }}", host)
-    text = render_apt_source("source.sources.j2", cuda_inputs(host))
+    url = cuda(host)["__cuda_public_repository_url"]
+    text = cuda(host)["main_source"]
     lines = [line for line in text.splitlines() if line and not line.startswith("#")]
     assert f"URIs: {url}/" in lines
     assert "Suites: /" in lines
@@ -148,15 +124,19 @@ def test_sources_file_is_flat_and_signed(host):
     assert "trusted" not in text
 
 
+KEYED = {"cuda_repository_url": "https://mirror.example.com/cuda", "cuda_repository_key_url": "https://mirror.example.com/k.asc"}
+BAKED = {"cuda_repository_keyring": "/usr/share/keyrings/mirror.gpg"}
+
+
 @pytest.mark.parametrize("host", list(FACTS))
 def test_the_keyring_package_signs_unless_a_key_or_keyring_is_given(host):
-    url = render("{{ __cuda_public_repository_url }}", host)
+    url = cuda(host)["__cuda_public_repository_url"]
     inputs = cuda_inputs(host)
     assert inputs["apt_source_keyring_deb_url"] == f"{url}/cuda-keyring_1.1-1_all.deb"
     assert inputs["apt_source_replaces"] == [f"/etc/apt/sources.list.d/cuda-{host}-x86_64.list"]
-    keyed = cuda_inputs(host, cuda_repository_url="https://mirror.example.com/cuda", cuda_repository_key_url="https://mirror.example.com/k.asc")
+    keyed = cuda_inputs(host, **KEYED)
     assert (keyed["apt_source_keyring_deb_url"], keyed["apt_source_keyring"]) == ("", "/etc/apt/keyrings/gpufleet-cuda.asc")
-    baked = cuda_inputs(host, cuda_repository_keyring="/usr/share/keyrings/mirror.gpg")
+    baked = cuda_inputs(host, **BAKED)
     assert (baked["apt_source_keyring_deb_url"], baked["apt_source_keyring"]) == ("", "/usr/share/keyrings/mirror.gpg")
 
 
@@ -180,7 +160,7 @@ def test_one_pin_for_the_toolkit_and_each_library_at_the_matrix_builds(settings,
 
 def test_the_library_pins_name_both_packages_at_the_build():
     """What molecule/cuda_libraries checks on the node: gpufleet-cudnn.pref, gpufleet-nccl.pref."""
-    pins = render_pins(cuda_inputs("debian12"))
+    pins = render_pins("debian12")
     assert sorted(pins) == ["gpufleet-cuda.pref", "gpufleet-cudnn.pref", "gpufleet-nccl.pref"]
     assert "Package: libcudnn8 libcudnn8-dev\nPin: version 8.9.2.26-1+cuda12.1\nPin-Priority: 1001\n" in pins["gpufleet-cudnn.pref"]
     assert "Package: libnccl2 libnccl-dev\nPin: version 2.18.1-1+cuda12.1\nPin-Priority: 1001\n" in pins["gpufleet-nccl.pref"]
@@ -201,9 +181,21 @@ def test_toolkit_package_is_never_the_cuda_metapackage():
     assert "__cuda_toolkit_package: \"cuda-toolkit-{{ __cuda_release | replace('.', '-') }}\"" in validate
 
 
-def test_driver_check_expression_refuses_470_for_cuda_12_1():
-    """The validate expression itself: 470.256.02 < 530.30.02 is refused, 535.261.03 passes."""
-    spec = CUDA_RELEASES["12.1"]
-    expression = "{{ __cuda_driver is version(__cuda_spec.min_driver, '>=') }}"
-    assert render(expression, "debian12", __cuda_driver="470.256.02", __cuda_spec=spec) in (False, "False")
-    assert render(expression, "debian12", __cuda_driver="535.261.03", __cuda_spec=spec) in (True, "True")
+def test_driver_check_refuses_470_for_cuda_12_1():
+    """validate.yml's driver check: 470.256.02 < 530.30.02 is refused, naming the setting; 535.261.03 passes."""
+    refused = cuda("debian12", cuda_driver_version="470.256.02")
+    assert refused.failure is not None
+    assert (f"CUDA 12.1 needs NVIDIA driver {CUDA_RELEASES['12.1']['min_driver']} or newer, but cuda_driver_version is driver "
+            "470.256.02") in " ".join(refused.failure.split())
+    assert cuda("debian12", cuda_driver_version="535.261.03").failure is None
+
+
+# --------------------------------------------------------------------------- the cases, known up front: one run
+
+for _host in FACTS:
+    for _settings in ({}, KEYED, BAKED):
+        CUDA.declare(_host, **_settings)
+for _settings in ({"cuda_libraries": []}, {"cuda_libraries": "nccl"}, {"cuda_toolkit": False}, {"cuda_pin": False},
+                  {"cuda_driver_version": "470.256.02"}, {"cuda_driver_version": "535.261.03"}):
+    CUDA.declare("debian12", **_settings)
+CUDA.declare("ubuntu2204", cuda_toolkit=False)
