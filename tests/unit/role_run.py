@@ -294,15 +294,24 @@ def apt_source_capture(role: str, task_file: str, entry_point: str, prefix: str,
     assert not set(also or {}) & set(include["vars"]), "also's names would see the include's vars"
     values: dict[str, Any] = {**(also or {}), f"{prefix}inputs": names(*include["vars"]), f"{prefix}source": template("apt_source", "source.sources.j2")}
     if entry_point == "main":
-        pin_task = role_task("apt_source", "main.yml", "Pin the packages")
-        loop_var = pin_task["loop_control"]["loop_var"]
-        selected = pin_task["loop"].strip()
-        assert selected.startswith("{{") and selected.endswith("}}") and "{{" not in selected[2:-2], selected
-        values[f"{prefix}pins"] = (
-            "{%% set out = [] %%}{%% for %(var)s in (%(loop)s) %%}{%% set _ = out.append({'name': %(var)s.name, 'text': "
-            "lookup('ansible.builtin.template', %(src)r, template_vars={%(var)r: %(var)s})}) %%}{%% endfor %%}{{ out }}"
-            % {"var": loop_var, "loop": " ".join(selected[2:-2].split()), "src": str(ROLES_DIR / "apt_source" / "templates" / pin_task["ansible.builtin.template"]["src"])})
+        values[f"{prefix}pins"] = apt_source_pins()
     return capture(values, vars=include["vars"], name=f"Capture what {role} gives apt_source {entry_point}")
+
+
+def apt_source_pins() -> str:
+    """An expression: [{name, text}] of the preferences files apt_source's entry point main writes for its inputs.
+
+    The pins are those its template task's own ``loop`` selects, each
+    rendered from its ``src`` with the task's ``loop_var``.
+    """
+    pin_task = role_task("apt_source", "main.yml", "Pin the packages")
+    loop_var = pin_task["loop_control"]["loop_var"]
+    selected = pin_task["loop"].strip()
+    assert selected.startswith("{{") and selected.endswith("}}") and "{{" not in selected[2:-2], selected
+    return ("{%% set out = [] %%}{%% for %(var)s in (%(loop)s) %%}{%% set _ = out.append({'name': %(var)s.name, 'text': "
+            "lookup('ansible.builtin.template', %(src)r, template_vars={%(var)r: %(var)s})}) %%}{%% endfor %%}{{ out }}"
+            % {"var": loop_var, "loop": " ".join(selected[2:-2].split()),
+               "src": str(ROLES_DIR / "apt_source" / "templates" / pin_task["ansible.builtin.template"]["src"])})
 
 
 def condition(task: Mapping[str, Any]) -> str:

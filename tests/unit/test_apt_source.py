@@ -8,7 +8,10 @@ Checked without a host:
 * the callers (nvidia_driver, cuda, container) pass every required input of
   the entry point they include, and nothing that is not an input of it;
 * no role reaches into another's folder for the trial script any more;
-* the deb822 source and the pins it renders, read by apt itself; two builds
+* the deb822 source and the pins it renders (a real play: apt_source's
+  defaults and vars exposed by an include that runs none of its tasks, the
+  inputs as the host's variables, its templates rendered by the template
+  lookup, its pins selected by its own loop), read by apt itself; two builds
   of the same release from two origins: the pin's build wins;
 * entry point trial, run read-only against localhost and a signed repository
   served on 127.0.0.1 (gpg, apt and a local HTTP server): the fact it
@@ -16,10 +19,9 @@ Checked without a host:
   the converged path (the host's copy of the source has the bytes entry point
   main writes: the host's apt is asked instead).
 
-The helpers (``include_tasks``, ``apt_source_inputs``, ``render``) are used by
-the callers' tests (test_driver_rendering.py, test_container_role.py,
-test_cuda_stack.py) to render what the role writes from the inputs the
-caller passes.
+The callers' tests (test_driver_rendering.py, test_container_role.py,
+test_cuda_stack.py) render what the role writes from the inputs each caller
+passes in the same way, in their own plays (role_run.apt_source_capture).
 """
 
 from __future__ import annotations
@@ -35,9 +37,9 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
+import role_run
 import yaml
-from ansible.template import Templar
-from conftest import ANSIBLE_MANAGED, REPO_ROOT, ROLES_DIR, load_trusted, render_role_template
+from conftest import FAKE_FACTS, REPO_ROOT, ROLES_DIR, load_trusted
 
 ROLE = ROLES_DIR / "apt_source"
 SPECS = yaml.safe_load((ROLE / "meta" / "argument_specs.yml").read_text())["argument_specs"]
@@ -45,7 +47,7 @@ CALLERS = ["container", "cuda", "nvidia_driver"]
 VENV_BIN = Path(os.environ.get("VIRTUAL_ENV", REPO_ROOT / ".venv")) / "bin"
 
 
-# --------------------------------------------------------------------------- helpers (also for the callers' tests)
+# --------------------------------------------------------------------------- helpers
 
 
 def _tasks(node: Any) -> Iterator[dict]:
@@ -76,32 +78,32 @@ def include_task(role: str, task_file: str, entry_point: str) -> dict:
     return tasks[0]
 
 
-def apt_source_inputs(role: str, task_file: str, entry_point: str, variables: dict[str, Any]) -> dict[str, Any]:
-    """The inputs a caller gives the entry point (its include's vars), templated with the caller's variables."""
-    task = include_task(role, task_file, entry_point)
-    return Templar(variables=variables).template(task.get("vars") or {})
+# What entry point main writes, rendered in a play: apt_source's defaults and vars exposed (none of its tasks
+# runs), the inputs as host variables (above the role's defaults, as an include's vars are), then the source
+# template and the pins main's template task selects with its own loop.
+WRITTEN = role_run.Batch(FAKE_FACTS, [role_run.expose("apt_source", "hold")], after=[role_run.capture({
+    "source": role_run.template("apt_source", "source.sources.j2"),
+    "pins": role_run.apt_source_pins(),
+    **role_run.names("__apt_source_sources_file", "__apt_source_origin"),
+}, name="Render what entry point main writes")])
 
 
-def role_variables(inputs: dict[str, Any], **extra: Any) -> dict[str, Any]:
-    """The variables apt_source's tasks and templates see: its defaults < its vars < the include's vars."""
-    variables: dict[str, Any] = {}
-    variables.update(load_trusted(ROLE / "defaults" / "main.yml"))
-    variables.update(load_trusted(ROLE / "vars" / "main.yml"))
-    variables.update(ansible_managed=ANSIBLE_MANAGED, inventory_hostname="gpu-test")
-    variables.update(inputs)
-    variables.update(extra)
-    return variables
+def written(inputs: dict[str, Any]) -> role_run.Outcome:
+    """What entry point main writes for these inputs (captured: source, pins [{name, text}], the paths)."""
+    cfg = WRITTEN.get("debian12", **inputs)
+    assert cfg.failure is None, cfg.failure
+    return cfg
 
 
-def render(template: str, inputs: dict[str, Any], **extra: Any) -> str:
-    """roles/apt_source/templates/<template> rendered as the template action renders it, for these inputs."""
-    return render_role_template(ROLE, template, role_variables(inputs, **extra))
+def source_text(inputs: dict[str, Any]) -> str:
+    return written(inputs)["source"]
 
 
-def render_pins(inputs: dict[str, Any]) -> dict[str, str]:
-    """{file name: text} of the preferences files entry point main writes for these inputs (present pins)."""
-    return {f"gpufleet-{pin['name']}.pref": render("pin.pref.j2", inputs, __apt_source_pin=pin)
-            for pin in inputs.get("apt_source_pins", []) if pin.get("present", True)}
+def pin_text(inputs: dict[str, Any], pin: dict[str, Any]) -> str:
+    """The preferences file main writes for ``pin`` (the one pin of the inputs)."""
+    (rendered,) = written({**inputs, "apt_source_pins": [pin]})["pins"]
+    assert rendered["name"] == pin["name"]
+    return rendered["text"]
 
 
 def required(entry_point: str) -> set[str]:
@@ -243,35 +245,37 @@ def _stanzas(text: str) -> list[dict[str, str]]:
 
 
 def test_the_source_is_deb822_signed_by_the_keyring():
-    text = render("source.sources.j2", SOURCE)
-    assert text.startswith(f"# {ANSIBLE_MANAGED}\n# tester: the test repository.\n")
+    text = source_text(SOURCE)
+    assert text.startswith(f"# {role_run.ansible_managed()}\n# tester: the test repository.\n")
     assert _stanzas(text) == [{"Types": "deb", "URIs": "https://mirror.example.com/debian", "Suites": "bookworm bookworm-updates",
                                "Components": "contrib non-free", "Architectures": "amd64",
                                "Signed-By": "/usr/share/keyrings/test.gpg"}]
 
 
 def test_a_flat_source_has_a_trailing_slash_and_no_components():
-    assert _stanzas(render("source.sources.j2", FLAT)) == [{
+    assert _stanzas(source_text(FLAT)) == [{
         "Types": "deb", "URIs": "https://mirror.example.com/cuda/debian12/x86_64/", "Suites": "/", "Architectures": "arm64",
         "Signed-By": "/usr/share/keyrings/test.gpg"}]
 
 
 def test_the_paths_follow_the_name():
-    variables = Templar(variables=role_variables(SOURCE)).template(load_trusted(ROLE / "vars" / "main.yml"))
+    variables = written(SOURCE)
     assert variables["__apt_source_sources_file"] == "/etc/apt/sources.list.d/gpufleet-test.sources"
     assert variables["__apt_source_origin"] == "mirror.example.com"
 
 
+EXACT_PIN = {"name": "cuda", "packages": ["cuda-toolkit-12-1"], "version": "12.1.1-1"}
+BUILD_PIN = {"name": "nvidia-driver", "packages": ["*nvidia*", "libcuda1"], "version": "535.261.03-*", "build": "535.261.03-1~deb12u1"}
+
+
 def test_an_exact_version_is_one_record():
-    pin = {"name": "cuda", "packages": ["cuda-toolkit-12-1"], "version": "12.1.1-1"}
-    assert _stanzas(render("pin.pref.j2", FLAT, __apt_source_pin=pin)) == [{
+    assert _stanzas(pin_text(FLAT, EXACT_PIN)) == [{
         "Explanation": "gpufleet tester cuda: 12.1.1-1", "Package": "cuda-toolkit-12-1", "Pin": "version 12.1.1-1",
         "Pin-Priority": "1001"}]
 
 
 def test_a_pattern_with_the_source_build_is_two_records_the_build_first():
-    pin = {"name": "nvidia-driver", "packages": ["*nvidia*", "libcuda1"], "version": "535.261.03-*", "build": "535.261.03-1~deb12u1"}
-    first, second = _stanzas(render("pin.pref.j2", SOURCE, __apt_source_pin=pin))
+    first, second = _stanzas(pin_text(SOURCE, BUILD_PIN))
     assert (first["Pin"], first["Pin-Priority"]) == ("version 535.261.03-1~deb12u1", "1001")
     assert (second["Pin"], second["Pin-Priority"]) == ("version 535.261.03-*", "1000")
     assert first["Package"] == second["Package"] == "*nvidia* libcuda1"
@@ -312,15 +316,24 @@ TWO_ORIGINS = {
 }
 
 
+def two_origins_pin(build: str) -> dict[str, Any]:
+    return {"name": "test", "packages": ["*nvidia*", "libcuda1"], "version": "535.261.03-*", "build": build}
+
+
 @pytest.mark.parametrize(("build", "candidate"), [("535.261.03-1~deb12u1", "535.261.03-1~deb12u1"), ("", "535.261.03-1")],
                          ids=["with-the-build", "pattern-only"])
 def test_the_build_keeps_another_origins_build_of_the_release_out(tmp_path, build, candidate):
     """Two origins build 535.261.03 (their version strings differ); the pattern alone lets apt take the higher string,
     another origin's; the pin with this source's build (from the trial) keeps this source's."""
-    pin = {"name": "test", "packages": ["*nvidia*", "libcuda1"], "version": "535.261.03-*", "build": build}
-    policy = _policy(tmp_path, render("pin.pref.j2", SOURCE, __apt_source_pin=pin), TWO_ORIGINS, "nvidia-smi")
+    policy = _policy(tmp_path, pin_text(SOURCE, two_origins_pin(build)), TWO_ORIGINS, "nvidia-smi")
     assert f"Candidate: {candidate}\n" in policy, policy
     assert f"     {candidate} 1001\n" in policy, policy
+
+
+# The cases above, known up front: one run.
+for _inputs in (SOURCE, FLAT, {**FLAT, "apt_source_pins": [EXACT_PIN]}, {**SOURCE, "apt_source_pins": [BUILD_PIN]},
+                *({**SOURCE, "apt_source_pins": [two_origins_pin(_build)]} for _build in ("535.261.03-1~deb12u1", ""))):
+    WRITTEN.declare("debian12", **_inputs)
 
 
 # --------------------------------------------------------------------------- entry point trial on localhost
