@@ -106,12 +106,19 @@ def _load_plugins_before_forking(loader: Any) -> None:
 
 @dataclass(frozen=True)
 class Host:
-    """One fake host: a case of a test."""
+    """One fake host: a case of a test, or a member of a fake cluster.
+
+    ``play``: hosts with the same value run in one play of the run (its own
+    ``run_once`` scope); ``targeted`` false: the host is in the inventory
+    (groups, hostvars, facts) but no play runs on it.
+    """
 
     name: str
     facts: Mapping[str, Any]
     vars: Mapping[str, Any] = field(default_factory=dict)
     groups: tuple[str, ...] = ()
+    play: str = ""
+    targeted: bool = True
 
 
 class RunError(AssertionError):
@@ -238,15 +245,19 @@ def _check_apt_source_includes(role: str, tasks_from: str) -> None:
             _check_apt_source_includes(role, nested[:-len(".yml")])
 
 
-def capture(values: Mapping[str, Any], *, vars: Mapping[str, Any] | None = None, name: str = "Capture") -> dict:
+def capture(values: Mapping[str, Any], *, vars: Mapping[str, Any] | None = None, name: str = "Capture",
+            run_once: bool = False) -> dict:
     """A task that templates ``values`` ({name: expression or structure}) on each host, after the block.
 
     ``vars``: task variables for the expressions (e.g. the ``vars`` of a role
-    task whose arguments are captured).
+    task whose arguments are captured). ``run_once``: templated on the
+    play's first host, the values given to every host of the play.
     """
     task: dict[str, Any] = {"name": name, "ansible.builtin.set_fact": {"__role_run_capture": dict(values)}}
     if vars:
         task["vars"] = dict(vars)
+    if run_once:
+        task["run_once"] = True
     return task
 
 
@@ -409,17 +420,19 @@ def run(hosts: Iterable[Host], tasks: list[dict], after: list[dict] | None = Non
     hosts = list(hosts)
     assert len({h.name for h in hosts}) == len(hosts), "host names repeat"
     inventory_data: dict[str, Any] = {"all": {"hosts": {}, "children": {}}}
+    play_ids = list(dict.fromkeys(host.play for host in hosts if host.targeted))
     for host in hosts:
         inventory_data["all"]["hosts"][host.name] = {"ansible_connection": CONNECTION, **host.vars}
-        for group in host.groups:
+        groups = host.groups + ((f"role_run_play_{play_ids.index(host.play)}",) if host.targeted else ())
+        for group in groups:
             inventory_data["all"]["children"].setdefault(group, {"hosts": {}})["hosts"][host.name] = None
     # Each capture task sets its own fact, __role_run_capture_<n>.
     after = [dict(task, **{"ansible.builtin.set_fact": {f"__role_run_capture_{n}": task["ansible.builtin.set_fact"]["__role_run_capture"]}})
              if "__role_run_capture" in (task.get("ansible.builtin.set_fact") or {}) else task
              for n, task in enumerate(after or [])]
     plays = [{
-        "name": "gpufleet unit test",
-        "hosts": "all",
+        "name": f"gpufleet unit test {play_id}",
+        "hosts": f"role_run_play_{index}",
         "gather_facts": False,
         "tasks": [
             {"name": "Run the role", "block": tasks, "rescue": [{
@@ -430,7 +443,7 @@ def run(hosts: Iterable[Host], tasks: list[dict], after: list[dict] | None = Non
             }]},
             *([{"name": "Capture", "when": "__role_run_stop is not defined", "block": after}] if after else []),
         ],
-    }]
+    } for index, play_id in enumerate(play_ids)]
     with tempfile.TemporaryDirectory(prefix="gpufleet-role-run-") as tmp:
         inventory_file = Path(tmp) / "inventory.yml"
         inventory_file.write_text(yaml.safe_dump(inventory_data, sort_keys=False))

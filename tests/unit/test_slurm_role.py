@@ -2,24 +2,37 @@
 cgroup.conf and the DDP job script for an 8-GPU cluster on Ubuntu 20.04,
 Ubuntu 22.04 and Debian 12, the CPU-only lab, and each validation rule.
 
-The templates and the validation expressions are the role's own files,
-evaluated with ansible-core's Templar (as tests/unit/conftest.py does for the
-driver role)."""
+The role runs for real (tests/unit/role_run.py) on fake clusters of three GPU
+nodes and a controller (one play each, all in one run): its validate.yml on
+every host, then configure.yml's tasks that describe the nodes for
+slurm.conf (copies of the role's own tasks: their file begins with host
+probes, whose registered results are given as host variables, as they are
+when every node is in the play), then the templates, rendered on the
+controller by the template lookup. The validation cases run validate.yml on
+one host of a cluster whose other hosts are only in the inventory."""
 
 from __future__ import annotations
 
 import re
 import shutil
 import subprocess
+from typing import Any
 
 import pytest
-from ansible.template import Templar
+import role_run
 
-from conftest import ANSIBLE_MANAGED, FAKE_FACTS, ROLES_DIR, _loader, load_trusted, render_role_template
+from conftest import FAKE_FACTS, ROLES_DIR, load_trusted
 
 ROLE = ROLES_DIR / "slurm"
 NODES = ["gpu-a01", "gpu-a02", "gpu-a03"]
 CONTROLLER = "head-01"
+# configure.yml's probes of nodes outside the play, as registered when every node is in it: nothing probed.
+EVERY_NODE_IN_THE_PLAY = {"__slurm_other_facts": {"results": [], "skipped": True, "changed": False},
+                          "__slurm_other_gpus": {"results": [], "skipped": True, "changed": False},
+                          "__slurm_current_conf": {"skipped": True, "changed": False}}
+DESCRIBE = [role_run.role_task("slurm", "configure.yml", name) for name in (
+    "List the nodes outside this run that did not answer", "Start the node list for slurm.conf", "Describe every node for slurm.conf")]
+TEMPLATES = ["slurm.conf.j2", "gres.conf.j2", "cgroup.conf.j2", "gpufleet-train.sbatch.j2"]
 
 
 def node_facts(name: str, cpus: int = 128) -> dict:
@@ -27,39 +40,69 @@ def node_facts(name: str, cpus: int = 128) -> dict:
             "processor_threads_per_core": 2, "memtotal_mb": 2_063_000}
 
 
-def variables(host: str = "debian12", gpus: int | str = 8, **overrides) -> dict:
-    """The role's variables on a cluster of NODES + CONTROLLER, as configure.yml leaves them."""
-    facts = FAKE_FACTS[host]
-    v: dict = {}
-    v.update(load_trusted(ROLE / "defaults" / "main.yml"))
-    v.update(load_trusted(ROLE / "vars" / "main.yml"))
-    layout = {"ubuntu2004": "Ubuntu-20.yml", "ubuntu2204": "Ubuntu.yml", "debian12": "Debian.yml"}[host]
-    v.update(load_trusted(ROLE / "vars" / layout))
-    hostvars = {name: {"ansible_facts": {**facts, **node_facts(name)}, "ansible_host": f"10.0.0.{i + 11}"}
-                for i, name in enumerate(NODES)}
-    hostvars[CONTROLLER] = {"ansible_facts": {**facts, **node_facts(CONTROLLER, 16)}}
-    v.update(ansible_facts=dict(facts), inventory_hostname=CONTROLLER, ansible_managed=ANSIBLE_MANAGED,
-             role_path=str(ROLE), groups={"slurm_controller": [CONTROLLER], "gpu_nodes": list(NODES), "all": NODES + [CONTROLLER]},
-             hostvars=hostvars)
-    v.update(overrides)
-    v["__slurm_nodes"] = describe_nodes(v, gpus)
-    return v
+class Clusters:
+    """Fake clusters, each its own play, run together in one run the first time one is read."""
+
+    def __init__(self, tasks: list[dict], after: list[dict], whole: bool) -> None:
+        self._tasks, self._after, self._whole = tasks, after, whole
+        self._pending: dict[str, list[role_run.Host]] = {}
+        self._done: dict[str, role_run.Outcome] = {}
+
+    def _hosts(self, key: str, os: str, gpus: int, controllers: int, node_vars: dict, settings: dict) -> list[role_run.Host]:
+        # The first cluster uses the role's default group names; the others have their own (one inventory).
+        n = len(self._pending) + len(self._done)
+        prefix, suffix = ("", "") if n == 0 else (f"c{n}-", f"_c{n}")
+        groups = {"node": f"gpu_nodes{suffix}", "controller": f"slurm_controller{suffix}"}
+        common = {**settings, **EVERY_NODE_IN_THE_PLAY}
+        if suffix:
+            common.update(slurm_node_group=groups["node"], slurm_controller_group=groups["controller"])
+        heads = [CONTROLLER, "head-02"][:controllers]
+        hosts = [role_run.Host(prefix + name, {**FAKE_FACTS[os], **node_facts(name, 16)}, common, (groups["controller"],), key)
+                 for name in heads]
+        hosts += [role_run.Host(prefix + name, {**FAKE_FACTS[os], **node_facts(name)},
+                                {**common, "ansible_host": f"10.0.0.{i + 11}", "__slurm_pci_gpus": {"stdout": str(gpus)},
+                                 **node_vars.get(name, {})}, (groups["node"],), key)
+                  for i, name in enumerate(NODES)]
+        # The whole cluster in the play, or its first host alone (the others only in the inventory).
+        return [h if self._whole or i == 0 else role_run.Host(h.name, h.facts, h.vars, h.groups, h.play, targeted=False)
+                for i, h in enumerate(hosts)]
+
+    def get(self, os: str = "debian12", gpus: int = 8, controllers: int = 1, node_vars: dict | None = None,
+            **settings: Any) -> role_run.Outcome:
+        """The outcome on the cluster's first host (its controller), running every pending cluster first."""
+        key = repr((os, gpus, controllers, sorted((node_vars or {}).items()), sorted(settings.items())))
+        if key not in self._done:
+            self.declare(os, gpus, controllers, node_vars, **settings)
+            hosts = [h for cluster in self._pending.values() for h in cluster]
+            outcomes = role_run.run(hosts, self._tasks, self._after)
+            self._done.update({k: outcomes[cluster[0].name] for k, cluster in self._pending.items()})
+            self._pending = {}
+        return self._done[key]
+
+    def declare(self, os: str = "debian12", gpus: int = 8, controllers: int = 1, node_vars: dict | None = None,
+                **settings: Any) -> None:
+        key = repr((os, gpus, controllers, sorted((node_vars or {}).items()), sorted(settings.items())))
+        if key not in self._done and key not in self._pending:
+            self._pending[key] = self._hosts(key, os, gpus, controllers, node_vars or {}, settings)
 
 
-def describe_nodes(v: dict, gpus) -> list:
-    """configure.yml's "Describe every node" loop, evaluated with the role's own expressions."""
-    task = next(t for t in load_trusted(ROLE / "tasks" / "configure.yml") if t.get("name") == "Describe every node for slurm.conf")
-    nodes = []
-    for host in v["groups"][v["slurm_node_group"]]:
-        local = dict(v, __host=host, __slurm_pci_gpus={"stdout": str(gpus)}, __slurm_other_gpus={"results": []})
-        local["hostvars"] = {**v["hostvars"], host: {**v["hostvars"][host], "__slurm_pci_gpus": {"stdout": str(gpus)}}}
-        scoped = Templar(loader=_loader, variables={**local, **task["vars"]})
-        nodes.append(scoped.template(task["vars"]["__node"]))
-    return nodes
+# validate.yml on every host, the nodes described, the files rendered on the controller.
+RENDERED = Clusters([role_run.include_role("slurm"), *DESCRIBE], [role_run.capture(
+    {**{name: role_run.template("slurm", name) for name in TEMPLATES}, **role_run.names("__slurm_config_dir")},
+    run_once=True, name="Render the Slurm files on the controller")], whole=True)
+# validate.yml on the controller alone.
+VALIDATED = Clusters([role_run.include_role("slurm")], [], whole=False)
 
 
-def render(name: str, v: dict) -> str:
-    return render_role_template(ROLE, name, v)
+def cluster(os: str = "debian12", gpus: int | str = 8, **overrides) -> role_run.Outcome:
+    """The role on a cluster of NODES + CONTROLLER, as configure.yml leaves it on the controller."""
+    cfg = RENDERED.get(os, gpus, **overrides)
+    assert cfg.failure is None, cfg.failure
+    return cfg
+
+
+def render(name: str, cfg: role_run.Outcome) -> str:
+    return cfg[name]
 
 
 def conf(text: str) -> list[dict]:
@@ -68,18 +111,21 @@ def conf(text: str) -> list[dict]:
             if line.strip() and not line.startswith("#")]
 
 
-def rejections(**overrides) -> list[str]:
-    v = variables(**overrides)
-    task = next(t for t in load_trusted(ROLE / "tasks" / "validate.yml") if t.get("name") == "List the Slurm settings that are wrong")
-    templar = Templar(loader=_loader, variables={**v, **task["vars"]})
-    return [str(c["msg"]).strip() for c in templar.template(task["vars"]["__slurm_checks"]) if not c["ok"]]
+def rejections(controllers: int = 1, **overrides) -> list[str]:
+    """The messages of validate.yml's failed checks on the controller (what it stops with)."""
+    cfg = VALIDATED.get(controllers=controllers, **overrides)
+    messages = [" ".join(str(m).split()) for m in cfg["__slurm_invalid"]]
+    assert (cfg.failure is not None) is bool(messages), cfg.failure
+    return messages
 
 
 @pytest.mark.parametrize("host", ["ubuntu2004", "ubuntu2204", "debian12"])
 def test_slurm_conf_describes_every_node_with_its_gpus(host):
-    lines = conf(render("slurm.conf.j2", variables(host)))
+    cfg = cluster(host)
+    lines = conf(render("slurm.conf.j2", cfg))
     settings = {k: val for line in lines for k, val in line.items() if "NodeName" not in line and "PartitionName" not in line}
-    assert settings["SlurmctldHost"] == f"{CONTROLLER}({CONTROLLER})"
+    # The controller's host name (its facts), then its address: its inventory name, having no ansible_host.
+    assert settings["SlurmctldHost"] == f"{CONTROLLER}({cfg.host})"
     assert settings["AuthType"] == "auth/munge" and settings["GresTypes"] == "gpu"
     assert settings["SelectType"] == "select/cons_tres" and settings["ProctrackType"] == "proctrack/cgroup"
     assert settings["TaskPlugin"] == "task/cgroup,task/affinity"
@@ -94,24 +140,26 @@ def test_slurm_conf_describes_every_node_with_its_gpus(host):
 
 
 def test_gres_conf_lists_device_files_and_type():
-    v = variables(slurm_gpu_type="h100")
+    v = cluster(slurm_gpu_type="h100")
     lines = conf(render("gres.conf.j2", v))
     assert lines == [{"NodeName": n, "Name": "gpu", "Type": "h100", "File": "/dev/nvidia[0-7]"} for n in NODES]
     assert conf(render("slurm.conf.j2", v))[-2]["Gres"] == "gpu:h100:8"
 
 
 def test_one_gpu_and_no_gpu_nodes():
-    assert conf(render("gres.conf.j2", variables(gpus=1)))[0]["File"] == "/dev/nvidia0"
-    v = variables(gpus=0)
+    assert conf(render("gres.conf.j2", cluster(gpus=1)))[0]["File"] == "/dev/nvidia0"
+    v = cluster(gpus=0)
     assert conf(render("gres.conf.j2", v)) == []
     assert all("Gres" not in line for line in conf(render("slurm.conf.j2", v)))
     assert "#SBATCH --gpus-per-node" not in render("gpufleet-train.sbatch.j2", v)
 
 
+# A host variable of the second node (the PCI count of every node is 8).
+FOUR_ON_THE_SECOND = {NODES[1]: {"slurm_node_gpus": "4"}}
+
+
 def test_per_host_gpu_override_wins_over_the_pci_count():
-    v = variables(gpus=8)
-    v["hostvars"][NODES[1]]["slurm_node_gpus"] = "4"
-    v["__slurm_nodes"] = describe_nodes(v, 8)
+    v = cluster(gpus=8, node_vars=FOUR_ON_THE_SECOND)
     assert [n["gpus"] for n in v["__slurm_nodes"]] == [8, 4, 8]
     script = render("gpufleet-train.sbatch.j2", v)
     assert "#SBATCH --gpus-per-node=4" in script  # the smallest node decides the default
@@ -120,24 +168,27 @@ def test_per_host_gpu_override_wins_over_the_pci_count():
 @pytest.mark.parametrize("host, plugin_line", [("ubuntu2004", "CgroupAutomount=yes"), ("ubuntu2204", "CgroupPlugin=autodetect"),
                                                ("debian12", "CgroupPlugin=autodetect")])
 def test_cgroup_conf_confines_devices(host, plugin_line):
-    text = render("cgroup.conf.j2", variables(host))
+    text = render("cgroup.conf.j2", cluster(host))
     assert plugin_line in text.splitlines()
     assert {"ConstrainDevices=yes", "ConstrainCores=yes", "ConstrainRAMSpace=yes"} <= set(text.splitlines())
 
 
 def test_config_dir_follows_the_release():
-    assert variables("ubuntu2004")["__slurm_config_dir"] == "/etc/slurm-llnl"
-    assert variables("ubuntu2204")["__slurm_config_dir"] == variables("debian12")["__slurm_config_dir"] == "/etc/slurm"
+    assert cluster("ubuntu2004")["__slurm_config_dir"] == "/etc/slurm-llnl"
+    assert cluster("ubuntu2204")["__slurm_config_dir"] == cluster("debian12")["__slurm_config_dir"] == "/etc/slurm"
+
+
+EXTRA_CONFIG = {"slurm_extra_config": {"DefMemPerGPU": 64000, "MaxJobCount": 20000}}
 
 
 def test_extra_config_lines():
-    lines = conf(render("slurm.conf.j2", variables(slurm_extra_config={"DefMemPerGPU": 64000, "MaxJobCount": 20000})))
+    lines = conf(render("slurm.conf.j2", cluster(**EXTRA_CONFIG)))
     flat = {k: val for line in lines for k, val in line.items()}
     assert flat["DefMemPerGPU"] == "64000" and flat["MaxJobCount"] == "20000"
 
 
 def test_job_script_runs_one_torchrun_per_node_with_rendezvous_on_the_first():
-    script = render("gpufleet-train.sbatch.j2", variables())
+    script = render("gpufleet-train.sbatch.j2", cluster())
     assert script.startswith("#!/bin/bash\n")
     assert "#SBATCH --partition=gpu" in script and "#SBATCH --ntasks-per-node=1" in script
     assert "#SBATCH --gpus-per-node=8" in script
@@ -149,7 +200,7 @@ def test_job_script_runs_one_torchrun_per_node_with_rendezvous_on_the_first():
         subprocess.run(["bash", "-n"], input=script, text=True, check=True)
 
 
-@pytest.mark.parametrize("overrides, variable", [
+BAD_SETTINGS = [
     ({"slurm_cluster_name": "GPU Fleet"}, "slurm_cluster_name"),
     ({"slurm_partition_name": "gpu nodes"}, "slurm_partition_name"),
     ({"slurm_partition_max_time": "forever"}, "slurm_partition_max_time"),
@@ -160,19 +211,14 @@ def test_job_script_runs_one_torchrun_per_node_with_rendezvous_on_the_first():
     ({"slurm_rendezvous_port": 80}, "slurm_rendezvous_port"),
     ({"slurm_job_cpu_nproc_per_node": 0}, "slurm_job_cpu_nproc_per_node"),
     ({"slurm_register_timeout": "soon"}, "slurm_register_timeout"),
-    ({"groups": {"slurm_controller": [], "gpu_nodes": NODES}}, "slurm_controller_group"),
-    ({"groups": {"slurm_controller": ["a", "b"], "gpu_nodes": NODES}}, "slurm_controller_group"),
-])
+    ({"controllers": 0}, "slurm_controller_group"),  # no host in the controller group
+    ({"controllers": 2}, "slurm_controller_group"),
+]
+
+
+@pytest.mark.parametrize("overrides, variable", BAD_SETTINGS)
 def test_each_bad_setting_is_rejected_naming_the_variable(overrides, variable):
-    groups = overrides.pop("groups", None)
-    if groups:
-        v = variables()
-        v["groups"] = groups
-        task = next(t for t in load_trusted(ROLE / "tasks" / "validate.yml") if t.get("name") == "List the Slurm settings that are wrong")
-        templar = Templar(loader=_loader, variables={**v, **task["vars"]})
-        found = [str(c["msg"]).strip() for c in templar.template(task["vars"]["__slurm_checks"]) if not c["ok"]]
-    else:
-        found = rejections(**overrides)
+    found = rejections(**overrides)
     assert len(found) == 1 and found[0].startswith(variable), found
 
 
@@ -187,3 +233,17 @@ def test_unregistered_state_pattern():
     good = ["n1|idle|none", "n1|alloc|none", "n1|drain|gpufleet driver upgrade", "n1|drng|gpufleet", "n1|mix|none"]
     assert all(pattern.search(line) for line in bad)
     assert not any(pattern.search(line) for line in good)
+
+
+# --------------------------------------------------------------------------- the clusters, known up front: two runs
+
+for _os in ("debian12", "ubuntu2004", "ubuntu2204"):
+    RENDERED.declare(_os)
+for _gpus in (1, 0):
+    RENDERED.declare(gpus=_gpus)
+RENDERED.declare(slurm_gpu_type="h100")
+RENDERED.declare(node_vars=FOUR_ON_THE_SECOND)
+RENDERED.declare(**EXTRA_CONFIG)
+for _overrides, _ in [({}, None), ({"slurm_proctrack_type": "proctrack/linuxproc", "slurm_task_plugins": ["task/affinity"]}, None),
+                      *BAD_SETTINGS]:
+    VALIDATED.declare(**_overrides)
