@@ -1,10 +1,13 @@
 """roles/monitoring without a host: the configuration it renders for a 3-node fleet, and what it rejects.
 
-As tests/unit/conftest.py does for nvidia_driver, the role's own files are
-read: its defaults, vars (vars/main.yml and the OS layout validate.yml's
-first_found picks), templates and the validation task, rendered with
-ansible-core's Templar over a fake inventory (groups, hostvars) of three GPU
-nodes and a head node (the lab's shape). Nothing is copied from the role.
+The role runs for real (tests/unit/role_run.py): an inventory of three GPU
+nodes and a head node (the lab's shape; per-host variables and extra groups
+where a test says), its validate.yml on one host, then, in the same play, its
+templates through the template lookup. prometheus.yml, which names the hosts
+it scrapes and the one it runs on, is rendered on the head node, one run per
+fleet; the other files and the validation cases are rendered and run on
+extra hosts of the same inventory, one per case, in one run. Nothing is
+copied from the role.
 
 The alert rules and the metrics writer (roles/payload/files/gpufleet_check/metrics.py) are
 cross-checked: every gpufleet_* name the rules (and the promtool tests of the
@@ -24,10 +27,9 @@ from types import ModuleType
 from typing import Any, Iterator
 
 import pytest
+import role_run
 import yaml
-from ansible.parsing.dataloader import DataLoader
-from ansible.template import Templar
-from conftest import ANSIBLE_MANAGED, FAKE_FACTS, load_script, load_trusted, render_role_template
+from conftest import FAKE_FACTS, load_script, load_trusted
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ROLE = REPO_ROOT / "roles" / "monitoring"
@@ -36,7 +38,6 @@ GPU_VERIFY = REPO_ROOT / "roles" / "gpu_verify"
 METRICS_WRITER = REPO_ROOT / "roles" / "payload" / "files" / "gpufleet_check" / "metrics.py"
 RULES_TEST_FILE = ROLE / "files" / "gpufleet-alerts.test.yml"
 COUNTERS_FILE = ROLE / "files" / "dcgm-exporter-counters.csv"
-COMPATIBILITY_FILE = REPO_ROOT / "files" / "compatibility.yml"
 
 NODES = ["gpufleet-node-1", "gpufleet-node-2", "gpufleet-node-3"]
 HEAD = "gpufleet-head"
@@ -47,8 +48,10 @@ ALERTS = {"GpufleetVerificationFailed", "GpufleetRebootRequired", "GpufleetUncor
 LAB_SETTINGS = {"gpufleet_monitoring": True, "monitoring_scrape_interval": "5s", "monitoring_evaluation_interval": "5s",
                 "monitoring_alert_for": "0s"}
 SHA256 = "0f" * 32
-
-_loader = DataLoader()
+# DCGM switched on, with what it needs (validate.yml refuses it without the binary's URL and checksum).
+DCGM = {"monitoring_dcgm": True, "monitoring_dcgm_exporter_url": "https://repo.example.com/dcgm-exporter",
+        "monitoring_dcgm_exporter_checksum": SHA256, "monitoring_dcgm_version": "1:3.3.9"}
+DEFAULT_GROUPS = {"gpu_nodes": NODES, "monitoring_server": [HEAD]}
 
 
 @pytest.fixture(scope="module")
@@ -58,52 +61,84 @@ def writer() -> Iterator[ModuleType]:
     del sys.modules[module.__name__]
 
 
-def _os_layout(facts: dict[str, Any]) -> dict[str, Any]:
-    """The vars file validate.yml's first_found picks (<Distribution>-<major>, <Distribution>, <os_family>)."""
-    for name in (f"{facts['distribution']}-{facts['distribution_major_version']}.yml", f"{facts['distribution']}.yml",
-                 f"{facts['os_family']}.yml"):
-        if (ROLE / "vars" / name).is_file():
-            return load_trusted(ROLE / "vars" / name)
-    raise FileNotFoundError(f"no layout in {ROLE / 'vars'} for {facts['distribution']}")
+def fleet(groups: dict[str, list[str]], hostvars: dict[str, dict[str, Any]], targeted: str = "") -> list[role_run.Host]:
+    """The hosts of ``groups`` (Debian 12, their ``hostvars``), in the inventory; ``targeted`` runs the play."""
+    names = list(dict.fromkeys(h for hosts in groups.values() for h in hosts))
+    return [role_run.Host(name, FAKE_FACTS["debian12"], hostvars.get(name, {}),
+                          tuple(group for group, hosts in groups.items() if name in hosts), targeted=name == targeted)
+            for name in names]
 
 
-class Monitoring:
-    """The role's variables on one host of a fake inventory, and its rendered templates."""
-
-    def __init__(self, host: str = HEAD, os: str = "debian12", hostvars: dict[str, dict[str, Any]] | None = None,
-                 groups: dict[str, list[str]] | None = None, **overrides: Any) -> None:
-        groups = groups if groups is not None else {"gpu_nodes": list(NODES), "monitoring_server": [HEAD]}
-        groups = {"all": sorted({h for hosts in groups.values() for h in hosts}), "ungrouped": [], **groups}
-        hostvars = {h: {"inventory_hostname": h, **(hostvars or {}).get(h, {})} for h in groups["all"]}
-        facts = FAKE_FACTS[os]
-        self.variables: dict[str, Any] = {}
-        self.variables.update(load_trusted(ROLE / "defaults" / "main.yml"))
-        self.variables.update(load_trusted(ROLE / "vars" / "main.yml"))
-        self.variables.update(_os_layout(facts))
-        self.variables.update(ansible_facts=dict(facts), inventory_hostname=host, role_path=str(ROLE),
-                              ansible_managed=ANSIBLE_MANAGED, groups=groups, hostvars=hostvars)
-        self.variables.update(hostvars[host])
-        self.variables.update(overrides)
-
-    def templar(self, extra: dict[str, Any] | None = None) -> Templar:
-        return Templar(loader=_loader, variables={**self.variables, **(extra or {})})
-
-    def __getitem__(self, name: str) -> Any:
-        return self.templar().template(self.variables[name])
-
-    def render(self, template_name: str) -> str:
-        """roles/monitoring/templates/<name> as the template action renders it (trim_blocks, no lstrip)."""
-        return render_role_template(ROLE, template_name, self.variables)
-
-    def rejected(self) -> list[str]:
-        """The messages of tasks/validate.yml's checks that fail (what the role stops with)."""
-        [task] = [t for t in load_trusted(ROLE / "tasks" / "validate.yml") if "settings that are wrong" in t.get("name", "")]
-        templar = self.templar(task.get("vars"))
-        return list(templar.template(task["ansible.builtin.set_fact"]["__monitoring_invalid"]))
+_DOWNLOAD = role_run.role_task("monitoring", "dcgm.yml", "Download dcgm-exporter")
+FILES = ["gpufleet-alerts.yml.j2", "node-exporter.default.j2", "prometheus.default.j2", "dcgm-exporter.service.j2"]
+_TASKS = [role_run.include_role("monitoring")]
+_CASE_CAPTURE = [role_run.capture({
+    **{name: role_run.template("monitoring", name) for name in FILES},
+    **role_run.names("__monitoring_prometheus_self_target", "__monitoring_node_exporter_package",
+                     "__monitoring_prometheus_defaults_file", "__monitoring_rules_file"),
+    "dcgm_exporter_checksum": _DOWNLOAD["ansible.builtin.get_url"]["checksum"],
+}, name="Render the files that do not name hosts")]
+_cases: dict[str, tuple[dict, dict]] = {}
+_case_outcomes: dict[str, role_run.Outcome] = {}
 
 
-def prometheus_config(**kwargs: Any) -> dict[str, Any]:
-    return yaml.safe_load(Monitoring(**kwargs).render("prometheus.yml.j2"))
+def _case_key(facts: dict, settings: dict) -> str:
+    return repr((sorted(facts.items()), sorted(settings.items())))
+
+
+def declare(os: str | dict = "debian12", **overrides: Any) -> None:
+    facts = FAKE_FACTS[os] if isinstance(os, str) else os
+    _cases.setdefault(_case_key(facts, overrides), (facts, overrides))
+
+
+def monitoring(os: str | dict = "debian12", **overrides: Any) -> role_run.Outcome:
+    """The role on a host of the lab-shaped inventory with ``overrides`` as its variables (``os``: its facts).
+
+    Every declared case runs with it, one extra ungrouped host each, beside
+    the fleet (three GPU nodes and the head node, not in the play).
+    """
+    declare(os, **overrides)
+    facts = FAKE_FACTS[os] if isinstance(os, str) else os
+    key = _case_key(facts, overrides)
+    if key not in _case_outcomes:
+        pending = {k: case for k, case in _cases.items() if k not in _case_outcomes}
+        names = {k: f"case-{len(_case_outcomes) + n}" for n, k in enumerate(pending)}
+        hosts = fleet(DEFAULT_GROUPS, {}) + [role_run.Host(names[k], f, o) for k, (f, o) in pending.items()]
+        outcomes = role_run.run(hosts, _TASKS, _CASE_CAPTURE)
+        _case_outcomes.update({k: outcomes[names[k]] for k in pending})
+    return _case_outcomes[key]
+
+
+def rejected(cfg: role_run.Outcome) -> list[str]:
+    """The messages of tasks/validate.yml's checks that fail (what the role stops with)."""
+    messages = list(cfg["__monitoring_invalid"])
+    assert (cfg.failure is not None) is bool(messages), cfg.failure
+    return messages
+
+
+def render(name: str, os: str = "debian12", **overrides: Any) -> str:
+    """roles/monitoring/templates/<name> (not prometheus.yml.j2) as the role renders it with ``overrides``."""
+    cfg = monitoring(os, **overrides)
+    assert cfg.failure is None, cfg.failure
+    return cfg[name]
+
+
+_fleets: dict[str, role_run.Outcome] = {}
+
+
+def prometheus_config(hostvars: dict[str, dict[str, Any]] | None = None, groups: dict[str, list[str]] | None = None,
+                      **overrides: Any) -> dict[str, Any]:
+    """prometheus.yml as the role renders it on the head node (``overrides``: its variables) of a fleet of
+    ``groups`` (three GPU nodes and the head node) with ``hostvars`` (one run per fleet)."""
+    groups = groups if groups is not None else DEFAULT_GROUPS
+    hostvars = {**(hostvars or {}), HEAD: {**(hostvars or {}).get(HEAD, {}), **overrides}}
+    key = repr((sorted(groups.items()), sorted((h, sorted(v.items())) for h, v in hostvars.items())))
+    if key not in _fleets:
+        _fleets[key] = role_run.run(fleet(groups, hostvars, targeted=HEAD), _TASKS, [role_run.capture(
+            {"prometheus.yml.j2": role_run.template("monitoring", "prometheus.yml.j2")}, name="Render prometheus.yml")])[HEAD]
+    cfg = _fleets[key]
+    assert cfg.failure is None, cfg.failure
+    return yaml.safe_load(cfg["prometheus.yml.j2"])
 
 
 def scrape_job(config: dict[str, Any], job: str) -> dict[str, dict[str, Any]]:
@@ -117,7 +152,7 @@ def scrape_job(config: dict[str, Any], job: str) -> dict[str, dict[str, Any]]:
 
 
 def alert_rules(**kwargs: Any) -> dict[str, dict[str, Any]]:
-    document = yaml.safe_load(Monitoring(**kwargs).render("gpufleet-alerts.yml.j2"))
+    document = yaml.safe_load(render("gpufleet-alerts.yml.j2", **kwargs))
     [group] = document["groups"]
     return {rule["alert"]: rule for rule in group["rules"]}
 
@@ -164,10 +199,10 @@ def test_scrape_groups_and_hosts_in_several_groups() -> None:
 
 
 def test_prometheus_self_scrape_follows_its_listen_address() -> None:
-    assert Monitoring(monitoring_prometheus_listen_address="127.0.0.1:9091")["__monitoring_prometheus_self_target"] \
+    assert monitoring(monitoring_prometheus_listen_address="127.0.0.1:9091")["__monitoring_prometheus_self_target"] \
         == "127.0.0.1:9091"
-    assert Monitoring(monitoring_prometheus_listen_address=":9090")["__monitoring_prometheus_self_target"] == "localhost:9090"
-    assert Monitoring(monitoring_prometheus_listen_address="[::]:9090")["__monitoring_prometheus_self_target"] \
+    assert monitoring(monitoring_prometheus_listen_address=":9090")["__monitoring_prometheus_self_target"] == "localhost:9090"
+    assert monitoring(monitoring_prometheus_listen_address="[::]:9090")["__monitoring_prometheus_self_target"] \
         == "localhost:9090"
 
 
@@ -175,7 +210,7 @@ def test_dcgm_exporter_is_scraped_on_gpu_nodes_with_gpus() -> None:
     hostvars = {"gpufleet-node-2": {"ansible_host": "10.1.0.12"},
                 # DCGM's tasks found no GPU there in this run: not scraped.
                 "gpufleet-node-3": {"__monitoring_gpu_count": 0}}
-    config = prometheus_config(hostvars=hostvars, monitoring_dcgm=True)
+    config = prometheus_config(hostvars=hostvars, **DCGM)
     dcgm = scrape_job(config, "dcgm")
     assert dcgm == {"gpufleet-node-1": {"target": "gpufleet-node-1:9400",
                                         "labels": {"instance": "gpufleet-node-1", "node": "gpufleet-node-1", "gpu_node": "true"}},
@@ -189,32 +224,34 @@ def test_dcgm_exporter_is_scraped_on_gpu_nodes_with_gpus() -> None:
 # --------------------------------------------------------------------------- node exporter and Prometheus options
 
 
+NODE_EXPORTER = {"monitoring_textfile_dir": "/srv/textfile", "monitoring_node_exporter_address": "10.1.0.11",
+                 "monitoring_node_exporter_port": 9200, "monitoring_node_exporter_extra_args": ["--collector.systemd"]}
+PROMETHEUS = {"monitoring_prometheus_retention": "90d", "monitoring_prometheus_listen_address": "10.0.0.5:9090",
+              "monitoring_prometheus_extra_args": ["--web.enable-lifecycle"]}
+
+
 def test_node_exporter_args_name_the_textfile_directory() -> None:
-    args = defaults_args(Monitoring(host="gpufleet-node-1").render("node-exporter.default.j2"))
+    args = defaults_args(render("node-exporter.default.j2"))
     assert args == ["--collector.textfile.directory=/var/lib/prometheus/node-exporter", "--web.listen-address=:9100"]
-    args = defaults_args(Monitoring(host="gpufleet-node-1", monitoring_textfile_dir="/srv/textfile",
-                                    monitoring_node_exporter_address="10.1.0.11", monitoring_node_exporter_port=9200,
-                                    monitoring_node_exporter_extra_args=["--collector.systemd"])
-                         .render("node-exporter.default.j2"))
+    args = defaults_args(render("node-exporter.default.j2", **NODE_EXPORTER))
     assert args == ["--collector.textfile.directory=/srv/textfile", "--web.listen-address=10.1.0.11:9200",
                     "--collector.systemd"]
 
 
 def test_prometheus_args() -> None:
-    args = defaults_args(Monitoring().render("prometheus.default.j2"))
+    args = defaults_args(render("prometheus.default.j2"))
     assert args == ["--config.file=/etc/prometheus/prometheus.yml", "--storage.tsdb.path=/var/lib/prometheus/metrics2/",
                     "--storage.tsdb.retention.time=15d", "--web.listen-address=0.0.0.0:9090"]
-    args = defaults_args(Monitoring(monitoring_prometheus_retention="90d", monitoring_prometheus_listen_address="10.0.0.5:9090",
-                                    monitoring_prometheus_extra_args=["--web.enable-lifecycle"]).render("prometheus.default.j2"))
+    args = defaults_args(render("prometheus.default.j2", **PROMETHEUS))
     assert args[2:] == ["--storage.tsdb.retention.time=90d", "--web.listen-address=10.0.0.5:9090", "--web.enable-lifecycle"]
 
 
 @pytest.mark.parametrize("os", sorted(FAKE_FACTS))
 def test_every_supported_os_has_a_package_layout(os: str) -> None:
-    config = Monitoring(os=os)
+    config = monitoring(os)
     assert config["__monitoring_node_exporter_package"] == "prometheus-node-exporter"
     assert config["__monitoring_prometheus_defaults_file"] == "/etc/default/prometheus"
-    assert config.rejected() == []
+    assert rejected(config) == []
 
 
 # --------------------------------------------------------------------------- alert rules
@@ -260,7 +297,7 @@ def metric_names(text: str) -> set[str]:
 
 
 def test_rules_use_only_metrics_the_writer_emits(writer: ModuleType) -> None:
-    rendered = Monitoring().render("gpufleet-alerts.yml.j2")
+    rendered = render("gpufleet-alerts.yml.j2")
     rules = yaml.safe_load(rendered)["groups"][0]["rules"]
     queries = [q for rule in rules for text in rule["annotations"].values() for q in re.findall(r'query \(printf "(.*?)"', text)]
     assert queries, "the annotations query the failed checks"
@@ -285,8 +322,8 @@ def test_rules_use_only_metrics_the_writer_emits(writer: ModuleType) -> None:
 
 
 def test_rules_read_the_jobs_and_labels_prometheus_scrapes() -> None:
-    rendered = Monitoring().render("gpufleet-alerts.yml.j2")
-    config = prometheus_config(monitoring_dcgm=True)
+    rendered = render("gpufleet-alerts.yml.j2")
+    config = prometheus_config(**DCGM)
     jobs = {scrape["job_name"] for scrape in config["scrape_configs"]}
     assert set(re.findall(r'job="([a-z]+)"', rendered)) == {"node", "dcgm"} <= jobs
     target_labels = {key for scrape in config["scrape_configs"] for static in scrape["static_configs"] for key in static["labels"]}
@@ -295,7 +332,7 @@ def test_rules_read_the_jobs_and_labels_prometheus_scrapes() -> None:
 
 def test_promtool_tests_cover_every_alert(writer: ModuleType) -> None:
     tests = yaml.safe_load(RULES_TEST_FILE.read_text())
-    assert tests["rule_files"] == [Path(Monitoring()["__monitoring_rules_file"]).name]
+    assert tests["rule_files"] == [Path(monitoring()["__monitoring_rules_file"]).name]
     tested = {case["alertname"] for group in tests["tests"] for case in group["alert_rule_test"]}
     assert tested == ALERTS
     firing = {case["alertname"] for group in tests["tests"] for case in group["alert_rule_test"] if case["exp_alerts"]}
@@ -307,7 +344,7 @@ def test_promtool_tests_cover_every_alert(writer: ModuleType) -> None:
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool is not installed here (the e2e test runs it)")
 @pytest.mark.parametrize("settings", [{}, LAB_SETTINGS], ids=["defaults", "lab"])
 def test_promtool_passes_the_rendered_rules(tmp_path: Path, settings: dict[str, Any]) -> None:
-    (tmp_path / "gpufleet-alerts.yml").write_text(Monitoring(**settings).render("gpufleet-alerts.yml.j2"))
+    (tmp_path / "gpufleet-alerts.yml").write_text(render("gpufleet-alerts.yml.j2", **settings))
     shutil.copy(RULES_TEST_FILE, tmp_path)
     proc = subprocess.run(["promtool", "test", "rules", str(tmp_path / RULES_TEST_FILE.name)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -319,7 +356,7 @@ def test_promtool_passes_the_rendered_rules(tmp_path: Path, settings: dict[str, 
 def test_dcgm_exporter_unit() -> None:
     unit = configparser.ConfigParser(interpolation=None, strict=True)
     unit.optionxform = str  # systemd keys are case-sensitive
-    unit.read_string(Monitoring(host="gpufleet-node-1", monitoring_dcgm=True).render("dcgm-exporter.service.j2"))
+    unit.read_string(render("dcgm-exporter.service.j2", **DCGM))
     assert unit["Unit"]["Requires"] == "nvidia-dcgm.service" and "nvidia-dcgm.service" in unit["Unit"]["After"]
     assert shlex.split(unit["Service"]["ExecStart"]) == [
         "/usr/local/bin/dcgm-exporter", "--address", ":9400", "--collectors", "/etc/dcgm-exporter/gpufleet-counters.csv",
@@ -327,7 +364,7 @@ def test_dcgm_exporter_unit() -> None:
     assert unit["Service"]["DynamicUser"] == "true" and unit["Service"]["Restart"] == "on-failure"
     assert unit["Install"]["WantedBy"] == "multi-user.target"
     custom = configparser.ConfigParser(interpolation=None)
-    custom.read_string(Monitoring(host="gpufleet-node-1", monitoring_dcgm_exporter_port=9500).render("dcgm-exporter.service.j2"))
+    custom.read_string(render("dcgm-exporter.service.j2", monitoring_dcgm_exporter_port=9500))
     assert "--address :9500" in custom["Service"]["ExecStart"]
 
 
@@ -351,21 +388,21 @@ def test_dcgm_comes_from_the_cuda_roles_repository() -> None:
     assert cuda_specs["repository"]["options"] == cuda_specs["main"]["options"]
     assert not list((ROLE / "templates").glob("*.sources.j2"))
     download = next(t for t in block["block"] if "ansible.builtin.get_url" in t)["ansible.builtin.get_url"]
-    templar = Monitoring(monitoring_dcgm_exporter_checksum="SHA256:" + SHA256.upper()).templar()
-    assert templar.template(download["checksum"]) == "sha256:" + SHA256
+    assert download == _DOWNLOAD["ansible.builtin.get_url"]
+    # The task's checksum, templated on a host with the setting in capitals and with its prefix.
+    assert monitoring(monitoring_dcgm_exporter_checksum="SHA256:" + SHA256.upper())["dcgm_exporter_checksum"] == "sha256:" + SHA256
 
 
 # --------------------------------------------------------------------------- validation
 
 
 def test_defaults_and_lab_settings_are_accepted() -> None:
-    assert Monitoring().rejected() == []
-    assert Monitoring(host="gpufleet-node-1", **LAB_SETTINGS).rejected() == []
-    assert Monitoring(monitoring_dcgm=True, monitoring_dcgm_exporter_url="https://repo.example.com/dcgm-exporter",
-                      monitoring_dcgm_exporter_checksum=SHA256, monitoring_dcgm_version="1:3.3.9").rejected() == []
+    assert rejected(monitoring()) == []
+    assert rejected(monitoring(**LAB_SETTINGS)) == []
+    assert rejected(monitoring(**DCGM)) == []
 
 
-@pytest.mark.parametrize("overrides, variable", [
+WRONG = [
     ({"monitoring_textfile_dir": "var/lib/node-exporter"}, "monitoring_textfile_dir"),
     ({"monitoring_node_exporter_port": 70000}, "monitoring_node_exporter_port"),
     ({"monitoring_node_exporter_address": "10.0.0.1:9100"}, "monitoring_node_exporter_address"),
@@ -387,72 +424,100 @@ def test_defaults_and_lab_settings_are_accepted() -> None:
       "monitoring_dcgm_exporter_checksum": SHA256}, "monitoring_dcgm_exporter_url"),
     ({"monitoring_dcgm_version": "latest"}, "monitoring_dcgm_version"),
     ({"monitoring_dcgm_exporter_port": 9100}, "monitoring_dcgm_exporter_port"),
-], ids=lambda v: v if isinstance(v, str) else None)
+]
+WRONG_SETTINGS = [overrides for overrides, _ in WRONG]
+
+
+@pytest.mark.parametrize("overrides, variable", WRONG, ids=lambda v: v if isinstance(v, str) else None)
 def test_wrong_settings_are_named(overrides: dict[str, Any], variable: str) -> None:
-    messages = Monitoring(**overrides).rejected()
+    messages = rejected(monitoring(**overrides))
     assert len(messages) == 1, messages
     assert messages[0].startswith(variable + " "), messages[0]
 
 
 def test_dcgm_switched_on_without_its_binary_names_both() -> None:
-    messages = Monitoring(monitoring_dcgm=True).rejected()
+    messages = rejected(monitoring(monitoring_dcgm=True))
     assert [m.split(" ")[0] for m in messages] == ["monitoring_dcgm_exporter_url", "monitoring_dcgm_exporter_checksum"]
 
 
+ROCKY = {**FAKE_FACTS["debian12"], "distribution": "Rocky", "os_family": "RedHat"}
+
+
 def test_unknown_os_is_rejected() -> None:
-    config = Monitoring()
-    for name in [n for n in config.variables if n.startswith("__monitoring_") and n in _os_layout(FAKE_FACTS["debian12"])]:
-        del config.variables[name]
-    config.variables["ansible_facts"] = {**FAKE_FACTS["debian12"], "distribution": "Rocky", "os_family": "RedHat"}
-    assert config.rejected()[0].startswith("monitoring has no package layout for Rocky")
+    assert rejected(monitoring(ROCKY))[0].startswith("monitoring has no package layout for Rocky")
 
 
 # --------------------------------------------------------------------------- gpu_verify's metrics file
 
 
-def gpu_verify_vars(**overrides: Any) -> dict[str, Any]:
-    variables: dict[str, Any] = {}
-    variables.update(load_trusted(GPU_VERIFY / "defaults" / "main.yml"))
-    variables.update(load_trusted(GPU_VERIFY / "vars" / "main.yml"))
-    variables.update(role_path=str(GPU_VERIFY), inventory_hostname="gpufleet-node-1",
-                     __gpu_verify_matrix=load_trusted(COMPATIBILITY_FILE), __gpu_verify_cuda="12.1",
-                     __gpu_verify_check_script="/x/gpufleet_check.pyz")
-    variables.update(overrides)
-    return variables
+# gpu_verify's validate.yml on a host of its own, then its metrics file setting and the command line of check.yml's
+# health checks, templated in the same play (payload_files as the payload role's locate publishes it).
+_CHECKS = role_run.role_task("gpu_verify", "check.yml", "Run the health checks")
+GPU_VERIFY_RUNS = role_run.Batch(FAKE_FACTS, [role_run.include_role("gpu_verify")], after=[role_run.capture(
+    {**role_run.names("gpu_verify_metrics_file", "__gpu_verify_cuda"), "checks_cmd": _CHECKS["ansible.builtin.script"]["cmd"]},
+    vars=_CHECKS.get("vars"), name="Template the metrics file and the health checks' command line")])
+PAYLOAD_LOCATED = {"payload_files": {"check": "/x/gpufleet_check.pyz"}}
 
 
-@pytest.mark.parametrize("overrides, expected", [
+def gpu_verify(**settings: Any) -> role_run.Outcome:
+    return GPU_VERIFY_RUNS.get("debian12", **PAYLOAD_LOCATED, **settings)
+
+
+METRICS_FILES = [
     ({}, ""),
     ({"gpufleet_monitoring": False}, ""),
     ({"gpufleet_monitoring": True}, "/var/lib/prometheus/node-exporter/gpufleet.prom"),
     ({"gpufleet_monitoring": True, "monitoring_textfile_dir": "/srv/textfile"}, "/srv/textfile/gpufleet.prom"),
-])
+]
+
+
+@pytest.mark.parametrize("overrides, expected", METRICS_FILES)
 def test_gpu_verify_metrics_file_follows_gpufleet_monitoring(overrides: dict[str, Any], expected: str) -> None:
-    variables = gpu_verify_vars(**overrides)
-    assert Templar(loader=_loader, variables=variables).template(variables["gpu_verify_metrics_file"]) == expected
+    assert gpu_verify(**overrides)["gpu_verify_metrics_file"] == expected
 
 
 def test_gpu_verify_passes_the_metrics_file_to_the_checks() -> None:
-    [task] = [t for t in load_trusted(GPU_VERIFY / "tasks" / "check.yml") if t.get("name") == "Run the health checks"]
-    for monitoring, expected in ((True, "--metrics-file /var/lib/prometheus/node-exporter/gpufleet.prom"), (False, None)):
-        cmd = str(Templar(loader=_loader, variables=gpu_verify_vars(gpufleet_monitoring=monitoring))
-                  .template(task["ansible.builtin.script"]["cmd"]))
-        words = shlex.split(cmd)
+    for monitoring_on, expected in ((True, "--metrics-file /var/lib/prometheus/node-exporter/gpufleet.prom"), (False, None)):
+        cfg = gpu_verify(gpufleet_monitoring=monitoring_on)
+        assert cfg["__gpu_verify_cuda"] == "12.1"
+        words = shlex.split(str(cfg["checks_cmd"]))
+        assert words[:2] == ["/x/gpufleet_check.pyz", "--json"] and "--expect-cuda 12.1" in " ".join(words)
         if expected:
             assert expected in " ".join(words)
         else:
             assert "--metrics-file" not in words
 
 
-@pytest.mark.parametrize("value, ok", [
+METRICS_FILE_VALUES = [
     ("", True), ("/var/lib/prometheus/node-exporter/gpufleet.prom", True), ("/srv/x/gpufleet.prom", True),
     ("gpufleet.prom", False), ("/var/lib/prometheus/node-exporter/gpufleet.txt", False),
     ("/var/lib/prometheus/node-exporter/", False), ("/var/lib/prometheus/node-exporter/.prom", False),
-])
+]
+
+
+@pytest.mark.parametrize("value, ok", METRICS_FILE_VALUES)
 def test_gpu_verify_validates_the_metrics_file(value: str, ok: bool) -> None:
-    [task] = [t for t in load_trusted(GPU_VERIFY / "tasks" / "validate.yml") if "setting is wrong" in t.get("name", "")]
-    variables = gpu_verify_vars(gpu_verify_metrics_file=value)
-    templar = Templar(loader=_loader, variables={**variables, **task["vars"]})
-    messages = list(templar.template(task["vars"]["__gpu_verify_invalid"]))
-    assert [m for m in messages if m.startswith("gpu_verify_metrics_file ")] == ([] if ok else [messages[0]])
-    assert len(messages) == (0 if ok else 1), messages
+    cfg = gpu_verify(gpu_verify_metrics_file=value)
+    if ok:
+        assert cfg.failure is None
+    else:
+        assert cfg.failure is not None and cfg.failure.startswith(f"gpu_verify settings rejected on {cfg.host}: [1] ")
+        assert f"[1] gpu_verify_metrics_file '{value}' is not an absolute path ending in .prom" in " ".join(cfg.failure.split())
+        assert "[2]" not in cfg.failure, cfg.failure
+
+
+# --------------------------------------------------------------------------- the cases, known up front
+
+for _settings in [{}, LAB_SETTINGS, NODE_EXPORTER, PROMETHEUS, DCGM, {"monitoring_dcgm": True}, {"monitoring_dcgm_exporter_port": 9500},
+                  {"monitoring_dcgm_exporter_checksum": "SHA256:" + SHA256.upper()},
+                  {"monitoring_verify_stale_after": "1d12h30m"},
+                  *({"monitoring_prometheus_listen_address": _address} for _address in ("127.0.0.1:9091", ":9090", "[::]:9090")),
+                  *WRONG_SETTINGS]:
+    declare(**_settings)
+for _os in sorted(FAKE_FACTS):
+    declare(_os)
+declare(ROCKY)
+for _overrides, _ in METRICS_FILES:
+    GPU_VERIFY_RUNS.declare("debian12", **PAYLOAD_LOCATED, **_overrides)
+for _value, _ in METRICS_FILE_VALUES:
+    GPU_VERIFY_RUNS.declare("debian12", **PAYLOAD_LOCATED, gpu_verify_metrics_file=_value)
