@@ -1,18 +1,42 @@
 """Helpers for the unit tests; the ``driver`` fixture: what roles/nvidia_driver configures on a fake host.
 
-Roles run for real (tests/unit/role_run.py): ansible-core's executor runs a
-play on fake hosts in this process, the settings as inventory variables.
-``driver()`` runs nvidia_driver's tasks/validate.yml and tasks/preflight.yml
-(``include_role``; preflight.yml's include of roles/apt_source's trial, which
-runs apt on the host, is skipped by an ``apply`` condition), then captures in
-the same play its blacklist file (unattended-upgrades.j2, through the
-template lookup) and what repository.yml and preflight.yml give apt_source,
-with the deb822 source and the pins apt_source renders from it.
+Role logic runs for real (tests/unit/role_run.py): ansible-core's
+PlaybookExecutor runs a play in this process on fake hosts (one per case; the
+settings are inventory host variables, the facts are put in an in-memory fact
+cache, and the hosts' connection refuses any module or command, so only
+controller-side tasks can run). Variable precedence, task order, ``when``,
+task ``vars``, loops, ``include_role``/``include_vars`` and the lookups are
+Ansible's own. ``driver()`` runs nvidia_driver's tasks/validate.yml and
+tasks/preflight.yml, then captures in the same play (role defaults and vars
+visible through ``public``) its blacklist file, what repository.yml and
+preflight.yml give roles/apt_source, and the source and pins apt_source
+renders from it.
 
-Given as host variables, as the roles that run before would leave them:
-``preflight_report`` (published by roles/preflight) and, where a test says
-so, ``apt_source_trial`` (published by apt_source's trial: the build the
-repository carries).
+What is still done by hand, and why (here and in the role test modules):
+
+* the facts: fake ``ansible_facts`` instead of ``setup`` on a real host, and
+  the facts other roles publish, given as host variables where a test needs
+  them (``preflight_report`` of roles/preflight, ``apt_source_trial`` of
+  apt_source's trial, ``payload_files`` of the payload role);
+* tasks that run on a host do not run: the includes of apt_source's trial
+  and configuration in nvidia_driver's preflight.yml and cuda's source.yml
+  are skipped (``apply`` adds ``apt_source_caller is not defined``, which
+  only those includes set; role_run checks that); where a role's file mixes
+  host probes (command, shell, stat, uri) with the set_fact/fail tasks that
+  read their results (pytorch's preflight.yml, slurm's configure.yml), the
+  test runs copies of those set_fact/fail tasks after validate.yml, the
+  probes' registered results given as host variables;
+* the arguments of tasks that run commands (pytorch's pip install,
+  container's apt, nvidia-ctk and image build tasks and its handler,
+  gpu_verify's health checks), and the ``when`` of container's CDI block,
+  are templated in a set_fact of the play (their registered inputs as task
+  variables) instead of being run;
+* templates are rendered by the ``ansible.builtin.template`` lookup (the
+  template action would copy the file to the host), from the play rather
+  than from inside the role: none of the roles' templates reads role_path or
+  a relative file.
+
+Everything else a test reads is what the run left on the host.
 """
 
 from __future__ import annotations
@@ -20,26 +44,19 @@ from __future__ import annotations
 import functools
 import importlib.util
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable
 
 import pytest
-from ansible.parsing.dataloader import DataLoader
-from ansible.template import Templar, trust_as_template
 import role_run
+from ansible.parsing.dataloader import DataLoader
 
-# The collection loader, as ansible-playbook starts it (before any Templar use below).
+# The collection loader, as ansible-playbook starts it (the clone is gpufleet.fleet).
 role_run.init_plugin_loader()
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ROLES_DIR = REPO_ROOT / "roles"
-DRIVER_ROLE = ROLES_DIR / "nvidia_driver"
-COMPATIBILITY_FILE = REPO_ROOT / "files" / "compatibility.yml"
-
-# Any fixed text: the template action would fill in ansible.cfg's string.
-ANSIBLE_MANAGED = "Ansible managed: gpufleet unit test"
 
 # ansible_facts as `setup` reports them on bare-metal GPU servers.
 FAKE_FACTS: dict[str, dict[str, Any]] = {
@@ -78,22 +95,6 @@ _loader = DataLoader()
 def load_trusted(path: Path) -> Any:
     """Load a role YAML file as Ansible does: its Jinja strings are trusted templates."""
     return _loader.load_from_file(str(path), trusted_as_template=True)
-
-
-def render_role_template(role: Path, template_name: str, variables: dict[str, Any]) -> str:
-    """roles/<role>/templates/<template_name> rendered as ansible.builtin.template renders it.
-
-    Same options as the action's defaults: trim_blocks on, lstrip_blocks
-    off, "\\n" newlines, backslashes not escaped.
-    """
-    path = role / "templates" / template_name
-    templar = Templar(loader=_loader).copy_with_new_env(searchpath=[str(path.parent)], available_variables=variables)
-    text = templar.template(
-        trust_as_template(path.read_text()),
-        escape_backslashes=False,
-        overrides={"trim_blocks": True, "lstrip_blocks": False, "newline_sequence": "\n"},
-    )
-    return str(text or "")
 
 
 def preflight_report(facts: dict[str, Any], **found: Any) -> dict[str, Any]:
