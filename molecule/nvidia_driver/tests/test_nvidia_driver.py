@@ -1,6 +1,7 @@
 """Verify for the nvidia_driver scenario: the real Debian 535.261.03 driver
 from the lab mirror is installed, pinned, held, built by DKMS for the
-mirrored Debian kernel, and reports itself honestly as "not loaded"."""
+mirrored Debian kernel, and reports the module the lab's first-install
+fixture publishes (the reboot a GPU server makes after its first install)."""
 
 import json
 
