@@ -52,8 +52,10 @@ import pytest
 import role_run
 from ansible.parsing.dataloader import DataLoader
 
-# The collection loader, as ansible-playbook starts it (the clone is gpufleet.fleet).
+# The collection loader, as ansible-playbook starts it (the clone is gpufleet.fleet), then the process the role
+# runs happen in, forked while pytest is still small (role_run.start_runner).
 role_run.init_plugin_loader()
+role_run.start_runner()
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ROLES_DIR = REPO_ROOT / "roles"

@@ -415,8 +415,76 @@ def _in_fresh_thread(function: Any) -> Any:
     return outcome.get("value")
 
 
+_server: dict[str, Any] = {}
+
+
+def start_runner() -> None:
+    """Fork the process the runs happen in, now, while this process is small (conftest.py calls it first thing).
+
+    Every task of a run forks a worker per host from the process the run is
+    in, and a fork costs in proportion to that process's memory: once pytest
+    has imported every test module, twice what it costs here. The runner is
+    a fork of this process (the same ansible-core, plugins and files); run()
+    sends it the hosts and tasks and gets the outcomes back. It ends with
+    this process (or when its pipe closes).
+    """
+    if _server:
+        return
+    import atexit
+    import multiprocessing
+    import os
+
+    ours, theirs = multiprocessing.Pipe()
+    pid = os.fork()  # not a multiprocessing.Process: the executor forks its own workers from it
+    if pid == 0:
+        code = 0
+        try:
+            ours.close()
+            _serve(theirs)
+        except BaseException:  # noqa: BLE001 - nothing to tell once the pipe is gone
+            code = 1
+        finally:
+            os._exit(code)
+    theirs.close()
+    _server.update(connection=ours, pid=pid)
+
+    def stop() -> None:
+        ours.close()
+        os.waitpid(pid, 0)
+
+    atexit.register(stop)
+
+
+def _serve(connection: Any) -> None:
+    import traceback
+
+    while True:
+        try:
+            request = connection.recv()
+        except EOFError:
+            return
+        try:
+            connection.send(("ok", _run_here(*request)))
+        except BaseException:  # noqa: BLE001 - the caller raises it
+            connection.send(("error", traceback.format_exc()))
+
+
 def run(hosts: Iterable[Host], tasks: list[dict], after: list[dict] | None = None) -> dict[str, Outcome]:
-    """Run ``tasks`` (in a block with a rescue) and then ``after`` on every host; {host name: Outcome}."""
+    """Run ``tasks`` (in a block with a rescue) and then ``after`` on every host; {host name: Outcome}.
+
+    In the runner process when start_runner() started one, else here.
+    """
+    hosts = list(hosts)
+    if not _server:
+        return _run_here(hosts, tasks, after)
+    _server["connection"].send((hosts, tasks, after))
+    status, value = _server["connection"].recv()
+    if status != "ok":
+        raise RuntimeError(f"the run failed in the runner process:\n{value}")
+    return value
+
+
+def _run_here(hosts: list[Host], tasks: list[dict], after: list[dict] | None = None) -> dict[str, Outcome]:
     from ansible.executor.playbook_executor import PlaybookExecutor
     from ansible.inventory.manager import InventoryManager
     from ansible.plugins.loader import cache_loader

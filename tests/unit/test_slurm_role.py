@@ -41,7 +41,8 @@ def node_facts(name: str, cpus: int = 128) -> dict:
 
 
 class Clusters:
-    """Fake clusters, each its own play, run together in one run the first time one is read."""
+    """Fake clusters, run together in one run the first time one is read (the whole cluster in a play of its own,
+    or its first host alone)."""
 
     def __init__(self, tasks: list[dict], after: list[dict], whole: bool) -> None:
         self._tasks, self._after, self._whole = tasks, after, whole
@@ -63,8 +64,9 @@ class Clusters:
                                 {**common, "ansible_host": f"10.0.0.{i + 11}", "__slurm_pci_gpus": {"stdout": str(gpus)},
                                  **node_vars.get(name, {})}, (groups["node"],), key)
                   for i, name in enumerate(NODES)]
-        # The whole cluster in the play, or its first host alone (the others only in the inventory).
-        return [h if self._whole or i == 0 else role_run.Host(h.name, h.facts, h.vars, h.groups, h.play, targeted=False)
+        # The whole cluster in a play of its own (run_once), or its first host alone in the one play of the
+        # run (the others only in the inventory).
+        return [h if self._whole else role_run.Host(h.name, h.facts, h.vars, h.groups, "first hosts", targeted=i == 0)
                 for i, h in enumerate(hosts)]
 
     def get(self, os: str = "debian12", gpus: int = 8, controllers: int = 1, node_vars: dict | None = None,
