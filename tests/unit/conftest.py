@@ -7,8 +7,8 @@ cache, and the hosts' connection refuses any module or command, so only
 controller-side tasks can run). Variable precedence, task order, ``when``,
 task ``vars``, loops, ``include_role``/``include_vars`` and the lookups are
 Ansible's own. ``driver()`` runs nvidia_driver's tasks/validate.yml and
-tasks/preflight.yml, then captures in the same play (role defaults and vars
-visible through ``public``) its blacklist file, what repository.yml and
+tasks/preflight.yml, then captures in the same play (where the role's
+defaults and vars are visible) its blacklist file, what repository.yml and
 preflight.yml give roles/apt_source, and the source and pins apt_source
 renders from it.
 
@@ -126,15 +126,15 @@ def preflight_report(facts: dict[str, Any], **found: Any) -> dict[str, Any]:
 
 # nvidia_driver's validate.yml and preflight.yml, then what the tests read.
 DRIVER = role_run.Batch(FAKE_FACTS, [
-    role_run.include_role("nvidia_driver", "validate"),
-    role_run.include_role("nvidia_driver", "preflight", skip_apt_source=True),
+    role_run.import_role("nvidia_driver", "validate"),
+    role_run.import_role("nvidia_driver", "preflight", skip_apt_source=True),
 ], after=[
     role_run.expose("apt_source", "hold"),
-    role_run.apt_source_capture("nvidia_driver", "repository.yml", "main", "main_", also={
+    role_run.apt_source_capture("nvidia_driver", "repository.yml", "main_", also={
         **role_run.names("nvidia_driver_fabricmanager", "nvidia_driver_kernel_release", "nvidia_driver_module_source",
                          "__nvidia_driver_cuda_keyring", "__nvidia_driver_cuda_keyring_deb"),
-        "unattended-upgrades.j2": role_run.template("nvidia_driver", "unattended-upgrades.j2")}),
-    role_run.apt_source_capture("nvidia_driver", "preflight.yml", "trial", "trial_"),
+        "unattended-upgrades.j2": role_run.template("nvidia_driver", "unattended-upgrades.j2"),
+        "trial_inputs": role_run.apt_source_inputs("nvidia_driver", "preflight.yml", "trial")}),
 ])
 
 

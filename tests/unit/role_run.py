@@ -17,12 +17,11 @@ process:
   on a host fails (the host is unreachable) instead of running on this
   machine, so only controller-side tasks (set_fact, fail, assert, debug,
   include_vars, include_role, lookups) can pass;
-* the play runs the given tasks (typically ``include_role`` of
-  ``gpufleet.fleet.<role>`` with ``tasks_from: validate`` and ``public:
-  true``) inside a block whose rescue records the task that stopped the host
+* the play runs the given tasks (typically ``import_role`` of
+  ``gpufleet.fleet.<role>`` with ``tasks_from: validate``) inside a block whose rescue records the task that stopped the host
   and its message; afterwards, ``capture`` tasks may template more
   expressions in the same play (the role's defaults and vars are visible
-  there through ``public``), for example a role template through the
+  there), for example a role template through the
   ``ansible.builtin.template`` lookup;
 * the outcome of each host is read back from the variable manager: every
   variable set_fact set on it, the captured values, and the stop. A task
@@ -198,32 +197,35 @@ def plain(value: Any) -> Any:
 # --------------------------------------------------------------------------- tasks
 
 
-def include_role(role: str, tasks_from: str = "validate", *, public: bool = True, skip_apt_source: bool = False,
-                 **keywords: Any) -> dict:
-    """An ``include_role`` task of gpufleet.fleet.<role> (its task file ``tasks_from``).
+def import_role(role: str, tasks_from: str = "validate", *, skip_apt_source: bool = False, **keywords: Any) -> dict:
+    """An ``import_role`` task of gpufleet.fleet.<role> (its task file ``tasks_from``).
 
-    ``public``: the role's defaults and vars stay visible to the tasks after
-    it (capture tasks). ``skip_apt_source``: the file's own includes of
-    roles/apt_source (its trial and configuration, which run apt on the host)
-    are skipped, every other task of the file runs: ``apply`` adds the
-    condition ``apt_source_caller is not defined`` to each included task, and
-    only those includes set apt_source_caller (their ``vars``; checked here).
+    Imported, not included: its tasks are the play's from the start, and the
+    role's defaults and vars are visible to the tasks after it (capture
+    tasks), as ``public`` makes them for an include; an include would cost a
+    worker process per host for itself. ``skip_apt_source``: the file's own
+    includes of roles/apt_source (its trial and configuration, which run apt
+    on the host) are skipped, every other task of the file runs: the
+    import's ``when`` (``apt_source_caller is not defined``) goes to each of
+    its tasks, and only those includes set apt_source_caller (their
+    ``vars``; checked here).
     """
-    include: dict[str, Any] = {"name": f"{COLLECTION}.{role}", "tasks_from": tasks_from, "public": public}
+    task: dict[str, Any] = {"name": f"Import {role} {tasks_from}",
+                            "ansible.builtin.import_role": {"name": f"{COLLECTION}.{role}", "tasks_from": tasks_from}}
     if skip_apt_source:
         _check_apt_source_includes(role, tasks_from)
-        include["apply"] = {"when": "apt_source_caller is not defined"}
-    return {"name": f"Include {role} {tasks_from}", "ansible.builtin.include_role": include, **keywords}
+        task["when"] = "apt_source_caller is not defined"
+    return {**task, **keywords}
 
 
 def expose(role: str, tasks_from: str) -> dict:
-    """An ``include_role`` of gpufleet.fleet.<role> that runs none of its tasks (``apply: when: false``, the
-    argument spec check included) but leaves its defaults and vars visible to the tasks after it (``public``).
+    """An ``import_role`` of gpufleet.fleet.<role> whose tasks all skip (``when: false``, the argument spec check
+    included): its defaults and vars are visible to the tasks after it, none of its tasks runs.
 
     Each skipped task still costs a worker process per host: name a short task file.
     """
-    return {"name": f"Expose the variables of {role}", "ansible.builtin.include_role": {
-        "name": f"{COLLECTION}.{role}", "tasks_from": tasks_from, "public": True, "apply": {"when": False}}}
+    return {"name": f"Expose the variables of {role}", "when": False,
+            "ansible.builtin.import_role": {"name": f"{COLLECTION}.{role}", "tasks_from": tasks_from}}
 
 
 def _tasks(node: Any) -> Iterable[dict]:
@@ -296,23 +298,47 @@ def apt_source_include(role: str, task_file: str, entry_point: str = "main") -> 
     return copy.deepcopy(found[0])
 
 
-def apt_source_capture(role: str, task_file: str, entry_point: str, prefix: str, also: Mapping[str, Any] | None = None) -> dict:
-    """A capture of what roles/<role>/tasks/<task_file> gives apt_source's ``entry_point`` and what apt_source writes.
+def apt_source_inputs(role: str, task_file: str, entry_point: str) -> dict:
+    """The ``vars`` of roles/<role>/tasks/<task_file>'s include of apt_source's ``entry_point``, to capture as they are:
+    a capture templates each one in the play, as the include would.
+
+    None of them reads another input (apt_source_*), so they need not be task variables (checked).
+    """
+    inputs = apt_source_include(role, task_file, entry_point)["vars"]
+    assert not any("apt_source_" in text for text in _strings(inputs)), f"an input of {role}'s include reads another"
+    return inputs
+
+
+def apt_source_capture(role: str, task_file: str, prefix: str, also: Mapping[str, Any] | None = None) -> dict:
+    """A capture of what roles/<role>/tasks/<task_file> gives apt_source's entry point main, and what main writes.
 
     Captured, templated with the include's ``vars`` as task variables (after
-    ``expose("apt_source")``, for apt_source's defaults and vars):
+    ``expose("apt_source", ...)``, for apt_source's defaults and vars):
     ``<prefix>inputs`` (each input of the include), ``<prefix>source`` (the
-    deb822 source, as entry point main writes it and the trial compares it)
-    and, for main, ``<prefix>pins``: [{name, text}] of the pins main writes,
-    selected by the loop of its own template task. ``also``: more values
-    to capture in the same task (one task less per host).
+    deb822 source main writes; the trial compares the host's copy with the
+    same template) and ``<prefix>pins``: [{name, text}] of the pins main
+    writes, selected by the loop of its own template task. ``also``: more
+    values to capture in the same task (one task less per host), not
+    reading the include's names.
     """
-    include = apt_source_include(role, task_file, entry_point)
-    assert not set(also or {}) & set(include["vars"]), "also's names would see the include's vars"
-    values: dict[str, Any] = {**(also or {}), f"{prefix}inputs": names(*include["vars"]), f"{prefix}source": template("apt_source", "source.sources.j2")}
-    if entry_point == "main":
-        values[f"{prefix}pins"] = apt_source_pins()
-    return capture(values, vars=include["vars"], name=f"Capture what {role} gives apt_source {entry_point}")
+    include = apt_source_include(role, task_file, "main")
+    read = " ".join(_strings(also or {}))
+    assert not any(name in read for name in include["vars"]), "also's values would see the include's vars"
+    values: dict[str, Any] = {**(also or {}), f"{prefix}inputs": names(*include["vars"]),
+                              f"{prefix}source": template("apt_source", "source.sources.j2"), f"{prefix}pins": apt_source_pins()}
+    return capture(values, vars=include["vars"], name=f"Capture what {role} gives apt_source")
+
+
+def _strings(value: Any) -> Iterable[str]:
+    """The strings of a structure's values (not its keys)."""
+    if isinstance(value, Mapping):
+        for item in value.values():
+            yield from _strings(item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _strings(item)
+    elif isinstance(value, str):
+        yield value
 
 
 def apt_source_pins() -> str:

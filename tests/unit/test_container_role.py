@@ -59,12 +59,12 @@ HOSTS = ["ubuntu2004", "ubuntu2204", "debian12"]
 # --------------------------------------------------------------------------- the role on fake hosts
 
 # validate.yml alone: what it resolves and what it refuses.
-VALIDATE = role_run.Batch(FAKE_FACTS, [role_run.include_role("container")])
+VALIDATE = role_run.Batch(FAKE_FACTS, [role_run.import_role("container")])
 # ... then what repository.yml gives apt_source's trial and main, and what apt_source writes from it.
-WITH_SOURCE = role_run.Batch(FAKE_FACTS, [role_run.include_role("container")], after=[
+WITH_SOURCE = role_run.Batch(FAKE_FACTS, [role_run.import_role("container")], after=[
     role_run.expose("apt_source", "hold"),
-    role_run.apt_source_capture("container", "repository.yml", "main", "main_"),
-    role_run.apt_source_capture("container", "repository.yml", "trial", "trial_"),
+    role_run.apt_source_capture("container", "repository.yml", "main_", also={
+        "trial_inputs": role_run.apt_source_inputs("container", "repository.yml", "trial")}),
 ])
 # ... or the arguments of the tasks that run commands, templated on the host (registered inputs as task variables).
 _TOOLKIT = role_run.role_task("container", "install.yml", "Install the NVIDIA Container Toolkit")
@@ -79,7 +79,7 @@ _BUILD = role_run.role_task("container", "image.yml", "Build the training image"
 CHANGED = {"results": [{"item": "docker", "changed": True}, {"item": "containerd", "changed": False}]}
 UNCHANGED = {"results": [{"item": "docker", "changed": False}]}
 SCRATCH = {"path": "/tmp/gpufleet-cdi.x"}
-WITH_TASKS = role_run.Batch(FAKE_FACTS, [role_run.include_role("container")], after=[
+WITH_TASKS = role_run.Batch(FAKE_FACTS, [role_run.import_role("container")], after=[
     role_run.capture({"toolkit_apt_name": _TOOLKIT["ansible.builtin.apt"]["name"], "selection_loop": _SELECTION["loop"],
                       "stat_path": _STAT["ansible.builtin.stat"]["path"], "cdi_dest": _INSTALL_CDI["ansible.builtin.copy"]["dest"],
                       "build_chdir": _BUILD["ansible.builtin.command"]["chdir"],

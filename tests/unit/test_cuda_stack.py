@@ -31,11 +31,11 @@ FACTS = {
 
 
 # probe.yml on each case's host, then what source.yml gives apt_source's trial and main (and what apt_source writes).
-CUDA = role_run.Batch(FACTS, [role_run.include_role("cuda", "probe", skip_apt_source=True)], after=[
+CUDA = role_run.Batch(FACTS, [role_run.import_role("cuda", "probe", skip_apt_source=True)], after=[
     role_run.expose("apt_source", "hold"),
-    role_run.apt_source_capture("cuda", "source.yml", "main", "main_", also=role_run.names(
-        "__cuda_public_repository_url", "__cuda_repo_os", "__cuda_supported_os")),
-    role_run.apt_source_capture("cuda", "source.yml", "trial", "trial_"),
+    role_run.apt_source_capture("cuda", "source.yml", "main_", also={
+        **role_run.names("__cuda_public_repository_url", "__cuda_repo_os", "__cuda_supported_os"),
+        "trial_inputs": role_run.apt_source_inputs("cuda", "source.yml", "trial")}),
 ])
 
 

@@ -6,7 +6,7 @@ where a test says), its validate.yml on one host, then, in the same play, its
 templates through the template lookup. prometheus.yml, which names the hosts
 it scrapes and the one it runs on, is rendered on the head node, one run per
 fleet; the other files and the validation cases are rendered and run on
-extra hosts of the same inventory, one per case, in one run. Nothing is
+extra hosts of the same inventory, one per case, in one run per file. Nothing is
 copied from the role.
 
 The alert rules and the metrics writer (roles/payload/files/gpufleet_check/metrics.py) are
@@ -71,42 +71,49 @@ def fleet(groups: dict[str, list[str]], hostvars: dict[str, dict[str, Any]], tar
 
 _DOWNLOAD = role_run.role_task("monitoring", "dcgm.yml", "Download dcgm-exporter")
 FILES = ["gpufleet-alerts.yml.j2", "node-exporter.default.j2", "prometheus.default.j2", "dcgm-exporter.service.j2"]
-_TASKS = [role_run.include_role("monitoring")]
-_CASE_CAPTURE = [role_run.capture({
-    **{name: role_run.template("monitoring", name) for name in FILES},
+_TASKS = [role_run.import_role("monitoring")]
+# What a case captures after validate.yml: "check" some role variables and the DCGM download's checksum, or one file.
+_KINDS = {"check": [role_run.capture({
     **role_run.names("__monitoring_prometheus_self_target", "__monitoring_node_exporter_package",
                      "__monitoring_prometheus_defaults_file", "__monitoring_rules_file"),
-    "dcgm_exporter_checksum": _DOWNLOAD["ansible.builtin.get_url"]["checksum"],
-}, name="Render the files that do not name hosts")]
-_cases: dict[str, tuple[dict, dict]] = {}
-_case_outcomes: dict[str, role_run.Outcome] = {}
+    "dcgm_exporter_checksum": _DOWNLOAD["ansible.builtin.get_url"]["checksum"]}, name="Capture role variables")],
+    **{name: [role_run.capture({name: role_run.template("monitoring", name)}, name=f"Render {name}")] for name in FILES}}
+_cases: dict[str, dict[str, tuple[dict, dict]]] = {kind: {} for kind in _KINDS}
+_case_outcomes: dict[tuple[str, str], role_run.Outcome] = {}
 
 
 def _case_key(facts: dict, settings: dict) -> str:
     return repr((sorted(facts.items()), sorted(settings.items())))
 
 
-def declare(os: str | dict = "debian12", **overrides: Any) -> None:
+def declare(kind: str, os: str | dict = "debian12", **overrides: Any) -> None:
     facts = FAKE_FACTS[os] if isinstance(os, str) else os
-    _cases.setdefault(_case_key(facts, overrides), (facts, overrides))
+    _cases[kind].setdefault(_case_key(facts, overrides), (facts, overrides))
+
+
+def _case(kind: str, os: str | dict = "debian12", **overrides: Any) -> role_run.Outcome:
+    """validate.yml and the capture ``kind`` on a host of the lab-shaped inventory, ``overrides`` its variables.
+
+    Every declared case of the kind runs with it, one extra ungrouped host
+    each, beside the fleet (three GPU nodes and the head node, not in the
+    play).
+    """
+    declare(kind, os, **overrides)
+    facts = FAKE_FACTS[os] if isinstance(os, str) else os
+    key = _case_key(facts, overrides)
+    if (kind, key) not in _case_outcomes:
+        pending = {k: case for k, case in _cases[kind].items() if (kind, k) not in _case_outcomes}
+        names = {k: f"case-{n}" for n, k in enumerate(pending)}
+        hosts = fleet(DEFAULT_GROUPS, {}) + [role_run.Host(names[k], f, o) for k, (f, o) in pending.items()]
+        outcomes = role_run.run(hosts, _TASKS, _KINDS[kind])
+        _case_outcomes.update({(kind, k): outcomes[names[k]] for k in pending})
+    return _case_outcomes[(kind, key)]
 
 
 def monitoring(os: str | dict = "debian12", **overrides: Any) -> role_run.Outcome:
-    """The role on a host of the lab-shaped inventory with ``overrides`` as its variables (``os``: its facts).
-
-    Every declared case runs with it, one extra ungrouped host each, beside
-    the fleet (three GPU nodes and the head node, not in the play).
-    """
-    declare(os, **overrides)
-    facts = FAKE_FACTS[os] if isinstance(os, str) else os
-    key = _case_key(facts, overrides)
-    if key not in _case_outcomes:
-        pending = {k: case for k, case in _cases.items() if k not in _case_outcomes}
-        names = {k: f"case-{len(_case_outcomes) + n}" for n, k in enumerate(pending)}
-        hosts = fleet(DEFAULT_GROUPS, {}) + [role_run.Host(names[k], f, o) for k, (f, o) in pending.items()]
-        outcomes = role_run.run(hosts, _TASKS, _CASE_CAPTURE)
-        _case_outcomes.update({k: outcomes[names[k]] for k in pending})
-    return _case_outcomes[key]
+    """The role on a host with ``overrides`` as its variables (``os``: its facts): what validate.yml set, or stopped
+    with, and some of the role's variables."""
+    return _case("check", os, **overrides)
 
 
 def rejected(cfg: role_run.Outcome) -> list[str]:
@@ -118,7 +125,7 @@ def rejected(cfg: role_run.Outcome) -> list[str]:
 
 def render(name: str, os: str = "debian12", **overrides: Any) -> str:
     """roles/monitoring/templates/<name> (not prometheus.yml.j2) as the role renders it with ``overrides``."""
-    cfg = monitoring(os, **overrides)
+    cfg = _case(name, os, **overrides)
     assert cfg.failure is None, cfg.failure
     return cfg[name]
 
@@ -453,7 +460,7 @@ def test_unknown_os_is_rejected() -> None:
 # gpu_verify's validate.yml on a host of its own, then its metrics file setting and the command line of check.yml's
 # health checks, templated in the same play (payload_files as the payload role's locate publishes it).
 _CHECKS = role_run.role_task("gpu_verify", "check.yml", "Run the health checks")
-GPU_VERIFY_RUNS = role_run.Batch(FAKE_FACTS, [role_run.include_role("gpu_verify")], after=[role_run.capture(
+GPU_VERIFY_RUNS = role_run.Batch(FAKE_FACTS, [role_run.import_role("gpu_verify")], after=[role_run.capture(
     {**role_run.names("gpu_verify_metrics_file", "__gpu_verify_cuda"), "checks_cmd": _CHECKS["ansible.builtin.script"]["cmd"]},
     vars=_CHECKS.get("vars"), name="Template the metrics file and the health checks' command line")])
 PAYLOAD_LOCATED = {"payload_files": {"check": "/x/gpufleet_check.pyz"}}
@@ -508,15 +515,19 @@ def test_gpu_verify_validates_the_metrics_file(value: str, ok: bool) -> None:
 
 # --------------------------------------------------------------------------- the cases, known up front
 
-for _settings in [{}, LAB_SETTINGS, NODE_EXPORTER, PROMETHEUS, DCGM, {"monitoring_dcgm": True}, {"monitoring_dcgm_exporter_port": 9500},
-                  {"monitoring_dcgm_exporter_checksum": "SHA256:" + SHA256.upper()},
-                  {"monitoring_verify_stale_after": "1d12h30m"},
+for _settings in [{}, LAB_SETTINGS, DCGM, {"monitoring_dcgm": True}, {"monitoring_dcgm_exporter_checksum": "SHA256:" + SHA256.upper()},
                   *({"monitoring_prometheus_listen_address": _address} for _address in ("127.0.0.1:9091", ":9090", "[::]:9090")),
                   *WRONG_SETTINGS]:
-    declare(**_settings)
+    declare("check", **_settings)
 for _os in sorted(FAKE_FACTS):
-    declare(_os)
-declare(ROCKY)
+    declare("check", _os)
+declare("check", ROCKY)
+for _name, _settings in [("gpufleet-alerts.yml.j2", {}), ("gpufleet-alerts.yml.j2", LAB_SETTINGS),
+                         ("gpufleet-alerts.yml.j2", {"monitoring_verify_stale_after": "1d12h30m"}),
+                         ("node-exporter.default.j2", {}), ("node-exporter.default.j2", NODE_EXPORTER),
+                         ("prometheus.default.j2", {}), ("prometheus.default.j2", PROMETHEUS),
+                         ("dcgm-exporter.service.j2", DCGM), ("dcgm-exporter.service.j2", {"monitoring_dcgm_exporter_port": 9500})]:
+    declare(_name, **_settings)
 for _overrides, _ in METRICS_FILES:
     GPU_VERIFY_RUNS.declare("debian12", **PAYLOAD_LOCATED, **_overrides)
 for _value, _ in METRICS_FILE_VALUES:

@@ -48,10 +48,10 @@ def _version_key(release: str) -> tuple[int, ...]:
 
 
 # validate.yml on each case's host.
-VALIDATE = role_run.Batch(FAKE_FACTS, [role_run.include_role("pytorch")])
+VALIDATE = role_run.Batch(FAKE_FACTS, [role_run.import_role("pytorch")])
 # ... and the arguments of install.yml's pip task, templated on the host afterwards.
 INSTALL_TASK = role_run.role_task("pytorch", "install.yml", "Install {{ __pytorch_requirements")
-WITH_INSTALL = role_run.Batch(FAKE_FACTS, [role_run.include_role("pytorch")], after=[role_run.capture(
+WITH_INSTALL = role_run.Batch(FAKE_FACTS, [role_run.import_role("pytorch")], after=[role_run.capture(
     {"argv": INSTALL_TASK["ansible.builtin.command"]["argv"], "stdin": INSTALL_TASK["ansible.builtin.command"]["stdin"]},
     vars=INSTALL_TASK.get("vars"), name="Template the pip task's arguments")])
 
@@ -310,7 +310,7 @@ NO_VENV = {"__pytorch_venv_stat": {"stat": {"exists": False}}, "__pytorch_instal
 DF = "Filesystem 1024-blocks Used Available Capacity Mounted on\n/dev/sda2 102400000 98000000 {free} 96% /"
 ROOMY_KB = 52428800
 # The checks of preflight.yml after its host probes, in the role's order (copies of its tasks), after validate.yml.
-PREFLIGHT = role_run.Batch(FAKE_FACTS, [role_run.include_role("pytorch")] + [
+PREFLIGHT = role_run.Batch(FAKE_FACTS, [role_run.import_role("pytorch")] + [
     role_run.role_task("pytorch", "preflight.yml", name)
     for name in ("Decide what must be installed", "too full", "does not answer", "lacks a pinned wheel")])
 LAB_SOURCE = {"lab_mirror_url": "http://gpufleet-mirror", "pytorch_release": "2.13.0", "pytorch_variant": "cpu",

@@ -89,11 +89,11 @@ class Clusters:
 
 
 # validate.yml on every host, the nodes described, the files rendered on the controller.
-RENDERED = Clusters([role_run.include_role("slurm"), *DESCRIBE], [role_run.capture(
+RENDERED = Clusters([role_run.import_role("slurm"), *DESCRIBE], [role_run.capture(
     {**{name: role_run.template("slurm", name) for name in TEMPLATES}, **role_run.names("__slurm_config_dir")},
     run_once=True, name="Render the Slurm files on the controller")], whole=True)
 # validate.yml on the controller alone.
-VALIDATED = Clusters([role_run.include_role("slurm")], [], whole=False)
+VALIDATED = Clusters([role_run.import_role("slurm")], [], whole=False)
 
 
 def cluster(os: str = "debian12", gpus: int | str = 8, **overrides) -> role_run.Outcome:
