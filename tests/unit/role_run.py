@@ -47,6 +47,7 @@ import functools
 import signal
 import tempfile
 import threading
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -475,7 +476,13 @@ def start_runner() -> None:
     _server.update(connection=ours, pid=pid)
 
     def stop() -> None:
+        # The runner ends on the pipe's end; one stuck in a run is killed rather than waited for.
         ours.close()
+        for _ in range(100):
+            if os.waitpid(pid, os.WNOHANG) != (0, 0):
+                return
+            time.sleep(0.1)
+        os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
 
     atexit.register(stop)

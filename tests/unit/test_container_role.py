@@ -79,19 +79,24 @@ _BUILD = role_run.role_task("container", "image.yml", "Build the training image"
 CHANGED = {"results": [{"item": "docker", "changed": True}, {"item": "containerd", "changed": False}]}
 UNCHANGED = {"results": [{"item": "docker", "changed": False}]}
 SCRATCH = {"path": "/tmp/gpufleet-cdi.x"}
+# Two capture tasks: the registered inputs of one (CHANGED, the control device there, ...) and of the other
+# (UNCHANGED, no control device) as task variables; each variable is read by one expression only.
 WITH_TASKS = role_run.Batch(FAKE_FACTS, [role_run.import_role("container")], after=[
     role_run.capture({"toolkit_apt_name": _TOOLKIT["ansible.builtin.apt"]["name"], "selection_loop": _SELECTION["loop"],
                       "stat_path": _STAT["ansible.builtin.stat"]["path"], "cdi_dest": _INSTALL_CDI["ansible.builtin.copy"]["dest"],
                       "build_chdir": _BUILD["ansible.builtin.command"]["chdir"],
-                      **role_run.names("__container_runtimes", "__container_nvidiactl")}),
-    role_run.capture({"containerd_environment": _RUNTIME["environment"]}, vars={"item": "containerd"}),
-    role_run.capture({"restart_changed": _HANDLER["loop"]}, vars={"__container_runtime_configured": CHANGED}),
-    role_run.capture({"restart_unchanged": _HANDLER["loop"]}, vars={"__container_runtime_configured": UNCHANGED}),
-    *[role_run.capture({f"cdi_when_{exists}": role_run.condition(_CDI)}, vars={
-        "__container_nvidiactl_stat": {"stat": {"exists": exists}}, "__container_toolkit_installed": {"changed": False}})
-      for exists in (True, False)],
-    role_run.capture({"generate_argv": _GENERATE["ansible.builtin.command"]["argv"]}, vars={"__container_cdi_scratch": SCRATCH}),
-    role_run.capture({"build_argv": _BUILD["ansible.builtin.command"]["argv"]}, vars={"__container_image_inputs": "abc"}),
+                      **role_run.names("__container_runtimes", "__container_nvidiactl"),
+                      "containerd_environment": _RUNTIME["environment"], "restart_changed": _HANDLER["loop"],
+                      "cdi_when_True": role_run.condition(_CDI), "generate_argv": _GENERATE["ansible.builtin.command"]["argv"],
+                      "build_argv": _BUILD["ansible.builtin.command"]["argv"]},
+                     vars={"item": "containerd", "__container_runtime_configured": CHANGED,
+                           "__container_nvidiactl_stat": {"stat": {"exists": True}}, "__container_toolkit_installed": {"changed": False},
+                           "__container_cdi_scratch": SCRATCH, "__container_image_inputs": "abc"},
+                     name="Template the tasks' arguments"),
+    role_run.capture({"restart_unchanged": _HANDLER["loop"], "cdi_when_False": role_run.condition(_CDI)},
+                     vars={"__container_runtime_configured": UNCHANGED, "__container_nvidiactl_stat": {"stat": {"exists": False}},
+                           "__container_toolkit_installed": {"changed": False}},
+                     name="Template the tasks' arguments with the other registered inputs"),
 ])
 
 
