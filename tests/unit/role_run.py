@@ -29,9 +29,11 @@ process:
   became unreachable, makes the outcome raise when a test reads it.
 
 Cost: a run starts in about 0.05 s; each host costs one forked worker
-process per task (20-30 ms of CPU on this build machine), so a module
-batches its cases (``Batch``: the cases it knows up front, in one run) and
-keeps its capture tasks few.
+process per task (20-40 ms of CPU on this build machine, half of it the
+kernel's fork and page copies), so a module batches its cases (``Batch``:
+the cases it knows up front, in one run) and keeps its capture tasks few.
+The runs happen in a process forked from pytest early (start_runner), where
+a fork is cheaper than from pytest with every test module loaded.
 
 ``PlaybookCLI.parse()`` and its ``_play_prereqs()`` run once per process (the
 vault secrets context can be initialised only once); each run gets a new
