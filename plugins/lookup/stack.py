@@ -67,10 +67,18 @@ MATRIX_FILE = Path(__file__).resolve().parents[2] / "files" / "compatibility.yml
 _VARIANT = re.compile(r"^cu(\d+)(\d)$")
 
 
+# Parsed once per file version: a role's `vars: lookup(...)` is templated at
+# every reference (several times per host and task).
+_LOADED: dict[Path, tuple[float, Any]] = {}
+
+
 def load_matrix(path: Path = MATRIX_FILE) -> dict[str, Any]:
-    """The matrix, as written (keys are strings)."""
+    """The matrix, as written (keys are strings); read again only when the file changed. Not to be modified."""
     try:
-        data = yaml.safe_load(path.read_text())
+        mtime = path.stat().st_mtime
+        if path not in _LOADED or _LOADED[path][0] != mtime:
+            _LOADED[path] = (mtime, yaml.safe_load(path.read_text()))
+        data = _LOADED[path][1]
     except (OSError, yaml.YAMLError) as error:
         raise AnsibleLookupError(f"gpufleet.fleet.stack: cannot read the compatibility matrix {path}: {error}") from error
     if not isinstance(data, dict) or not {"driver_branches", "cuda_releases", "pytorch_releases", "defaults"} <= set(data):
