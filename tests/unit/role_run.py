@@ -231,19 +231,20 @@ def expose(role: str, tasks_from: str) -> dict:
             "ansible.builtin.import_role": {"name": f"{COLLECTION}.{role}", "tasks_from": tasks_from}}
 
 
-def _tasks(node: Any) -> Iterable[dict]:
+def tasks_of(node: Any) -> Iterable[dict]:
+    """Every task of a task list, those inside blocks included."""
     for task in node or []:
         if isinstance(task, dict):
             yield task
             for key in ("block", "rescue", "always"):
-                yield from _tasks(task.get(key))
+                yield from tasks_of(task.get(key))
 
 
 def _check_apt_source_includes(role: str, tasks_from: str) -> None:
     """Only the includes of apt_source in roles/<role>/tasks/<tasks_from>.yml (and the task files it imports or
     includes) name apt_source_caller."""
     path = ROLES_DIR / role / "tasks" / f"{tasks_from}.yml"
-    for task in _tasks(yaml.safe_load(path.read_text())):
+    for task in tasks_of(yaml.safe_load(path.read_text())):
         include = task.get("ansible.builtin.include_role") or task.get("ansible.builtin.import_role")
         is_apt_source = isinstance(include, dict) and include.get("name") == "apt_source"
         names = "apt_source_caller" in (task.get("vars") or {})
@@ -286,7 +287,7 @@ def role_task(role: str, task_file: str, name_contains: str, directory: str = "t
     role's; role-relative paths do not resolve in the play.
     """
     path = ROLES_DIR / role / directory / task_file
-    found = [task for task in _tasks(yaml.safe_load(path.read_text())) if name_contains in str(task.get("name", ""))]
+    found = [task for task in tasks_of(yaml.safe_load(path.read_text())) if name_contains in str(task.get("name", ""))]
     assert len(found) == 1, f"{len(found)} tasks of {path} have a name containing {name_contains!r}"
     return copy.deepcopy(found[0])
 
@@ -294,7 +295,7 @@ def role_task(role: str, task_file: str, name_contains: str, directory: str = "t
 def apt_source_include(role: str, task_file: str, entry_point: str = "main") -> dict:
     """A copy of the one include of roles/apt_source's ``entry_point`` in roles/<role>/tasks/<task_file>."""
     path = ROLES_DIR / role / "tasks" / task_file
-    found = [task for task in _tasks(yaml.safe_load(path.read_text()))
+    found = [task for task in tasks_of(yaml.safe_load(path.read_text()))
              if (task.get("ansible.builtin.include_role") or {}).get("name") == "apt_source"
              and (task.get("ansible.builtin.include_role") or {}).get("tasks_from", "main") == entry_point]
     assert len(found) == 1, f"{len(found)} includes of apt_source {entry_point} in {path}"

@@ -34,7 +34,7 @@ import shutil
 import subprocess
 import threading
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 import role_run
@@ -50,20 +50,11 @@ VENV_BIN = Path(os.environ.get("VIRTUAL_ENV", REPO_ROOT / ".venv")) / "bin"
 # --------------------------------------------------------------------------- helpers
 
 
-def _tasks(node: Any) -> Iterator[dict]:
-    """Every task of a task list, those inside blocks included."""
-    for task in node or []:
-        if isinstance(task, dict):
-            yield task
-            for key in ("block", "rescue", "always"):
-                yield from _tasks(task.get(key))
-
-
 def include_tasks(role: str) -> list[tuple[str, dict]]:
     """(task file, task) of every include_role of apt_source in roles/<role>/tasks."""
     found = []
     for path in sorted((ROLES_DIR / role / "tasks").glob("*.yml")):
-        for task in _tasks(load_trusted(path)):
+        for task in role_run.tasks_of(load_trusted(path)):
             include = task.get("ansible.builtin.include_role") or task.get("ansible.builtin.import_role")
             if isinstance(include, dict) and include.get("name") == "apt_source":
                 found.append((path.name, task))
