@@ -108,6 +108,8 @@ class CallbackModule(CallbackBase):
 
     def v2_runner_on_unreachable(self, result):
         host = self._seen(result)
+        if getattr(result._task, "ignore_unreachable", False):
+            return  # the task goes on without that answer (a delegated probe of another host)
         message = result._result.get("msg") or "no answer"
         self.stopped.setdefault(self._play, {})[host] = ("unreachable", result._task.get_name().strip(), first_line(message))
 

@@ -84,7 +84,9 @@ os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get(
 def run_playbook(tmp_path: Path, playbook: str, inventory: Path, extravars: dict | None = None,
                  limit: str | None = None, cmdline: str | None = None, on_event=None,
                  envvars: dict | None = None) -> PlaybookRun:
-    """Runs a playbook through ansible-runner; ``on_event`` sees every event as it comes;
+    """Runs a playbook through ansible-runner; ``on_event`` sees every event as it comes (what it returns
+    does not matter: ansible-runner would drop an event, and the stats with it, when its handler returns
+    a false value, so the wrapper always keeps it);
     ``envvars`` adds to the environment (ANSIBLE_LOG_PATH, ...)."""
     env = {
         "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
@@ -106,7 +108,7 @@ def run_playbook(tmp_path: Path, playbook: str, inventory: Path, extravars: dict
         cmdline=cmdline,
         envvars=env,
         quiet=True,
-        event_handler=on_event,
+        event_handler=(lambda event: on_event(event) or True) if on_event else None,
     )
     return PlaybookRun(status=runner.status, rc=runner.rc, stats=runner.stats or {}, events=list(runner.events))
 

@@ -10,6 +10,8 @@ import json
 import subprocess
 import time
 
+import yaml
+
 from conftest import LAB_INVENTORY, podman, run_playbook
 
 HEAD = "gpufleet-head"
@@ -92,3 +94,41 @@ def test_munge_key_never_in_ansible_output(tmp_path, lab_hosts):
     while sinfo().get(node) != "idle" and time.monotonic() < deadline:
         time.sleep(2)
     assert sinfo()[node] == "idle"
+
+
+def test_unreachable_hosts_do_not_stop_the_others(tmp_path, lab_hosts):
+    """site.yml with Slurm on and two extra GPU nodes that cannot be reached (one name that does not resolve,
+    one address that does not answer): they are named, and every play still runs for the healthy hosts,
+    including the delegated fact gathering of the Slurm play, verification and the smoke training; the
+    reports are this run's and the end of the run says so (issue 16, item 14)."""
+    ghosts = {"gpufleet-ghost-dns": {"ansible_host": "no-such-host.invalid"},
+              "gpufleet-ghost-silent": {"ansible_host": "10.89.77.250", "ansible_timeout": 5}}
+    hosts = yaml.safe_load((LAB_INVENTORY / "hosts.yml").read_text())
+    hosts["all"]["children"]["gpu_nodes"]["hosts"].update(ghosts)
+    inventory = tmp_path / "inventory"
+    inventory.mkdir()
+    (inventory / "group_vars").symlink_to(LAB_INVENTORY / "group_vars")
+    (inventory / "hosts.yml").write_text(yaml.safe_dump(hosts))
+    reports = tmp_path / "reports"
+    lines: list[str] = []
+    run = run_playbook(tmp_path, "site.yml", inventory,
+                       extravars={"gpu_verify_report_dir": str(reports / "verify"),
+                                  "smoke_training_report_dir": str(reports / "smoke")},
+                       on_event=lambda event: lines.extend(event.get("stdout", "").splitlines()))
+    assert run.status == "failed"
+    assert set(run.hosts("dark")) == set(ghosts), run.hosts("dark")
+    assert not set(run.hosts("failures")) - set(ghosts), run.failures()
+    assert run.changed_tasks() == {}
+    plays = {ev["event_data"]["play"] for ev in run.events
+             if ev.get("event") == "runner_on_ok" and ev["event_data"]["host"] in lab_hosts}
+    assert {"Slurm", "Monitoring", "Verify the GPU nodes (read-only)", "Smoke-train across the GPU nodes"} <= plays, plays
+    fleet = json.loads((reports / "verify" / "fleet-report.json").read_text())
+    verdicts = {node["host"]: node["verdict"] for node in fleet["nodes"]}
+    assert all(verdicts[host] == "pass" for host in lab_hosts), verdicts
+    smoke = json.loads((reports / "smoke" / "smoke-result.json").read_text())
+    assert smoke["verdict"] == "pass" and sorted(set(smoke["result"]["hosts"])) == sorted(lab_hosts)
+    assert sinfo() == {host: "idle" for host in lab_hosts}
+    # The end of the run names each unreachable host once and points at this run's reports.
+    summary = "\n".join(lines[lines.index("GPUFLEET SUMMARY"):])
+    assert all(f"unreachable: {ghost} " in summary for ghost in ghosts), summary
+    assert f"report verify: {reports / 'verify' / 'fleet-report.md'} (verdict: " in summary, summary

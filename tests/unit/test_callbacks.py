@@ -40,12 +40,12 @@ def _host(name):
     return SimpleNamespace(get_name=lambda: name)
 
 
-def _task(name):
-    return SimpleNamespace(get_name=lambda: name)
+def _task(name, ignore_unreachable=False):
+    return SimpleNamespace(get_name=lambda: name, ignore_unreachable=ignore_unreachable)
 
 
-def _result(host, task="Install the NVIDIA driver packages", **res):
-    return SimpleNamespace(_host=_host(host), _task=_task(task), _result=res)
+def _result(host, task="Install the NVIDIA driver packages", ignore_unreachable=False, **res):
+    return SimpleNamespace(_host=_host(host), _task=_task(task, ignore_unreachable), _result=res)
 
 
 # --- progress -------------------------------------------------------------------
@@ -114,6 +114,9 @@ def test_summary_names_plays_failed_hosts_and_reports(tmp_path):
     plugin.v2_runner_on_failed(_result("gpu-02", msg="the package source http://mirror did not answer\nmore"))
     plugin.v2_runner_on_unreachable(_result("gpu-03", "Gathering Facts", msg="ssh: connect to host gpu-03 port 22"))
     plugin.v2_runner_on_failed(_result("gpu-04", msg="ignored"), ignore_errors=True)
+    # A delegated probe of another host that may not answer: the host running it is not stopped.
+    plugin.v2_runner_on_unreachable(_result("gpu-01", "Gather the facts of nodes outside this run",
+                                            ignore_unreachable=True, msg="All items completed"))
     plugin.v2_playbook_on_play_start(_play("Verify"))
     plugin.v2_runner_on_ok(_result("gpu-01", "Check"))
     lines = plugin.summary_lines({"gpufleet_reports": {"verify": str(tmp_path / "fleet-report.md")}})
