@@ -32,6 +32,17 @@ def test_driver_packages_are_held(host):
         assert name in held
 
 
+def test_the_whole_driver_stack_is_held(host):
+    """Every installed package of the driver's names is held, also the dependencies the role does not name
+    (libnvidia-ml1, firmware-nvidia-gsp, nvidia-modprobe, which Debian versions on its own): issue 16, item 19."""
+    held = set(host.check_output("apt-mark showhold").split())
+    listing = host.check_output("dpkg-query -W -f='${Package} ${db:Status-Abbrev}\\n' '*nvidia*' libcuda1")
+    # Installed: "ii", or "hi" once held.
+    installed = {line.split()[0] for line in listing.splitlines() if line.split()[-1][1:2] == "i"}
+    assert {"libnvidia-ml1", "nvidia-smi"} <= installed
+    assert installed <= held, sorted(installed - held)
+
+
 def test_pin_file_pins_exact_version(host):
     pref = host.file("/etc/apt/preferences.d/gpufleet-nvidia-driver.pref")
     assert pref.mode == 0o644
