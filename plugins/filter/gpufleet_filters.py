@@ -29,8 +29,8 @@
     ``{module, version, kernel, arch, state, notes}``, in either format dkms
     prints: ``nvidia, 535.261.03, 5.4.0-169-generic, x86_64: installed``
     (dkms before 2.8.6: Ubuntu 20.04) or ``nvidia/535.261.03,
-    5.15.0-91-generic, x86_64: installed`` (2.8.6 on: Ubuntu 22.04, Debian
-    12). ``kernel`` and ``arch`` are None for an ``added`` module; ``notes``
+    5.15.0-91-generic, x86_64: installed`` (2.8.6 on, 2.8.7 on for ``added``
+    lines: Ubuntu 22.04, Debian 12). ``kernel`` and ``arch`` are None for an ``added`` module; ``notes``
     are the remarks after the state (``WARNING! Diff between built and
     installed module!``, ``original_module exists``, ``from <kernel>`` of
     ``installed-weak``). Lines of another shape (errors, warnings) are left out.

@@ -9,8 +9,9 @@ play, with its own ``vars``, the results of the two probes before it
 variables as they are registered.
 
 dkms printed "module, version, kernel, arch: state" before 2.8.6 (Ubuntu
-20.04) and "module/version, kernel, arch: state" since (dell/dkms commits
-f83b758 and 65f01a0, first in tag v2.8.6; Ubuntu 22.04 and Debian 12).
+20.04) and "module/version, kernel, arch: state" since (dell/dkms commit
+f83b758, first in tag v2.8.6; added modules from 2.8.7 on, commit 65f01a0;
+Ubuntu 22.04 and Debian 12).
 """
 
 from __future__ import annotations

@@ -120,7 +120,8 @@ def test_rejection_numbers_the_messages_and_names_role_and_host():
 
 # --- dkms_status --------------------------------------------------------------
 # dkms printed "module, version, kernel, arch: state" up to 2.8.5 and prints "module/version, ..." from 2.8.6 on
-# (dell/dkms commits f83b758 and 65f01a0, first in tag v2.8.6; do_status in dkms of v2.8.1, v2.8.7, v3.0.10).
+# (dell/dkms commit f83b758, first in tag v2.8.6; added modules, "module/version: added", from 2.8.7 on: commit
+# 65f01a0, first in tag v2.8.7; do_status in dell/dkms's dkms of v2.8.1, v2.8.7 and dkms.in of v3.0.10).
 
 
 def _record(module, version, kernel, arch, state, notes=()):
