@@ -23,6 +23,17 @@
 ``messages | gpufleet.fleet.rejection(role, host)``
     The one message a role stops a host with: ``<role> settings rejected on
     <host>: [1] ...; [2] ...``.
+
+``output | gpufleet.fleet.dkms_status``
+    The lines of ``dkms status`` (a string or a list of lines) as records
+    ``{module, version, kernel, arch, state, notes}``, in either format dkms
+    prints: ``nvidia, 535.261.03, 5.4.0-169-generic, x86_64: installed``
+    (dkms before 2.8.6: Ubuntu 20.04) or ``nvidia/535.261.03,
+    5.15.0-91-generic, x86_64: installed`` (2.8.6 on, 2.8.7 on for ``added``
+    lines: Ubuntu 22.04, Debian 12). ``kernel`` and ``arch`` are None for an ``added`` module; ``notes``
+    are the remarks after the state (``WARNING! Diff between built and
+    installed module!``, ``original_module exists``, ``from <kernel>`` of
+    ``installed-weak``). Lines of another shape (errors, warnings) are left out.
 """
 
 from __future__ import annotations
@@ -36,6 +47,10 @@ from ansible.errors import AnsibleFilterError
 from ansible.module_utils.common.validation import check_type_dict, check_type_list
 
 _SPACE = re.compile(r"\s+")
+# One line of `dkms status`: "module/version" (dkms 2.8.6 on) or "module, version" (before), then ", kernel, arch"
+# unless the module is only added, then ": state" and any remarks.
+_DKMS_LINE = re.compile(r"^(?P<module>[^\s,/:]+)(?:/|,\s*)(?P<version>[^\s,:]+)"
+                        r"(?:,\s*(?P<kernel>[^\s,:]+),\s*(?P<arch>[^\s,:]+))?:\s*(?P<state>[^\s(]+)(?P<rest>.*)$")
 
 
 def as_list(value: Any) -> list[Any]:
@@ -112,9 +127,25 @@ def rejection(messages: Sequence[str], role: str, host: str) -> str:
     return f"{role} settings rejected on {host}: {numbered}"
 
 
+def dkms_status(output: str | Sequence[str] | None) -> list[dict[str, Any]]:
+    """The records of the lines of ``dkms status`` output, in the order printed."""
+    if output is None:
+        return []
+    lines = output.splitlines() if isinstance(output, str) else list(output)
+    records = []
+    for line in lines:
+        found = _DKMS_LINE.match(str(line).strip())
+        if found is None:
+            continue
+        notes = [part.strip() for part in re.split(r"[()]", found["rest"]) if part.strip()]
+        records.append({"module": found["module"], "version": found["version"], "kernel": found["kernel"],
+                        "arch": found["arch"], "state": found["state"], "notes": list(dict.fromkeys(notes))})
+    return records
+
+
 class FilterModule:
     """gpufleet.fleet filters."""
 
     def filters(self) -> dict[str, Any]:
-        return {"as_list": as_list, "as_dict": as_dict, "failed_checks": failed_checks, "rejection": rejection,
-                "unknown_settings": unknown_settings}
+        return {"as_list": as_list, "as_dict": as_dict, "dkms_status": dkms_status, "failed_checks": failed_checks,
+                "rejection": rejection, "unknown_settings": unknown_settings}

@@ -118,6 +118,67 @@ def test_rejection_numbers_the_messages_and_names_role_and_host():
     assert filters.rejection(["a", "b"], "cuda", "node-1") == "cuda settings rejected on node-1: [1] a; [2] b"
 
 
+# --- dkms_status --------------------------------------------------------------
+# dkms printed "module, version, kernel, arch: state" up to 2.8.5 and prints "module/version, ..." from 2.8.6 on
+# (dell/dkms commit f83b758, first in tag v2.8.6; added modules, "module/version: added", from 2.8.7 on: commit
+# 65f01a0, first in tag v2.8.7; do_status in dell/dkms's dkms of v2.8.1, v2.8.7 and dkms.in of v3.0.10).
+
+
+def _record(module, version, kernel, arch, state, notes=()):
+    return {"module": module, "version": version, "kernel": kernel, "arch": arch, "state": state, "notes": list(notes)}
+
+
+@pytest.mark.parametrize("line, expected", [
+    # Ubuntu 20.04 and 22.04, as printed there (openstack/diskimage-builder commit abc2524a, "Adopted dkms element
+    # to work on Ubuntu Jammy and nvidia drivers").
+    ("nvidia, 510.47.03, 5.4.0-109-generic, x86_64: installed",
+     _record("nvidia", "510.47.03", "5.4.0-109-generic", "x86_64", "installed")),
+    ("nvidia/510.47.03, 5.15.0-27-generic, x86_64: installed",
+     _record("nvidia", "510.47.03", "5.15.0-27-generic", "x86_64", "installed")),
+    # dkms 2.8.4 and 3.0.3 on one host (void-linux/void-packages pull request 35026).
+    ("v4l2loopback, 0.12.5, 5.15.16_1, x86_64: installed",
+     _record("v4l2loopback", "0.12.5", "5.15.16_1", "x86_64", "installed")),
+    ("v4l2loopback/0.12.5, 5.15.16_1, x86_64: installed",
+     _record("v4l2loopback", "0.12.5", "5.15.16_1", "x86_64", "installed")),
+    # Remarks after the state (module_status_built_extra in dell/dkms): negativo17/nvidia-driver issue 56,
+    # strongtz/i915-sriov-dkms issue 274.
+    ("nvidia, 396.45, 4.17.14-202.fc28.x86_64, x86_64: installed (original_module exists)",
+     _record("nvidia", "396.45", "4.17.14-202.fc28.x86_64", "x86_64", "installed", ["original_module exists"])),
+    ("i915-sriov-dkms/2025.03.26, 6.11.11-2-pve, x86_64: installed (WARNING! Diff between built and installed module!)",
+     _record("i915-sriov-dkms", "2025.03.26", "6.11.11-2-pve", "x86_64", "installed",
+             ["WARNING! Diff between built and installed module!"])),
+    # A module built but not installed, and one only added (no kernel): do_status's other cases in dell/dkms v2.8.1
+    # ("$m, $v: $status") and v3.0.10 ("$m/$v: $status").
+    ("nvidia-current/535.261.03, 6.1.0-18-amd64, x86_64: built",
+     _record("nvidia-current", "535.261.03", "6.1.0-18-amd64", "x86_64", "built")),
+    ("nvidia, 535.261.03: added", _record("nvidia", "535.261.03", None, None, "added")),
+    ("nvidia-current/535.261.03: added", _record("nvidia-current", "535.261.03", None, None, "added")),
+    # do_status_weak keeps the comma format in v3.0.10 too ("$m, $v, $k, $a: installed-weak from $kern").
+    ("nvidia, 535.261.03, 5.4.0-170-generic, x86_64: installed-weak from 5.4.0-169-generic",
+     _record("nvidia", "535.261.03", "5.4.0-170-generic", "x86_64", "installed-weak", ["from 5.4.0-169-generic"])),
+])
+def test_dkms_status_reads_both_formats(line, expected):
+    assert filters.dkms_status(line) == [expected]
+
+
+def test_dkms_status_reads_a_whole_output_and_leaves_out_other_lines():
+    # negativo17/nvidia-driver issue 56: an error line before the records. The remark is repeated for each of
+    # the package's kernel modules (module_status_built_extra's loop over dest_module_name in dell/dkms v3.0.10).
+    output = ("Error! Could not locate dkms.conf file.\n"
+              "File: /var/lib/dkms/nvidia/390.48/source/dkms.conf does not exist.\n"
+              "\n"
+              "nvidia, 396.45, 4.17.11-200.fc28.x86_64, x86_64: installed\n"
+              "nvidia/535.261.03, 6.1.0-18-amd64, x86_64: installed (WARNING! Diff between built and installed module!)"
+              " (WARNING! Diff between built and installed module!)\n")
+    assert filters.dkms_status(output) == [
+        _record("nvidia", "396.45", "4.17.11-200.fc28.x86_64", "x86_64", "installed"),
+        _record("nvidia", "535.261.03", "6.1.0-18-amd64", "x86_64", "installed",
+                ["WARNING! Diff between built and installed module!"]),
+    ]
+    assert filters.dkms_status(output.splitlines()) == filters.dkms_status(output)
+    assert filters.dkms_status("") == filters.dkms_status(None) == []
+
+
 ROLE_SETTINGS = settings.role_settings()
 
 
