@@ -23,6 +23,15 @@
 ``messages | gpufleet.fleet.rejection(role, host)``
     The one message a role stops a host with: ``<role> settings rejected on
     <host>: [1] ...; [2] ...``.
+
+``stdout | gpufleet.fleet.apt_policy``
+    One package's stanza of ``LC_ALL=C apt-cache policy <package>`` as
+    ``{installed, candidate, version, release}``: the installed and the
+    candidate version ("" for ``(none)`` or no stanza), the version that
+    counts (the installed one, else the candidate: what ``apt state=present``
+    keeps or installs) and its upstream ``major.minor`` (``21.08`` of
+    ``21.08.5-2ubuntu1``; epoch and Debian revision dropped; "" without a
+    version).
 """
 
 from __future__ import annotations
@@ -36,6 +45,8 @@ from ansible.errors import AnsibleFilterError
 from ansible.module_utils.common.validation import check_type_dict, check_type_list
 
 _SPACE = re.compile(r"\s+")
+_POLICY_LINE = re.compile(r"^\s*(Installed|Candidate):\s*(\S+)\s*$", re.MULTILINE)
+_RELEASE = re.compile(r"^(?:[0-9]+:)?([0-9]+\.[0-9]+)")
 
 
 def as_list(value: Any) -> list[Any]:
@@ -112,9 +123,23 @@ def rejection(messages: Sequence[str], role: str, host: str) -> str:
     return f"{role} settings rejected on {host}: {numbered}"
 
 
+def apt_policy(stdout: Any) -> dict[str, str]:
+    """``{installed, candidate, version, release}`` of one package's ``apt-cache policy`` stanza (see the module)."""
+    found = {"Installed": "", "Candidate": ""}
+    # The first stanza: up to the next package's unindented "name:" line.
+    stanza = re.split(r"\n(?=\S)", str(stdout or "").lstrip("\n"), maxsplit=1)[0]
+    for key, value in _POLICY_LINE.findall(stanza):
+        if value != "(none)":
+            found[key] = value
+    version = found["Installed"] or found["Candidate"]
+    release = _RELEASE.match(version)
+    return {"installed": found["Installed"], "candidate": found["Candidate"], "version": version,
+            "release": release.group(1) if release else ""}
+
+
 class FilterModule:
     """gpufleet.fleet filters."""
 
     def filters(self) -> dict[str, Any]:
         return {"as_list": as_list, "as_dict": as_dict, "failed_checks": failed_checks, "rejection": rejection,
-                "unknown_settings": unknown_settings}
+                "unknown_settings": unknown_settings, "apt_policy": apt_policy}
