@@ -34,6 +34,14 @@
     are the remarks after the state (``WARNING! Diff between built and
     installed module!``, ``original_module exists``, ``from <kernel>`` of
     ``installed-weak``). Lines of another shape (errors, warnings) are left out.
+``stdout | gpufleet.fleet.apt_policy``
+    One package's stanza of ``LC_ALL=C apt-cache policy <package>`` as
+    ``{installed, candidate, version, release}``: the installed and the
+    candidate version ("" for ``(none)`` or no stanza), the version that
+    counts (the installed one, else the candidate: what ``apt state=present``
+    keeps or installs) and its upstream ``major.minor`` (``21.08`` of
+    ``21.08.5-2ubuntu1``; epoch and Debian revision dropped; "" without a
+    version).
 """
 
 from __future__ import annotations
@@ -51,6 +59,8 @@ _SPACE = re.compile(r"\s+")
 # unless the module is only added, then ": state" and any remarks.
 _DKMS_LINE = re.compile(r"^(?P<module>[^\s,/:]+)(?:/|,\s*)(?P<version>[^\s,:]+)"
                         r"(?:,\s*(?P<kernel>[^\s,:]+),\s*(?P<arch>[^\s,:]+))?:\s*(?P<state>[^\s(]+)(?P<rest>.*)$")
+_POLICY_LINE = re.compile(r"^\s*(Installed|Candidate):\s*(\S+)\s*$", re.MULTILINE)
+_RELEASE = re.compile(r"^(?:[0-9]+:)?([0-9]+\.[0-9]+)")
 
 
 def as_list(value: Any) -> list[Any]:
@@ -141,11 +151,23 @@ def dkms_status(output: str | Sequence[str] | None) -> list[dict[str, Any]]:
         records.append({"module": found["module"], "version": found["version"], "kernel": found["kernel"],
                         "arch": found["arch"], "state": found["state"], "notes": list(dict.fromkeys(notes))})
     return records
+def apt_policy(stdout: Any) -> dict[str, str]:
+    """``{installed, candidate, version, release}`` of one package's ``apt-cache policy`` stanza (see the module)."""
+    found = {"Installed": "", "Candidate": ""}
+    # The first stanza: up to the next package's unindented "name:" line.
+    stanza = re.split(r"\n(?=\S)", str(stdout or "").lstrip("\n"), maxsplit=1)[0]
+    for key, value in _POLICY_LINE.findall(stanza):
+        if value != "(none)":
+            found[key] = value
+    version = found["Installed"] or found["Candidate"]
+    release = _RELEASE.match(version)
+    return {"installed": found["Installed"], "candidate": found["Candidate"], "version": version,
+            "release": release.group(1) if release else ""}
 
 
 class FilterModule:
     """gpufleet.fleet filters."""
 
     def filters(self) -> dict[str, Any]:
-        return {"as_list": as_list, "as_dict": as_dict, "dkms_status": dkms_status, "failed_checks": failed_checks,
-                "rejection": rejection, "unknown_settings": unknown_settings}
+        return {"as_list": as_list, "as_dict": as_dict, "apt_policy": apt_policy, "dkms_status": dkms_status,
+                "failed_checks": failed_checks, "rejection": rejection, "unknown_settings": unknown_settings}

@@ -177,6 +177,52 @@ def test_dkms_status_reads_a_whole_output_and_leaves_out_other_lines():
     ]
     assert filters.dkms_status(output.splitlines()) == filters.dkms_status(output)
     assert filters.dkms_status("") == filters.dkms_status(None) == []
+# --- apt_policy ----------------------------------------------------------------
+
+# `LC_ALL=C apt-cache policy slurmd bash` as printed on a Debian 12 host (bookworm's slurm-wlm 22.05.8-4+deb12u3:
+# https://sources.debian.org/src/slurm-wlm/22.05.8-4%2Bdeb12u3/): slurmd not installed, bash installed below its candidate.
+BOOKWORM_POLICY = """slurmd:
+  Installed: (none)
+  Candidate: 22.05.8-4+deb12u3
+  Version table:
+     22.05.8-4+deb12u3 500
+        500 http://deb.debian.org/debian bookworm/main amd64 Packages
+        500 http://deb.debian.org/debian-security bookworm-security/main amd64 Packages
+"""
+BASH_POLICY = """bash:
+  Installed: 5.2.15-2+b8
+  Candidate: 5.2.15-2+b13
+  Version table:
+     5.2.15-2+b13 500
+        500 http://deb.debian.org/debian bookworm/main amd64 Packages
+ *** 5.2.15-2+b8 100
+        100 /var/lib/dpkg/status
+"""
+
+
+def test_apt_policy_takes_the_candidate_of_a_package_not_installed():
+    assert filters.apt_policy(BOOKWORM_POLICY) == {"installed": "", "candidate": "22.05.8-4+deb12u3",
+                                                   "version": "22.05.8-4+deb12u3", "release": "22.05"}
+
+
+def test_apt_policy_takes_the_installed_version_over_the_candidate():
+    # apt state=present keeps what is installed.
+    assert filters.apt_policy(BASH_POLICY) == {"installed": "5.2.15-2+b8", "candidate": "5.2.15-2+b13",
+                                               "version": "5.2.15-2+b8", "release": "5.2"}
+
+
+def test_apt_policy_reads_the_first_stanza_only():
+    assert filters.apt_policy(BOOKWORM_POLICY + BASH_POLICY)["version"] == "22.05.8-4+deb12u3"
+
+
+@pytest.mark.parametrize("stdout", ["", None, "slurmd:\n  Installed: (none)\n  Candidate: (none)\n  Version table:\n"])
+def test_apt_policy_without_a_version_is_empty(stdout):
+    # No stanza (apt has no list naming the package) or nothing installable.
+    assert filters.apt_policy(stdout) == {"installed": "", "candidate": "", "version": "", "release": ""}
+
+
+def test_apt_policy_release_drops_the_epoch():
+    assert filters.apt_policy("x:\n  Installed: 1:21.08.5-2ubuntu1\n  Candidate: (none)\n")["release"] == "21.08"
 
 
 ROLE_SETTINGS = settings.role_settings()

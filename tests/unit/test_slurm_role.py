@@ -4,15 +4,19 @@ Ubuntu 22.04 and Debian 12, the CPU-only lab, and each validation rule.
 
 The role runs for real (tests/unit/role_run.py) on fake clusters of three GPU
 nodes and a controller (one play each, all in one run): its validate.yml on
-every host, then configure.yml's tasks that describe the nodes for
-slurm.conf (copies of the role's own tasks: their file begins with host
+every host, then cgroup.yml's comparison of each node's cgroup mode with its
+Slurm release and configure.yml's tasks that describe the nodes for
+slurm.conf (copies of the role's own tasks: their files begin with host
 probes, whose registered results are given as host variables, as they are
-when every node is in the play), then the templates, rendered on the
-controller by the template lookup. The validation cases run validate.yml on
-one host of a cluster whose other hosts are only in the inventory."""
+when every node is in the play: the cgroup filesystem and the node's
+`apt-cache policy slurmd`), then the templates, rendered on the controller by
+the template lookup. The validation cases run validate.yml on one host of a
+cluster whose other hosts are only in the inventory; the cgroup cases run
+validate.yml and cgroup.yml's checks on nodes of one cluster."""
 
 from __future__ import annotations
 
+import functools
 import re
 import shutil
 import subprocess
@@ -30,8 +34,50 @@ CONTROLLER = "head-01"
 EVERY_NODE_IN_THE_PLAY = {"__slurm_other_facts": {"results": [], "skipped": True, "changed": False},
                           "__slurm_other_gpus": {"results": [], "skipped": True, "changed": False},
                           "__slurm_current_conf": {"skipped": True, "changed": False}}
+# cgroup.yml after its two probes (stat of /sys/fs/cgroup/, apt-cache policy slurmd).
+CGROUP = [role_run.role_task("slurm", "cgroup.yml", name) for name in (
+    "Compare the cgroup mode with the Slurm release", "Stop a cgroup v2 node", "Warn that Slurm runs without cgroup confinement")]
 DESCRIBE = [role_run.role_task("slurm", "configure.yml", name) for name in (
-    "List the nodes outside this run that did not answer", "Start the node list for slurm.conf", "Describe every node for slurm.conf")]
+    "List the nodes outside this run that did not answer", "Start the node list for slurm.conf", "Describe every node for slurm.conf",
+    "Decide whether the cluster confines jobs with cgroups")]
+
+# What `stat --file-system --format=%T /sys/fs/cgroup/` prints: cgroup v2 (unified; Ubuntu 22.04's and Debian 12's default:
+# https://lists.ubuntu.com/archives/ubuntu-devel/2021-August/041598.html), or the tmpfs of the v1 and hybrid layouts (systemd
+# mounts the unified hierarchy on /sys/fs/cgroup "instead of a tmpfs": systemd commit efdb02375beb0a940c3320865572913780b4d7de).
+CGROUP_V2 = {"stdout": "cgroup2fs"}
+CGROUP_V1 = {"stdout": "tmpfs"}
+# `LC_ALL=C apt-cache policy slurmd` on each OS, slurmd not installed yet (the node's first run) or installed.
+# bookworm: as printed on a Debian 12 host (slurm-wlm 22.05.8-4+deb12u3, https://sources.debian.org/src/slurm-wlm/22.05.8-4%2Bdeb12u3/);
+# jammy 21.08.5-2ubuntu1 (https://manpages.ubuntu.com/manpages/jammy/man5/slurm.conf.5.html, "Provided by:
+# slurm-client_21.08.5-2ubuntu1"); focal 19.05.5-1 (https://manpages.ubuntu.com/manpages/focal/man1/slurm-wlm.1.html).
+POLICY = {
+    "debian12": """slurmd:
+  Installed: (none)
+  Candidate: 22.05.8-4+deb12u3
+  Version table:
+     22.05.8-4+deb12u3 500
+        500 http://deb.debian.org/debian bookworm/main amd64 Packages
+        500 http://deb.debian.org/debian-security bookworm-security/main amd64 Packages
+""",
+    "ubuntu2204": """slurmd:
+  Installed: (none)
+  Candidate: 21.08.5-2ubuntu1
+  Version table:
+     21.08.5-2ubuntu1 500
+        500 http://archive.ubuntu.com/ubuntu jammy/universe amd64 Packages
+""",
+    "ubuntu2004": """slurmd:
+  Installed: 19.05.5-1
+  Candidate: 19.05.5-1
+  Version table:
+ *** 19.05.5-1 500
+        500 http://archive.ubuntu.com/ubuntu focal/universe amd64 Packages
+        100 /var/lib/dpkg/status
+""",
+}
+# A node's probes as each OS boots by default, Ubuntu 22.04 with cgroup v1 (systemd.unified_cgroup_hierarchy=0, the fix the
+# role names): the clusters of the rendering tests, whose files are those of a confined cluster.
+BOOTED = {"debian12": CGROUP_V2, "ubuntu2204": CGROUP_V1, "ubuntu2004": CGROUP_V1}
 TEMPLATES = ["slurm.conf.j2", "gres.conf.j2", "cgroup.conf.j2", "gpufleet-train.sbatch.j2"]
 
 
@@ -60,8 +106,9 @@ class Clusters:
         heads = [CONTROLLER, "head-02"][:controllers]
         hosts = [role_run.Host(prefix + name, {**FAKE_FACTS[os], **node_facts(name, 16)}, common, (groups["controller"],), key)
                  for name in heads]
+        probes = {"__slurm_cgroup_fs": BOOTED[os], "__slurm_apt_policy": {"stdout": POLICY[os]}}
         hosts += [role_run.Host(prefix + name, {**FAKE_FACTS[os], **node_facts(name)},
-                                {**common, "ansible_host": f"10.0.0.{i + 11}", "__slurm_pci_gpus": {"stdout": str(gpus)},
+                                {**probes, **common, "ansible_host": f"10.0.0.{i + 11}", "__slurm_pci_gpus": {"stdout": str(gpus)},
                                  **node_vars.get(name, {})}, (groups["node"],), key)
                   for i, name in enumerate(NODES)]
         # The whole cluster in a play of its own (run_once), or its first host alone in the one play of the
@@ -89,7 +136,7 @@ class Clusters:
 
 
 # validate.yml on every host, the nodes described, the files rendered on the controller.
-RENDERED = Clusters([role_run.import_role("slurm"), *DESCRIBE], [role_run.capture(
+RENDERED = Clusters([role_run.import_role("slurm"), *CGROUP, *DESCRIBE], [role_run.capture(
     {**{name: role_run.template("slurm", name) for name in TEMPLATES}, **role_run.names("__slurm_config_dir")},
     run_once=True, name="Render the Slurm files on the controller")], whole=True)
 # validate.yml on the controller alone.
@@ -229,6 +276,110 @@ def test_defaults_pass_validation():
     assert rejections(slurm_proctrack_type="proctrack/linuxproc", slurm_task_plugins=["task/affinity"]) == []
 
 
+# --------------------------------------------------------------------------- cgroup mode against the Slurm release
+
+# Slurm 22.05 brought the cgroup/v2 plugin: "Added support for Cgroup Version 2." (HIGHLIGHTS of
+# https://github.com/SchedMD/slurm/blob/slurm-22-05-0-1/RELEASE_NOTES); 21.08.5 has src/plugins/cgroup/v1 only
+# (https://github.com/SchedMD/slurm/tree/slurm-21-08-5-1/src/plugins/cgroup), and its slurmd loads a cgroup plugin at every
+# start, autodetect choosing cgroup/v2 on cgroup2fs (src/slurmd/slurmd/slurmd.c, src/common/cgroup.c at slurm-21-08-5-1):
+# "cannot find cgroup plugin for cgroup/v2". Debian 12 ships cgroup_v2.so
+# (https://packages.debian.org/bookworm/amd64/slurm-wlm-basic-plugins/filelist).
+NODE_CASES = {
+    "jammy-v2": ("ubuntu2204", CGROUP_V2, POLICY["ubuntu2204"], {}),
+    "jammy-v2-no-index": ("ubuntu2204", CGROUP_V2, "", {}),  # apt has no list yet: the release Ubuntu 22.04 ships
+    "jammy-v1": ("ubuntu2204", CGROUP_V1, POLICY["ubuntu2204"], {}),
+    "jammy-v2-unconfined": ("ubuntu2204", CGROUP_V2, POLICY["ubuntu2204"], {"slurm_cgroup_v2_without_plugin": "no_confinement"}),
+    "bookworm-v2": ("debian12", CGROUP_V2, POLICY["debian12"], {}),
+    "focal-v1": ("ubuntu2004", CGROUP_V1, POLICY["ubuntu2004"], {}),
+    "focal-v2": ("ubuntu2004", CGROUP_V2, POLICY["ubuntu2004"], {}),
+}
+
+
+@functools.cache
+def node_checks() -> dict[str, role_run.Outcome]:
+    """validate.yml and cgroup.yml's checks on one node per case (the probes' results as host variables), in one play; the
+    controller only in the inventory."""
+    controller = role_run.Host(CONTROLLER, {**FAKE_FACTS["debian12"], **node_facts(CONTROLLER, 16)}, {}, ("slurm_controller",),
+                               targeted=False)
+    nodes = [role_run.Host(case, {**FAKE_FACTS[os], **node_facts(case)},
+                           {**settings, "__slurm_cgroup_fs": fs, "__slurm_apt_policy": {"stdout": policy}}, ("gpu_nodes",))
+             for case, (os, fs, policy, settings) in NODE_CASES.items()]
+    return role_run.run([controller, *nodes], [role_run.import_role("slurm"), *CGROUP])
+
+
+def node_check(case: str) -> role_run.Outcome:
+    return node_checks()[case]
+
+
+def test_cgroup_v2_with_slurm_21_08_is_refused_with_the_fix():
+    outcome = node_check("jammy-v2")
+    assert outcome.failed_task == CGROUP[1]["name"]
+    message = " ".join(outcome.failure.split())
+    assert message.startswith("slurm on jammy-v2: this node boots with cgroup v2 (/sys/fs/cgroup is cgroup2fs)"), message
+    assert "its Slurm is 21.08 (apt candidate slurmd 21.08.5-2ubuntu1)" in message
+    assert "it came with Slurm 22.05" in message
+    assert "add systemd.unified_cgroup_hierarchy=0 to GRUB_CMDLINE_LINUX" in message
+    assert "set slurm_cgroup_v2_without_plugin: no_confinement" in message
+    assert "not confined to their GPUs" in message
+
+
+def test_without_a_package_list_the_release_the_os_ships_counts():
+    message = " ".join(node_check("jammy-v2-no-index").failure.split())
+    assert "its Slurm is 21.08 (the release Ubuntu 22.04 ships)" in message, message
+
+
+def test_slurm_19_05_on_cgroup_v2_is_refused_too():
+    message = " ".join(node_check("focal-v2").failure.split())
+    assert "its Slurm is 19.05 (installed slurmd 19.05.5-1)" in message, message
+
+
+@pytest.mark.parametrize("case, release, v2", [("jammy-v1", "21.08", False), ("bookworm-v2", "22.05", True),
+                                               ("focal-v1", "19.05", False)])
+def test_a_cgroup_mode_the_release_has_a_plugin_for_passes(case, release, v2):
+    outcome = node_check(case)
+    assert outcome.failure is None
+    cgroup = outcome["__slurm_node_cgroup"]
+    assert (cgroup["release"], cgroup["v2"], cgroup["plugin_missing"], cgroup["unconfined"]) == (release, v2, False, False)
+
+
+def test_no_confinement_lets_the_node_pass_unconfined():
+    outcome = node_check("jammy-v2-unconfined")
+    assert outcome.failure is None
+    cgroup = outcome["__slurm_node_cgroup"]
+    assert cgroup["plugin_missing"] is True and cgroup["unconfined"] is True
+
+
+UNCONFINED = {"slurm_cgroup_v2_without_plugin": "no_confinement", "__slurm_cgroup_fs": CGROUP_V2}
+
+
+def test_no_confinement_writes_a_configuration_without_cgroup_plugins():
+    cfg = cluster("ubuntu2204", **UNCONFINED)
+    settings = {k: val for line in conf(render("slurm.conf.j2", cfg)) for k, val in line.items()}
+    assert settings["ProctrackType"] == "proctrack/linuxproc" and settings["TaskPlugin"] == "task/affinity"
+    prefix = cfg.host[:-len(CONTROLLER)]  # the cluster's inventory names
+    for name in ("slurm.conf.j2", "cgroup.conf.j2"):
+        comments = " ".join(line[2:] for line in render(name, cfg).splitlines() if line.startswith("# "))
+        assert f"node(s) {', '.join(prefix + n for n in NODES)} boot with cgroup v2" in comments, comments
+    lines = [line for line in render("cgroup.conf.j2", cfg).splitlines() if line and not line.startswith("#")]
+    # Slurm 21.08's slurmd loads cgroup/v1 on a cgroup v2 node as long as no plugin uses it; autodetect would stop it.
+    assert lines == ["CgroupPlugin=cgroup/v1", "ConstrainDevices=no", "ConstrainCores=no", "ConstrainRAMSpace=no"]
+
+
+def test_no_confinement_keeps_task_none_where_only_task_cgroup_was_set():
+    cfg = cluster("ubuntu2204", slurm_task_plugins=["task/cgroup"], **UNCONFINED)
+    settings = {k: val for line in conf(render("slurm.conf.j2", cfg)) for k, val in line.items()}
+    assert (settings["ProctrackType"], settings["TaskPlugin"]) == ("proctrack/linuxproc", "task/none")
+
+
+def test_no_confinement_changes_nothing_where_the_plugin_exists():
+    """Debian 12 on cgroup v2 (Slurm 22.05): the setting does not matter, the cluster stays confined."""
+    cfg = cluster("debian12", **UNCONFINED)
+    settings = {k: val for line in conf(render("slurm.conf.j2", cfg)) for k, val in line.items()}
+    assert (settings["ProctrackType"], settings["TaskPlugin"]) == ("proctrack/cgroup", "task/cgroup,task/affinity")
+    assert "CgroupPlugin=autodetect" in render("cgroup.conf.j2", cfg).splitlines()
+    assert render("cgroup.conf.j2", cfg) == render("cgroup.conf.j2", cluster("debian12"))
+
+
 def test_unregistered_state_pattern():
     pattern = re.compile(load_trusted(ROLE / "vars" / "main.yml")["__slurm_unregistered_state"])
     bad = ["n1|down*|Not responding", "n1|unk|none", "n1|idle*|none", "n1|down|Low RealMemory", "n1|fail|x", "n1|inval|bad"]
@@ -246,6 +397,9 @@ for _gpus in (1, 0):
 RENDERED.declare(slurm_gpu_type="h100")
 RENDERED.declare(node_vars=FOUR_ON_THE_SECOND)
 RENDERED.declare(**EXTRA_CONFIG)
+RENDERED.declare("ubuntu2204", **UNCONFINED)
+RENDERED.declare("ubuntu2204", slurm_task_plugins=["task/cgroup"], **UNCONFINED)
+RENDERED.declare("debian12", **UNCONFINED)
 for _overrides, _ in [({}, None), ({"slurm_proctrack_type": "proctrack/linuxproc", "slurm_task_plugins": ["task/affinity"]}, None),
                       *BAD_SETTINGS]:
     VALIDATED.declare(**_overrides)
