@@ -23,6 +23,11 @@
 ``messages | gpufleet.fleet.rejection(role, host)``
     The one message a role stops a host with: ``<role> settings rejected on
     <host>: [1] ...; [2] ...``.
+
+``messages | gpufleet.fleet.per_message(hosts)``
+    A warning said once for a play instead of once per host: ``messages[i]``
+    is host ``hosts[i]``'s (empty: none); one line per distinct message,
+    ``WARNING <host>, <host>: <message>``, in the order first seen.
 """
 
 from __future__ import annotations
@@ -112,9 +117,22 @@ def rejection(messages: Sequence[str], role: str, host: str) -> str:
     return f"{role} settings rejected on {host}: {numbered}"
 
 
+def per_message(messages: Sequence[Any], hosts: Sequence[str]) -> list[str]:
+    """``WARNING <hosts>: <message>`` per distinct non-empty message (``messages[i]`` is ``hosts[i]``'s)."""
+    messages, hosts = list(messages or []), list(hosts or [])
+    if len(messages) != len(hosts):
+        raise AnsibleFilterError(f"per_message: {len(messages)} message(s) for {len(hosts)} host(s)")
+    grouped: dict[str, list[str]] = {}
+    for message, host in zip(messages, hosts):
+        text = _SPACE.sub(" ", str(message or "")).strip()
+        if text:
+            grouped.setdefault(text, []).append(str(host))
+    return [f"WARNING {', '.join(names)}: {text}" for text, names in grouped.items()]
+
+
 class FilterModule:
     """gpufleet.fleet filters."""
 
     def filters(self) -> dict[str, Any]:
         return {"as_list": as_list, "as_dict": as_dict, "failed_checks": failed_checks, "rejection": rejection,
-                "unknown_settings": unknown_settings}
+                "unknown_settings": unknown_settings, "per_message": per_message}
