@@ -28,9 +28,10 @@ MATRIX = stack.load_matrix()
 
 # 580.95.05: an R580 data center release (NVIDIA's
 # https://developer.download.nvidia.com/compute/nvidia-driver/redist/redistrib_580.95.05.json, released
-# 2025-10-01, with Fabric Manager); NVIDIA's Ubuntu repository names its packages nvidia-headless-580 and
-# nvidia-utils-580 (the 535 layout of roles/nvidia_driver/vars/Ubuntu.yml; Ubuntu's packages change names only
-# from 590 on, NVIDIA's Driver Installation Guide, "Ubuntu 590 and later packages").
+# 2025-10-01, with Fabric Manager; the GPU Operator's life-cycle policy names it, NVIDIA/cloud-native-docs#305).
+# Its Ubuntu packages are nvidia-headless-580 and nvidia-utils-580 (packages.ubuntu.com, jammy: source
+# nvidia-graphics-drivers-580), the 535 layout of roles/nvidia_driver/vars/Ubuntu.yml; the names change only
+# from 590 on (NVIDIA's Driver Installation Guide, "Ubuntu 590 and later packages").
 TARGET = "580.95.05"
 
 # --------------------------------------------------------------------------- the warning, once per run

@@ -347,8 +347,10 @@ def test_a_malformed_today_is_a_clear_error():
 
 # NVIDIA's index of https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64/ starts its
 # cuda-12-* packages at cuda-12-3_12.3.0-1_amd64.deb; .../debian11/x86_64/ and .../debian10/x86_64/ list
-# cuda-12-1_12.1.0-1 and cuda-12-1_12.1.1-1. Ubuntu 20.04 and 22.04: NVIDIA's CUDA 12.1 downloads offer the
-# deb (network) install from .../ubuntu2004/x86_64 and .../ubuntu2204/x86_64 (cuda-12-1-0-download-archive).
+# cuda-12-1_12.1.0-1 and cuda-12-1_12.1.1-1. Ubuntu 22.04: NVIDIA's CUDA 12.1 download page offers the deb
+# (network) install from .../ubuntu2204/x86_64 (developer.nvidia.com/cuda-12-1-0-download-archive?...
+# target_version=22.04&target_type=deb_network, quoted in NVIDIA/cuda-samples#291); ubuntu2004: its arm64 index
+# lists cuda-12-1_12.1.1-1 (the x86_64 index was not seen down to its cuda-12-* lines).
 def test_cuda_12_1_is_published_for_ubuntu_and_old_debian_not_debian_12():
     assert MATRIX["cuda_releases"]["12.1"]["repositories"] == ["ubuntu2004", "ubuntu2204", "debian10", "debian11"]
     assert MATRIX["cuda_repositories"]["debian12"]["oldest_release"] == "12.3"
