@@ -34,6 +34,7 @@
     are the remarks after the state (``WARNING! Diff between built and
     installed module!``, ``original_module exists``, ``from <kernel>`` of
     ``installed-weak``). Lines of another shape (errors, warnings) are left out.
+
 ``stdout | gpufleet.fleet.apt_policy``
     One package's stanza of ``LC_ALL=C apt-cache policy <package>`` as
     ``{installed, candidate, version, release}``: the installed and the
@@ -42,6 +43,11 @@
     keeps or installs) and its upstream ``major.minor`` (``21.08`` of
     ``21.08.5-2ubuntu1``; epoch and Debian revision dropped; "" without a
     version).
+
+``messages | gpufleet.fleet.per_message(hosts)``
+    A warning said once for a play instead of once per host: ``messages[i]``
+    is host ``hosts[i]``'s (empty: none); one line per distinct message,
+    ``WARNING <host>, <host>: <message>``, in the order first seen.
 """
 
 from __future__ import annotations
@@ -163,6 +169,17 @@ def apt_policy(stdout: Any) -> dict[str, str]:
     release = _RELEASE.match(version)
     return {"installed": found["Installed"], "candidate": found["Candidate"], "version": version,
             "release": release.group(1) if release else ""}
+def per_message(messages: Sequence[Any], hosts: Sequence[str]) -> list[str]:
+    """``WARNING <hosts>: <message>`` per distinct non-empty message (``messages[i]`` is ``hosts[i]``'s)."""
+    messages, hosts = list(messages or []), list(hosts or [])
+    if len(messages) != len(hosts):
+        raise AnsibleFilterError(f"per_message: {len(messages)} message(s) for {len(hosts)} host(s)")
+    grouped: dict[str, list[str]] = {}
+    for message, host in zip(messages, hosts):
+        text = _SPACE.sub(" ", str(message or "")).strip()
+        if text:
+            grouped.setdefault(text, []).append(str(host))
+    return [f"WARNING {', '.join(names)}: {text}" for text, names in grouped.items()]
 
 
 class FilterModule:
@@ -170,4 +187,5 @@ class FilterModule:
 
     def filters(self) -> dict[str, Any]:
         return {"as_list": as_list, "as_dict": as_dict, "apt_policy": apt_policy, "dkms_status": dkms_status,
-                "failed_checks": failed_checks, "rejection": rejection, "unknown_settings": unknown_settings}
+                "failed_checks": failed_checks, "per_message": per_message, "rejection": rejection,
+                "unknown_settings": unknown_settings}

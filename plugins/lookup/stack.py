@@ -8,9 +8,11 @@ DOCUMENTATION is below; in short::
 returns one mapping::
 
     {"errors": [reasons, each naming the setting and what the matrix allows],
-     "driver":  {"branch", "version", "fabricmanager", "sources": [for this distribution]},
+     "driver":  {"branch", "version", "fabricmanager", "sources": [for this distribution],
+                 "lifecycle": {"designation", "end_of_life", "published", "past_end_of_life",
+                               "successor": {...} or {}, "warning": text or ""}},
      "cuda":    {"release", "dashed", "toolkit_package", "toolkit_version", "component_version",
-                 "min_driver", "pytorch_variant"},
+                 "min_driver", "pytorch_variant", "repositories", "repository_gap": text or ""},
      "cudnn":   {"version", "package_version", "packages"},
      "nccl":    {"version", "package_version", "packages"},
      "pytorch": {"release", "cuda_release", "variant", "variants", "expected_cuda", "label",
@@ -24,6 +26,7 @@ on a setting, so that a role can list every wrong setting at once.
 
 from __future__ import annotations
 
+import datetime
 import re
 from pathlib import Path
 from typing import Any
@@ -48,6 +51,11 @@ options:
   pytorch_cuda_release: {description: CUDA release of the wheels; empty follows cuda_release., type: str, default: ""}
   pytorch_variant: {description: Wheel variant (cu121, cpu); empty for the CUDA release's variant., type: str, default: ""}
   distribution: {description: ansible_facts.distribution of the host (driver sources differ per OS)., type: str, default: ""}
+  repository_os:
+    description: The host's directory of NVIDIA's CUDA repository (ubuntu2204, debian12); empty for no check of it.
+    type: str
+    default: ""
+  today: {description: The date the end of life is judged on (YYYY-MM-DD); empty for the controller's date., type: str, default: ""}
   torchvision: {description: Pin torchvision with torch., type: bool, default: true}
   torchaudio: {description: Pin torchaudio with torch., type: bool, default: true}
   names:
@@ -172,10 +180,103 @@ def resolve_pytorch(matrix: dict[str, Any], release: Any = "", cuda_release: Any
             "pins": pins, "packages": ["torch", "torchvision", "torchaudio"]}
 
 
+# --- driver branch lifecycle -------------------------------------------------
+
+_MONTH = re.compile(r"^([0-9]{4})-([0-9]{2})$")
+LTSB = "Long Term Support Branch"
+
+
+def _version_tuple(version: str) -> tuple[int, ...]:
+    """535.261.03 -> (535, 261, 3); non-numeric parts count as 0."""
+    return tuple(int(part) if part.isdigit() else 0 for part in version.split("."))
+
+
+def _today(today: Any = "") -> datetime.date:
+    text = _text(today)
+    try:
+        return datetime.date.fromisoformat(text) if text else datetime.date.today()
+    except ValueError as error:
+        raise AnsibleLookupError(f"gpufleet.fleet.stack: today '{text}' is not a date (YYYY-MM-DD)") from error
+
+
+def past_end_of_life(end_of_life: Any, today: datetime.date) -> bool:
+    """True once the month of end_of_life (YYYY-MM) is over; False for an empty or malformed one."""
+    match = _MONTH.match(_text(end_of_life))
+    if not match:
+        return False
+    year, month = int(match.group(1)), int(match.group(2))
+    return (today.year, today.month) > (year, month)
+
+
+def lifecycle(matrix: dict[str, Any], branch: str, cuda_release: str = "", distribution: str = "",
+              today: datetime.date | None = None) -> dict[str, Any]:
+    """A branch's designation and end of life, whether it is past it, and the supported Long Term Support
+    Branch that runs the same CUDA release (its default release at least the release's minimum driver),
+    with the warning play 1 gives (empty while the branch is supported)."""
+    today = today or datetime.date.today()
+    branches = {str(key): value for key, value in matrix["driver_branches"].items()}
+    cudas = {str(key): value for key, value in matrix["cuda_releases"].items()}
+    row = (branches.get(branch) or {}).get("lifecycle") or {}
+    info = {"designation": _text(row.get("designation")), "end_of_life": _text(row.get("end_of_life")),
+            "published": _text(row.get("published")),
+            "past_end_of_life": past_end_of_life(row.get("end_of_life"), today), "successor": {}, "warning": ""}
+    if not info["past_end_of_life"]:
+        return info
+    min_driver = _text((cudas.get(cuda_release) or {}).get("min_driver"))
+    for name, other in branches.items():
+        other_life = other.get("lifecycle") or {}
+        if name == branch or _text(other_life.get("designation")) != LTSB:
+            continue
+        if past_end_of_life(other_life.get("end_of_life"), today):
+            continue
+        if min_driver and _version_tuple(_text(other.get("default_version"))) < _version_tuple(min_driver):
+            continue
+        info["successor"] = {"branch": name, "version": _text(other.get("default_version")),
+                             "end_of_life": _text(other_life.get("end_of_life")),
+                             "published": _text(other_life.get("published")),
+                             "sources": list((other.get("sources") or {}).get(distribution, []))}
+    cuda_part = f"CUDA {cuda_release}" if cuda_release else "the same CUDA release"
+    text = (f"NVIDIA driver branch {branch} ({info['designation'] or 'no designation'}) is past its end of life "
+            f"({info['end_of_life']}, {info['published']})")
+    successor = info["successor"]
+    if successor:
+        text += (f": branch {successor['branch']}, the {LTSB} supported until {successor['end_of_life']} "
+                 f"({successor['published']}), runs {cuda_part} too")
+        if successor["sources"]:
+            text += (f", on {distribution} from source {' or '.join(successor['sources'])} (nvidia_driver_source); "
+                     f"move to it with playbooks/upgrade-driver.yml -e upgrade_driver_version={successor['version']}")
+        else:
+            text += f", but no source gpufleet knows offers it on {distribution or 'this OS'}"
+    else:
+        text += f": the compatibility matrix has no supported {LTSB} that runs {cuda_part}"
+    info["warning"] = text
+    return info
+
+
+def repository_gap(matrix: dict[str, Any], cuda_release: str, repository_os: str) -> str:
+    """Why NVIDIA's CUDA repository directory ``repository_os`` cannot serve this release; empty when it can
+    (or when the release or the directory is not given)."""
+    cudas = {str(key): value for key, value in matrix["cuda_releases"].items()}
+    row = cudas.get(cuda_release)
+    if not row or not repository_os:
+        return ""
+    published = [str(item) for item in row.get("repositories") or []]
+    if repository_os in published:
+        return ""
+    has = [name for name, other in cudas.items() if repository_os in [str(i) for i in other.get("repositories") or []]]
+    directory = (matrix.get("cuda_repositories") or {}).get(repository_os) or {}
+    oldest = _text(directory.get("oldest_release"))
+    return (f"NVIDIA publishes no CUDA {cuda_release} (cuda-toolkit-{cuda_release.replace('.', '-')}) for "
+            f"{repository_os}: its {repository_os} repository "
+            + (f"starts at CUDA {oldest} and " if oldest else "")
+            + f"has {'CUDA ' + ', '.join(has) if has else 'none'} of the releases the compatibility matrix lists "
+            f"({', '.join(cudas)}); CUDA {cuda_release} is published for {', '.join(published) or 'no directory'}")
+
+
 def resolve(matrix: dict[str, Any], driver_branch: Any = "", driver_version: Any = "", cuda_release: Any = "",
             pytorch_release: Any = "", pytorch_cuda_release: Any = "", pytorch_variant: Any = "",
             distribution: Any = "", torchvision: bool = True, torchaudio: bool = True,
-            names: dict[str, str] | None = None) -> dict[str, Any]:
+            names: dict[str, str] | None = None, repository_os: Any = "", today: Any = "") -> dict[str, Any]:
     """One stack for these choices, or its reasons in ``errors``.
 
     ``names`` renames the settings in the reasons (the container role's
@@ -183,10 +284,10 @@ def resolve(matrix: dict[str, Any], driver_branch: Any = "", driver_version: Any
     """
     names = {**SETTING_NAMES, **(names or {})}
     errors: list[str] = []
+    release = _text(cuda_release) or _text(matrix["defaults"].get("cuda_release"))
     branches = {str(key): value for key, value in matrix["driver_branches"].items()}
     cudas = {str(key): value for key, value in matrix["cuda_releases"].items()}
     torches = {str(key): value for key, value in matrix["pytorch_releases"].items()}
-    defaults = matrix["defaults"]
     known = {"driver_branches": list(branches), "cuda_releases": list(cudas), "pytorch_releases": list(torches)}
 
     driver: dict[str, Any] = {}
@@ -202,9 +303,10 @@ def resolve(matrix: dict[str, Any], driver_branch: Any = "", driver_version: Any
                 errors.append(f"nvidia_driver_version '{version}' is not a release of branch {branch} (expected the form "
                               f"{branch}.NNN.NN, for example {row.get('default_version')})")
             driver = {"branch": branch, "version": version, "fabricmanager": bool(row.get("fabricmanager")),
-                      "sources": list((row.get("sources") or {}).get(_text(distribution), []))}
+                      "sources": list((row.get("sources") or {}).get(_text(distribution), [])),
+                      "lifecycle": lifecycle(matrix, branch, release if release in cudas else "", _text(distribution),
+                                             _today(today))}
 
-    release = _text(cuda_release) or _text(defaults.get("cuda_release"))
     cuda: dict[str, Any] = {}
     row = cudas.get(release)
     if row is None:
@@ -215,7 +317,9 @@ def resolve(matrix: dict[str, Any], driver_branch: Any = "", driver_version: Any
                 "toolkit_package": "cuda-toolkit-" + release.replace(".", "-"),
                 "toolkit_version": _text(row.get("toolkit_version")),
                 "component_version": _text(row.get("component_version")),
-                "min_driver": _text(row.get("min_driver")), "pytorch_variant": _text(row.get("pytorch_variant"))}
+                "min_driver": _text(row.get("min_driver")), "pytorch_variant": _text(row.get("pytorch_variant")),
+                "repositories": [str(item) for item in row.get("repositories") or []],
+                "repository_gap": repository_gap(matrix, release, _text(repository_os))}
     cudnn = dict(row.get("cudnn") or {}) if row else {}
     nccl = dict(row.get("nccl") or {}) if row else {}
 
@@ -236,5 +340,5 @@ class LookupModule(LookupBase):
         matrix = load_matrix()
         choices = {name: self.get_option(name) for name in (
             "driver_branch", "driver_version", "cuda_release", "pytorch_release", "pytorch_cuda_release",
-            "pytorch_variant", "distribution", "torchvision", "torchaudio", "names")}
+            "pytorch_variant", "distribution", "torchvision", "torchaudio", "names", "repository_os", "today")}
         return [resolve(matrix, **choices)]

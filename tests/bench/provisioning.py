@@ -168,6 +168,8 @@ def shell_sequence() -> str:
     driver = resolved["driver"]["version"]
     kernel = lab_vars()["lab_kernel_release"]
     mirror = lab_vars()["lab_mirror_url"]
+    # The lab's site repository for CUDA on Debian 12 (NVIDIA's debian12 directory has no CUDA 12.1).
+    cuda_repo = f"{mirror}/site/cuda-{cuda['release']}/debian12"
     return f"""set -eux
 export DEBIAN_FRONTEND=noninteractive
 echo 'deb [signed-by=/usr/share/keyrings/gpufleet-lab-archive-keyring.gpg] {mirror}/debian bookworm contrib non-free non-free-firmware' \\
@@ -176,9 +178,9 @@ printf 'Package: *nvidia* libcuda* libnvidia*\\nPin: version {driver}-*\\nPin-Pr
 apt-get update
 apt-get install -y --no-install-recommends linux-headers-{kernel} nvidia-kernel-dkms={driver}-* nvidia-smi={driver}-* \\
   libcuda1={driver}-* nvidia-persistenced
-python3 -c "import urllib.request; urllib.request.urlretrieve('{mirror}/cuda/debian12/x86_64/cuda-keyring_1.1-1_all.deb', '/tmp/cuda-keyring.deb')"
+python3 -c "import urllib.request; urllib.request.urlretrieve('{cuda_repo}/cuda-keyring_1.1-1_all.deb', '/tmp/cuda-keyring.deb')"
 dpkg -i /tmp/cuda-keyring.deb
-echo 'deb [signed-by=/usr/share/keyrings/cuda-archive-keyring.gpg] {mirror}/cuda/debian12/x86_64/ /' > /etc/apt/sources.list.d/cuda.list
+echo 'deb [signed-by=/usr/share/keyrings/cuda-archive-keyring.gpg] {cuda_repo}/ /' > /etc/apt/sources.list.d/cuda.list
 apt-get update
 apt-get install -y --no-install-recommends cuda-toolkit-12-1={cuda['toolkit_version']} \\
   libcudnn8={cuda['cudnn']['package_version']} libnccl2={cuda['nccl']['package_version']}

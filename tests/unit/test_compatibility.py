@@ -55,7 +55,9 @@ def test_default_version_belongs_to_the_branch(branch):
 def test_branch_row_has_only_known_keys(branch):
     """A typo in a row (say 'default_verison') would silently fall back to nothing."""
     row = BRANCHES[branch]
-    assert set(row) <= {"default_version", "fabricmanager", "sources"}
+    assert set(row) <= {"default_version", "fabricmanager", "sources", "lifecycle"}
+    assert set(row.get("lifecycle") or {}) == {"designation", "end_of_life", "published"}
+    assert re.fullmatch(r"[0-9]{4}-[0-9]{2}", row["lifecycle"]["end_of_life"])
     assert isinstance(row.get("fabricmanager", False), bool)
     assert row.get("sources"), f"branch {branch} names no sources"
 

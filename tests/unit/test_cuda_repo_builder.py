@@ -13,7 +13,11 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = REPO_ROOT / "tests" / "lab" / "files" / "build-cuda-repo.py"
 MATRIX = yaml.safe_load((REPO_ROOT / "files" / "compatibility.yml").read_text())
 FPR = "CD100623DAF667973F4422AE0FE12B791AFFF794"
-REPO_URL = "http://gpufleet-mirror/cuda/debian12/x86_64/"
+# The lab's site repository: NVIDIA's debian12 directory has no CUDA 12.1, so the lab does not pretend to be it.
+REPO_URL = "http://gpufleet-mirror/site/cuda-12.1/debian12/"
+LAB_VARS = yaml.safe_load((REPO_ROOT / "tests" / "lab" / "vars" / "lab.yml").read_text())
+LAB_INVENTORY = yaml.safe_load((REPO_ROOT / "tests" / "lab" / "inventory" / "group_vars" / "all" / "main.yml").read_text())
+LAB_PLAYBOOK = (REPO_ROOT / "tests" / "lab" / "lab.yml").read_text()
 
 
 def load_builder():
@@ -154,3 +158,23 @@ def test_installed_size_counts_like_dpkg(tmp_path):
     (tmp_path / "usr" / "f").write_bytes(b"x" * 1025)
     (tmp_path / "usr" / "l").symlink_to("f")
     assert builder.installed_size_kib(tmp_path) == 1 + 2 + 1  # usr/, f (2 KiB), l
+
+
+# --------------------------------------------------------------------------- the site repository's place
+
+
+def test_the_repository_has_a_path_and_an_origin_of_its_own():
+    """Not NVIDIA's compute/cuda/repos/debian12/x86_64 (which has no CUDA 12.1), nor NVIDIA's Release fields."""
+    assert builder.repo_path("12.1") == "site/cuda-12.1/debian12"
+    assert "compute/cuda/repos" not in builder.repo_path("12.1") and "x86_64" not in builder.repo_path("12.1")
+    assert builder.RELEASE_FIELDS["Origin"] == "gpufleet-lab-site"
+    assert "NVIDIA" not in builder.RELEASE_FIELDS["Origin"] + builder.RELEASE_FIELDS["Label"]
+
+
+def test_the_lab_inventory_names_the_repository_the_lab_builds_as_the_site_repository():
+    """tests/lab/lab.yml builds the repository where the lab inventory's cuda_repository_url points the nodes."""
+    path = builder.repo_path(LAB_VARS["lab_cuda_release"])
+    assert LAB_INVENTORY["cuda_repository_url"] == "{{ lab_mirror_url }}/" + path
+    assert "__lab_cuda_repo: \"{{ __lab_mirror_root }}/site/cuda-{{ lab_cuda_release }}/debian12\"" in LAB_PLAYBOOK
+    assert "'site/cuda-{{ lab_cuda_release }}/debian12/InRelease'" in LAB_PLAYBOOK
+    assert "cuda/debian12/x86_64" not in LAB_PLAYBOOK

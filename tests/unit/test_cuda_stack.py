@@ -44,6 +44,17 @@ def cuda(host: str, **settings) -> role_run.Outcome:
     return CUDA.get(host, **settings)
 
 
+# NVIDIA publishes no CUDA 12.1 for Debian 12 (its debian12 directory starts
+# at 12.3): there the role needs a site repository that carries it.
+SITE_URL = "https://mirror.example.com/site/cuda-12.1/debian12"
+SITE = {"cuda_repository_url": SITE_URL}
+
+
+def usable(host: str) -> dict:
+    """The settings with which the role can install CUDA 12.1 on ``host``: a site repository on Debian 12."""
+    return dict(SITE) if host == "debian12" else {}
+
+
 def version_tuple(version: str) -> tuple[int, ...]:
     return tuple(int(p) for p in version.split("."))
 
@@ -93,7 +104,7 @@ def test_matrix_defaults_exist():
                                              ("debian12", "debian12")])
 def test_nvidia_repository_url_follows_nvidia_layout(host, directory):
     """https://developer.download.nvidia.com/compute/cuda/repos/<os>/x86_64, as cuda-keyring's own list has it."""
-    cfg = cuda(host)
+    cfg = cuda(host, **usable(host))
     assert cfg.failure is None
     assert cfg["__cuda_public_repository_url"] == f"https://developer.download.nvidia.com/compute/cuda/repos/{directory}/x86_64"
     assert cfg["__cuda_repo_os"] in cfg["__cuda_supported_os"]
@@ -113,9 +124,10 @@ def render_pins(host: str, **settings) -> dict[str, str]:
 
 @pytest.mark.parametrize("host", list(FACTS))
 def test_sources_file_is_flat_and_signed(host):
-    """The deb822 source: the flat repository ("Suites: /", no Components), Signed-By cuda-keyring's keyring."""
-    url = cuda(host)["__cuda_public_repository_url"]
-    text = cuda(host)["main_source"]
+    """The deb822 source: the flat repository ("Suites: /", no Components), Signed-By cuda-keyring's keyring;
+    NVIDIA's own on Ubuntu, the site repository on Debian 12."""
+    url = SITE_URL if host == "debian12" else cuda(host)["__cuda_public_repository_url"]
+    text = cuda(host, **usable(host))["main_source"]
     lines = [line for line in text.splitlines() if line and not line.startswith("#")]
     assert f"URIs: {url}/" in lines
     assert "Suites: /" in lines
@@ -130,13 +142,13 @@ BAKED = {"cuda_repository_keyring": "/usr/share/keyrings/mirror.gpg"}
 
 @pytest.mark.parametrize("host", list(FACTS))
 def test_the_keyring_package_signs_unless_a_key_or_keyring_is_given(host):
-    url = cuda(host)["__cuda_public_repository_url"]
-    inputs = cuda_inputs(host)
+    url = SITE_URL if host == "debian12" else cuda(host)["__cuda_public_repository_url"]
+    inputs = cuda_inputs(host, **usable(host))
     assert inputs["apt_source_keyring_deb_url"] == f"{url}/cuda-keyring_1.1-1_all.deb"
     assert inputs["apt_source_replaces"] == [f"/etc/apt/sources.list.d/cuda-{host}-x86_64.list"]
     keyed = cuda_inputs(host, **KEYED)
     assert (keyed["apt_source_keyring_deb_url"], keyed["apt_source_keyring"]) == ("", "/etc/apt/keyrings/gpufleet-cuda.asc")
-    baked = cuda_inputs(host, **BAKED)
+    baked = cuda_inputs(host, **BAKED, **usable(host))
     assert (baked["apt_source_keyring_deb_url"], baked["apt_source_keyring"]) == ("", "/usr/share/keyrings/mirror.gpg")
 
 
@@ -155,12 +167,12 @@ LIBRARY_PINS = {lib: {"name": lib, "packages": ROW[lib]["packages"], "version": 
                            {**LIBRARY_PINS["nccl"], "present": False}]),
 ], ids=["default", "no-libraries", "nccl-from-the-command-line", "libraries-only", "no-pins"])
 def test_one_pin_for_the_toolkit_and_each_library_at_the_matrix_builds(settings, pins):
-    assert cuda_inputs("debian12", **settings)["apt_source_pins"] == pins
+    assert cuda_inputs("debian12", **SITE, **settings)["apt_source_pins"] == pins
 
 
 def test_the_library_pins_name_both_packages_at_the_build():
     """What molecule/cuda_libraries checks on the node: gpufleet-cudnn.pref, gpufleet-nccl.pref."""
-    pins = render_pins("debian12")
+    pins = render_pins("debian12", **SITE)
     assert sorted(pins) == ["gpufleet-cuda.pref", "gpufleet-cudnn.pref", "gpufleet-nccl.pref"]
     assert "Package: libcudnn8 libcudnn8-dev\nPin: version 8.9.2.26-1+cuda12.1\nPin-Priority: 1001\n" in pins["gpufleet-cudnn.pref"]
     assert "Package: libnccl2 libnccl-dev\nPin: version 2.18.1-1+cuda12.1\nPin-Priority: 1001\n" in pins["gpufleet-nccl.pref"]
@@ -183,19 +195,47 @@ def test_toolkit_package_is_never_the_cuda_metapackage():
 
 def test_driver_check_refuses_470_for_cuda_12_1():
     """validate.yml's driver check: 470.256.02 < 530.30.02 is refused, naming the setting; 535.261.03 passes."""
-    refused = cuda("debian12", cuda_driver_version="470.256.02")
+    refused = cuda("debian12", cuda_driver_version="470.256.02", **SITE)
     assert refused.failure is not None
     assert (f"CUDA 12.1 needs NVIDIA driver {CUDA_RELEASES['12.1']['min_driver']} or newer, but cuda_driver_version is driver "
             "470.256.02") in " ".join(refused.failure.split())
-    assert cuda("debian12", cuda_driver_version="535.261.03").failure is None
+    assert cuda("debian12", cuda_driver_version="535.261.03", **SITE).failure is None
+
+
+# NVIDIA's index of https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64/ lists
+# cuda-12-3_12.3.0-1_amd64.deb as its oldest cuda-12-*; those of .../debian11/x86_64/ and
+# .../debian10/x86_64/ list cuda-12-1_12.1.1-1_amd64.deb.
+DEBIAN12_REFUSAL = (
+    "cuda settings rejected on {host}: [1] NVIDIA publishes no CUDA 12.1 (cuda-toolkit-12-1) for debian12: its debian12 "
+    "repository starts at CUDA 12.3 and has none of the releases the compatibility matrix lists (12.1); CUDA 12.1 is "
+    "published for ubuntu2004, ubuntu2204, debian10, debian11. Set cuda_repository_url to a site repository that "
+    "carries cuda-toolkit-12-1 12.1.1-1 and the builds of cuda_libraries for debian12 (flat, like NVIDIA's), or choose a CUDA release NVIDIA publishes "
+    "for it (cuda_release)")
+
+
+@pytest.mark.parametrize("settings", [{}, {"cuda_toolkit": False}], ids=["toolkit", "libraries-only"])
+def test_debian_12_without_a_site_repository_is_refused_naming_the_setting(settings):
+    """Debian 12 and CUDA 12.1 from NVIDIA's own repository: refused in play 1, with the host, the directory, what it
+    has and the setting for a site repository."""
+    refused = cuda("debian12", **settings)
+    assert " ".join(refused.failure.split()) == DEBIAN12_REFUSAL.format(host=refused.host)
+
+
+def test_debian_12_with_a_site_repository_or_nothing_to_install_passes():
+    assert cuda("debian12", **SITE).failure is None
+    assert cuda("debian12", cuda_toolkit=False, cuda_libraries=[]).failure is None
+    # Ubuntu's directories carry CUDA 12.1: no site repository needed.
+    assert cuda("ubuntu2204").failure is None and cuda("ubuntu2004").failure is None
 
 
 # --------------------------------------------------------------------------- the cases, known up front: one run
 
 for _host in FACTS:
-    for _settings in ({}, KEYED, BAKED):
+    for _settings in ({}, KEYED, {**BAKED, **usable(_host)}, usable(_host)):
         CUDA.declare(_host, **_settings)
 for _settings in ({"cuda_libraries": []}, {"cuda_libraries": "nccl"}, {"cuda_toolkit": False}, {"cuda_pin": False},
-                  {"cuda_driver_version": "470.256.02"}, {"cuda_driver_version": "535.261.03"}):
-    CUDA.declare("debian12", **_settings)
+                  {"cuda_driver_version": "470.256.02"}, {"cuda_driver_version": "535.261.03"}, {}):
+    CUDA.declare("debian12", **SITE, **_settings)
+CUDA.declare("debian12", cuda_toolkit=False)
+CUDA.declare("debian12", cuda_toolkit=False, cuda_libraries=[])
 CUDA.declare("ubuntu2204", cuda_toolkit=False)

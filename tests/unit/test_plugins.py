@@ -223,6 +223,13 @@ def test_apt_policy_without_a_version_is_empty(stdout):
 
 def test_apt_policy_release_drops_the_epoch():
     assert filters.apt_policy("x:\n  Installed: 1:21.08.5-2ubuntu1\n  Candidate: (none)\n")["release"] == "21.08"
+def test_per_message_says_each_warning_once_with_its_hosts():
+    messages = ["branch 535 is past its end of life", "", "branch 535 is past its end of life", "other  \n text", None]
+    assert filters.per_message(messages, ["n1", "n2", "n3", "n4", "n5"]) == [
+        "WARNING n1, n3: branch 535 is past its end of life", "WARNING n4: other text"]
+    assert filters.per_message(["", ""], ["n1", "n2"]) == []
+    with pytest.raises(AnsibleFilterError, match="1 message"):
+        filters.per_message(["x"], ["n1", "n2"])
 
 
 ROLE_SETTINGS = settings.role_settings()
@@ -280,8 +287,10 @@ def test_role_spec_of_an_unknown_role_is_a_clear_error():
 def test_defaults_resolve_to_one_complete_stack():
     resolved = stack.resolve(MATRIX, driver_branch="535", distribution="Ubuntu")
     assert resolved["errors"] == []
-    assert resolved["driver"] == {"branch": "535", "version": MATRIX["driver_branches"]["535"]["default_version"],
-                                  "fabricmanager": True, "sources": ["ubuntu", "nvidia"]}
+    driver = dict(resolved["driver"])
+    assert driver.pop("lifecycle")["designation"] == "Long Term Support Branch"
+    assert driver == {"branch": "535", "version": MATRIX["driver_branches"]["535"]["default_version"],
+                      "fabricmanager": True, "sources": ["ubuntu", "nvidia"]}
     assert resolved["cuda"]["release"] == MATRIX["defaults"]["cuda_release"] == "12.1"
     assert resolved["cuda"]["toolkit_package"] == "cuda-toolkit-12-1"
     assert resolved["cudnn"]["version"] == "8.9.2.26" and resolved["nccl"]["packages"] == ["libnccl2", "libnccl-dev"]
@@ -294,7 +303,7 @@ def test_every_wrong_choice_is_a_reason_and_its_part_is_empty():
     assert resolved["driver"] == {} and resolved["cuda"] == {} and resolved["pytorch"] == {}
     assert [reason.split(" ")[0] for reason in resolved["errors"]] == ["nvidia_driver_branch", "cuda_release",
                                                                        "pytorch_release"]
-    assert "lists 470, 525, 535" in resolved["errors"][0]
+    assert "lists 470, 525, 535, 580" in resolved["errors"][0]
 
 
 def test_a_driver_version_outside_its_branch_is_a_reason():
@@ -361,6 +370,112 @@ def test_pins_carry_the_variant_and_follow_the_companion_switches():
 def test_the_cpu_variant_expects_no_cuda():
     resolved = stack.resolve(MATRIX, pytorch_release="2.5.1", pytorch_variant="cpu")
     assert resolved["pytorch"]["expected_cuda"] == "" and resolved["errors"] == []
+
+
+# --- stack: driver branch lifecycle ------------------------------------------
+
+# NVIDIA's "Supported Drivers and CUDA Toolkit Versions" table
+# (https://docs.nvidia.com/datacenter/tesla/drivers/615/supported-drivers-and-cuda-toolkit-versions.html):
+# R535 Long Term Support Branch, end of life June 2026; R580 Long Term Support Branch, June 2028 (the 620
+# edition of the table says the same for R580). 470 and 525: https://endoflife.date/nvidia (endoflife-date/
+# endoflife.date, products/nvidia-driver.md, from NVIDIA's releases.json): R470 LTSB until 2024-07, R525
+# Production Branch until 2023-12.
+LIFECYCLES = {"470": ("Long Term Support Branch", "2024-07"), "525": ("Production Branch", "2023-12"),
+              "535": ("Long Term Support Branch", "2026-06"), "580": ("Long Term Support Branch", "2028-06")}
+
+
+def test_every_branch_has_its_published_lifecycle():
+    for branch, (designation, end_of_life) in LIFECYCLES.items():
+        life = MATRIX["driver_branches"][branch]["lifecycle"]
+        assert (life["designation"], life["end_of_life"]) == (designation, end_of_life), branch
+        assert life["published"].startswith("https://"), branch
+    assert set(MATRIX["driver_branches"]) == set(LIFECYCLES)
+
+
+@pytest.mark.parametrize(("end_of_life", "today", "past"), [
+    ("2026-06", "2026-06-30", False), ("2026-06", "2026-07-01", True), ("2026-06", "2026-12-01", True),
+    ("2028-06", "2026-12-01", False), ("2024-07", "2025-01-01", True), ("", "2030-01-01", False),
+    ("June 2026", "2030-01-01", False)])
+def test_a_branch_is_past_its_end_of_life_once_that_month_is_over(end_of_life, today, past):
+    assert stack.past_end_of_life(end_of_life, stack.datetime.date.fromisoformat(today)) is past
+
+
+# The warning of play 1 on 2026-12-01, the day this was written: R535 is past its end of life; R580, the
+# LTSB until June 2028, runs CUDA 12.1 (580.95.05 >= 530.30.02, CUDA 12.1's minimum driver).
+WARNING_535 = (
+    "NVIDIA driver branch 535 (Long Term Support Branch) is past its end of life (2026-06, "
+    "https://docs.nvidia.com/datacenter/tesla/drivers/615/supported-drivers-and-cuda-toolkit-versions.html): branch 580, "
+    "the Long Term Support Branch supported until 2028-06 "
+    "(https://docs.nvidia.com/datacenter/tesla/drivers/620/supported-drivers-and-cuda-toolkit-versions.html), runs CUDA "
+    "12.1 too")
+
+
+def test_535_past_its_end_of_life_names_580_which_runs_cuda_12_1():
+    life = stack.resolve(MATRIX, driver_branch="535", distribution="Ubuntu", today="2026-12-01")["driver"]["lifecycle"]
+    assert life["past_end_of_life"] is True
+    assert life["successor"] == {
+        "branch": "580", "version": "580.95.05", "end_of_life": "2028-06", "sources": ["nvidia"],
+        "published": "https://docs.nvidia.com/datacenter/tesla/drivers/620/supported-drivers-and-cuda-toolkit-versions.html"}
+    assert life["warning"] == WARNING_535 + (
+        ", on Ubuntu from source nvidia (nvidia_driver_source); move to it with playbooks/upgrade-driver.yml "
+        "-e upgrade_driver_version=580.95.05")
+
+
+def test_on_debian_the_warning_says_no_source_offers_580():
+    """Debian has no 580 build (bookworm-backports: 535.216.03, trixie: 550.163.01;
+    https://neurite.github.io/debian-setup/0302-nvidia.html lists Debian's nvidia-driver per release)."""
+    life = stack.resolve(MATRIX, driver_branch="535", distribution="Debian", today="2026-12-01")["driver"]["lifecycle"]
+    assert life["warning"] == WARNING_535 + ", but no source gpufleet knows offers it on Debian"
+    assert "Debian" not in MATRIX["driver_branches"]["580"]["sources"]
+
+
+def test_a_supported_branch_gives_no_warning():
+    before = stack.resolve(MATRIX, driver_branch="535", distribution="Ubuntu", today="2026-06-15")["driver"]["lifecycle"]
+    assert (before["past_end_of_life"], before["successor"], before["warning"]) == (False, {}, "")
+    life = stack.resolve(MATRIX, driver_branch="580", distribution="Ubuntu", today="2026-12-01")["driver"]["lifecycle"]
+    assert (life["past_end_of_life"], life["warning"]) == (False, "")
+
+
+def test_no_successor_when_every_ltsb_is_past_or_too_old():
+    """After June 2028 the matrix has no supported LTSB left: the warning says so instead of naming one."""
+    life = stack.resolve(MATRIX, driver_branch="535", today="2028-07-01")["driver"]["lifecycle"]
+    assert life["successor"] == {}
+    assert life["warning"].endswith(": the compatibility matrix has no supported Long Term Support Branch that runs CUDA 12.1")
+
+
+def test_a_malformed_today_is_a_clear_error():
+    with pytest.raises(Exception, match="today '2026-13-01' is not a date"):
+        stack.resolve(MATRIX, driver_branch="535", today="2026-13-01")
+
+
+# --- stack: where NVIDIA publishes a CUDA release ----------------------------
+
+# NVIDIA's index of https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64/ starts its
+# cuda-12-* packages at cuda-12-3_12.3.0-1_amd64.deb; .../debian11/x86_64/ and .../debian10/x86_64/ list
+# cuda-12-1_12.1.0-1 and cuda-12-1_12.1.1-1. Ubuntu 22.04: NVIDIA's CUDA 12.1 download page offers the deb
+# (network) install from .../ubuntu2204/x86_64 (developer.nvidia.com/cuda-12-1-0-download-archive?...
+# target_version=22.04&target_type=deb_network, quoted in NVIDIA/cuda-samples#291); ubuntu2004: its arm64 index
+# lists cuda-12-1_12.1.1-1 (the x86_64 index was not seen down to its cuda-12-* lines).
+def test_cuda_12_1_is_published_for_ubuntu_and_old_debian_not_debian_12():
+    assert MATRIX["cuda_releases"]["12.1"]["repositories"] == ["ubuntu2004", "ubuntu2204", "debian10", "debian11"]
+    assert MATRIX["cuda_repositories"]["debian12"]["oldest_release"] == "12.3"
+
+
+def test_the_repository_gap_names_the_directory_and_what_it_has():
+    assert stack.resolve(MATRIX, repository_os="debian12")["cuda"]["repository_gap"] == (
+        "NVIDIA publishes no CUDA 12.1 (cuda-toolkit-12-1) for debian12: its debian12 repository starts at CUDA 12.3 "
+        "and has none of the releases the compatibility matrix lists (12.1); CUDA 12.1 is published for ubuntu2004, "
+        "ubuntu2204, debian10, debian11")
+    for directory in ("ubuntu2004", "ubuntu2204", ""):
+        assert stack.resolve(MATRIX, repository_os=directory)["cuda"]["repository_gap"] == ""
+
+
+def test_the_repository_gap_lists_the_releases_a_directory_has():
+    matrix = {**MATRIX, "cuda_releases": {**MATRIX["cuda_releases"],
+                                          "12.4": {**MATRIX["cuda_releases"]["12.1"], "repositories": ["debian12"]}}}
+    gap = stack.resolve(matrix, repository_os="debian12")["cuda"]["repository_gap"]
+    assert "has CUDA 12.4 of the releases the compatibility matrix lists (12.1, 12.4)" in gap
+    assert stack.resolve(matrix, cuda_release="12.4", repository_os="debian12")["cuda"]["repository_gap"] == ""
 
 
 def test_no_driver_branch_resolves_no_driver():

@@ -1,6 +1,7 @@
-"""Verify for the cuda scenario: CUDA 12.1 from the lab's copy of NVIDIA's
-repository is installed, pinned, held, the default toolkit, on PATH and the
-linker path, and compiles a CUDA C++ kernel for sm_80 and sm_90."""
+"""Verify for the cuda scenario: CUDA 12.1 from the lab's site repository
+(cuda_repository_url: NVIDIA publishes no CUDA 12.1 for Debian 12) is
+installed, pinned, held, the default toolkit, on PATH and the linker path, and
+compiles a CUDA C++ kernel for sm_80 and sm_90."""
 
 import json
 import re
@@ -33,7 +34,7 @@ def test_repository_signed_by_cuda_keyring(host):
     src = host.file("/etc/apt/sources.list.d/gpufleet-cuda.sources").content_string
     assert "Suites: /" in src
     assert "Signed-By: /usr/share/keyrings/cuda-archive-keyring.gpg" in src
-    # cuda-keyring's own list is replaced by the managed source.
+    # cuda-keyring's own list (the fixture's, for the site repository) is replaced by the managed source.
     assert not host.file("/etc/apt/sources.list.d/cuda-debian12-x86_64.list").exists
 
 

@@ -1,12 +1,16 @@
 #!/usr/bin/env python3
-"""Builds the lab's CUDA apt repository in the layout of NVIDIA's own.
+"""Builds the lab's site CUDA apt repository: CUDA 12.1 for Debian 12, in the layout of NVIDIA's own.
 
-NVIDIA serves CUDA for Debian 12 as a *flat* apt repository
-(https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64/:
+NVIDIA serves CUDA as a *flat* apt repository per OS
+(https://developer.download.nvidia.com/compute/cuda/repos/<os>/x86_64/:
 Packages, Packages.gz, Release, InRelease, Release.gpg and the .deb files in
-one directory; apt source ``deb [signed-by=...] <url>/ /``). This script
-builds the same thing for the air-gapped lab, with NVIDIA's package names,
-versions and file layout, from the binaries NVIDIA publishes as PyPI wheels:
+one directory; apt source ``deb [signed-by=...] <url>/ /``), but publishes no
+CUDA 12.1 for Debian 12 (its debian12 directory starts at 12.3). So the lab
+does what a site must: it serves its own repository, at a path of its own
+(``site/cuda-<release>/debian12`` on the mirror, Release Origin
+``gpufleet-lab-site``), which the lab inventory names as the site repository
+(cuda_repository_url). It holds NVIDIA's package names, versions and file
+layout, built from the binaries NVIDIA publishes as PyPI wheels:
 
   cuda-nvcc-12-1       ptxas, the crt headers, libnvvm  (nvidia-cuda-nvcc-cu12)
   cuda-cudart-12-1     libcudart.so.12                  (nvidia-cuda-runtime-cu12)
@@ -31,7 +35,7 @@ apt-ftparchive, gpg.
 
 Example (what tests/lab/lab.yml runs, versions from files/compatibility.yml):
 
-  build-cuda-repo.py --cache .lab/cache/wheels --out .lab/mirror/cuda/debian12/x86_64 \\
+  build-cuda-repo.py --cache .lab/cache/wheels --out .lab/mirror/site/cuda-12.1/debian12 \\
       --gnupg .lab/gnupg --key <fingerprint> --mirror-url http://gpufleet-mirror \\
       --cuda-toolkit-version 12.1.1-1 --cuda-component-version 12.1.105 \\
       --cudnn-version 8.9.2.26-1+cuda12.1 --nccl-version 2.18.1-1+cuda12.1
@@ -57,21 +61,29 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 MAINTAINER = "gpufleet lab <lab@gpufleet.invalid>"
-# Where NVIDIA's repository for this OS lives, relative to the mirror root.
-REPO_PATH = "cuda/debian12/x86_64"
+# Where the site repository lives, relative to the mirror root: a path of
+# its own, not NVIDIA's (compute/cuda/repos/debian12/x86_64 has no CUDA 12.1).
+REPO_PATH = "site/cuda-{cuda}/debian12"
 KEYRING_VERSION = "1.1-1"
 KEYRING_FILE = "/usr/share/keyrings/cuda-archive-keyring.gpg"
+# The name NVIDIA's cuda-keyring gives its list on Debian 12 (the cuda role
+# replaces that file with its own source).
 KEYRING_LIST = "/etc/apt/sources.list.d/cuda-debian12-x86_64.list"
 MULTIARCH_LIB = "/usr/lib/x86_64-linux-gnu"
 # zstd (dpkg >= 1.21.18, so Debian 12 and Ubuntu 22.04 read it): the NCCL
 # library alone takes about 100 s with xz on two cores and 2 s with zstd.
 DPKG_DEB_COMPRESSION = ["-Zzstd"]
 RELEASE_FIELDS = {
-    "Origin": "gpufleet-lab",
-    "Label": "gpufleet-lab CUDA",
+    "Origin": "gpufleet-lab-site",
+    "Label": "gpufleet lab site CUDA for Debian 12",
     "Architectures": "amd64",
-    "Description": "gpufleet lab: CUDA packages built from NVIDIA's PyPI wheels",
+    "Description": "gpufleet lab site repository: CUDA for Debian 12 built from NVIDIA's PyPI wheels (not NVIDIA's)",
 }
+
+
+def repo_path(cuda: str) -> str:
+    """The repository's path below the mirror root for a CUDA release: 12.1 -> site/cuda-12.1/debian12."""
+    return REPO_PATH.format(cuda=cuda)
 # Runtime libraries the wheels' ELF files need (readelf -d, NEEDED):
 # glibc's (libc, libm, libdl, libpthread, librt) and, for some, libstdc++.
 GLIBC = "libc6"
@@ -671,7 +683,7 @@ def build_repository(args: argparse.Namespace) -> int:
     cache, out, gnupg = Path(args.cache).resolve(), Path(args.out).resolve(), Path(args.gnupg).resolve()
     for directory in (cache, out):
         directory.mkdir(parents=True, exist_ok=True)
-    repo_url = args.mirror_url.rstrip("/") + f"/{REPO_PATH}/"
+    repo_url = args.mirror_url.rstrip("/") + f"/{repo_path(versions.cuda)}/"
     keyring = run(["gpg", "--homedir", str(gnupg), "--batch", "--export", args.key]).stdout
     if not keyring:
         raise BuildError(f"gpg in {gnupg} has no public key {args.key}")
@@ -717,12 +729,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         description="Build the lab's flat CUDA apt repository (NVIDIA's names and layout) from NVIDIA's PyPI wheels.")
     parser.add_argument("--cache", required=True, help="wheel download cache (wheels already there are reused)")
     parser.add_argument("--out", required=True,
-                        help=f"the flat repository directory (served as <mirror-url>/{REPO_PATH}/)")
+                        help=f"the flat repository directory (served as <mirror-url>/{repo_path('<release>')}/)")
     parser.add_argument("--gnupg", required=True, help="GnuPG home holding the signing key")
     parser.add_argument("--key", required=True, help="fingerprint of the signing key")
     parser.add_argument("--mirror-url", required=True,
                         help=f"the mirror's root URL as nodes reach it;"
-                             f" cuda-keyring's source is <mirror-url>/{REPO_PATH}/")
+                             f" cuda-keyring's source is <mirror-url>/{repo_path('<release>')}/")
     parser.add_argument("--cuda-toolkit-version", required=True, help="cuda-toolkit-X-Y package version, e.g. 12.1.1-1")
     parser.add_argument("--cuda-component-version", required=True, help="nvcc/cudart/nvrtc version, e.g. 12.1.105")
     parser.add_argument("--cudnn-version", required=True, help="libcudnn package version, e.g. 8.9.2.26-1+cuda12.1")
