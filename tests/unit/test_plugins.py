@@ -256,6 +256,45 @@ def test_the_cpu_variant_expects_no_cuda():
     assert resolved["pytorch"]["expected_cuda"] == "" and resolved["errors"] == []
 
 
+# The cuDNN / NCCL builds torch's cu121 wheels pin (Requires-Dist nvidia-cudnn-cu12==, nvidia-nccl-cu12==).
+# 2.1.0-2.4.1: the wheels' metadata on PyPI (https://pypi.org/project/torch/<release>/, whose default Linux
+# wheels are the cu121 builds; `pip install --dry-run --report - torch==<release>`);
+# 2.5.x: PYTORCH_EXTRA_INSTALL_REQUIREMENTS["12.1"] in pytorch's .github/scripts/generate_binary_build_matrix.py
+# (github.com/pytorch/pytorch, as of the 2.5 cycle: CUDA_ARCHES 11.8, 12.1, 12.4).
+CU121_BUNDLED = {
+    "2.1.0": ("8.9.2.26", "2.18.1"), "2.1.1": ("8.9.2.26", "2.18.1"), "2.1.2": ("8.9.2.26", "2.18.1"),
+    "2.2.0": ("8.9.2.26", "2.19.3"), "2.2.1": ("8.9.2.26", "2.19.3"), "2.2.2": ("8.9.2.26", "2.19.3"),
+    "2.3.0": ("8.9.2.26", "2.20.5"), "2.3.1": ("8.9.2.26", "2.20.5"),
+    "2.4.0": ("9.1.0.70", "2.20.5"), "2.4.1": ("9.1.0.70", "2.20.5"),
+    "2.5.0": ("9.1.0.70", "2.21.5"), "2.5.1": ("9.1.0.70", "2.21.5"),
+}
+
+
+@pytest.mark.parametrize("release", list(CU121_BUNDLED))
+def test_the_cu121_wheels_bring_their_own_cudnn_and_nccl(release):
+    cudnn, nccl = CU121_BUNDLED[release]
+    resolved = stack.resolve(MATRIX, pytorch_release=release)
+    assert resolved["errors"] == []
+    assert resolved["pytorch"]["bundled"] == {"cudnn": cudnn, "nccl": nccl}
+
+
+def test_every_cu121_release_of_the_matrix_records_its_bundled_builds():
+    """A new cu121 row without its bundled builds would be reported as unknown: the table above names them all."""
+    cu121 = [release for release, row in MATRIX["pytorch_releases"].items() if "cu121" in row["variants"]]
+    assert cu121 == list(CU121_BUNDLED)
+
+
+def test_bundled_builds_are_unknown_where_the_matrix_records_none_and_none_for_cpu():
+    # cu118 wheels bundle other builds (cuDNN 8.7 before 2.4): not recorded, so not guessed from cu121.
+    row = {"variants": ["cu118", "cu121"], "bundled": {"cu121": {"cudnn": "8.9.2.26", "nccl": "2.18.1"}}}
+    assert stack.bundled_libraries(row, "cu118") == {"cudnn": "unknown", "nccl": "unknown"}
+    assert stack.bundled_libraries({"bundled": {"cu121": {"cudnn": "8.9.2.26"}}}, "cu121") == {
+        "cudnn": "8.9.2.26", "nccl": "unknown"}
+    assert stack.bundled_libraries(row, "cpu") == {"cudnn": "none", "nccl": "none"}
+    cpu = stack.resolve(MATRIX, pytorch_release="2.13.0", pytorch_variant="cpu")
+    assert cpu["pytorch"]["bundled"] == {"cudnn": "none", "nccl": "none"}
+
+
 def test_no_driver_branch_resolves_no_driver():
     assert stack.resolve(MATRIX)["driver"] == {}
 
