@@ -495,6 +495,27 @@ def test_gpu_verify_passes_the_metrics_file_to_the_checks() -> None:
             assert "--metrics-file" not in words
 
 
+# The matrix's bundled builds of torch's own cuDNN/NCCL (the cu121 wheels' Requires-Dist nvidia-cudnn-cu12 /
+# nvidia-nccl-cu12 pins: PyPI's metadata of torch 2.3.1; pytorch's .github/scripts/generate_binary_build_matrix.py
+# for 2.5.x cu121) reach the checks; a CPU build (the lab's) passes neither: the checks say it has no CUDA.
+TORCH_LIBRARY_CASES = [
+    ({}, "--expect-torch-cudnn 9.1.0.70 --expect-torch-nccl 2.21.5"),
+    ({"pytorch_release": "2.3.1"}, "--expect-torch-cudnn 8.9.2.26 --expect-torch-nccl 2.20.5"),
+    ({"pytorch_release": "2.13.0", "pytorch_variant": "cpu"}, None),
+]
+for _settings, _ in TORCH_LIBRARY_CASES:
+    GPU_VERIFY_RUNS.declare("debian12", **PAYLOAD_LOCATED, **_settings)
+
+
+@pytest.mark.parametrize("settings, expected", TORCH_LIBRARY_CASES)
+def test_gpu_verify_passes_torch_own_libraries_from_the_matrix(settings: dict[str, Any], expected: str | None) -> None:
+    words = " ".join(shlex.split(str(gpu_verify(**settings)["checks_cmd"])))
+    if expected:
+        assert expected in words
+    else:
+        assert "--expect-torch-cudnn" not in words and "--expect-torch-nccl" not in words and "--expect-cuda" not in words
+
+
 METRICS_FILE_VALUES = [
     ("", True), ("/var/lib/prometheus/node-exporter/gpufleet.prom", True), ("/srv/x/gpufleet.prom", True),
     ("gpufleet.prom", False), ("/var/lib/prometheus/node-exporter/gpufleet.txt", False),
