@@ -168,6 +168,38 @@ def test_role_spec_of_an_unknown_role_is_a_clear_error():
         settings.role_spec("nope")
 
 
+# --- dcgm_exporter_release ---------------------------------------------------------
+
+# dcgm-exporter's tags are <DCGM version>-<exporter version>[-<platform>]: "The long form:
+# ${DCGM_VERSION}-${EXPORTER_VERSION}-${PLATFORM}" (github.com/NVIDIA/dcgm-exporter, RELEASE.md; its Makefile:
+# FULL_VERSION := $(DCGM_VERSION)-$(VERSION)); published tags such as 3.3.9-3.6.1 and 4.2.3-4.1.1 (nvcr.io/nvidia/k8s/
+# dcgm-exporter:4.2.3-4.1.1-ubuntu22.04, 4.2.0-4.1.0-ubuntu22.04).
+@pytest.mark.parametrize("version, url, expected", [
+    ("4.2.3-4.1.1", "", {"release": "4.2.3-4.1.1", "dcgm": "4.2.3", "dcgm_major": 4}),
+    ("3.3.9-3.6.1-ubuntu22.04", "", {"release": "3.3.9-3.6.1", "dcgm": "3.3.9", "dcgm_major": 3}),
+    ("", "https://repo.example.com/dcgm-exporter/3.3.9-3.6.1/dcgm-exporter", {"release": "3.3.9-3.6.1", "dcgm": "3.3.9",
+                                                                             "dcgm_major": 3}),
+    ("", "https://repo.example.com/bin/dcgm-exporter-4.2.3-4.1.1-amd64", {"release": "4.2.3-4.1.1", "dcgm": "4.2.3",
+                                                                          "dcgm_major": 4}),
+    # The setting wins over the URL.
+    ("4.2.3-4.1.1", "https://repo.example.com/3.3.9-3.6.1/dcgm-exporter", {"release": "4.2.3-4.1.1", "dcgm": "4.2.3",
+                                                                            "dcgm_major": 4}),
+])
+def test_dcgm_exporter_release_names_the_dcgm_version_it_was_built_for(version, url, expected):
+    assert filters.dcgm_exporter_release(version, url) == expected
+
+
+@pytest.mark.parametrize("version, url", [
+    ("", "https://repo.example.com/dcgm-exporter"),      # nothing names a release
+    ("", "https://repo.example.com/v1.2.3/dcgm-exporter"),
+    ("4.2.3", "https://repo.example.com/3.3.9-3.6.1/x"),   # a wrong setting is not made up from the URL
+    ("latest", ""),
+    (None, None),
+])
+def test_dcgm_exporter_release_without_a_release_is_empty(version, url):
+    assert filters.dcgm_exporter_release(version, url) == {}
+
+
 # --- stack -------------------------------------------------------------------
 
 def test_defaults_resolve_to_one_complete_stack():
