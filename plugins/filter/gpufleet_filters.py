@@ -20,6 +20,13 @@
     ``lookup('gpufleet.fleet.role_settings')``), each as ``"<name> is not a
     setting of role <role> (did you mean <closest>?)"``.
 
+``version | gpufleet.fleet.dcgm_exporter_release(url)``
+    The dcgm-exporter release a setting names (``4.2.3-4.1.1``, optionally
+    with the image's platform, ``-ubuntu22.04``), else the first such tag in
+    ``url``: ``{"release", "dcgm", "dcgm_major"}`` (the DCGM version the
+    exporter was built for is the part before the dash), or ``{}`` when
+    neither names one.
+
 ``messages | gpufleet.fleet.rejection(role, host)``
     The one message a role stops a host with: ``<role> settings rejected on
     <host>: [1] ...; [2] ...``.
@@ -137,6 +144,25 @@ def unknown_settings(names: Sequence[str], settings: Mapping[str, Sequence[str]]
     return messages
 
 
+# dcgm-exporter's tags: <DCGM version>-<exporter version>[-<platform>].
+_EXPORTER_TAG = r"(?P<dcgm>(?P<major>[0-9]+)\.[0-9]+\.[0-9]+)-(?P<exporter>[0-9]+\.[0-9]+\.[0-9]+)"
+_EXPORTER_SETTING = re.compile(rf"^{_EXPORTER_TAG}(-[a-z][a-z0-9.]*)?$")
+_EXPORTER_IN_URL = re.compile(rf"(?<![0-9.]){_EXPORTER_TAG}(?![0-9])")
+
+
+def dcgm_exporter_release(version: Any, url: Any = "") -> dict[str, Any]:
+    """The release a version setting names, else the first one in the URL; {} when neither names one.
+
+    A version that is set but not a release is {} too (the URL is not read
+    then): the setting is wrong, and the role says so.
+    """
+    text = "" if version is None else str(version).strip()
+    match = _EXPORTER_SETTING.match(text) if text else _EXPORTER_IN_URL.search("" if url is None else str(url))
+    if not match:
+        return {}
+    return {"release": f"{match['dcgm']}-{match['exporter']}", "dcgm": match["dcgm"], "dcgm_major": int(match["major"])}
+
+
 def rejection(messages: Sequence[str], role: str, host: str) -> str:
     """``<role> settings rejected on <host>: [1] first; [2] second``."""
     numbered = "; ".join(f"[{index}] {message}" for index, message in enumerate(messages, start=1))
@@ -186,6 +212,7 @@ class FilterModule:
     """gpufleet.fleet filters."""
 
     def filters(self) -> dict[str, Any]:
-        return {"as_list": as_list, "as_dict": as_dict, "apt_policy": apt_policy, "dkms_status": dkms_status,
+        return {"as_list": as_list, "as_dict": as_dict, "apt_policy": apt_policy,
+                "dcgm_exporter_release": dcgm_exporter_release, "dkms_status": dkms_status,
                 "failed_checks": failed_checks, "per_message": per_message, "rejection": rejection,
                 "unknown_settings": unknown_settings}

@@ -16,7 +16,8 @@ returns one mapping::
      "cudnn":   {"version", "package_version", "packages"},
      "nccl":    {"version", "package_version", "packages"},
      "pytorch": {"release", "cuda_release", "variant", "variants", "expected_cuda", "label",
-                 "torchvision", "torchaudio", "pins", "packages"},
+                 "torchvision", "torchaudio", "pins", "packages",
+                 "bundled": {"cudnn", "nccl"}},  # the builds the wheels bring (see bundled_libraries)
      "known":   {"driver_branches", "cuda_releases", "pytorch_releases"}}
 
 Empty settings take the matrix's defaults. A part that cannot be resolved is
@@ -115,6 +116,24 @@ def _span(releases: list[str]) -> str:
     return f"{releases[0]} ... {releases[-1]}" if len(releases) > 2 else ", ".join(releases)
 
 
+# What "bundled" says where the matrix records no build for the variant, and
+# for the CPU wheels (which carry neither library).
+UNKNOWN = "unknown"
+NO_CUDA = "none"
+
+
+def bundled_libraries(row: dict[str, Any], variant: str) -> dict[str, str]:
+    """The cuDNN and NCCL builds torch's wheels of this variant bring with them (torch's own, not the system's).
+
+    From the release's ``bundled`` entry for the variant; "unknown" where the
+    matrix records none (never a guess from another variant), "none" for cpu.
+    """
+    if variant == "cpu":
+        return {"cudnn": NO_CUDA, "nccl": NO_CUDA}
+    recorded = (row.get("bundled") or {}).get(variant) or {}
+    return {name: _text(recorded.get(name)) or UNKNOWN for name in ("cudnn", "nccl")}
+
+
 def resolve_pytorch(matrix: dict[str, Any], release: Any = "", cuda_release: Any = "", variant: Any = "",
                     torchvision: bool = True, torchaudio: bool = True, names: dict[str, str] | None = None,
                     cuda_follows: bool = False) -> dict[str, Any]:
@@ -177,7 +196,8 @@ def resolve_pytorch(matrix: dict[str, Any], release: Any = "", cuda_release: Any
     return {"errors": [], "release": release, "cuda_release": cuda_release, "variant": variant,
             "variants": list(row.get("variants", [])), "expected_cuda": expected_cuda(variant), "label": label,
             "torchvision": _text(row.get("torchvision")), "torchaudio": _text(row.get("torchaudio")),
-            "pins": pins, "packages": ["torch", "torchvision", "torchaudio"]}
+            "pins": pins, "packages": ["torch", "torchvision", "torchaudio"],
+            "bundled": bundled_libraries(row, variant)}
 
 
 # --- driver branch lifecycle -------------------------------------------------

@@ -45,7 +45,8 @@ def passing_result(host: str = "node-1", gpus: int = 8, model: str = H100) -> di
         "reasons": [],
         "reboot_required": False,
         "versions": {"driver_installed": "535.261.03", "driver_loaded": "535.261.03", "cuda": "12.1",
-                     "torch": "2.5.1+cu121", "cudnn": "8.9.2", "nccl": "2.18.1", "python": "3.11.2"},
+                     "torch": "2.5.1+cu121", "cudnn": "8.9.2", "nccl": "2.18.1", "python": "3.11.2",
+                     "system_cudnn": "8.9.2.26-1+cuda12.1", "system_nccl": None},
         "gpus": [{"index": index, "name": model, "uuid": f"GPU-{index}", "pci_bus_id": f"00000000:{index:02x}:00.0",
                   "memory_total_mib": 81559, "persistence_mode": True, "ecc_uncorrected": 0,
                   "gemm_tflops": 701.3 - index} for index in range(gpus)],
@@ -109,7 +110,8 @@ def test_passing_node_is_summarised_from_its_result():
     assert node == {
         "host": "node-1", "verdict": "pass", "reasons": [], "reboot_required": False,
         "driver": "535.261.03", "driver_loaded": "535.261.03", "cuda": "12.1", "torch": "2.5.1+cu121",
-        "cudnn": "8.9.2", "nccl": "2.18.1", "gpus": 8, "gpu_model": H100, "tflops_min": 694.3, "busbw_gbps": 362.75,
+        "cudnn": "8.9.2", "nccl": "2.18.1", "system_cudnn": "8.9.2.26-1+cuda12.1", "system_nccl": None,
+        "gpus": 8, "gpu_model": H100, "tflops_min": 694.3, "busbw_gbps": 362.75,
         "checks": {"driver_version": "pass", "nvidia_smi": "pass", "torch_cuda": "pass", "libraries": "pass",
                    "gemm": "pass", "allreduce_busbw": "pass", "p2p_topology": "pass"},
         "result": result,
@@ -257,21 +259,39 @@ def test_markdown_title_and_verdict_line():
 
 def test_markdown_table_has_one_row_per_node():
     rows = table_rows(fleet_report.render_markdown(fleet_report.build_report(fleet_doc())))
-    assert rows[0] == ["Node", "Verdict", "Driver", "CUDA", "torch", "GPUs", "TFLOP/s (min)", "busbw GB/s", "Reason"]
+    assert rows[0] == ["Node", "Verdict", "Driver", "CUDA", "torch", "torch's own cuDNN/NCCL", "system cuDNN/NCCL",
+                       "GPUs", "TFLOP/s (min)", "busbw GB/s", "Reason"]
     assert set("".join(rows[1])) == {"-"}
     assert rows[2:] == [
-        ["node-1", "PASS", "535.261.03", "12.1", "2.5.1+cu121", "8", "694.3", "362.8", "—"],
-        ["node-2", "FAIL", "535.309.01 (loaded 535.261.03)", "12.1", "2.5.1+cu121", "8", "694.3", "362.8", MISMATCH],
-        ["node-3", "UNREACHABLE", "—", "—", "—", "—", "—", "—",
+        ["node-1", "PASS", "535.261.03", "12.1", "2.5.1+cu121", "8.9.2 / 2.18.1", "8.9.2.26-1+cuda12.1 / —", "8",
+         "694.3", "362.8", "—"],
+        ["node-2", "FAIL", "535.309.01 (loaded 535.261.03)", "12.1", "2.5.1+cu121", "8.9.2 / 2.18.1",
+         "8.9.2.26-1+cuda12.1 / —", "8", "694.3", "362.8", MISMATCH],
+        ["node-3", "UNREACHABLE", "—", "—", "—", "—", "—", "—", "—", "—",
          "unreachable: ssh: connect to host 10.0.0.3 port 22: Connection refused"],
     ]
+
+
+def test_markdown_lists_torch_own_and_system_libraries_apart():
+    """A CPU-only torch has no cuDNN/NCCL of its own (said so); a node without the system packages says that."""
+    cpu = passing_result("cpu")
+    cpu["versions"].update(cuda=None, torch="2.13.0+cpu", cudnn=None, nccl=None, system_cudnn=None, system_nccl=None)
+    gpu = passing_result("gpu")
+    gpu["versions"].update(cudnn="9.1.0", nccl="2.21.5", system_cudnn="8.9.2.26-1+cuda12.1",
+                           system_nccl="2.18.1-1+cuda12.1")
+    report = fleet_report.build_report(document(cpu=cpu, gpu=gpu))
+    rows = table_rows(fleet_report.render_markdown(report))
+    assert [row[5:7] for row in rows[2:]] == [["none (no CUDA)", "not installed"],
+                                              ["9.1.0 / 2.21.5", "8.9.2.26-1+cuda12.1 / 2.18.1-1+cuda12.1"]]
+    assert {node["host"]: (node["nccl"], node["system_nccl"]) for node in report["nodes"]} == {
+        "cpu": (None, None), "gpu": ("2.21.5", "2.18.1-1+cuda12.1")}
 
 
 def test_markdown_cells_escape_pipes_and_join_reasons():
     result = failing_result("n")
     result["reasons"] = ["nvidia_smi: `nvidia-smi | grep` failed", "line one\nline two"]
     rows = table_rows(fleet_report.render_markdown(fleet_report.build_report(document(n=result))))
-    assert len(rows[2]) == 9
+    assert len(rows[2]) == 11
     assert rows[2][-1] == r"nvidia_smi: `nvidia-smi \| grep` failed; line one line two"
 
 
@@ -280,7 +300,7 @@ def test_markdown_notes_the_checks_skipped():
     markdown = fleet_report.render_markdown(report)
     assert markdown.endswith('**Checks skipped**\n\n'
                              '- "no GPU" on 2 nodes (b, c): nvidia_smi, gemm, allreduce_busbw, p2p_topology\n')
-    assert table_rows(markdown)[3][5:8] == ["0", "—", "—"]
+    assert table_rows(markdown)[3][7:10] == ["0", "—", "—"]
     assert "Checks skipped" not in fleet_report.render_markdown(fleet_report.build_report(fleet_doc()))
 
 

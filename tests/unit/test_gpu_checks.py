@@ -1220,3 +1220,126 @@ def test_training_check_says_why_the_payload_failed(driver_only: FakeHost, monke
     assert result["detail"] == ("no result from the payload (torchrun rc 1): rank 1 on gpufleet-node-1 exited with "
                                 "code 3: training failed: RuntimeError: boom on purpose")
     assert result["failures"] == run["failures"]
+
+
+# --------------------------------------------------------------------------- torch's own cuDNN / NCCL, the system's
+
+
+# dpkg-query -W -f '${Package}\t${db:Status-Abbrev}\t${Version}\n': the status letters are dpkg-query(1)'s
+# (desired action, package status, error flag; https://manpages.ubuntu.com/manpages/jammy/man1/dpkg-query.1.html);
+# lines as Debian 12's dpkg-query prints them (the abbreviation ends with the error flag, a space when none).
+DPKG_LINES = ("libcudnn8\tii \t8.9.2.26-1+cuda12.1\n"
+              "libnccl2:amd64\thi \t2.18.1-1+cuda12.1\n"
+              "libcudnn8-dev\trc \t8.9.2.26-1+cuda12.1\n"
+              "libfoo\tun \t\n")
+
+
+def test_dpkg_query_lines_give_the_installed_versions_only() -> None:
+    assert facts.parse_dpkg_query(DPKG_LINES) == {"libcudnn8": "8.9.2.26-1+cuda12.1", "libnccl2": "2.18.1-1+cuda12.1"}
+    assert facts.parse_dpkg_query("dpkg-query: no packages found matching libnccl2\n") == {}
+
+
+def test_system_libraries_come_from_dpkg_query(host: FakeHost) -> None:
+    """dpkg-query exits 1 when a name is unknown, after printing the others: those still count."""
+    script = host.bin / "dpkg-query"
+    script.write_text("#!/bin/sh\nprintf 'libcudnn8\\tii \\t8.9.2.26-1+cuda12.1\\n'\n"
+                      "echo 'dpkg-query: no packages found matching libnccl2' >&2\nexit 1\n")
+    script.chmod(0o755)
+    assert facts.system_library_versions() == {"cudnn": "8.9.2.26-1+cuda12.1", "nccl": None}
+    script.unlink()  # no dpkg at all (not a Debian system)
+    assert facts.system_library_versions() == {"cudnn": None, "nccl": None}
+
+
+def cuda_torch(cudnn_code: int | None, nccl: tuple[int, int, int] | None, cuda: str | None = "12.1") -> SimpleNamespace:
+    """torch as the libraries check reads it: torch.backends.cudnn.version() (90100 for 9.1.0, 8902 for
+    8.9.2) and torch.cuda.nccl.version() ((2, 21, 5)); a CPU build has neither."""
+    torch = fake_torch(8)
+    torch.__version__ = "2.5.1+cu121" if cuda else "2.13.0+cpu"
+    torch.version = SimpleNamespace(cuda=cuda)
+    torch.backends = SimpleNamespace(cudnn=SimpleNamespace(is_available=lambda: cudnn_code is not None,
+                                                           version=lambda: cudnn_code))
+
+    def nccl_version() -> tuple[int, int, int]:
+        if nccl is None:
+            raise RuntimeError("NCCL is not available")
+        return nccl
+    torch.cuda.nccl = SimpleNamespace(version=nccl_version)
+    return torch
+
+
+def test_torch_own_libraries_match_the_bundled_builds(healthy_h100: FakeHost) -> None:
+    p = with_torch(probe(healthy_h100, "--expect-cuda", "12.1", "--expect-torch-cudnn", "9.1.0.70",
+                         "--expect-torch-nccl", "2.21.5"), cuda_torch(90100, (2, 21, 5)))
+    result = checks.check_libraries(p)
+    assert result["verdict"] == "pass", result
+    assert result["torch_libraries"] == {
+        "cudnn": {"torch": "9.1.0", "expected": "9.1.0.70", "outcome": "match"},
+        "nccl": {"torch": "2.21.5", "expected": "2.21.5", "outcome": "match"},
+        "system": {"cudnn": None, "nccl": None}}
+    assert result["detail"] == ("torch 2.5.1+cu121, CUDA 12.1, cuDNN 9.1.0, NCCL 2.21.5; torch's own cuDNN 9.1.0 "
+                                "(expected 9.1.0.70), NCCL 2.21.5 (expected 2.21.5); system cuDNN not installed, "
+                                "NCCL not installed")
+
+
+def test_torch_own_libraries_that_differ_fail_and_the_system_ones_are_listed_apart(healthy_h100: FakeHost) -> None:
+    """torch 2.3.1+cu121 brings cuDNN 8.9.2.26 and NCCL 2.20.5; the system's packages are another build and
+    are not compared."""
+    script = healthy_h100.bin / "dpkg-query"
+    script.write_text("#!/bin/sh\nprintf 'libcudnn8\\tii \\t8.9.2.26-1+cuda12.1\\nlibnccl2\\tii \\t2.18.1-1+cuda12.1\\n'\n")
+    script.chmod(0o755)
+    p = with_torch(probe(healthy_h100, "--expect-torch-cudnn", "8.9.2.26", "--expect-torch-nccl", "2.20.5"),
+                   cuda_torch(8902, (2, 18, 1)))
+    result = checks.check_libraries(p)
+    assert result["verdict"] == "fail"
+    assert result["torch_libraries"]["cudnn"]["outcome"] == "match"
+    assert result["torch_libraries"]["nccl"] == {"torch": "2.18.1", "expected": "2.20.5", "outcome": "differs"}
+    assert result["torch_libraries"]["system"] == {"cudnn": "8.9.2.26-1+cuda12.1", "nccl": "2.18.1-1+cuda12.1"}
+    assert result["detail"].startswith("torch's own NCCL is 2.18.1, the matrix's bundled build is 2.20.5 (")
+    assert result["detail"].endswith("; system cuDNN 8.9.2.26-1+cuda12.1, NCCL 2.18.1-1+cuda12.1")
+    assert checks.report_versions(p)["system_nccl"] == "2.18.1-1+cuda12.1"
+    assert checks.report_versions(p)["nccl"] == "2.18.1"
+
+
+def test_no_expected_build_is_not_compared(healthy_h100: FakeHost) -> None:
+    """A variant whose bundled builds the matrix does not record (the role passes nothing): reported, not judged."""
+    result = checks.check_libraries(with_torch(probe(healthy_h100), cuda_torch(8700, (2, 21, 5))))
+    assert result["verdict"] == "pass"
+    assert result["torch_libraries"]["cudnn"] == {"torch": "8.7.0", "expected": None, "outcome": "not compared"}
+    assert "torch's own cuDNN 8.7.0 (no expected build), NCCL 2.21.5 (no expected build)" in result["detail"]
+
+
+def test_a_cpu_torch_says_it_has_no_cuda_instead_of_comparing(healthy_h100: FakeHost) -> None:
+    """With GPUs the CPU-only build fails as before; the comparison itself only says there is no CUDA."""
+    result = checks.check_libraries(with_torch(probe(healthy_h100, "--expect-torch-cudnn", "9.1.0.70",
+                                                     "--expect-torch-nccl", "2.21.5"), cuda_torch(None, None, cuda=None)))
+    assert result["torch_libraries"]["cudnn"]["outcome"] == result["torch_libraries"]["nccl"]["outcome"] == "no CUDA"
+    assert result["detail"] == ("CPU-only torch build; cuDNN not available; NCCL not available; torch 2.13.0+cpu, "
+                                "CPU-only build; torch's own cuDNN/NCCL: none, the torch build has no CUDA; "
+                                "system cuDNN not installed, NCCL not installed")
+
+
+def test_the_lab_cpu_torch_without_a_gpu_is_not_failed_by_the_comparison(driver_only: FakeHost, tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lab: no GPU, torch 2.13.0+cpu (its version.py as the wheel installs it). Expected builds given or
+    not, the check is skipped "no GPU" and says plainly that the build has no CUDA."""
+    package = tmp_path / "site" / "torch"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("raise ImportError('imported')\n")
+    (package / "version.py").write_text("from typing import Optional\n\n__version__ = '2.13.0+cpu'\ndebug = False\n"
+                                        "cuda: Optional[str] = None\nhip: Optional[str] = None\n")
+    monkeypatch.delitem(sys.modules, "torch", raising=False)
+    monkeypatch.syspath_prepend(str(package.parent))
+    for extra in ((), ("--expect-torch-cudnn", "9.1.0.70", "--expect-torch-nccl", "2.21.5")):
+        result = checks.check_libraries(probe(driver_only, *extra))
+        assert result["verdict"] == "skipped", result
+        assert result["detail"] == ("no GPU (torch 2.13.0+cpu, CPU-only build; torch's own cuDNN/NCCL: none, the torch "
+                                    "build has no CUDA; system cuDNN not installed, NCCL not installed)")
+        assert result["torch_libraries"]["nccl"]["outcome"] == "no CUDA"
+
+
+@pytest.mark.parametrize("value", ["9.1", "2.21.5-1", "cu121", ""])
+def test_expected_library_versions_are_major_minor_patch(value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        cli.parse_args(["--expect-torch-nccl", value])
+    assert exit_info.value.code == 2
+    assert "expected MAJOR.MINOR.PATCH" in capsys.readouterr().err

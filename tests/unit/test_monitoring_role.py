@@ -49,8 +49,10 @@ LAB_SETTINGS = {"gpufleet_monitoring": True, "monitoring_scrape_interval": "5s",
                 "monitoring_alert_for": "0s"}
 SHA256 = "0f" * 32
 # DCGM switched on, with what it needs (validate.yml refuses it without the binary's URL and checksum).
-DCGM = {"monitoring_dcgm": True, "monitoring_dcgm_exporter_url": "https://repo.example.com/dcgm-exporter",
-        "monitoring_dcgm_exporter_checksum": SHA256, "monitoring_dcgm_version": "1:3.3.9"}
+# The URL names the exporter's release (DCGM 4, the default monitoring_dcgm_major).
+EXPORTER_URL = "https://repo.example.com/dcgm-exporter/4.2.3-4.1.1/dcgm-exporter"
+DCGM = {"monitoring_dcgm": True, "monitoring_dcgm_exporter_url": EXPORTER_URL,
+        "monitoring_dcgm_exporter_checksum": SHA256, "monitoring_dcgm_version": "1:4.2.3-1"}
 DEFAULT_GROUPS = {"gpu_nodes": NODES, "monitoring_server": [HEAD]}
 
 
@@ -74,7 +76,7 @@ FILES = ["gpufleet-alerts.yml.j2", "node-exporter.default.j2", "prometheus.defau
 _TASKS = [role_run.import_role("monitoring")]
 # What a case captures after validate.yml: "check" some role variables and the DCGM download's checksum, or one file.
 _KINDS = {"check": [role_run.capture({
-    **role_run.names("__monitoring_prometheus_self_target", "__monitoring_node_exporter_package",
+    **role_run.names("__monitoring_prometheus_self_target", "__monitoring_node_exporter_package", "__monitoring_dcgm_packages",
                      "__monitoring_prometheus_defaults_file", "__monitoring_rules_file"),
     "dcgm_exporter_checksum": _DOWNLOAD["ansible.builtin.get_url"]["checksum"]}, name="Capture role variables")],
     **{name: [role_run.capture({name: role_run.template("monitoring", name)}, name=f"Render {name}")] for name in FILES}}
@@ -425,12 +427,23 @@ WRONG = [
     ({"monitoring_node_exporter_extra_args": ["--collector.textfile.directory=/tmp x"]}, "monitoring_node_exporter_extra_args"),
     ({"monitoring_prometheus_extra_args": ['--web.external-url="$HOST"']}, "monitoring_prometheus_extra_args"),
     ({"monitoring_dcgm": True, "monitoring_dcgm_exporter_checksum": SHA256}, "monitoring_dcgm_exporter_url"),
-    ({"monitoring_dcgm": True, "monitoring_dcgm_exporter_url": "https://repo.example.com/dcgm-exporter"},
-     "monitoring_dcgm_exporter_checksum"),
+    ({"monitoring_dcgm": True, "monitoring_dcgm_exporter_url": EXPORTER_URL}, "monitoring_dcgm_exporter_checksum"),
     ({"monitoring_dcgm": True, "monitoring_dcgm_exporter_url": "ftp://repo/dcgm-exporter",
       "monitoring_dcgm_exporter_checksum": SHA256}, "monitoring_dcgm_exporter_url"),
     ({"monitoring_dcgm_version": "latest"}, "monitoring_dcgm_version"),
     ({"monitoring_dcgm_exporter_port": 9100}, "monitoring_dcgm_exporter_port"),
+    # DCGM 3 and DCGM 4 are two lines (datacenter-gpu-manager 1:3.3.x; datacenter-gpu-manager-4-*, whose -core package
+    # Conflicts: datacenter-gpu-manager, github.com/NVIDIA/DCGM cmake/packaging.cmake): the settings keep to one.
+    ({"monitoring_dcgm_version": "1:3.3.9"}, "monitoring_dcgm_version"),
+    ({"monitoring_dcgm_major": 3, "monitoring_dcgm_version": "1:4.2.3-1"}, "monitoring_dcgm_version"),
+    ({"monitoring_dcgm_packages": ["datacenter-gpu-manager"]}, "monitoring_dcgm_packages"),
+    ({"monitoring_dcgm_major": 3, "monitoring_dcgm_packages": ["datacenter-gpu-manager-4-core"]}, "monitoring_dcgm_packages"),
+    # The exporter's release: named, and built for the chosen DCGM major (the part of the tag before the dash).
+    ({**DCGM, "monitoring_dcgm_exporter_url": "https://repo.example.com/dcgm-exporter"}, "monitoring_dcgm_exporter_version"),
+    ({**DCGM, "monitoring_dcgm_exporter_version": "4.2.3"}, "monitoring_dcgm_exporter_version"),
+    ({**DCGM, "monitoring_dcgm_exporter_version": "3.3.9-3.6.1"}, "monitoring_dcgm_exporter_version"),
+    ({**DCGM, "monitoring_dcgm_exporter_url": "https://repo.example.com/dcgm-exporter/3.3.9-3.6.1/dcgm-exporter"},
+     "monitoring_dcgm_exporter_url"),
 ]
 WRONG_SETTINGS = [overrides for overrides, _ in WRONG]
 
@@ -440,6 +453,40 @@ def test_wrong_settings_are_named(overrides: dict[str, Any], variable: str) -> N
     messages = rejected(monitoring(**overrides))
     assert len(messages) == 1, messages
     assert messages[0].startswith(variable + " "), messages[0]
+
+
+def test_an_exporter_of_the_other_dcgm_major_is_refused_with_the_fix() -> None:
+    [message] = rejected(monitoring(**DCGM, monitoring_dcgm_exporter_version="3.3.9-3.6.1"))
+    assert message == ("monitoring_dcgm_exporter_version 3.3.9-3.6.1 is a dcgm-exporter built for DCGM 3.3.9, but "
+                       "monitoring_dcgm_major is 4: use a dcgm-exporter built for DCGM 4 (its release 4.x.y-...), or set "
+                       "monitoring_dcgm_major: 3")
+    url = "https://repo.example.com/dcgm-exporter/3.3.9-3.6.1/dcgm-exporter"
+    [message] = rejected(monitoring(**{**DCGM, "monitoring_dcgm_exporter_url": url}))
+    assert message.startswith(f"monitoring_dcgm_exporter_url {url} names dcgm-exporter 3.3.9-3.6.1 built for DCGM 3.3.9, "
+                              "but monitoring_dcgm_major is 4")
+
+
+DCGM_3 = {**DCGM, "monitoring_dcgm_major": 3, "monitoring_dcgm_version": "1:3.3.9",
+          "monitoring_dcgm_exporter_version": "3.3.9-3.6.1"}
+
+
+def test_dcgm_3_with_a_dcgm_3_exporter_is_accepted() -> None:
+    assert rejected(monitoring(**DCGM_3)) == []
+
+
+# The packages of each line: DCGM 3 is datacenter-gpu-manager (NVIDIA's repository: "Package: datacenter-gpu-manager
+# Version: 1:3.3.6", developer.download.nvidia.com/compute/cuda/repos/ubuntu2404/x86_64/Packages); DCGM 4 is
+# datacenter-gpu-manager-4-core plus -cuda11/-cuda12/-cuda13 per CUDA user-mode driver major
+# (github.com/NVIDIA/DCGM cmake/packaging.cmake: CPACK_DEBIAN_CORE_PACKAGE_NAME "${CPACK_PACKAGE_NAME}-core",
+# CPACK_DEBIAN_CUDA12_PACKAGE_NAME "${CPACK_PACKAGE_NAME}-cuda12"; NVIDIA's install guide:
+# apt-get install --install-recommends datacenter-gpu-manager-4-cuda<CUDA major>).
+@pytest.mark.parametrize("settings, packages", [
+    ({}, ["datacenter-gpu-manager-4-core", "datacenter-gpu-manager-4-cuda12"]),
+    ({"monitoring_dcgm_major": 3}, ["datacenter-gpu-manager"]),
+    ({"monitoring_dcgm_packages": ["datacenter-gpu-manager-4-cuda-all"]}, ["datacenter-gpu-manager-4-cuda-all"]),
+])
+def test_dcgm_packages_follow_the_major(settings: dict[str, Any], packages: list[str]) -> None:
+    assert monitoring(**settings)["__monitoring_dcgm_packages"] == packages
 
 
 def test_dcgm_switched_on_without_its_binary_names_both() -> None:
@@ -495,6 +542,27 @@ def test_gpu_verify_passes_the_metrics_file_to_the_checks() -> None:
             assert "--metrics-file" not in words
 
 
+# The matrix's bundled builds of torch's own cuDNN/NCCL (the cu121 wheels' Requires-Dist nvidia-cudnn-cu12 /
+# nvidia-nccl-cu12 pins: PyPI's metadata of torch 2.3.1; pytorch's .github/scripts/generate_binary_build_matrix.py
+# for 2.5.x cu121) reach the checks; a CPU build (the lab's) passes neither: the checks say it has no CUDA.
+TORCH_LIBRARY_CASES = [
+    ({}, "--expect-torch-cudnn 9.1.0.70 --expect-torch-nccl 2.21.5"),
+    ({"pytorch_release": "2.3.1"}, "--expect-torch-cudnn 8.9.2.26 --expect-torch-nccl 2.20.5"),
+    ({"pytorch_release": "2.13.0", "pytorch_variant": "cpu"}, None),
+]
+for _settings, _ in TORCH_LIBRARY_CASES:
+    GPU_VERIFY_RUNS.declare("debian12", **PAYLOAD_LOCATED, **_settings)
+
+
+@pytest.mark.parametrize("settings, expected", TORCH_LIBRARY_CASES)
+def test_gpu_verify_passes_torch_own_libraries_from_the_matrix(settings: dict[str, Any], expected: str | None) -> None:
+    words = " ".join(shlex.split(str(gpu_verify(**settings)["checks_cmd"])))
+    if expected:
+        assert expected in words
+    else:
+        assert "--expect-torch-cudnn" not in words and "--expect-torch-nccl" not in words and "--expect-cuda" not in words
+
+
 METRICS_FILE_VALUES = [
     ("", True), ("/var/lib/prometheus/node-exporter/gpufleet.prom", True), ("/srv/x/gpufleet.prom", True),
     ("gpufleet.prom", False), ("/var/lib/prometheus/node-exporter/gpufleet.txt", False),
@@ -517,7 +585,8 @@ def test_gpu_verify_validates_the_metrics_file(value: str, ok: bool) -> None:
 
 for _settings in [{}, LAB_SETTINGS, DCGM, {"monitoring_dcgm": True}, {"monitoring_dcgm_exporter_checksum": "SHA256:" + SHA256.upper()},
                   *({"monitoring_prometheus_listen_address": _address} for _address in ("127.0.0.1:9091", ":9090", "[::]:9090")),
-                  *WRONG_SETTINGS]:
+                  *WRONG_SETTINGS, DCGM_3, {**DCGM, "monitoring_dcgm_exporter_version": "3.3.9-3.6.1"},
+                  {"monitoring_dcgm_major": 3}, {"monitoring_dcgm_packages": ["datacenter-gpu-manager-4-cuda-all"]}]:
     declare("check", **_settings)
 for _os in sorted(FAKE_FACTS):
     declare("check", _os)

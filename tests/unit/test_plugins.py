@@ -282,6 +282,38 @@ def test_role_spec_of_an_unknown_role_is_a_clear_error():
         settings.role_spec("nope")
 
 
+# --- dcgm_exporter_release ---------------------------------------------------------
+
+# dcgm-exporter's tags are <DCGM version>-<exporter version>[-<platform>]: "The long form:
+# ${DCGM_VERSION}-${EXPORTER_VERSION}-${PLATFORM}" (github.com/NVIDIA/dcgm-exporter, RELEASE.md; its Makefile:
+# FULL_VERSION := $(DCGM_VERSION)-$(VERSION)); published tags such as 3.3.9-3.6.1 and 4.2.3-4.1.1 (nvcr.io/nvidia/k8s/
+# dcgm-exporter:4.2.3-4.1.1-ubuntu22.04, 4.2.0-4.1.0-ubuntu22.04).
+@pytest.mark.parametrize("version, url, expected", [
+    ("4.2.3-4.1.1", "", {"release": "4.2.3-4.1.1", "dcgm": "4.2.3", "dcgm_major": 4}),
+    ("3.3.9-3.6.1-ubuntu22.04", "", {"release": "3.3.9-3.6.1", "dcgm": "3.3.9", "dcgm_major": 3}),
+    ("", "https://repo.example.com/dcgm-exporter/3.3.9-3.6.1/dcgm-exporter", {"release": "3.3.9-3.6.1", "dcgm": "3.3.9",
+                                                                             "dcgm_major": 3}),
+    ("", "https://repo.example.com/bin/dcgm-exporter-4.2.3-4.1.1-amd64", {"release": "4.2.3-4.1.1", "dcgm": "4.2.3",
+                                                                          "dcgm_major": 4}),
+    # The setting wins over the URL.
+    ("4.2.3-4.1.1", "https://repo.example.com/3.3.9-3.6.1/dcgm-exporter", {"release": "4.2.3-4.1.1", "dcgm": "4.2.3",
+                                                                            "dcgm_major": 4}),
+])
+def test_dcgm_exporter_release_names_the_dcgm_version_it_was_built_for(version, url, expected):
+    assert filters.dcgm_exporter_release(version, url) == expected
+
+
+@pytest.mark.parametrize("version, url", [
+    ("", "https://repo.example.com/dcgm-exporter"),      # nothing names a release
+    ("", "https://repo.example.com/v1.2.3/dcgm-exporter"),
+    ("4.2.3", "https://repo.example.com/3.3.9-3.6.1/x"),   # a wrong setting is not made up from the URL
+    ("latest", ""),
+    (None, None),
+])
+def test_dcgm_exporter_release_without_a_release_is_empty(version, url):
+    assert filters.dcgm_exporter_release(version, url) == {}
+
+
 # --- stack -------------------------------------------------------------------
 
 def test_defaults_resolve_to_one_complete_stack():
@@ -476,6 +508,43 @@ def test_the_repository_gap_lists_the_releases_a_directory_has():
     gap = stack.resolve(matrix, repository_os="debian12")["cuda"]["repository_gap"]
     assert "has CUDA 12.4 of the releases the compatibility matrix lists (12.1, 12.4)" in gap
     assert stack.resolve(matrix, cuda_release="12.4", repository_os="debian12")["cuda"]["repository_gap"] == ""
+# The cuDNN / NCCL builds torch's cu121 wheels pin (Requires-Dist nvidia-cudnn-cu12==, nvidia-nccl-cu12==).
+# 2.1.0-2.4.1: the wheels' metadata on PyPI (https://pypi.org/project/torch/<release>/, whose default Linux
+# wheels are the cu121 builds; `pip install --dry-run --report - torch==<release>`);
+# 2.5.x: PYTORCH_EXTRA_INSTALL_REQUIREMENTS["12.1"] in pytorch's .github/scripts/generate_binary_build_matrix.py
+# (github.com/pytorch/pytorch, as of the 2.5 cycle: CUDA_ARCHES 11.8, 12.1, 12.4).
+CU121_BUNDLED = {
+    "2.1.0": ("8.9.2.26", "2.18.1"), "2.1.1": ("8.9.2.26", "2.18.1"), "2.1.2": ("8.9.2.26", "2.18.1"),
+    "2.2.0": ("8.9.2.26", "2.19.3"), "2.2.1": ("8.9.2.26", "2.19.3"), "2.2.2": ("8.9.2.26", "2.19.3"),
+    "2.3.0": ("8.9.2.26", "2.20.5"), "2.3.1": ("8.9.2.26", "2.20.5"),
+    "2.4.0": ("9.1.0.70", "2.20.5"), "2.4.1": ("9.1.0.70", "2.20.5"),
+    "2.5.0": ("9.1.0.70", "2.21.5"), "2.5.1": ("9.1.0.70", "2.21.5"),
+}
+
+
+@pytest.mark.parametrize("release", list(CU121_BUNDLED))
+def test_the_cu121_wheels_bring_their_own_cudnn_and_nccl(release):
+    cudnn, nccl = CU121_BUNDLED[release]
+    resolved = stack.resolve(MATRIX, pytorch_release=release)
+    assert resolved["errors"] == []
+    assert resolved["pytorch"]["bundled"] == {"cudnn": cudnn, "nccl": nccl}
+
+
+def test_every_cu121_release_of_the_matrix_records_its_bundled_builds():
+    """A new cu121 row without its bundled builds would be reported as unknown: the table above names them all."""
+    cu121 = [release for release, row in MATRIX["pytorch_releases"].items() if "cu121" in row["variants"]]
+    assert cu121 == list(CU121_BUNDLED)
+
+
+def test_bundled_builds_are_unknown_where_the_matrix_records_none_and_none_for_cpu():
+    # cu118 wheels bundle other builds (cuDNN 8.7 before 2.4): not recorded, so not guessed from cu121.
+    row = {"variants": ["cu118", "cu121"], "bundled": {"cu121": {"cudnn": "8.9.2.26", "nccl": "2.18.1"}}}
+    assert stack.bundled_libraries(row, "cu118") == {"cudnn": "unknown", "nccl": "unknown"}
+    assert stack.bundled_libraries({"bundled": {"cu121": {"cudnn": "8.9.2.26"}}}, "cu121") == {
+        "cudnn": "8.9.2.26", "nccl": "unknown"}
+    assert stack.bundled_libraries(row, "cpu") == {"cudnn": "none", "nccl": "none"}
+    cpu = stack.resolve(MATRIX, pytorch_release="2.13.0", pytorch_variant="cpu")
+    assert cpu["pytorch"]["bundled"] == {"cudnn": "none", "nccl": "none"}
 
 
 def test_no_driver_branch_resolves_no_driver():

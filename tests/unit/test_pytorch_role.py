@@ -77,9 +77,14 @@ def test_matrix_releases_are_ordered_strings():
 
 @pytest.mark.parametrize("release", list(RELEASES))
 def test_every_release_row_is_well_formed(release):
-    """Each row: a non-empty list of variants (cpu or cuXYZ), torchvision and torchaudio as strings, nothing else."""
+    """Each row: a non-empty list of variants (cpu or cuXYZ), torchvision and torchaudio as strings, optionally the
+    bundled cuDNN/NCCL builds of some of its CUDA variants (version strings), nothing else."""
     row = RELEASES[release]
-    assert set(row) == {"variants", "torchvision", "torchaudio"}
+    assert set(row) - {"bundled"} == {"variants", "torchvision", "torchaudio"}
+    for variant, builds in (row.get("bundled") or {}).items():
+        assert variant in row["variants"] and variant != "cpu", f"{release}: bundled builds of {variant}"
+        assert set(builds) == {"cudnn", "nccl"}, f"{release} {variant}: {builds}"
+        assert all(isinstance(v, str) and re.fullmatch(r"[0-9]+(\.[0-9]+){2,3}", v) for v in builds.values()), builds
     assert isinstance(row["variants"], list) and row["variants"], f"{release} has no variants"
     assert len(set(row["variants"])) == len(row["variants"])
     for variant in row["variants"]:

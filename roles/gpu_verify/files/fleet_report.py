@@ -55,7 +55,11 @@ CHECK_VERDICTS = ("pass", "fail", "warn", "skipped")
 JUNIT_SUITE_NAME = "gpufleet-verify"
 DEFAULT_BASENAME = "fleet-report"
 MISSING = "—"
-TABLE_HEADER = ("Node", "Verdict", "Driver", "CUDA", "torch", "GPUs", "TFLOP/s (min)", "busbw GB/s", "Reason")
+# torch's own cuDNN/NCCL (the builds its wheels bring, what torch reports) and the
+# system's (the dpkg versions of libcudnn8 / libnccl2, which torch does not load)
+# are separate columns.
+TABLE_HEADER = ("Node", "Verdict", "Driver", "CUDA", "torch", "torch's own cuDNN/NCCL", "system cuDNN/NCCL", "GPUs",
+                "TFLOP/s (min)", "busbw GB/s", "Reason")
 # The "Checks skipped" note names this many nodes per line, then counts the rest.
 NOTE_MAX_HOSTS = 8
 # Characters XML 1.0 cannot carry, even escaped (terminal control codes in a detail).
@@ -129,8 +133,10 @@ def node_summary(host: str, verdict: str, reasons: list[str], result: Any) -> di
         "driver_loaded": version_text(versions.get("driver_loaded")),
         "cuda": version_text(versions.get("cuda")),
         "torch": version_text(versions.get("torch")),
-        "cudnn": version_text(versions.get("cudnn")),
+        "cudnn": version_text(versions.get("cudnn")),  # torch's own
         "nccl": version_text(versions.get("nccl")),
+        "system_cudnn": version_text(versions.get("system_cudnn")),  # the system's packages (dpkg)
+        "system_nccl": version_text(versions.get("system_nccl")),
         "gpus": len(gpus) if gpus is not None else None,
         "gpu_model": gpu_model(gpus or []),
         "tflops_min": finite_number(check_values.get("gemm")),
@@ -262,12 +268,26 @@ def table_row(node: dict[str, Any]) -> tuple[str, ...]:
         driver,
         node.get("cuda") or MISSING,
         node.get("torch") or MISSING,
+        library_pair(node, "cudnn", "nccl", none="none (no CUDA)" if torch_without_cuda(node) else MISSING),
+        library_pair(node, "system_cudnn", "system_nccl", none="not installed"),
         MISSING if node.get("gpus") is None else str(node["gpus"]),
         decimal(node.get("tflops_min")),
         decimal(node.get("busbw_gbps")),
         "; ".join(node.get("reasons") or []) or MISSING,
     )
     return tuple(markdown_cell(cell) for cell in cells)
+
+
+def torch_without_cuda(node: dict[str, Any]) -> bool:
+    """torch was found and is a CPU-only build (no CUDA, hence no cuDNN or NCCL of its own)."""
+    return bool(node.get("torch")) and not node.get("cuda")
+
+
+def library_pair(node: dict[str, Any], cudnn: str, nccl: str, none: str) -> str:
+    """"9.1.0 / 2.21.5": a node's cuDNN and NCCL versions, `none` when it has neither, MISSING for an absent one."""
+    if not node.get(cudnn) and not node.get(nccl):
+        return none if node.get("result") is not None else MISSING
+    return f"{node.get(cudnn) or MISSING} / {node.get(nccl) or MISSING}"
 
 
 def decimal(value: Any) -> str:

@@ -10,7 +10,12 @@ Each check measures one thing and judges it against a threshold. In order:
                      uncorrected ECC errors (``--max-ecc-errors``), persistence mode.
 ``torch_cuda``       torch imports, CUDA is available, torch sees every GPU.
 ``libraries``        the CUDA, cuDNN and NCCL versions torch was built with
-                     (``--expect-cuda 12.1`` compares major.minor).
+                     (``--expect-cuda 12.1`` compares major.minor). torch's
+                     own cuDNN and NCCL (the builds its wheels bring) are
+                     compared on major.minor.patch with ``--expect-torch-cudnn``
+                     / ``--expect-torch-nccl`` (the matrix's bundled builds);
+                     a CPU-only torch has none, and says so instead. The
+                     system's libcudnn8 / libnccl2 (dpkg) are listed apart.
 ``gemm``             square bf16 matmul TFLOP/s on every GPU (fp16 before Ampere)
                      against ``--gemm-min-fraction`` (default 0.85) x the
                      model's achievable figure (GEMM_ACHIEVABLE_TFLOPS).
@@ -48,7 +53,9 @@ JSON report (``--json``, or ``--output PATH``)
                                                         # "nothing was checked: ..." when none passed
      "reboot_required": bool,
      "versions": {"driver_installed", "driver_loaded", "cuda", "torch", "cudnn",
-                  "nccl", "python"},                    # str or null each
+                  "nccl", "python",                     # str or null each; cudnn and
+                  "system_cudnn", "system_nccl"},       # nccl are torch's own, system_*
+                                                        # the dpkg versions of libcudnn8, libnccl2
      "gpus": [{"index": int, "name": str, "uuid": str, "pci_bus_id": str,
                "memory_total_mib": int | null, "persistence_mode": bool | null,
                "ecc_uncorrected": int | null, "gemm_tflops": float | null,
@@ -61,7 +68,10 @@ Checks may carry more keys: ``reboot_required`` (driver_version, nvidia_smi),
 ``per_gpu`` (gemm: per GPU the measured, datasheet and achievable TFLOP/s,
 ``of_achievable``, the measured share of the achievable figure, and the
 floor), ``algbw_gbps``/``world_size``/``size_mib``/``fabric``
-(allreduce_busbw), ``log_tail`` and ``failures`` (training), ``traceback`` (a
+(allreduce_busbw), ``torch_libraries`` (libraries: per library torch's
+own version, the expected one and the comparison's outcome, "match",
+"differs", "no CUDA", "not compared"; and the system's packages),
+``log_tail`` and ``failures`` (training), ``traceback`` (a
 check that raised). Each entry of "gpus" also carries
 ``gemm_of_achievable``. Non-finite numbers are written as null.
 """
@@ -89,7 +99,7 @@ from . import launcher
 from .common import check_result, finite_or_none, first_lines, read_text
 from .facts import (USERSPACE_LIBRARIES, SmiInventory, all_pairs_nvlink, count_pci_gpus, gpu_pairs,
                     installed_driver_version, is_nvlink, loaded_module_version, parse_topology,
-                    query_nvidia_smi, run_nvidia_smi)
+                    query_nvidia_smi, run_nvidia_smi, system_library_versions)
 
 SCHEMA = "gpufleet-check/1"
 
@@ -317,6 +327,11 @@ class Probe:
             return None, str(exc)
 
     @cached_property
+    def system_libraries(self) -> dict[str, str | None]:
+        """The system's cuDNN and NCCL packages (dpkg), which torch's CUDA wheels do not use."""
+        return system_library_versions()
+
+    @cached_property
     def torch(self) -> Any:
         """The torch module, or None (the reason in torch_error)."""
         os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")  # CUDA indices = nvidia-smi indices
@@ -501,24 +516,83 @@ def describe_versions(versions: dict[str, str | None]) -> str:
             f"NCCL {versions['nccl']}")
 
 
+def release_parts(version: str | None) -> tuple[str, ...]:
+    """major.minor.patch of a version: '8.9.2.26' -> ('8', '9', '2'), '2.21.5' -> ('2', '21', '5')."""
+    return tuple(re.findall(r"\d+", version or "")[:3])
+
+
+def compare_torch_libraries(versions: dict[str, str | None] | None, expected: dict[str, str | None],
+                            system: dict[str, str | None]) -> dict[str, Any]:
+    """torch's own cuDNN and NCCL against the expected bundled builds, on major.minor.patch.
+
+    Per library {"torch", "expected", "outcome"}: "match", "differs", "no CUDA"
+    (a CPU-only torch has neither library: nothing to compare, and no failure
+    of its own) or "not compared" (nothing expected, or torch gave no
+    version); plus "system": the dpkg versions of the system's packages,
+    which torch's wheels do not load.
+    """
+    cpu_only = versions is not None and versions.get("cuda") is None
+    compared: dict[str, Any] = {}
+    for library in ("cudnn", "nccl"):
+        own = (versions or {}).get(library)
+        wanted = expected.get(library) or None
+        if cpu_only:
+            outcome = "no CUDA"
+        elif not wanted or not own:
+            outcome = "not compared"
+        else:
+            outcome = "match" if release_parts(own) == release_parts(wanted) else "differs"
+        compared[library] = {"torch": own, "expected": wanted, "outcome": outcome}
+    compared["system"] = dict(system)
+    return compared
+
+
+LIBRARY_NAMES = {"cudnn": "cuDNN", "nccl": "NCCL"}
+
+
+def describe_torch_libraries(compared: dict[str, Any]) -> str:
+    """"torch's own cuDNN 9.1.0 (expected 9.1.0.70), NCCL 2.21.5 (expected 2.21.5); system cuDNN
+    8.9.2.26-1+cuda12.1, NCCL not installed", or for a CPU-only torch: "torch's own cuDNN/NCCL: none, the torch
+    build has no CUDA; system ..."."""
+    if all(compared[library]["outcome"] == "no CUDA" for library in LIBRARY_NAMES):
+        own = "torch's own cuDNN/NCCL: none, the torch build has no CUDA"
+    else:
+        parts = []
+        for library, title in LIBRARY_NAMES.items():
+            entry = compared[library]
+            expected = f"expected {entry['expected']}" if entry["expected"] else "no expected build"
+            parts.append(f"{title} {entry['torch'] or 'unavailable'} ({expected})")
+        own = "torch's own " + ", ".join(parts)
+    system = ", ".join(f"{title} {compared['system'].get(library) or 'not installed'}"
+                       for library, title in LIBRARY_NAMES.items())
+    return f"{own}; system {system}"
+
+
 def check_libraries(probe: Probe) -> dict[str, Any]:
-    """CUDA, cuDNN and NCCL behind torch; --expect-cuda compares major.minor."""
+    """CUDA, cuDNN and NCCL behind torch; --expect-cuda compares major.minor, --expect-torch-cudnn /
+    --expect-torch-nccl torch's own cuDNN / NCCL on major.minor.patch; the system's packages are listed apart."""
     name, expect = "libraries", probe.args.expect_cuda
+    expected = {"cudnn": probe.args.expect_torch_cudnn, "nccl": probe.args.expect_torch_nccl}
     if not probe.gpu_present:  # versions from torch's files, without importing it
         versions = installed_torch()
         build = ((f"torch {versions['torch']}, " + (f"CUDA {versions['cuda']}" if versions["cuda"] else "CPU-only build"))
                  if versions else "torch not importable")
+        compared = compare_torch_libraries(versions, expected, probe.system_libraries)
+        if versions is not None and versions["cuda"] is None:
+            build += "; " + describe_torch_libraries(compared)
         if expect:  # an expectation is never skipped: without a GPU, torch cannot use CUDA
             return check_result(name, "fail", f"no GPU, so torch cannot use CUDA {expect} (--expect-cuda); {build}",
-                                value=versions, threshold=expect)
+                                value=versions, threshold=expect, torch_libraries=compared)
         result = no_gpu(name, probe, build)
         result["value"] = versions
+        result["torch_libraries"] = compared
         return result
     torch = probe.torch
     versions = torch_versions(torch) if torch is not None else None
     described = describe_versions(versions) if versions else ""
     if versions is None:
         return check_result(name, "skipped", "torch not importable (see torch_cuda)", threshold=expect)
+    compared = compare_torch_libraries(versions, expected, probe.system_libraries)
     failures = []
     if versions["cuda"] is None:
         failures.append("CPU-only torch build")
@@ -528,8 +602,14 @@ def check_libraries(probe: Probe) -> dict[str, Any]:
         failures.append("cuDNN not available")
     if versions["nccl"] is None:
         failures.append("NCCL not available")
-    detail = "; ".join(failures + [described])
-    return check_result(name, "fail" if failures else "pass", detail, value=versions, threshold=expect)
+    for library, title in LIBRARY_NAMES.items():
+        entry = compared[library]
+        if entry["outcome"] == "differs":
+            failures.append(f"torch's own {title} is {entry['torch']}, the matrix's bundled build is {entry['expected']} "
+                            "(the wheel's nvidia package was replaced, or torch is not the release the matrix names)")
+    detail = "; ".join(failures + [described, describe_torch_libraries(compared)])
+    return check_result(name, "fail" if failures else "pass", detail, value=versions, threshold=expect,
+                        torch_libraries=compared)
 
 
 def measure_gemm(torch: Any, index: int, n: int) -> dict[str, Any]:
@@ -761,9 +841,11 @@ def report_versions(probe: Probe) -> dict[str, str | None]:
             versions = torch_versions(probe.torch) if probe.torch is not None else {}
     except Exception:  # a broken torch is the checks' business, not the report's
         versions = {}
+    system = probe.system_libraries
     return {"driver_installed": probe.driver.installed, "driver_loaded": probe.driver.loaded,
             "cuda": versions.get("cuda"), "torch": versions.get("torch"), "cudnn": versions.get("cudnn"),
-            "nccl": versions.get("nccl"), "python": platform.python_version()}
+            "nccl": versions.get("nccl"), "python": platform.python_version(),
+            "system_cudnn": system.get("cudnn"), "system_nccl": system.get("nccl")}
 
 
 def report_gpus(probe: Probe, checks: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -54,6 +54,12 @@ def major_minor(text: str) -> str:
     return text
 
 
+def library_version(text: str) -> str:
+    if not re.fullmatch(r"\d+\.\d+\.\d+(\.\d+)?", text):
+        raise argparse.ArgumentTypeError(f"expected MAJOR.MINOR.PATCH like 2.21.5 or 9.1.0.70, got {text!r}")
+    return text
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog=program_name(), description=DESCRIPTION,
@@ -71,6 +77,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--expect-gpus", type=non_negative_int, metavar="N", help="fail with fewer GPUs than this")
     p.add_argument("--expect-cuda", type=major_minor, metavar="X.Y",
                    help="CUDA release torch must be built for, e.g. 12.1")
+    p.add_argument("--expect-torch-cudnn", type=library_version, metavar="X.Y.Z",
+                   help="cuDNN build torch's wheels bring, e.g. 9.1.0.70 (compared on major.minor.patch with "
+                        "torch.backends.cudnn.version()); not the system's libcudnn8")
+    p.add_argument("--expect-torch-nccl", type=library_version, metavar="X.Y.Z",
+                   help="NCCL build torch's wheels bring, e.g. 2.21.5 (compared on major.minor.patch with "
+                        "torch.cuda.nccl.version()); not the system's libnccl2")
     p.add_argument("--max-ecc-errors", type=non_negative_int, default=0, metavar="N",
                    help="most uncorrected (volatile) ECC errors per GPU (default 0)")
     p.add_argument("--gemm-size", type=positive_int, metavar="N", help=f"matrix size n (default {GEMM_SIZE})")

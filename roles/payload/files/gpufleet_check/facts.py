@@ -208,6 +208,49 @@ def query_nvidia_smi() -> SmiInventory:
     return SmiInventory(found=True, returncode=code, gpus=gpus, driver_version=driver)
 
 
+# --------------------------------------------------------------------------- system cuDNN / NCCL packages
+
+
+# The packages of the system's cuDNN and NCCL (the cuda role's cuda_libraries).
+# torch's CUDA wheels load their own builds (nvidia-cudnn-cu12,
+# nvidia-nccl-cu12), not these: the report lists both, apart.
+SYSTEM_LIBRARY_PACKAGES = {"cudnn": "libcudnn8", "nccl": "libnccl2"}
+DPKG_QUERY_FORMAT = "${Package}\t${db:Status-Abbrev}\t${Version}\n"
+DPKG_TIMEOUT_S = 30
+
+
+def parse_dpkg_query(text: str) -> dict[str, str]:
+    """Installed packages' versions from ``dpkg-query -W -f DPKG_QUERY_FORMAT`` (package, status, version).
+
+    Only packages whose status says installed ("ii", "hi": wanted install or
+    hold, installed); a package removed with its configuration kept ("rc")
+    is not installed. An architecture qualifier (libnccl2:amd64) is dropped.
+    """
+    versions = {}
+    for line in text.splitlines():
+        fields = line.split("\t")
+        if len(fields) != 3:
+            continue
+        name, status, version = (field.strip() for field in fields)
+        if len(status) >= 2 and status[1] == "i" and version:
+            versions[name.split(":")[0]] = version
+    return versions
+
+
+def system_library_versions(packages: dict[str, str] = SYSTEM_LIBRARY_PACKAGES) -> dict[str, str | None]:
+    """{"cudnn": dpkg version of libcudnn8, "nccl": of libnccl2}, None where not installed or without dpkg."""
+    found: dict[str, str] = {}
+    dpkg_query = shutil.which("dpkg-query")
+    if dpkg_query is not None:
+        try:  # exits 1 when a package is unknown, after listing the others
+            proc = subprocess.run([dpkg_query, "-W", "-f", DPKG_QUERY_FORMAT, *packages.values()],
+                                  capture_output=True, text=True, timeout=DPKG_TIMEOUT_S)
+            found = parse_dpkg_query(proc.stdout)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+    return {library: found.get(package) for library, package in packages.items()}
+
+
 # --------------------------------------------------------------------------- GPU topology
 
 
