@@ -81,6 +81,15 @@ def test_one_warning_line_per_message_naming_its_hosts(fleet):
     assert "999" in fleet["gpu-e"].failure
 
 
+def test_an_unknown_cuda_release_is_the_cuda_roles_to_refuse():
+    """The driver role passes cuda_release for the lifecycle only: a release the matrix does not know is
+    refused once, by the cuda role (said once: issue 16, item 21)."""
+    host = [role_run.Host("gpu-f", FAKE_FACTS["ubuntu2204"], {"cuda_release": "11.0"})]
+    assert role_run.run(host, [role_run.import_role("nvidia_driver", "validate")])["gpu-f"].failure is None
+    refusal = role_run.run(host, [role_run.import_role("cuda", "validate")])["gpu-f"].failure
+    assert refusal.count("cuda_release '11.0' is not a CUDA release gpufleet knows") == 1
+
+
 @pytest.mark.skipif(datetime.date.today() < datetime.date(2026, 7, 1), reason="535 reaches its end of life in June 2026")
 def test_535_is_warned_about_and_580_named(fleet):
     """On and after July 2026 (this was written on 2026-12-01), the default branch is warned about, not refused."""
