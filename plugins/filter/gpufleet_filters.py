@@ -55,6 +55,21 @@
     A warning said once for a play instead of once per host: ``messages[i]``
     is host ``hosts[i]``'s (empty: none); one line per distinct message,
     ``WARNING <host>, <host>: <message>``, in the order first seen.
+``text | gpufleet.fleet.apt_stanzas``
+    The stanzas of ``apt-cache show`` output or of a ``Packages`` index, in
+    order, each a dict of its fields (continuation lines joined with
+    newlines), with ``Description`` cut to its first line (the synopsis; of
+    ``Description-en`` when apt-cache prints that),
+    ``Source`` to the source package's name (the binary's own name when the
+    field is absent, as Debian policy allows) and the relationship fields
+    (``Depends``, ``Pre-Depends``, ``Recommends``, ``Suggests``, ``Provides``,
+    ``Conflicts``, ``Breaks``, ``Replaces``) as lists of alternative groups:
+    ``[[{name, relation, version}, ...], ...]`` (one inner list per comma-
+    separated entry, one dict per ``|`` alternative; ``relation`` and
+    ``version`` are "" without a version constraint; an architecture
+    qualifier such as ``:any`` and ``[arch]`` / ``<profile>`` restrictions are
+    dropped). A stanza without ``Package`` is left out.
+
 """
 
 from __future__ import annotations
@@ -208,11 +223,71 @@ def per_message(messages: Sequence[Any], hosts: Sequence[str]) -> list[str]:
     return [f"WARNING {', '.join(names)}: {text}" for text, names in grouped.items()]
 
 
+# deb822 control data (Debian Policy 5.1): "Field: value" lines, continuation lines start with a space or a tab.
+_FIELD = re.compile(r"^(?P<field>[!-9;-~][!-9;-~]*):\s?(?P<value>.*)$")
+RELATION_FIELDS = ("Depends", "Pre-Depends", "Recommends", "Suggests", "Provides", "Conflicts", "Breaks", "Replaces")
+# One alternative of a relationship field (Debian Policy 7.1): name[:arch] [(op version)] [[archs]] [<profiles>].
+_RELATION = re.compile(r"^(?P<name>[^\s:(\[<|,]+)(?::\S+?)?\s*"
+                       r"(?:\(\s*(?P<relation><<|<=|>=|>>|=|<|>)\s*(?P<version>[^\s)]+)\s*\))?\s*"
+                       r"(?:\[[^\]]*\]\s*)?(?:<[^>]*>\s*)*$")
+
+
+def apt_relations(value: Any) -> list[list[dict[str, str]]]:
+    """A relationship field as alternative groups ``[[{name, relation, version}, ...], ...]``."""
+    groups = []
+    for entry in _SPACE.sub(" ", str(value or "")).split(","):
+        alternatives = []
+        for alternative in entry.split("|"):
+            found = _RELATION.match(alternative.strip())
+            if alternative.strip() and found is None:
+                raise AnsibleFilterError(f"apt_relations: not a package relation: {alternative.strip()!r}")
+            if found is not None:
+                alternatives.append({"name": found["name"], "relation": found["relation"] or "",
+                                     "version": found["version"] or ""})
+        if alternatives:
+            groups.append(alternatives)
+    return groups
+
+
+def apt_stanzas(text: Any) -> list[dict[str, Any]]:
+    """The package stanzas of ``apt-cache show`` / ``Packages`` text, fields parsed as the module says."""
+    stanzas: list[dict[str, Any]] = []
+    fields: dict[str, str] = {}
+    last = None
+    for line in str(text or "").replace("\r\n", "\n").split("\n") + [""]:
+        if not line.strip():
+            if fields.get("Package"):
+                stanzas.append(_stanza(fields))
+            fields, last = {}, None
+        elif line[0] in " \t":
+            if last is not None:
+                fields[last] += "\n" + line.strip()
+        else:
+            found = _FIELD.match(line)
+            # Other lines (apt's "N: ..." notes have a value too, but no stanza then has a Package) are skipped.
+            last = found["field"] if found else None
+            if found:
+                fields[last] = found["value"].strip()
+    return stanzas
+
+
+def _stanza(fields: Mapping[str, str]) -> dict[str, Any]:
+    """One stanza's fields, with Description, Source and the relationship fields as apt_stanzas describes."""
+    stanza: dict[str, Any] = dict(fields)
+    # apt-cache show prints "Description-en" where the archive ships translated descriptions (Ubuntu).
+    stanza["Description"] = (fields.get("Description") or fields.get("Description-en", "")).split("\n", 1)[0]
+    # "Source: name (version)" when the binary's version differs from the source's (Debian Policy 5.6.1).
+    stanza["Source"] = (fields.get("Source") or fields["Package"]).split(" ", 1)[0]
+    for field in RELATION_FIELDS:
+        stanza[field] = apt_relations(fields.get(field, ""))
+    return stanza
+
+
 class FilterModule:
     """gpufleet.fleet filters."""
 
     def filters(self) -> dict[str, Any]:
-        return {"as_list": as_list, "as_dict": as_dict, "apt_policy": apt_policy,
+        return {"as_list": as_list, "as_dict": as_dict, "apt_policy": apt_policy, "apt_stanzas": apt_stanzas,
                 "dcgm_exporter_release": dcgm_exporter_release, "dkms_status": dkms_status,
                 "failed_checks": failed_checks, "per_message": per_message, "rejection": rejection,
                 "unknown_settings": unknown_settings}
