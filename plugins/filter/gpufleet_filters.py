@@ -70,6 +70,17 @@
     qualifier such as ``:any`` and ``[arch]`` / ``<profile>`` restrictions are
     dropped). A stanza without ``Package`` is left out.
 
+``a | gpufleet.fleet.debian_version_compare(b)``
+    dpkg's ordering of two Debian versions: -1, 0 or 1 as ``a`` sorts before,
+    equal to or after ``b`` (epoch, then upstream version, then revision,
+    each compared as dpkg does: ``~`` before anything, even the end of the
+    string, letters before other characters, digit runs as numbers).
+
+``versions | gpufleet.fleet.newest_build(branch)``
+    Of versions (strings, or stanzas with a ``Version``), the newest, by
+    dpkg's ordering, whose upstream version is of driver branch ``branch``
+    (``535.309.01-0ubuntu0.22.04.2`` is of 535); "" when none is.
+
 """
 
 from __future__ import annotations
@@ -283,11 +294,80 @@ def _stanza(fields: Mapping[str, str]) -> dict[str, Any]:
     return stanza
 
 
+# A Debian version (Debian Policy 5.6.12): [epoch:]upstream_version[-debian_revision].
+_DEB_VERSION = re.compile(r"^(?:(?P<epoch>[0-9]+):)?(?P<upstream>[0-9][A-Za-z0-9.+~:-]*?)(?:-(?P<revision>[A-Za-z0-9.+~]+))?$")
+
+
+def _deb_version(version: Any) -> tuple[int, str, str]:
+    """(epoch, upstream, revision) of a Debian version; a clear error for anything else."""
+    found = _DEB_VERSION.match(str(version if version is not None else "").strip())
+    if found is None:
+        raise AnsibleFilterError(f"debian_version_compare: not a Debian version: {version!r}")
+    return int(found["epoch"] or 0), found["upstream"], found["revision"] or ""
+
+
+def _order(char: str) -> int:
+    """dpkg's weight of one character of a non-digit run (lib/dpkg/version.c, order())."""
+    if char == "~":
+        return -1
+    if not char or char.isdigit():
+        return 0
+    if char.isascii() and char.isalpha():
+        return ord(char)
+    return ord(char) + 256
+
+
+def _verrevcmp(left: str, right: str) -> int:
+    """dpkg's comparison of two upstream versions or two revisions (lib/dpkg/version.c, verrevcmp())."""
+    i = j = 0
+    while i < len(left) or j < len(right):
+        while (i < len(left) and not left[i].isdigit()) or (j < len(right) and not right[j].isdigit()):
+            a = _order(left[i]) if i < len(left) and not left[i].isdigit() else 0
+            b = _order(right[j]) if j < len(right) and not right[j].isdigit() else 0
+            if a != b:
+                return a - b
+            i, j = i + 1, j + 1
+        start_i, start_j = i, j
+        while i < len(left) and left[i].isdigit():
+            i += 1
+        while j < len(right) and right[j].isdigit():
+            j += 1
+        a_num, b_num = int(left[start_i:i] or 0), int(right[start_j:j] or 0)
+        if a_num != b_num:
+            return a_num - b_num
+    return 0
+
+
+def debian_version_compare(left: Any, right: Any) -> int:
+    """-1, 0 or 1 as Debian version ``left`` sorts before, equal to or after ``right`` (dpkg --compare-versions)."""
+    a, b = _deb_version(left), _deb_version(right)
+    result = (a[0] - b[0]) or _verrevcmp(a[1], b[1]) or _verrevcmp(a[2], b[2])
+    return (result > 0) - (result < 0)
+
+
+def upstream_version(version: Any) -> str:
+    """The upstream part of a Debian version (epoch and revision dropped): 535.309.01 of 535.309.01-0ubuntu0.22.04.2."""
+    return _deb_version(version)[1]
+
+
+def newest_build(versions: Any, branch: Any) -> str:
+    """The newest of ``versions`` (strings or stanzas with a Version) of driver branch ``branch``; "" when none is."""
+    newest = ""
+    for item in versions or []:
+        version = str(item.get("Version", "") if isinstance(item, Mapping) else item).strip()
+        if not version or upstream_version(version).split(".")[0] != str(branch):
+            continue
+        if not newest or debian_version_compare(version, newest) > 0:
+            newest = version
+    return newest
+
+
 class FilterModule:
     """gpufleet.fleet filters."""
 
     def filters(self) -> dict[str, Any]:
         return {"as_list": as_list, "as_dict": as_dict, "apt_policy": apt_policy, "apt_stanzas": apt_stanzas,
-                "dcgm_exporter_release": dcgm_exporter_release, "dkms_status": dkms_status,
+                "dcgm_exporter_release": dcgm_exporter_release, "debian_version_compare": debian_version_compare,
+                "dkms_status": dkms_status, "newest_build": newest_build,
                 "failed_checks": failed_checks, "per_message": per_message, "rejection": rejection,
                 "unknown_settings": unknown_settings}

@@ -703,3 +703,65 @@ def test_apt_stanzas_keeps_the_synopsis_and_the_source_name_only():
 def test_apt_stanzas_refuses_a_relation_it_cannot_read():
     with pytest.raises(AnsibleFilterError, match="not a package relation"):
         filters.apt_stanzas("Package: x\nVersion: 1\nDepends: libc6 (>= 2.34\n")
+
+
+# --- debian_version_compare / newest_build -------------------------------------
+
+@pytest.mark.parametrize("older, newer", [
+    # Debian Policy 5.6.12: "~" sorts before anything, even the end of a part; the epoch counts first.
+    ("1.0~rc1", "1.0"), ("1.0", "1.0+b1"), ("1.0-1", "1:0.9-1"), ("1.0-1~deb12u1", "1.0-1"),
+    ("2.9", "2.10"), ("1.0a", "1.0+"),
+    # Canonical's revision of a stable-release update: 0ubuntu0.22.04.2 replaces 0ubuntu0.22.04.1
+    # (https://packages.ubuntu.com/source/jammy/libs/fabric-manager-535: 535.309.01-0ubuntu0.22.04.2 after
+    # https://packages.ubuntu.com/jammy/cuda-drivers-fabricmanager-535: 535.309.01-0ubuntu0.22.04.1).
+    ("535.309.01-0ubuntu0.22.04.1", "535.309.01-0ubuntu0.22.04.2"),
+    # NVIDIA's revisions sort above Canonical's for one upstream version (issue 14 finding 3): its repository's
+    # "-1" (cuda-drivers-fabricmanager 535.129.03-1, NVIDIA/apt-packaging-fabric-manager#3) and "-0ubuntu1"
+    # (libnvidia-extra-535_535.261.03-0ubuntu1_amd64.deb of .../repos/ubuntu2204/x86_64, as an apt log quotes it).
+    ("535.129.03-0ubuntu0.22.04.1", "535.129.03-1"), ("535.261.03-0ubuntu0.22.04.1", "535.261.03-0ubuntu1"),
+    ("535.261.03-0ubuntu1", "535.261.03-1"),
+    # Debian's security update of bookworm's driver (tests/lab/vars/lab.yml: bookworm-security carries 535.309.01).
+    ("535.261.03-1~deb12u1", "535.309.01-1~deb12u1"),
+])
+def test_debian_version_compare_orders_as_dpkg_does(older, newer):
+    assert filters.debian_version_compare(older, newer) == -1
+    assert filters.debian_version_compare(newer, older) == 1
+    assert filters.debian_version_compare(newer, newer) == 0
+
+
+def test_debian_version_compare_treats_a_missing_revision_and_epoch_as_zero():
+    assert filters.debian_version_compare("0:1.0", "1.0") == 0
+    assert filters.debian_version_compare("1.0", "1.0-0") == 0
+    assert filters.debian_version_compare("1.00", "1.0") == 0
+
+
+@pytest.mark.parametrize("version", ["", None, "x1.0", "1.0 2", "a:1.0"])
+def test_debian_version_compare_refuses_what_is_not_a_version(version):
+    with pytest.raises(AnsibleFilterError, match="not a Debian version"):
+        filters.debian_version_compare(version, "1.0")
+
+
+# `apt-cache policy cuda-drivers-fabricmanager` against NVIDIA's ubuntu2204/x86_64 repository, as posted in
+# https://github.com/NVIDIA/apt-packaging-fabric-manager/issues/3: NVIDIA keeps every build of every branch.
+NVIDIA_FM_VERSIONS = ["550.54.14-1", "545.23.08-1", "545.23.06-1", "535.161.07-1", "535.154.05-1", "535.129.03-1"]
+# Builds of nvidia-graphics-drivers-535-server Canonical published for jammy, one at a time (the pocket keeps the
+# newest only): 535.247.01-0ubuntu0.22.04.1 (https://packages.ubuntu.com/en/jammy-updates/nvidia-kernel-common-535-server
+# when it was current), 535.309.01-0ubuntu0.22.04.1 and .2 (as above); 535.288.01 was not seen as a jammy build.
+CANONICAL_JAMMY_535 = ["535.247.01-0ubuntu0.22.04.1", "535.309.01-0ubuntu0.22.04.2", "535.309.01-0ubuntu0.22.04.1"]
+
+
+def test_newest_build_picks_the_newest_of_the_branch_in_nvidia_repository():
+    assert filters.newest_build(NVIDIA_FM_VERSIONS, "535") == "535.161.07-1"
+    assert filters.newest_build(NVIDIA_FM_VERSIONS, 545) == "545.23.08-1"
+    assert filters.newest_build(NVIDIA_FM_VERSIONS, "580") == ""
+
+
+def test_newest_build_picks_canonical_latest_revision():
+    assert filters.newest_build(CANONICAL_JAMMY_535, "535") == "535.309.01-0ubuntu0.22.04.2"
+
+
+def test_newest_build_reads_stanzas_too():
+    stanzas = filters.apt_stanzas(NOBLE_EXTRA_535 + "\n" + NOBLE_EXTRA_535_TRANSITIONAL + "\n" + PLUCKY_UTILS_580)
+    assert filters.newest_build(stanzas, "535") == "535.309.01-0ubuntu0.24.04.2"
+    assert filters.newest_build(stanzas, "580") == "580.95.05-0ubuntu0.25.04.1"
+    assert filters.newest_build([], "535") == filters.newest_build(None, "535") == ""
