@@ -81,6 +81,29 @@
     dpkg's ordering, whose upstream version is of driver branch ``branch``
     (``535.309.01-0ubuntu0.22.04.2`` is of 535); "" when none is.
 
+``name | gpufleet.fleet.package_branch``
+    The NVIDIA driver branch a package name carries: its first three-digit
+    part (``580`` of ``libnvidia-extra-580-server``, ``cuda-drivers-580``,
+    ``nvidia-kernel-common-580-server-580.159.03``,
+    ``linux-modules-nvidia-580-server-generic``), for names with ``nvidia``
+    in them or starting with ``cuda-drivers``; a part after a kernel version
+    (``linux-signatures-nvidia-5.15.0-106-generic``) is the kernel's ABI, not
+    a branch. "" for a name of no branch (``libc6``, ``nvidia-kernel-dkms``,
+    ``cuda-drivers``).
+
+``stanzas | gpufleet.fleet.foreign_branches(branch)``
+    What in the stanzas (``apt_stanzas`` records, or the text itself) belongs
+    to another driver branch than ``branch``, as records ``{package,
+    version, depends_on, branch}``: one per ``Depends`` / ``Pre-Depends``
+    entry that only packages of other branches satisfy (``depends_on`` names
+    the package; an entry with an alternative of ``branch`` or of no branch
+    is not one), and one with ``depends_on: ""`` for a package of branch
+    ``branch`` whose own version is another branch's (``branch`` then names
+    that one; not for the kernel's ``linux-*`` packages, which carry the
+    kernel's version). Canonical's transitional ``535-server`` builds depend on the
+    ``580-server`` packages: apt would install 580 under 535 names. Names of
+    no branch (Debian's ``nvidia-driver``) are not judged.
+
 """
 
 from __future__ import annotations
@@ -362,12 +385,56 @@ def newest_build(versions: Any, branch: Any) -> str:
     return newest
 
 
+_KERNEL_VERSION = re.compile(r"^[0-9]+\.[0-9]+(?:\.[0-9]+)*$")
+
+
+def package_branch(name: Any) -> str:
+    """The driver branch a package name carries ("580" of libnvidia-extra-580-server), "" for none."""
+    text = str(name or "").strip()
+    if "nvidia" not in text and not text.startswith("cuda-drivers"):
+        return ""
+    parts = text.split("-")
+    for index, part in enumerate(parts):
+        if re.fullmatch(r"[0-9]{3}", part) and not (index and _KERNEL_VERSION.match(parts[index - 1])):
+            return part
+    return ""
+
+
+def _branch_of_version(version: Any) -> str:
+    """The branch (first upstream component) of a version; "" when it is no Debian version."""
+    try:
+        return upstream_version(version).split(".")[0]
+    except AnsibleFilterError:
+        return ""
+
+
+def foreign_branches(stanzas: Any, branch: Any) -> list[dict[str, str]]:
+    """``{package, version, depends_on, branch}`` of what in the stanzas is another branch's (see the module)."""
+    wanted = str(branch)
+    records: list[dict[str, str]] = []
+    for stanza in apt_stanzas(stanzas) if isinstance(stanzas, str) else list(stanzas or []):
+        package, version = str(stanza.get("Package", "")), str(stanza.get("Version", ""))
+        own = _branch_of_version(version)
+        # The kernel's packages (linux-modules-nvidia-535-server-generic) carry the kernel's version.
+        if package_branch(package) == wanted and own and own != wanted and not package.startswith("linux-"):
+            records.append({"package": package, "version": version, "depends_on": "", "branch": own})
+        for field in ("Pre-Depends", "Depends"):
+            groups = stanza.get(field) or []
+            for group in apt_relations(groups) if isinstance(groups, str) else groups:
+                names = [str(alternative["name"]) for alternative in group]
+                branches = [package_branch(name) for name in names]
+                if all(other and other != wanted for other in branches):
+                    records.extend({"package": package, "version": version, "depends_on": name, "branch": other}
+                                   for name, other in zip(names, branches))
+    return [dict(items) for items in dict.fromkeys(tuple(record.items()) for record in records)]
+
+
 class FilterModule:
     """gpufleet.fleet filters."""
 
     def filters(self) -> dict[str, Any]:
         return {"as_list": as_list, "as_dict": as_dict, "apt_policy": apt_policy, "apt_stanzas": apt_stanzas,
                 "dcgm_exporter_release": dcgm_exporter_release, "debian_version_compare": debian_version_compare,
-                "dkms_status": dkms_status, "newest_build": newest_build,
-                "failed_checks": failed_checks, "per_message": per_message, "rejection": rejection,
-                "unknown_settings": unknown_settings}
+                "dkms_status": dkms_status, "failed_checks": failed_checks, "foreign_branches": foreign_branches,
+                "newest_build": newest_build, "package_branch": package_branch, "per_message": per_message,
+                "rejection": rejection, "unknown_settings": unknown_settings}

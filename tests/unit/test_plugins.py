@@ -765,3 +765,94 @@ def test_newest_build_reads_stanzas_too():
     assert filters.newest_build(stanzas, "535") == "535.309.01-0ubuntu0.24.04.2"
     assert filters.newest_build(stanzas, "580") == "580.95.05-0ubuntu0.25.04.1"
     assert filters.newest_build([], "535") == filters.newest_build(None, "535") == ""
+
+
+# --- package_branch / foreign_branches ------------------------------------------
+
+@pytest.mark.parametrize("name, branch", [
+    ("libnvidia-extra-580-server", "580"), ("nvidia-utils-535-server", "535"), ("cuda-drivers-580", "580"),
+    ("cuda-drivers-fabricmanager-535", "535"), ("nvidia-fabricmanager-535", "535"), ("libnvidia-nscq-535", "535"),
+    ("libnvidia-cfg1-535", "535"), ("nvidia-headless-no-dkms-535-server", "535"),
+    # Virtual package of the 580-server kernel side (packages.ubuntu.com, questing-updates nvidia-utils-580-server).
+    ("nvidia-kernel-common-580-server-580.159.03", "580"),
+    # Signed modules: per kernel, and flavour metapackages (packages.ubuntu.com, jammy linux-restricted-modules).
+    ("linux-modules-nvidia-535-server-5.15.0-91-generic", "535"), ("linux-modules-nvidia-390-5.15.0-186-generic", "390"),
+    ("linux-modules-nvidia-535-server-generic-hwe-22.04", "535"), ("linux-modules-nvidia-580-server-generic", "580"),
+    ("nvidia-tesla-535-driver", "535"),
+    # No branch: generic libraries, Debian's unversioned names, the kernel's ABI number, the meta cuda-drivers.
+    ("libc6", ""), ("libgcc-s1", ""), ("libssl3t64", ""), ("nvidia-kernel-dkms", ""), ("nvidia-driver", ""),
+    ("cuda-drivers", ""), ("linux-image-5.15.0-106-generic", ""), ("linux-signatures-nvidia-5.15.0-106-generic", ""),
+    ("cuda-toolkit-12-1", ""), ("datacenter-gpu-manager", ""), ("", ""), (None, ""),
+])
+def test_package_branch_reads_the_branch_a_name_carries(name, branch):
+    assert filters.package_branch(name) == branch
+
+
+def _foreign(package, version, depends_on, branch):
+    return {"package": package, "version": version, "depends_on": depends_on, "branch": branch}
+
+
+def test_foreign_branches_names_canonical_transitional_535_server_packages():
+    # Canonical's 535-server packages after R535's end of life depend on 580-server ones (issue 14 finding 1).
+    stanzas = filters.apt_stanzas("\n".join([NOBLE_EXTRA_535_TRANSITIONAL, QUESTING_FM_535, QUESTING_KERNEL_COMMON_535]))
+    assert filters.foreign_branches(stanzas, "535") == [
+        _foreign("libnvidia-extra-535-server", "535.309.01-0ubuntu0.24.04.2", "libnvidia-extra-580-server", "580"),
+        _foreign("cuda-drivers-fabricmanager-535", "535.261.03-0ubuntu2", "cuda-drivers-fabricmanager-580", "580"),
+        _foreign("nvidia-kernel-common-535-server", "535.261.03-0ubuntu2", "nvidia-kernel-common-580-server", "580"),
+    ]
+
+
+def test_foreign_branches_passes_genuine_535_packages():
+    # Depends on libc6, libgcc-s1, libssl3t64 and on 535 names only.
+    text = "\n".join([NOBLE_EXTRA_535, NOBLE_COMPUTE_535, JAMMY_FM_535])
+    assert filters.foreign_branches(text, "535") == []
+    assert filters.foreign_branches(filters.apt_stanzas(text), 535) == []
+
+
+def test_foreign_branches_reads_versioned_and_virtual_names_and_the_branch_asked_for():
+    stanzas = filters.apt_stanzas(PLUCKY_UTILS_580 + "\n" + QUESTING_UTILS_580)
+    assert filters.foreign_branches(stanzas, "580") == []
+    # The same stanzas are foreign to 535: what a 535 candidate must not pull in. Suggests do not count.
+    assert filters.foreign_branches(stanzas, "535") == [
+        _foreign("nvidia-utils-580-server", "580.95.05-0ubuntu0.25.04.1", "libnvidia-compute-580-server", "580"),
+        _foreign("nvidia-utils-580-server", "580.95.05-0ubuntu0.25.04.1", "nvidia-kernel-common-580-server", "580"),
+        _foreign("nvidia-utils-580-server", "580.159.03-0ubuntu0.25.10.1", "libnvidia-compute-580-server", "580"),
+        _foreign("nvidia-utils-580-server", "580.159.03-0ubuntu0.25.10.1",
+                 "nvidia-kernel-common-580-server-580.159.03", "580"),
+    ]
+
+
+def test_foreign_branches_names_a_535_package_built_from_580():
+    # https://packages.ubuntu.com/ru/resolute/libnvidia-extra-535-server: 580.159.03-0ubuntu0.26.04.1, source
+    # nvidia-graphics-drivers-580-server, "dep: libnvidia-extra-580-server", "(transitional package)".
+    text = ("Package: libnvidia-extra-535-server\nVersion: 580.159.03-0ubuntu0.26.04.1\n"
+            "Source: nvidia-graphics-drivers-580-server\nDepends: libnvidia-extra-580-server\n"
+            "Description: Extra libraries for the NVIDIA Server Driver (transitional package)\n")
+    assert filters.foreign_branches(text, "535") == [
+        _foreign("libnvidia-extra-535-server", "580.159.03-0ubuntu0.26.04.1", "", "580"),
+        _foreign("libnvidia-extra-535-server", "580.159.03-0ubuntu0.26.04.1", "libnvidia-extra-580-server", "580"),
+    ]
+
+
+def test_foreign_branches_names_signed_module_metapackages_moved_to_580():
+    # https://packages.ubuntu.com/questing/kernel/linux-modules-nvidia-535-server-generic-hwe-24.04-edge
+    # (6.17.0-40.40, "dummy transitional package": "dep: linux-modules-nvidia-580-server-generic-hwe-24.04-edge").
+    # Its own version is the kernel's, which is no branch.
+    text = ("Package: linux-modules-nvidia-535-server-generic-hwe-24.04-edge\nVersion: 6.17.0-40.40\n"
+            "Source: linux-restricted-modules\nDepends: linux-modules-nvidia-580-server-generic-hwe-24.04-edge\n")
+    assert filters.foreign_branches(text, "535") == [_foreign(
+        "linux-modules-nvidia-535-server-generic-hwe-24.04-edge", "6.17.0-40.40",
+        "linux-modules-nvidia-580-server-generic-hwe-24.04-edge", "580")]
+
+
+def test_foreign_branches_does_not_judge_names_of_no_branch():
+    # NVIDIA's Debian cuda-drivers-580 580.105.08-1 (its Depends as quoted in NVIDIA's developer forum,
+    # https://forums.developer.nvidia.com/t/debian-cuda-drivers-580-package-580-105-08-1-improperly-pulls-in-v590-components/353805)
+    # pulls 590 components through unbounded ">=" on names of no branch: not a case this filter can see.
+    text = ("Package: cuda-drivers-580\nVersion: 580.105.08-1\n"
+            "Depends: nvidia-driver (>= 580.65.06), nvidia-driver-cuda (>= 580.65.06), nvidia-kernel-dkms (>= 580.65.06),"
+            " nvidia-settings (>= 580.65.06), nvidia-xconfig (>= 580.65.06)\n")
+    assert filters.foreign_branches(text, "580") == []
+    # An entry that a package of the branch (or of no branch) also satisfies is not foreign.
+    either = "Package: x-nvidia-535\nVersion: 535.1-1\nDepends: libnvidia-gl-580 | libnvidia-gl-535, libfoo-580 | libgl1\n"
+    assert filters.foreign_branches(either, "535") == []
