@@ -104,6 +104,34 @@
     ``580-server`` packages: apt would install 580 under 535 names. Names of
     no branch (Debian's ``nvidia-driver``) are not judged.
 
+``kernels | gpufleet.fleet.signed_module_packages(branch, flavours, server=True)``
+    Ubuntu's Canonical-signed NVIDIA module packages for driver branch
+    ``branch`` (``linux-restricted-modules``): the per-kernel
+    ``linux-modules-nvidia-<branch>-server-<uname -r>`` of each kernel
+    release, then the flavour metapackage
+    ``linux-modules-nvidia-<branch>-server-<flavour>`` of each flavour, which
+    brings the module of every later kernel of that flavour. A flavour is
+    the kernel metapackage's name without ``linux-`` (``generic``,
+    ``generic-hwe-22.04`` of ``linux-generic-hwe-22.04``, as ubuntu-drivers
+    derives it); either form is accepted. Without ``flavours``, each kernel
+    release's own suffix (``generic`` of ``5.15.0-91-generic``), which names
+    the GA flavour, not an HWE one. ``server=False``: the names without
+    ``-server``.
+
+``stanza | gpufleet.fleet.signed_module_version``
+    The NVIDIA driver version of the module a ``linux-modules-nvidia-*``
+    stanza (an ``apt_stanzas`` record, or its text) carries: the version its
+    ``Depends`` on ``nvidia-kernel-common-<branch>[-server]`` names
+    (``595.71.05`` of ``nvidia-kernel-common-595-server (>= 595.71.05)``).
+    The package's own version is the kernel's (``7.0.0-1015.15+1``). "" when
+    it names none.
+
+``module | gpufleet.fleet.module_version_matches(userspace_version)``
+    Whether the module version (of a stanza, as ``signed_module_version``
+    reads it, or given as a version string) has the upstream version of
+    ``userspace_version`` (epoch and revision dropped on both sides); false
+    when the module version is unknown.
+
 """
 
 from __future__ import annotations
@@ -429,6 +457,49 @@ def foreign_branches(stanzas: Any, branch: Any) -> list[dict[str, str]]:
     return [dict(items) for items in dict.fromkeys(tuple(record.items()) for record in records)]
 
 
+# uname -r of an Ubuntu kernel: <version>-<ABI>-<flavour> (5.15.0-91-generic, 6.8.0-1015-nvidia-64k).
+_UBUNTU_KERNEL = re.compile(r"^[0-9]+\.[0-9]+\.[0-9]+-[0-9]+-(?P<flavour>[a-z][a-z0-9.-]*)$")
+_KERNEL_COMMON = re.compile(r"^nvidia-kernel-common-[0-9]{3}(?:-server)?$")
+
+
+def signed_module_packages(kernels: Any, branch: Any, flavours: Any = None, server: bool = True) -> list[str]:
+    """Per-kernel ``linux-modules-nvidia-<branch>[-server]-<uname -r>`` packages, then the flavour metapackages."""
+    prefix = f"linux-modules-nvidia-{branch}{'-server' if server else ''}-"
+    releases = [kernels] if isinstance(kernels, str) else list(kernels or [])
+    names = [prefix + str(release).strip() for release in releases]
+    if flavours is None:
+        found = [_UBUNTU_KERNEL.match(str(release).strip()) for release in releases]
+        if not all(found):
+            raise AnsibleFilterError(f"signed_module_packages: no Ubuntu kernel flavour in {releases!r}")
+        flavours = [match["flavour"] for match in found if match]
+    for flavour in [flavours] if isinstance(flavours, str) else list(flavours):
+        text = str(flavour).strip()
+        names.append(prefix + (text[len("linux-"):] if text.startswith("linux-") else text))
+    return list(dict.fromkeys(names))
+
+
+def signed_module_version(stanza: Any) -> str:
+    """The NVIDIA version a linux-modules-nvidia-* stanza's Depends on nvidia-kernel-common-<branch> names, or ""."""
+    if isinstance(stanza, str):
+        stanzas = apt_stanzas(stanza)
+        stanza = stanzas[0] if stanzas else {}
+    groups = (stanza or {}).get("Depends") or []
+    for group in apt_relations(groups) if isinstance(groups, str) else groups:
+        for alternative in group:
+            if _KERNEL_COMMON.match(str(alternative["name"])) and alternative["relation"] in ("=", ">="):
+                return str(alternative["version"])
+    return ""
+
+
+def module_version_matches(module: Any, userspace_version: Any) -> bool:
+    """Whether a signed module (a stanza, or its version) has the upstream version of ``userspace_version``."""
+    stanza = not isinstance(module, str) or re.match(r"\s*Package:", module) is not None
+    version = signed_module_version(module) if stanza else module.strip()
+    if not version or not str(userspace_version or "").strip():
+        return False
+    return upstream_version(version) == upstream_version(userspace_version)
+
+
 class FilterModule:
     """gpufleet.fleet filters."""
 
@@ -436,5 +507,7 @@ class FilterModule:
         return {"as_list": as_list, "as_dict": as_dict, "apt_policy": apt_policy, "apt_stanzas": apt_stanzas,
                 "dcgm_exporter_release": dcgm_exporter_release, "debian_version_compare": debian_version_compare,
                 "dkms_status": dkms_status, "failed_checks": failed_checks, "foreign_branches": foreign_branches,
-                "newest_build": newest_build, "package_branch": package_branch, "per_message": per_message,
-                "rejection": rejection, "unknown_settings": unknown_settings}
+                "module_version_matches": module_version_matches, "newest_build": newest_build,
+                "package_branch": package_branch, "per_message": per_message, "rejection": rejection,
+                "signed_module_packages": signed_module_packages, "signed_module_version": signed_module_version,
+                "unknown_settings": unknown_settings}

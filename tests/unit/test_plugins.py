@@ -856,3 +856,93 @@ def test_foreign_branches_does_not_judge_names_of_no_branch():
     # An entry that a package of the branch (or of no branch) also satisfies is not foreign.
     either = "Package: x-nvidia-535\nVersion: 535.1-1\nDepends: libnvidia-gl-580 | libnvidia-gl-535, libfoo-580 | libgl1\n"
     assert filters.foreign_branches(either, "535") == []
+
+
+# --- signed_module_packages / signed_module_version / module_version_matches ----
+
+def test_signed_module_packages_names_the_kernel_packages_and_the_flavour_metapackage():
+    # Names of Canonical's linux-restricted-modules. Per kernel, linux-modules-nvidia-<branch>[-server]-<uname -r>:
+    # https://packages.ubuntu.com/jammy/kernel/linux-modules-nvidia-550-5.15.0-106-generic lists
+    # linux-modules-nvidia-470-server-5.15.0-106-generic and linux-modules-nvidia-535-5.15.0-106-generic (the 535-server
+    # one of that kernel was not in the part of the list seen; the pattern was). The flavour metapackage
+    # linux-modules-nvidia-535-server-generic: jammy's linux-modules-nvidia-510-server-generic depends on it on amd64
+    # (https://packages.ubuntu.com/eu/jammy/linux-modules-nvidia-510-server-generic).
+    assert filters.signed_module_packages(["5.15.0-106-generic"], "535") == [
+        "linux-modules-nvidia-535-server-5.15.0-106-generic", "linux-modules-nvidia-535-server-generic"]
+    assert filters.signed_module_packages("5.15.0-106-generic", 535, server=False) == [
+        "linux-modules-nvidia-535-5.15.0-106-generic", "linux-modules-nvidia-535-generic"]
+
+
+def test_signed_module_packages_takes_the_hwe_flavour_of_the_kernel_metapackage():
+    # canonical/ubuntu-drivers-common: get_linux_modules_metapackage() (UbuntuDrivers/detect.py) names
+    # linux-modules-nvidia-<driver>-<linux metapackage without "linux-">; its tests/test_ubuntu_drivers.py archive has
+    # linux-modules-nvidia-535-server-generic-hwe-20.04 depending on linux-modules-nvidia-535-server-5.4.0-25-generic
+    # and expects linux-modules-nvidia-535-generic-hwe-20.04 for linux-generic-hwe-20.04. On 22.04,
+    # `ubuntu-drivers list` prints "nvidia-driver-535-server, (kernel modules provided by
+    # linux-modules-nvidia-535-server-generic-hwe-22.04)" (as users posted it).
+    assert filters.signed_module_packages(["5.4.0-25-generic"], "535", ["linux-generic-hwe-20.04"]) == [
+        "linux-modules-nvidia-535-server-5.4.0-25-generic", "linux-modules-nvidia-535-server-generic-hwe-20.04"]
+    assert filters.signed_module_packages([], "535", "generic-hwe-22.04") == [
+        "linux-modules-nvidia-535-server-generic-hwe-22.04"]
+    # Two kernels of one flavour (the running one and the one the next boot starts): one metapackage.
+    assert filters.signed_module_packages(["5.15.0-106-generic", "5.15.0-174-generic"], "535") == [
+        "linux-modules-nvidia-535-server-5.15.0-106-generic", "linux-modules-nvidia-535-server-5.15.0-174-generic",
+        "linux-modules-nvidia-535-server-generic"]
+
+
+def test_signed_module_packages_needs_a_flavour():
+    with pytest.raises(AnsibleFilterError, match="no Ubuntu kernel flavour"):
+        filters.signed_module_packages(["5.15.0-106"], "535")
+
+
+# https://packages.ubuntu.com/pl/resolute/kernel/linux-modules-nvidia-595-server-nvidia (7.0.0-1015.15+1, source
+# linux-restricted-modules-nvidia: "dep: linux-modules-nvidia-595-server-7.0.0-1015-nvidia (= 7.0.0-1015.15+1)",
+# "dep: nvidia-kernel-common-595-server (>= 595.71.05)"): the package has the kernel's version, the driver version
+# is in its dependency on the branch's kernel-common package.
+RESOLUTE_MODULES_595 = """Package: linux-modules-nvidia-595-server-nvidia
+Architecture: amd64
+Version: 7.0.0-1015.15+1
+Source: linux-restricted-modules-nvidia
+Depends: linux-modules-nvidia-595-server-7.0.0-1015-nvidia (= 7.0.0-1015.15+1),
+ nvidia-kernel-common-595-server (>= 595.71.05)
+Description: Extra drivers for nvidia-595-server for the nvidia flavour
+"""
+# https://packages.ubuntu.com/jammy/linux-modules-nvidia-390-generic-5.15 (5.15.0-186.196+1: "dep:
+# linux-modules-nvidia-390-5.15.0-186-generic (= 5.15.0-186.196+1)", "dep: nvidia-kernel-common-390 (>= 390.157)").
+JAMMY_MODULES_390 = """Package: linux-modules-nvidia-390-generic-5.15
+Architecture: amd64
+Version: 5.15.0-186.196+1
+Source: linux-restricted-modules
+Depends: linux-modules-nvidia-390-5.15.0-186-generic (= 5.15.0-186.196+1), nvidia-kernel-common-390 (>= 390.157)
+Description: Extra drivers for nvidia-390 for the generic-5.15 flavour
+"""
+
+
+def test_signed_module_version_is_the_kernel_common_dependency_not_the_package_version():
+    assert filters.signed_module_version(RESOLUTE_MODULES_595) == "595.71.05"
+    assert filters.signed_module_version(filters.apt_stanzas(JAMMY_MODULES_390)[0]) == "390.157"
+    assert filters.signed_module_version(NOBLE_EXTRA_535) == ""
+    assert filters.signed_module_version("") == filters.signed_module_version(None) == ""
+
+
+def test_module_version_matches_the_userspace_upstream_version():
+    # Userspace of resolute: nvidia-utils-595-server 595.71.05-0ubuntu0.26.04.1
+    # (https://packages.ubuntu.com/ru/resolute/nvidia-utils-595-server) and nvidia-utils-580-server
+    # 580.159.03-0ubuntu0.26.04.1 (https://packages.ubuntu.com/pl/resolute-updates/nvidia-utils-580-server).
+    assert filters.module_version_matches(RESOLUTE_MODULES_595, "595.71.05-0ubuntu0.26.04.1")
+    assert filters.module_version_matches(filters.apt_stanzas(RESOLUTE_MODULES_595)[0], "595.71.05-0ubuntu0.26.04.1")
+    assert not filters.module_version_matches(RESOLUTE_MODULES_595, "580.159.03-0ubuntu0.26.04.1")
+    # A version given as such; jammy's 535.309.01 builds (Canonical's and NVIDIA's revisions) against 535.261.03.
+    assert filters.module_version_matches("535.309.01", "535.309.01-0ubuntu0.22.04.2")
+    assert not filters.module_version_matches("535.309.01-0ubuntu0.22.04.2", "535.261.03-1")
+    # Unknown module version, or no userspace version: no match.
+    assert not filters.module_version_matches(NOBLE_EXTRA_535, "535.309.01-0ubuntu0.24.04.1")
+    assert not filters.module_version_matches("", "535.309.01") and not filters.module_version_matches("535.309.01", "")
+
+
+def test_the_driver_build_filters_are_registered():
+    registered = filters.FilterModule().filters()
+    for name in ("apt_stanzas", "debian_version_compare", "newest_build", "package_branch", "foreign_branches",
+                 "signed_module_packages", "signed_module_version", "module_version_matches",
+                 "apt_policy", "dkms_status", "per_message"):
+        assert callable(registered[name]), name
