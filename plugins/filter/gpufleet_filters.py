@@ -346,7 +346,8 @@ def _stanza(fields: Mapping[str, str]) -> dict[str, Any]:
 
 
 # A Debian version (Debian Policy 5.6.12): [epoch:]upstream_version[-debian_revision].
-_DEB_VERSION = re.compile(r"^(?:(?P<epoch>[0-9]+):)?(?P<upstream>[0-9][A-Za-z0-9.+~:-]*?)(?:-(?P<revision>[A-Za-z0-9.+~]+))?$")
+_DEB_VERSION = re.compile(r"^(?:(?P<epoch>[0-9]+):)?(?P<upstream>[0-9][A-Za-z0-9.+~:-]*?)"
+                          r"(?:-(?P<revision>[A-Za-z0-9.+~]+))?$")
 
 
 def _deb_version(version: Any) -> tuple[int, str, str]:
@@ -397,7 +398,7 @@ def debian_version_compare(left: Any, right: Any) -> int:
 
 
 def upstream_version(version: Any) -> str:
-    """The upstream part of a Debian version (epoch and revision dropped): 535.309.01 of 535.309.01-0ubuntu0.22.04.2."""
+    """The upstream part of a Debian version, epoch and revision dropped (535.309.01 of 535.309.01-0ubuntu0.22.04.2)."""
     return _deb_version(version)[1]
 
 

@@ -718,10 +718,12 @@ def test_apt_stanzas_refuses_a_relation_it_cannot_read():
     # NVIDIA's revisions sort above Canonical's for one upstream version (issue 14 finding 3): its repository's
     # "-1" (cuda-drivers-fabricmanager 535.129.03-1, NVIDIA/apt-packaging-fabric-manager#3) and "-0ubuntu1"
     # (libnvidia-extra-535_535.261.03-0ubuntu1_amd64.deb of .../repos/ubuntu2204/x86_64, as an apt log quotes it).
+    # Canonical's side has the form of its jammy builds above; these two exact jammy builds were not seen.
     ("535.129.03-0ubuntu0.22.04.1", "535.129.03-1"), ("535.261.03-0ubuntu0.22.04.1", "535.261.03-0ubuntu1"),
     ("535.261.03-0ubuntu1", "535.261.03-1"),
-    # Debian's security update of bookworm's driver (tests/lab/vars/lab.yml: bookworm-security carries 535.309.01).
-    ("535.261.03-1~deb12u1", "535.309.01-1~deb12u1"),
+    # Debian's builds: trixie's libnvidia-tesla-535-cuda1 535.216.03-3 (https://packages.debian.org/trixie/libnvidia-tesla-535-cuda1)
+    # and bookworm's libcuda1 535.261.03-1 (https://packages.debian.org/it/bookworm/libcuda1).
+    ("535.216.03-3", "535.261.03-1"),
 ])
 def test_debian_version_compare_orders_as_dpkg_does(older, newer):
     assert filters.debian_version_compare(older, newer) == -1
@@ -744,9 +746,10 @@ def test_debian_version_compare_refuses_what_is_not_a_version(version):
 # `apt-cache policy cuda-drivers-fabricmanager` against NVIDIA's ubuntu2204/x86_64 repository, as posted in
 # https://github.com/NVIDIA/apt-packaging-fabric-manager/issues/3: NVIDIA keeps every build of every branch.
 NVIDIA_FM_VERSIONS = ["550.54.14-1", "545.23.08-1", "545.23.06-1", "535.161.07-1", "535.154.05-1", "535.129.03-1"]
-# Builds of nvidia-graphics-drivers-535-server Canonical published for jammy, one at a time (the pocket keeps the
-# newest only): 535.247.01-0ubuntu0.22.04.1 (https://packages.ubuntu.com/en/jammy-updates/nvidia-kernel-common-535-server
-# when it was current), 535.309.01-0ubuntu0.22.04.1 and .2 (as above); 535.288.01 was not seen as a jammy build.
+# Builds Canonical published for jammy, one at a time (a pocket keeps the newest only): 535.247.01-0ubuntu0.22.04.1
+# of nvidia-graphics-drivers-535-server (https://packages.ubuntu.com/en/jammy-updates/nvidia-kernel-common-535-server
+# when it was current), 535.309.01-0ubuntu0.22.04.1 of fabric-manager-535 and 535.309.01-0ubuntu0.22.04.2 of both
+# (pages cited above); a jammy 535.288.01 build was not seen (not confirmed), so it is not among them.
 CANONICAL_JAMMY_535 = ["535.247.01-0ubuntu0.22.04.1", "535.309.01-0ubuntu0.22.04.2", "535.309.01-0ubuntu0.22.04.1"]
 
 
