@@ -55,6 +55,83 @@
     A warning said once for a play instead of once per host: ``messages[i]``
     is host ``hosts[i]``'s (empty: none); one line per distinct message,
     ``WARNING <host>, <host>: <message>``, in the order first seen.
+``text | gpufleet.fleet.apt_stanzas``
+    The stanzas of ``apt-cache show`` output or of a ``Packages`` index, in
+    order, each a dict of its fields (continuation lines joined with
+    newlines), with ``Description`` cut to its first line (the synopsis; of
+    ``Description-en`` when apt-cache prints that),
+    ``Source`` to the source package's name (the binary's own name when the
+    field is absent, as Debian policy allows) and the relationship fields
+    (``Depends``, ``Pre-Depends``, ``Recommends``, ``Suggests``, ``Provides``,
+    ``Conflicts``, ``Breaks``, ``Replaces``) as lists of alternative groups:
+    ``[[{name, relation, version}, ...], ...]`` (one inner list per comma-
+    separated entry, one dict per ``|`` alternative; ``relation`` and
+    ``version`` are "" without a version constraint; an architecture
+    qualifier such as ``:any`` and ``[arch]`` / ``<profile>`` restrictions are
+    dropped). A stanza without ``Package`` is left out.
+
+``a | gpufleet.fleet.debian_version_compare(b)``
+    dpkg's ordering of two Debian versions: -1, 0 or 1 as ``a`` sorts before,
+    equal to or after ``b`` (epoch, then upstream version, then revision,
+    each compared as dpkg does: ``~`` before anything, even the end of the
+    string, letters before other characters, digit runs as numbers).
+
+``versions | gpufleet.fleet.newest_build(branch)``
+    Of versions (strings, or stanzas with a ``Version``), the newest, by
+    dpkg's ordering, whose upstream version is of driver branch ``branch``
+    (``535.309.01-0ubuntu0.22.04.2`` is of 535); "" when none is.
+
+``name | gpufleet.fleet.package_branch``
+    The NVIDIA driver branch a package name carries: its first three-digit
+    part (``580`` of ``libnvidia-extra-580-server``, ``cuda-drivers-580``,
+    ``nvidia-kernel-common-580-server-580.159.03``,
+    ``linux-modules-nvidia-580-server-generic``), for names with ``nvidia``
+    in them or starting with ``cuda-drivers``; a part after a kernel version
+    (``linux-signatures-nvidia-5.15.0-106-generic``) is the kernel's ABI, not
+    a branch. "" for a name of no branch (``libc6``, ``nvidia-kernel-dkms``,
+    ``cuda-drivers``).
+
+``stanzas | gpufleet.fleet.foreign_branches(branch)``
+    What in the stanzas (``apt_stanzas`` records, or the text itself) belongs
+    to another driver branch than ``branch``, as records ``{package,
+    version, depends_on, branch}``: one per ``Depends`` / ``Pre-Depends``
+    entry that only packages of other branches satisfy (``depends_on`` names
+    the package; an entry with an alternative of ``branch`` or of no branch
+    is not one), and one with ``depends_on: ""`` for a package of branch
+    ``branch`` whose own version is another branch's (``branch`` then names
+    that one; not for the kernel's ``linux-*`` packages, which carry the
+    kernel's version). Canonical's transitional ``535-server`` builds depend on the
+    ``580-server`` packages: apt would install 580 under 535 names. Names of
+    no branch (Debian's ``nvidia-driver``) are not judged.
+
+``kernels | gpufleet.fleet.signed_module_packages(branch, flavours, server=True)``
+    Ubuntu's Canonical-signed NVIDIA module packages for driver branch
+    ``branch`` (``linux-restricted-modules``): the per-kernel
+    ``linux-modules-nvidia-<branch>-server-<uname -r>`` of each kernel
+    release, then the flavour metapackage
+    ``linux-modules-nvidia-<branch>-server-<flavour>`` of each flavour, which
+    brings the module of every later kernel of that flavour. A flavour is
+    the kernel metapackage's name without ``linux-`` (``generic``,
+    ``generic-hwe-22.04`` of ``linux-generic-hwe-22.04``, as ubuntu-drivers
+    derives it); either form is accepted. Without ``flavours``, each kernel
+    release's own suffix (``generic`` of ``5.15.0-91-generic``), which names
+    the GA flavour, not an HWE one. ``server=False``: the names without
+    ``-server``.
+
+``stanza | gpufleet.fleet.signed_module_version``
+    The NVIDIA driver version of the module a ``linux-modules-nvidia-*``
+    stanza (an ``apt_stanzas`` record, or its text) carries: the version its
+    ``Depends`` on ``nvidia-kernel-common-<branch>[-server]`` names
+    (``595.71.05`` of ``nvidia-kernel-common-595-server (>= 595.71.05)``).
+    The package's own version is the kernel's (``7.0.0-1015.15+1``). "" when
+    it names none.
+
+``module | gpufleet.fleet.module_version_matches(userspace_version)``
+    Whether the module version (of a stanza, as ``signed_module_version``
+    reads it, or given as a version string) has the upstream version of
+    ``userspace_version`` (epoch and revision dropped on both sides); false
+    when the module version is unknown.
+
 """
 
 from __future__ import annotations
@@ -208,11 +285,230 @@ def per_message(messages: Sequence[Any], hosts: Sequence[str]) -> list[str]:
     return [f"WARNING {', '.join(names)}: {text}" for text, names in grouped.items()]
 
 
+# deb822 control data (Debian Policy 5.1): "Field: value" lines, continuation lines start with a space or a tab.
+_FIELD = re.compile(r"^(?P<field>[!-9;-~][!-9;-~]*):\s?(?P<value>.*)$")
+RELATION_FIELDS = ("Depends", "Pre-Depends", "Recommends", "Suggests", "Provides", "Conflicts", "Breaks", "Replaces")
+# One alternative of a relationship field (Debian Policy 7.1): name[:arch] [(op version)] [[archs]] [<profiles>].
+_RELATION = re.compile(r"^(?P<name>[^\s:(\[<|,]+)(?::\S+?)?\s*"
+                       r"(?:\(\s*(?P<relation><<|<=|>=|>>|=|<|>)\s*(?P<version>[^\s)]+)\s*\))?\s*"
+                       r"(?:\[[^\]]*\]\s*)?(?:<[^>]*>\s*)*$")
+
+
+def apt_relations(value: Any) -> list[list[dict[str, str]]]:
+    """A relationship field as alternative groups ``[[{name, relation, version}, ...], ...]``."""
+    groups = []
+    for entry in _SPACE.sub(" ", str(value or "")).split(","):
+        alternatives = []
+        for alternative in entry.split("|"):
+            found = _RELATION.match(alternative.strip())
+            if alternative.strip() and found is None:
+                raise AnsibleFilterError(f"apt_relations: not a package relation: {alternative.strip()!r}")
+            if found is not None:
+                alternatives.append({"name": found["name"], "relation": found["relation"] or "",
+                                     "version": found["version"] or ""})
+        if alternatives:
+            groups.append(alternatives)
+    return groups
+
+
+def apt_stanzas(text: Any) -> list[dict[str, Any]]:
+    """The package stanzas of ``apt-cache show`` / ``Packages`` text, fields parsed as the module says."""
+    stanzas: list[dict[str, Any]] = []
+    fields: dict[str, str] = {}
+    last = None
+    for line in str(text or "").replace("\r\n", "\n").split("\n") + [""]:
+        if not line.strip():
+            if fields.get("Package"):
+                stanzas.append(_stanza(fields))
+            fields, last = {}, None
+        elif line[0] in " \t":
+            if last is not None:
+                fields[last] += "\n" + line.strip()
+        else:
+            found = _FIELD.match(line)
+            # Other lines (apt's "N: ..." notes have a value too, but no stanza then has a Package) are skipped.
+            last = found["field"] if found else None
+            if found:
+                fields[last] = found["value"].strip()
+    return stanzas
+
+
+def _stanza(fields: Mapping[str, str]) -> dict[str, Any]:
+    """One stanza's fields, with Description, Source and the relationship fields as apt_stanzas describes."""
+    stanza: dict[str, Any] = dict(fields)
+    # apt-cache show prints "Description-en" where the archive ships translated descriptions (Ubuntu).
+    stanza["Description"] = (fields.get("Description") or fields.get("Description-en", "")).split("\n", 1)[0]
+    # "Source: name (version)" when the binary's version differs from the source's (Debian Policy 5.6.1).
+    stanza["Source"] = (fields.get("Source") or fields["Package"]).split(" ", 1)[0]
+    for field in RELATION_FIELDS:
+        stanza[field] = apt_relations(fields.get(field, ""))
+    return stanza
+
+
+# A Debian version (Debian Policy 5.6.12): [epoch:]upstream_version[-debian_revision].
+_DEB_VERSION = re.compile(r"^(?:(?P<epoch>[0-9]+):)?(?P<upstream>[0-9][A-Za-z0-9.+~:-]*?)"
+                          r"(?:-(?P<revision>[A-Za-z0-9.+~]+))?$")
+
+
+def _deb_version(version: Any) -> tuple[int, str, str]:
+    """(epoch, upstream, revision) of a Debian version; a clear error for anything else."""
+    found = _DEB_VERSION.match(str(version if version is not None else "").strip())
+    if found is None:
+        raise AnsibleFilterError(f"debian_version_compare: not a Debian version: {version!r}")
+    return int(found["epoch"] or 0), found["upstream"], found["revision"] or ""
+
+
+def _order(char: str) -> int:
+    """dpkg's weight of one character of a non-digit run (lib/dpkg/version.c, order())."""
+    if char == "~":
+        return -1
+    if not char or char.isdigit():
+        return 0
+    if char.isascii() and char.isalpha():
+        return ord(char)
+    return ord(char) + 256
+
+
+def _verrevcmp(left: str, right: str) -> int:
+    """dpkg's comparison of two upstream versions or two revisions (lib/dpkg/version.c, verrevcmp())."""
+    i = j = 0
+    while i < len(left) or j < len(right):
+        while (i < len(left) and not left[i].isdigit()) or (j < len(right) and not right[j].isdigit()):
+            a = _order(left[i]) if i < len(left) and not left[i].isdigit() else 0
+            b = _order(right[j]) if j < len(right) and not right[j].isdigit() else 0
+            if a != b:
+                return a - b
+            i, j = i + 1, j + 1
+        start_i, start_j = i, j
+        while i < len(left) and left[i].isdigit():
+            i += 1
+        while j < len(right) and right[j].isdigit():
+            j += 1
+        a_num, b_num = int(left[start_i:i] or 0), int(right[start_j:j] or 0)
+        if a_num != b_num:
+            return a_num - b_num
+    return 0
+
+
+def debian_version_compare(left: Any, right: Any) -> int:
+    """-1, 0 or 1 as Debian version ``left`` sorts before, equal to or after ``right`` (dpkg --compare-versions)."""
+    a, b = _deb_version(left), _deb_version(right)
+    result = (a[0] - b[0]) or _verrevcmp(a[1], b[1]) or _verrevcmp(a[2], b[2])
+    return (result > 0) - (result < 0)
+
+
+def upstream_version(version: Any) -> str:
+    """The upstream part of a Debian version, epoch and revision dropped (535.309.01 of 535.309.01-0ubuntu0.22.04.2)."""
+    return _deb_version(version)[1]
+
+
+def newest_build(versions: Any, branch: Any) -> str:
+    """The newest of ``versions`` (strings or stanzas with a Version) of driver branch ``branch``; "" when none is."""
+    newest = ""
+    for item in versions or []:
+        version = str(item.get("Version", "") if isinstance(item, Mapping) else item).strip()
+        if not version or upstream_version(version).split(".")[0] != str(branch):
+            continue
+        if not newest or debian_version_compare(version, newest) > 0:
+            newest = version
+    return newest
+
+
+_KERNEL_VERSION = re.compile(r"^[0-9]+\.[0-9]+(?:\.[0-9]+)*$")
+
+
+def package_branch(name: Any) -> str:
+    """The driver branch a package name carries ("580" of libnvidia-extra-580-server), "" for none."""
+    text = str(name or "").strip()
+    if "nvidia" not in text and not text.startswith("cuda-drivers"):
+        return ""
+    parts = text.split("-")
+    for index, part in enumerate(parts):
+        if re.fullmatch(r"[0-9]{3}", part) and not (index and _KERNEL_VERSION.match(parts[index - 1])):
+            return part
+    return ""
+
+
+def _branch_of_version(version: Any) -> str:
+    """The branch (first upstream component) of a version; "" when it is no Debian version."""
+    try:
+        return upstream_version(version).split(".")[0]
+    except AnsibleFilterError:
+        return ""
+
+
+def foreign_branches(stanzas: Any, branch: Any) -> list[dict[str, str]]:
+    """``{package, version, depends_on, branch}`` of what in the stanzas is another branch's (see the module)."""
+    wanted = str(branch)
+    records: list[dict[str, str]] = []
+    for stanza in apt_stanzas(stanzas) if isinstance(stanzas, str) else list(stanzas or []):
+        package, version = str(stanza.get("Package", "")), str(stanza.get("Version", ""))
+        own = _branch_of_version(version)
+        # The kernel's packages (linux-modules-nvidia-535-server-generic) carry the kernel's version.
+        if package_branch(package) == wanted and own and own != wanted and not package.startswith("linux-"):
+            records.append({"package": package, "version": version, "depends_on": "", "branch": own})
+        for field in ("Pre-Depends", "Depends"):
+            groups = stanza.get(field) or []
+            for group in apt_relations(groups) if isinstance(groups, str) else groups:
+                names = [str(alternative["name"]) for alternative in group]
+                branches = [package_branch(name) for name in names]
+                if all(other and other != wanted for other in branches):
+                    records.extend({"package": package, "version": version, "depends_on": name, "branch": other}
+                                   for name, other in zip(names, branches))
+    return [dict(items) for items in dict.fromkeys(tuple(record.items()) for record in records)]
+
+
+# uname -r of an Ubuntu kernel: <version>-<ABI>-<flavour> (5.15.0-91-generic, 6.8.0-1015-nvidia-64k).
+_UBUNTU_KERNEL = re.compile(r"^[0-9]+\.[0-9]+\.[0-9]+-[0-9]+-(?P<flavour>[a-z][a-z0-9.-]*)$")
+_KERNEL_COMMON = re.compile(r"^nvidia-kernel-common-[0-9]{3}(?:-server)?$")
+
+
+def signed_module_packages(kernels: Any, branch: Any, flavours: Any = None, server: bool = True) -> list[str]:
+    """Per-kernel ``linux-modules-nvidia-<branch>[-server]-<uname -r>`` packages, then the flavour metapackages."""
+    prefix = f"linux-modules-nvidia-{branch}{'-server' if server else ''}-"
+    releases = [kernels] if isinstance(kernels, str) else list(kernels or [])
+    names = [prefix + str(release).strip() for release in releases]
+    if flavours is None:
+        found = [_UBUNTU_KERNEL.match(str(release).strip()) for release in releases]
+        if not all(found):
+            raise AnsibleFilterError(f"signed_module_packages: no Ubuntu kernel flavour in {releases!r}")
+        flavours = [match["flavour"] for match in found if match]
+    for flavour in [flavours] if isinstance(flavours, str) else list(flavours):
+        text = str(flavour).strip()
+        names.append(prefix + (text[len("linux-"):] if text.startswith("linux-") else text))
+    return list(dict.fromkeys(names))
+
+
+def signed_module_version(stanza: Any) -> str:
+    """The NVIDIA version a linux-modules-nvidia-* stanza's Depends on nvidia-kernel-common-<branch> names, or ""."""
+    if isinstance(stanza, str):
+        stanzas = apt_stanzas(stanza)
+        stanza = stanzas[0] if stanzas else {}
+    groups = (stanza or {}).get("Depends") or []
+    for group in apt_relations(groups) if isinstance(groups, str) else groups:
+        for alternative in group:
+            if _KERNEL_COMMON.match(str(alternative["name"])) and alternative["relation"] in ("=", ">="):
+                return str(alternative["version"])
+    return ""
+
+
+def module_version_matches(module: Any, userspace_version: Any) -> bool:
+    """Whether a signed module (a stanza, or its version) has the upstream version of ``userspace_version``."""
+    stanza = not isinstance(module, str) or re.match(r"\s*Package:", module) is not None
+    version = signed_module_version(module) if stanza else module.strip()
+    if not version or not str(userspace_version or "").strip():
+        return False
+    return upstream_version(version) == upstream_version(userspace_version)
+
+
 class FilterModule:
     """gpufleet.fleet filters."""
 
     def filters(self) -> dict[str, Any]:
-        return {"as_list": as_list, "as_dict": as_dict, "apt_policy": apt_policy,
-                "dcgm_exporter_release": dcgm_exporter_release, "dkms_status": dkms_status,
-                "failed_checks": failed_checks, "per_message": per_message, "rejection": rejection,
+        return {"as_list": as_list, "as_dict": as_dict, "apt_policy": apt_policy, "apt_stanzas": apt_stanzas,
+                "dcgm_exporter_release": dcgm_exporter_release, "debian_version_compare": debian_version_compare,
+                "dkms_status": dkms_status, "failed_checks": failed_checks, "foreign_branches": foreign_branches,
+                "module_version_matches": module_version_matches, "newest_build": newest_build,
+                "package_branch": package_branch, "per_message": per_message, "rejection": rejection,
+                "signed_module_packages": signed_module_packages, "signed_module_version": signed_module_version,
                 "unknown_settings": unknown_settings}
