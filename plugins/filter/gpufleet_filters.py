@@ -187,6 +187,29 @@ def failed_checks(checks: Sequence[Mapping[str, Any]]) -> list[str]:
     return failed
 
 
+_SECTION = re.compile(r"^\[([a-z_]+)\]$")
+
+
+def sections(output: Any) -> dict[str, list[str]]:
+    """A probe's output split at its ``[name]`` lines: {name: [the lines below it]}.
+
+    One remote command then answers several questions (preflight's probe), and
+    each answer keeps the shape of its own command's stdout_lines.
+    """
+    lines = output.splitlines() if isinstance(output, str) else list(output or [])
+    found: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in lines:
+        match = _SECTION.match(line.strip())
+        if match:
+            current = found.setdefault(match[1], [])
+        elif current is not None:
+            current.append(line)
+        elif line.strip():
+            raise AnsibleFilterError(f"sections: a line before the first [name] line: {line!r}")
+    return found
+
+
 # Words users reach for that a role calls otherwise (cuda_version: cuda_release).
 SYNONYMS = {"version": "release", "versions": "releases"}
 
@@ -510,5 +533,5 @@ class FilterModule:
                 "dkms_status": dkms_status, "failed_checks": failed_checks, "foreign_branches": foreign_branches,
                 "module_version_matches": module_version_matches, "newest_build": newest_build,
                 "package_branch": package_branch, "per_message": per_message, "rejection": rejection,
-                "signed_module_packages": signed_module_packages, "signed_module_version": signed_module_version,
+                "sections": sections, "signed_module_packages": signed_module_packages, "signed_module_version": signed_module_version,
                 "unknown_settings": unknown_settings}

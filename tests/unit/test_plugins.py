@@ -949,3 +949,19 @@ def test_the_driver_build_filters_are_registered():
                  "signed_module_packages", "signed_module_version", "module_version_matches",
                  "apt_policy", "dkms_status", "per_message"):
         assert callable(registered[name]), name
+
+
+# --- sections ----------------------------------------------------------------
+
+def test_sections_splits_a_probe_at_its_name_lines():
+    output = "[pci]\n0x10de 0x0302 0x2330 0000:18:00.0\n[df]\nFilesystem 1-blocks\n/dev/x 1 2 3 4% /\n[nouveau]\nfalse\n[empty]\n"
+    assert filters.sections(output) == {"pci": ["0x10de 0x0302 0x2330 0000:18:00.0"],
+                                        "df": ["Filesystem 1-blocks", "/dev/x 1 2 3 4% /"],
+                                        "nouveau": ["false"], "empty": []}
+    assert filters.sections(["[a]", "1"]) == {"a": ["1"]}
+    assert filters.sections("") == {}
+
+
+def test_sections_refuses_output_before_the_first_name():
+    with pytest.raises(AnsibleFilterError, match="a line before the first"):
+        filters.sections("stray\n[pci]\n")

@@ -98,3 +98,58 @@ def test_an_os_without_a_default_looks_for_no_certificate():
     assert "unsupported operating system Rocky 9" in outcome.failure
     assert ("(`mokutil --import` the certificate DKMS signs with, named in preflight_mok_certificate, reboot"
             in outcome.failure)
+
+
+# --------------------------------------------------------------------------- the one host probe
+
+PROBE = role_run.role_task("preflight", "probe.yml", "Read the PCI devices, the free space")
+KEEP = role_run.role_task("preflight", "probe.yml", "Keep each answer of the probe")
+
+
+def _probe_script(disk_path: str, require_headers: bool) -> str:
+    """The probe's shell script as the role renders it (Ansible's Jinja: trim_blocks, the quote filter)."""
+    import shlex
+
+    import jinja2
+
+    environment = jinja2.Environment(trim_blocks=True, undefined=jinja2.StrictUndefined)
+    environment.filters["quote"] = lambda value: shlex.quote(str(value))
+    environment.filters["bool"] = bool
+    return environment.from_string(PROBE["ansible.builtin.shell"]).render(
+        preflight_disk_path=disk_path, preflight_require_kernel_headers=require_headers,
+        preflight_kernel_release="0.0.0-gpufleet-test",
+        __preflight_secure_boot_efivar="/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c")
+
+
+def _run_probe(disk_path: str, require_headers: bool) -> Any:
+    import subprocess
+
+    return subprocess.run(["/bin/bash", "-c", _probe_script(disk_path, require_headers)],
+                          capture_output=True, text=True, check=False)
+
+
+@pytest.mark.parametrize("require_headers", [True, False])
+def test_the_probe_answers_each_question_in_the_shape_of_its_own_command(tmp_path, require_headers):
+    """The probe runs for real here (bash, /sys, df, dpkg-query) and each answer is kept as the five commands
+    it replaced registered theirs, which is what check.yml reads (one round trip per host: issue 17)."""
+    result = _run_probe(str(tmp_path), require_headers)
+    assert result.returncode == 0, result.stderr
+    host = role_run.Host("probed", FAKE_FACTS["debian12"], {"__preflight_probe": {"stdout": result.stdout}})
+    outcome = role_run.run([host], [KEEP], after=[role_run.capture(role_run.names(
+        "__preflight_pci", "__preflight_df", "__preflight_secure_boot", "__preflight_nouveau",
+        "__preflight_headers_installed"))])["probed"]
+    assert outcome.failure is None
+    assert all(len(line.split()) == 4 and line.startswith("0x") for line in outcome["__preflight_pci"]["stdout_lines"])
+    df = outcome["__preflight_df"]["stdout_lines"]
+    assert df[0].startswith("Filesystem") and df[-1].split()[3].isdigit()
+    assert outcome["__preflight_secure_boot"]["stdout"] in ("bios", "disabled", "enabled")
+    assert outcome["__preflight_nouveau"]["stat"]["exists"] in (True, False)
+    # Not installed (no such kernel) reads as not installed; not asked for, nothing.
+    assert "install ok installed" not in outcome["__preflight_headers_installed"]["stdout"]
+    assert ("[headers]" in result.stdout) is require_headers
+
+
+def test_a_missing_disk_path_fails_the_probe_naming_it(tmp_path):
+    result = _run_probe(str(tmp_path / "absent"), False)
+    assert result.returncode != 0
+    assert f"{tmp_path / 'absent'}" in result.stderr
