@@ -180,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         report = load_report(report_path, previous_report)
     except NoReport as error:
         return fail_without_report(f"{error} (ansible-runner status {outcome.status}, rc {outcome.rc})")
-    print(fleet_report.render_table(report), flush=True)  # before the stderr summary, also in a shared log
+    print(fleet_report.render_terminal(report), flush=True)  # before the stderr summary, also in a shared log
     problems = node_problems(report, outcome.stats)
     if problems:
         print(f"gpufleet_verify: {len(problems)} node{'' if len(problems) == 1 else 's'} did not pass "

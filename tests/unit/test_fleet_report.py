@@ -396,7 +396,7 @@ def test_cli_writes_three_files_and_prints_the_table(tmp_path):
         "fleet-report.json", "fleet-report.md", "fleet-report.xml"]
     report = json.loads((tmp_path / "out" / "fleet-report.json").read_text())
     assert report == fleet_report.build_report(fleet_doc())
-    assert completed.stdout == fleet_report.render_table(report) + "\n"
+    assert completed.stdout == fleet_report.render_terminal(report) + "\n"
     assert ET.parse(tmp_path / "out" / "fleet-report.xml").getroot().get("tests") == "15"
 
 
@@ -435,3 +435,46 @@ def test_node_reached_without_result_is_failed_not_unreachable():
                                               "unreachable": False})
     assert node["verdict"] == "fail" and node["reasons"] == ["the checks gave no result (rc 137): Killed"]
     assert fleet_report.build_node("node-2", {"result": None, "error": "unreachable: x", "unreachable": True})["verdict"] == "unreachable"
+
+
+# --- failures grouped by cause (issue 17) ------------------------------------------------------------
+
+def _reboot_due(host: str) -> dict[str, Any]:
+    result = failing_result(host)
+    result["reboot_required"] = True
+    return result
+
+
+def test_failures_are_grouped_by_cause_largest_group_first_every_host_named():
+    hosts: dict[str, Any] = {f"gpu-node-{i}": passing_result(f"gpu-node-{i}") for i in range(1, 101)}
+    hosts.update({"gpu-node-17": _reboot_due("gpu-node-17"), "gpu-node-63": _reboot_due("gpu-node-63"),
+                  "gpu-node-5": "unreachable: ssh: connect to host 10.0.0.5 port 22: Connection refused"})
+    report = fleet_report.build_report(document(**hosts))
+    assert fleet_report.failure_lines(report) == ["2 nodes: reboot required (gpu-node-17, gpu-node-63)",
+                                                  "1 node: unreachable (gpu-node-5)"]
+    terminal = fleet_report.render_terminal(report).splitlines()
+    assert terminal[0] == "FAIL: 100 nodes: 97 passed, 2 failed, 1 unreachable"
+    assert terminal[1:3] == ["  2 nodes: reboot required (gpu-node-17, gpu-node-63)", "  1 node: unreachable (gpu-node-5)"]
+    assert len([line for line in terminal if line.startswith("| gpu-node-")]) == 100
+    markdown = fleet_report.render_markdown(report)
+    verdict = markdown.index("**FAIL**")
+    assert verdict < markdown.index("- 2 nodes: reboot required (gpu-node-17, gpu-node-63)") < markdown.index("| Node")
+
+
+def test_a_failed_node_without_reboot_is_grouped_by_its_failed_checks():
+    report = fleet_report.build_report(fleet_doc())
+    assert fleet_report.failure_cause(node_of(report, "node-2")) == "reboot required"  # it explains the rest
+    slow = passing_result("node-4")
+    slow["verdict"] = "fail"
+    slow["checks"] = [check("gemm", "fail", 201.3, None, 494.5, "GPU 0 at 201.3 TFLOP/s, below 494.5"),
+                      check("allreduce_busbw", "fail", 10.0, None, 100.0, "below"), check("nvidia_smi", "pass")]
+    node = node_of(fleet_report.build_report(document(**{"node-4": slow})), "node-4")
+    assert fleet_report.failure_cause(node) == "failed allreduce_busbw, gemm"
+    assert fleet_report.failure_cause(node_of(report, "node-3")) == "unreachable"
+
+
+def test_a_passing_fleet_has_no_failure_lines():
+    report = fleet_report.build_report(document(**{"node-1": passing_result("node-1")}))
+    assert fleet_report.failure_lines(report) == []
+    assert fleet_report.render_terminal(report).splitlines()[:2] == ["PASS: 1 node: 1 passed, 0 failed, 0 unreachable", ""]
+    assert "\n- " not in fleet_report.render_markdown(report)

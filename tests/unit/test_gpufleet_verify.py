@@ -92,8 +92,10 @@ def test_every_node_passed_exits_0_and_prints_the_table(runner, main, capsys):
     runner.hosts = {"node-1": PASS, "node-2": PASS}
     assert main() == 0
     out, err = capsys.readouterr()
-    assert out.splitlines()[0].startswith("| Node ")
-    assert [line.split("|")[1].strip() for line in out.splitlines()[2:]] == ["node-1", "node-2"]
+    lines = out.splitlines()
+    assert lines[:2] == ["PASS: 2 nodes: 2 passed, 0 failed, 0 unreachable", ""]
+    assert lines[2].startswith("| Node ")
+    assert [line.split("|")[1].strip() for line in lines[4:]] == ["node-1", "node-2"]
     assert err == ""
 
 
@@ -102,7 +104,10 @@ def test_failed_and_unreachable_nodes_exit_1_named_on_stderr(runner, main, capsy
     runner.status, runner.rc = "failed", 2  # verify.yml fails the nodes that did not pass
     assert main() == 1
     out, err = capsys.readouterr()
-    assert len(out.splitlines()) == 5
+    # The verdict, the failed nodes grouped by cause, then the table (header, rule, 3 nodes).
+    assert out.splitlines()[:4] == ["FAIL: 3 nodes: 1 passed, 1 failed, 1 unreachable", "  1 node: failed gemm (node-2)",
+                                    "  1 node: unreachable (node-3)", ""]
+    assert len(out.splitlines()) == 9
     assert err.splitlines() == [
         f"gpufleet_verify: 2 nodes did not pass (report: {tmp_path / 'reports' / 'fleet-report.md'}):",
         "  node-2: FAIL: gemm: GPU 0 at 201.3 TFLOP/s, below 494.5",

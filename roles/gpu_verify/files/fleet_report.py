@@ -31,7 +31,10 @@ what is wrong with it. Usage::
 
 Standard library only: it runs with the controller's Ansible Python. The
 functions are importable (build_report, render_markdown, render_junit,
-write_reports); files/gpufleet_verify.py prints the table with render_table.
+write_reports); the command and files/gpufleet_verify.py print render_terminal:
+the verdict, the failed nodes grouped by cause ("2 nodes: reboot required
+(gpu-node-17, gpu-node-63)"), then one line per node. The Markdown report
+leads the same way.
 """
 
 from __future__ import annotations
@@ -228,6 +231,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         "",
         f"**{str(report.get('verdict', 'fail')).upper()}**: {summary_line(report)}",
         "",
+        *([f"- {line}" for line in failure_lines(report)] + [""] if failure_groups(report) else []),
         f"Inventory `{report.get('inventory') or MISSING}`, playbook `{report.get('playbook') or MISSING}`.",
         "",
         render_table(report),
@@ -242,6 +246,46 @@ def summary_line(report: dict[str, Any]) -> str:
     nodes = summary.get("nodes", 0)
     return (f"{nodes} node{'' if nodes == 1 else 's'}: {summary.get('passed', 0)} passed, "
             f"{summary.get('failed', 0)} failed, {summary.get('unreachable', 0)} unreachable")
+
+
+def failure_cause(node: dict[str, Any]) -> str:
+    """What a node that did not pass has, in the words shared by the nodes with the same cause.
+
+    A due reboot explains the rest (a driver/library mismatch fails more checks
+    than driver_version), so it comes before the failed checks.
+    """
+    if node.get("verdict") == "unreachable":
+        return "unreachable"
+    if node.get("reboot_required"):
+        return "reboot required"
+    failed = sorted(name for name, verdict in (node.get("checks") or {}).items() if verdict == "fail")
+    if failed:
+        return "failed " + ", ".join(failed)
+    if node.get("result") is None:
+        return "no result"
+    return "failed"
+
+
+def failure_groups(report: dict[str, Any]) -> list[tuple[str, list[str]]]:
+    """[(cause, hosts)] of the nodes that did not pass, the largest group first, hosts in inventory order."""
+    groups: dict[str, list[str]] = defaultdict(list)
+    for node in report.get("nodes", []):
+        if node.get("verdict") != "pass":
+            groups[failure_cause(node)].append(str(node.get("host", MISSING)))
+    return sorted(groups.items(), key=lambda item: (-len(item[1]), item[0]))
+
+
+def failure_lines(report: dict[str, Any]) -> list[str]:
+    """'2 nodes: reboot required (gpu-node-17, gpu-node-63)': one line per cause, every host named."""
+    return [f"{len(hosts)} node{'' if len(hosts) == 1 else 's'}: {cause} ({', '.join(hosts)})"
+            for cause, hosts in failure_groups(report)]
+
+
+def render_terminal(report: dict[str, Any]) -> str:
+    """What a terminal shows: the verdict, the failures grouped by cause, then one line per node."""
+    lines = [f"{str(report.get('verdict', 'fail')).upper()}: {summary_line(report)}"]
+    lines += [f"  {line}" for line in failure_lines(report)]
+    return "\n".join(lines + ["", render_table(report)])
 
 
 def render_table(report: dict[str, Any]) -> str:
@@ -440,7 +484,7 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as error:
         print(f"fleet_report.py: cannot write the report in {args.out_dir}: {error}", file=sys.stderr)
         return 1
-    print(render_table(report))
+    print(render_terminal(report))
     return 0
 
 
