@@ -46,10 +46,10 @@ CASES = [
                  "smoke_training_rendezvous_port '80' is not a TCP port (1024-65535)", id="privileged-rendezvous-port"),
     # Types and choices: the roles' argument specs, applied by play 1 (their message).
     pytest.param({"pytorch_require_gpu": "perhaps"},
-                 "pytorch settings rejected on gpufleet-e2e-fresh (argument spec): argument 'pytorch_require_gpu' is of type str"
+                 "pytorch settings rejected on {host} (argument spec): argument 'pytorch_require_gpu' is of type str"
                  " and we were unable to convert to bool", id="spec-bool"),
     pytest.param({"cuda_compile_check": "perhaps"},
-                 "cuda settings rejected on gpufleet-e2e-fresh (argument spec): argument 'cuda_compile_check' is of type str",
+                 "cuda settings rejected on {host} (argument spec): argument 'cuda_compile_check' is of type str",
                  id="spec-bool-cuda"),
     pytest.param({"gpu_verify_gemm_min_fraction": "most"},
                  "argument 'gpu_verify_gemm_min_fraction' is of type str and we were unable to convert to float", id="spec-float"),
@@ -57,8 +57,8 @@ CASES = [
                  "argument 'smoke_training_steps' is of type str and we were unable to convert to int", id="spec-int"),
     # A setting no role has: refused, naming the one meant.
     pytest.param({"cuda_version": "12.4"},
-                 "inventory settings rejected on gpufleet-e2e-fresh: [1] cuda_version is not a setting of role cuda"
-                 " (did you mean cuda_release?)", id="unknown-setting-extra-var"),
+                 "inventory settings rejected on {host}: [1] cuda_version is not a setting of role cuda"
+                 " (did you mean cuda_release?)", id="unknown-setting"),
 ]
 
 
@@ -76,30 +76,78 @@ SOURCE_CASES = [
 ]
 
 
+def alias(case_id: str) -> str:
+    return f"bad-{case_id}"
+
+
+@pytest.fixture(scope="module")
+def bad_input_run(tmp_path_factory, fresh_node):
+    """Every case of SOURCE_CASES and CASES in one site.yml run: each case is an inventory name of its own for
+    the never-provisioned node (its settings as host variables), so that play 1 judges them side by side as it
+    judges a fleet's hosts, one ansible-playbook run instead of one per case (the CI budget, issue 12). The
+    -e path of the settings is test_unknown_setting_given_with_e below and the other tests of this file."""
+    hosts = yaml.safe_load((fresh_node.inventory / "hosts.yml").read_text())
+    group = hosts["all"]["children"]["gpu_nodes"]
+    node = group["hosts"][fresh_node.name]
+    group["hosts"] = {alias(case.id): {**node, **case.values[0]} for case in SOURCE_CASES + CASES}
+    inventory = tmp_path_factory.mktemp("inv-bad-input")
+    (inventory / "group_vars").symlink_to(LAB_INVENTORY / "group_vars")
+    (inventory / "hosts.yml").write_text(yaml.safe_dump(hosts))
+    before = fresh_node.state()
+    # Every name is the same sshd: at most 8 connections at once, below its MaxStartups (10 unauthenticated
+    # connections; more are reset at random, "kex_exchange_identification: Connection reset by peer").
+    run = run_playbook(tmp_path_factory.mktemp("bad-input"), "site.yml", inventory, envvars={"ANSIBLE_FORKS": "8"})
+    after = fresh_node.state()
+    return run, before, after
+
+
+def stopped_before_any_change(run, before, after, host, expected):
+    """The run stopped this host with the expected message, said once, and nothing on the node changed."""
+    assert run.status == "failed"
+    assert host in run.failures(), sorted(run.failures())
+    expected = expected.format(host=host)
+    messages = run.failures()[host]
+    assert expected in " ".join(messages), messages
+    # Said once: by the task that stopped the role, not again by the host's final stop (issue 16, item 21).
+    assert sum(expected in message for message in messages) == 1, messages
+    assert run.changed_tasks() == {}
+    assert after == before
+
+
 def stops_before_any_change(tmp_path, node, extravars, expected):
-    """site.yml with these settings fails on the node with the expected message, and nothing on it changed."""
+    """site.yml with these settings (-e) fails on the node with the expected message, and nothing on it changed."""
     before = node.state()
     run = run_playbook(tmp_path, "site.yml", node.inventory, extravars=extravars)
-    assert run.status == "failed"
-    messages = " ".join(run.failures().get(node.name, []))
-    assert expected in messages, messages
-    # Said once: by the task that stopped the role, not again by the host's final stop (issue 16, item 21).
-    assert sum(expected in message for message in run.failures()[node.name]) == 1, run.failures()[node.name]
-    assert run.changed_tasks() == {}
-    assert node.state() == before
+    stopped_before_any_change(run, before, node.state(), node.name, expected)
     return run
 
 
 @pytest.mark.parametrize("extravars, expected", SOURCE_CASES)
-def test_a_dead_download_source_stops_play_1(tmp_path, fresh_node, extravars, expected):
-    run = stops_before_any_change(tmp_path, fresh_node, extravars, expected)
-    plays = {ev["event_data"].get("play") for ev in run.events if ev.get("event") == "runner_on_failed"}
+def test_a_dead_download_source_stops_play_1(request, bad_input_run, extravars, expected):
+    run, before, after = bad_input_run
+    host = alias(request.node.callspec.id)
+    stopped_before_any_change(run, before, after, host, expected)
+    plays = {ev["event_data"].get("play") for ev in run.events
+             if ev.get("event") == "runner_on_failed" and ev["event_data"]["host"] == host}
     assert plays == {"Check hosts and settings (read-only)"}, plays
 
 
 @pytest.mark.parametrize("extravars, expected", CASES)
-def test_bad_input_stops_before_any_change(tmp_path, fresh_node, extravars, expected):
-    stops_before_any_change(tmp_path, fresh_node, extravars, expected)
+def test_bad_input_stops_before_any_change(request, bad_input_run, extravars, expected):
+    run, before, after = bad_input_run
+    stopped_before_any_change(run, before, after, alias(request.node.callspec.id), expected)
+
+
+def test_every_case_stopped_and_no_other_host(bad_input_run):
+    run, _, _ = bad_input_run
+    assert set(run.failures()) == {alias(case.id) for case in SOURCE_CASES + CASES}
+
+
+def test_unknown_setting_given_with_e(tmp_path, fresh_node):
+    """A setting no role has, given with -e (extra vars outrank the inventory): refused, naming the one meant."""
+    stops_before_any_change(tmp_path, fresh_node, {"cuda_version": "12.4"},
+                            "inventory settings rejected on {host}: [1] cuda_version is not a setting of role cuda"
+                            " (did you mean cuda_release?)")
 
 
 # The playbooks' own settings (roles/gpufleet) and the inventory itself:
