@@ -269,12 +269,16 @@ def _bool_settings() -> list[str]:
     return names
 
 
-def _what_ran(run) -> list[tuple]:
-    """(host, task, outcome) of every task result, in order: the behaviour of the run."""
+def _what_ran(run) -> dict[str, list[tuple]]:
+    """{host: [(task, outcome), ...] in order}: the behaviour of the run. Per host, since the order of the
+    results of one task on several hosts (play 0 runs on localhost and the node) is the forks' race."""
     outcome = {"runner_on_ok": "ok", "runner_on_skipped": "skipped", "runner_on_failed": "failed",
                "runner_on_unreachable": "unreachable"}
-    return [(ev["event_data"]["host"], ev["event_data"].get("task"), outcome[ev["event"]])
-            for ev in run.events if ev.get("event") in outcome]
+    ran: dict[str, list[tuple]] = {}
+    for ev in run.events:
+        if ev.get("event") in outcome:
+            ran.setdefault(ev["event_data"]["host"], []).append((ev["event_data"].get("task"), outcome[ev["event"]]))
+    return ran
 
 
 def test_string_booleans_behave_as_false(tmp_path, fresh_node):
