@@ -403,3 +403,32 @@ RENDERED.declare("debian12", **UNCONFINED)
 for _overrides, _ in [({}, None), ({"slurm_proctrack_type": "proctrack/linuxproc", "slurm_task_plugins": ["task/affinity"]}, None),
                       *BAD_SETTINGS]:
     VALIDATED.declare(**_overrides)
+
+
+def test_nodes_outside_the_run_are_described_from_their_registered_facts_when_one_did_not_answer():
+    """A run limited to the controller: the nodes' facts are gathered delegated, and one node does not answer.
+    Ansible then keeps none of the task's delegated facts (the task's result is unreachable), so the nodes are
+    described from the registered results, and the silent node keeps its line (issue 16, item 14: found by the
+    e2e run limited to the head, one node and two unreachable ones)."""
+    ghost = "gpu-ghost"
+    registered = {"results": [{"item": name, "ansible_facts": {**FAKE_FACTS["debian12"], **node_facts(name)}}
+                              for name in NODES] + [{"item": ghost, "unreachable": True, "msg": "No route to host"}],
+                  "changed": False}
+    controller = role_run.Host(CONTROLLER, {**FAKE_FACTS["debian12"], **node_facts(CONTROLLER, 16)},
+                               {"__slurm_other_facts": registered,
+                                "__slurm_other_gpus": {"results": [{"item": name, "stdout": "8"} for name in NODES]},
+                                "__slurm_current_conf": {"skipped": True, "changed": False}}, ("slurm_controller",),
+                               play="limited")
+    # What hostvars holds for them: no facts of this run (a stale host name shows if they were read).
+    nodes = [role_run.Host(name, {**FAKE_FACTS["debian12"], **node_facts("stale-" + name)},
+                           {"ansible_host": f"10.0.0.{i + 11}", "__slurm_cgroup_fs": CGROUP_V1,
+                            "__slurm_apt_policy": {"stdout": POLICY["debian12"]}}, ("gpu_nodes",), targeted=False)
+             for i, name in enumerate(NODES)]
+    silent = role_run.Host(ghost, FAKE_FACTS["debian12"], {"ansible_host": "10.0.0.99"}, ("gpu_nodes",), targeted=False)
+    outcome = role_run.run([controller, *nodes, silent], [role_run.import_role("slurm"), *DESCRIBE], [role_run.capture(
+        {"slurm.conf.j2": role_run.template("slurm", "slurm.conf.j2"), **role_run.names("__slurm_silent")})])[CONTROLLER]
+    assert outcome.failure is None, outcome.failure
+    assert outcome["__slurm_silent"] == [ghost]
+    described = [line for line in conf(outcome["slurm.conf.j2"]) if "NodeName" in line]
+    assert [line["NodeName"] for line in described] == NODES
+    assert all(line["CPUs"] == "128" and line["Gres"] == "gpu:8" for line in described)
