@@ -187,6 +187,22 @@ def failed_checks(checks: Sequence[Mapping[str, Any]]) -> list[str]:
     return failed
 
 
+def delegated_facts(results: Any) -> dict[str, dict[str, Any]]:
+    """{host: facts} from the registered results of a looped, delegated ``setup`` (one item per host).
+
+    The facts as hostvars would hold them: setup names them ``ansible_<fact>``,
+    and Ansible stores them without the prefix. Items without facts (a host
+    that did not answer) are left out.
+    """
+    found: dict[str, dict[str, Any]] = {}
+    for result in as_list(results):
+        facts = result.get("ansible_facts") if isinstance(result, Mapping) else None
+        if isinstance(facts, Mapping) and "item" in result:
+            found[str(result["item"])] = {(key[len("ansible_"):] if key.startswith("ansible_") else key): value
+                                          for key, value in facts.items()}
+    return found
+
+
 _SECTION = re.compile(r"^\[([a-z_]+)\]$")
 
 
@@ -530,7 +546,7 @@ class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {"as_list": as_list, "as_dict": as_dict, "apt_policy": apt_policy, "apt_stanzas": apt_stanzas,
                 "dcgm_exporter_release": dcgm_exporter_release, "debian_version_compare": debian_version_compare,
-                "dkms_status": dkms_status, "failed_checks": failed_checks, "foreign_branches": foreign_branches,
+                "delegated_facts": delegated_facts, "dkms_status": dkms_status, "failed_checks": failed_checks, "foreign_branches": foreign_branches,
                 "module_version_matches": module_version_matches, "newest_build": newest_build,
                 "package_branch": package_branch, "per_message": per_message, "rejection": rejection,
                 "sections": sections, "signed_module_packages": signed_module_packages, "signed_module_version": signed_module_version,

@@ -965,3 +965,15 @@ def test_sections_splits_a_probe_at_its_name_lines():
 def test_sections_refuses_output_before_the_first_name():
     with pytest.raises(AnsibleFilterError, match="a line before the first"):
         filters.sections("stray\n[pci]\n")
+
+
+# --- delegated_facts -----------------------------------------------------------
+
+def test_delegated_facts_are_named_as_hostvars_names_them_and_silent_hosts_left_out():
+    results = [{"item": "node-2", "ansible_facts": {"ansible_hostname": "node-2", "ansible_processor_vcpus": 64,
+                                                    "discovered_interpreter_python": "/usr/bin/python3"}},
+               {"item": "ghost", "unreachable": True, "msg": "No route to host"},
+               {"item": "node-3", "skipped": True}]
+    assert filters.delegated_facts(results) == {"node-2": {"hostname": "node-2", "processor_vcpus": 64,
+                                                           "discovered_interpreter_python": "/usr/bin/python3"}}
+    assert filters.delegated_facts([]) == {} and filters.delegated_facts(None) == {}

@@ -411,7 +411,9 @@ def test_nodes_outside_the_run_are_described_from_their_registered_facts_when_on
     described from the registered results, and the silent node keeps its line (issue 16, item 14: found by the
     e2e run limited to the head, one node and two unreachable ones)."""
     ghost = "gpu-ghost"
-    registered = {"results": [{"item": name, "ansible_facts": {**FAKE_FACTS["debian12"], **node_facts(name)}}
+    # As setup registers them: each fact named ansible_<fact>.
+    registered = {"results": [{"item": name, "ansible_facts": {f"ansible_{key}": value for key, value in
+                                                               {**FAKE_FACTS["debian12"], **node_facts(name)}.items()}}
                               for name in NODES] + [{"item": ghost, "unreachable": True, "msg": "No route to host"}],
                   "changed": False}
     controller = role_run.Host(CONTROLLER, {**FAKE_FACTS["debian12"], **node_facts(CONTROLLER, 16)},
