@@ -21,6 +21,10 @@ the new figures, and so is the committed record of the last rehearsal
 whether the run was within it.
 
   tests/stages.py                  run every stage (make test)
+  tests/stages.py --tier slow      the slow tier (make test-slow): the lab, the
+                                   e2e converge, then every e2e test marked
+                                   ``@pytest.mark.slow`` (those ``make test``
+                                   leaves out); its record is docs/slow-tier-run.json
   tests/stages.py --only e2e       run the stages whose name starts with e2e
   tests/stages.py --list           print the stage names
   tests/stages.py --record         also copy the table to docs/ci-rehearsal.json
@@ -31,6 +35,7 @@ whether the run was within it.
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import os
 import shutil
@@ -46,7 +51,9 @@ BUDGET_S = 45 * 60  # the suite's budget on the build machine (2 cores, 24 GiB);
 COLD_BUDGET_S = 70 * 60  # the same on a machine whose download cache is empty (it never built the lab)
 REPORTS = REPO / "reports"
 RECORD = REPO / "docs" / "ci-rehearsal.json"
+SLOW_RECORD = REPO / "docs" / "slow-tier-run.json"
 E2E_CONVERGE = "tests/e2e/test_site.py"
+SLOW = "slow"  # the pytest mark of the slow tier (tests/e2e/conftest.py registers it)
 
 
 @dataclass
@@ -67,17 +74,56 @@ def e2e_modules() -> list:
     return sorted(p.name for p in (REPO / "tests" / "e2e").glob("test_*.py"))
 
 
-def plan() -> list:
+def _is_slow_mark(node: ast.expr) -> bool:
+    """``pytest.mark.slow`` (or a call of it)."""
+    node = node.func if isinstance(node, ast.Call) else node
+    return (isinstance(node, ast.Attribute) and node.attr == SLOW and isinstance(node.value, ast.Attribute)
+            and node.value.attr == "mark")
+
+
+def e2e_tests() -> dict:
+    """{module file name: {test function name: True when marked slow}}, read from the source (no import,
+    no lab): a module-wide ``pytestmark = pytest.mark.slow`` marks every test of the module."""
+    out = {}
+    for name in e2e_modules():
+        tree = ast.parse((REPO / "tests" / "e2e" / name).read_text())
+        module_slow = any(isinstance(n, ast.Assign) and any(getattr(t, "id", "") == "pytestmark" for t in n.targets)
+                          and any(_is_slow_mark(v) for v in (n.value.elts if isinstance(n.value, ast.List)
+                                                              else [n.value]))
+                          for n in tree.body)
+        out[name] = {n.name: module_slow or any(_is_slow_mark(d) for d in n.decorator_list)
+                     for n in tree.body if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")}
+    return out
+
+
+def slow_tests() -> list:
+    """The slow tier's tests, as ``module::test`` (module without .py)."""
+    return [f"{m.removesuffix('.py')}::{t}" for m, tests in e2e_tests().items() for t, slow in tests.items() if slow]
+
+
+def suite_modules() -> list:
+    """The e2e modules with at least one test in ``make test`` (not all of it slow)."""
+    return [m for m, tests in e2e_tests().items() if not all(tests.values())]
+
+
+def plan(tier: str = "suite") -> list:
+    """The stages of ``make test`` (tier suite) or of ``make test-slow`` (tier slow)."""
     bin_dir = Path(sys.executable).parent
     make = ["make", "--no-print-directory"]
+    pytest = [str(bin_dir / "pytest"), "-q", "-p", "no:cacheprovider"]
+    converge = Stage("e2e converge", [*pytest, E2E_CONVERGE], junit="reports/e2e-converge.xml")
+    if tier == "slow":
+        # The slow tests start from a converged lab, as they do after the suite's converge.
+        modules = sorted({f"tests/e2e/{t.split('::')[0]}.py" for t in slow_tests()})
+        return [Stage("lab", [*make, "lab"]), converge,
+                Stage("e2e slow", [*pytest, "-m", SLOW, *modules], junit="reports/e2e-slow.xml")]
     stages = [Stage(name, [*make, name]) for name in ("lint", "unit", "payload", "lab")]
     for scenario in molecule_scenarios():
         stages.append(Stage(f"molecule {scenario}",
                             [str(bin_dir / "molecule"), "-c", "molecule/shared/base.yml", "test", "-s", scenario]))
-    pytest = [str(bin_dir / "pytest"), "-q", "-p", "no:cacheprovider"]
-    stages.append(Stage("e2e converge", [*pytest, E2E_CONVERGE], junit="reports/e2e-converge.xml"))
-    others = [f"tests/e2e/{m}" for m in e2e_modules() if f"tests/e2e/{m}" != E2E_CONVERGE]
-    stages.append(Stage("e2e modules", [*pytest, *others], junit="reports/e2e-modules.xml"))
+    stages.append(converge)
+    others = [f"tests/e2e/{m}" for m in suite_modules() if f"tests/e2e/{m}" != E2E_CONVERGE]
+    stages.append(Stage("e2e modules", [*pytest, "-m", f"not {SLOW}", *others], junit="reports/e2e-modules.xml"))
     return stages
 
 
@@ -135,14 +181,20 @@ def table(run: dict, previous: dict, record: dict) -> str:
             for test, tsecs, outcome in tests:
                 rows.append(f"| &nbsp;&nbsp;&nbsp;&nbsp;{test} | {outcome} | {minutes(tsecs)} | | |")
     total = run["total_s"]
-    verdict = "within" if total <= run["budget_s"] else "OVER"
+    verdict = _verdict(run)
     rows.append(f"| **total** | {run['status']} | **{minutes(total)}** | {minutes(previous.get('total_s'))} | "
                 f"{minutes(record.get('total_s'))} |")
     rows.append("")
-    rows.append(f"{verdict} the budget of {minutes(run['budget_s'])} "
+    rows.append(f"{verdict} "
                 f"({run['host']}, {run['cores']} cores, download cache {run.get('download_cache', '?')}, "
                 f"started {run['started']}, CI={run['ci']})")
     return "\n".join(rows) + "\n"
+
+
+def _verdict(run: dict) -> str:
+    if run.get("tier") == "slow":
+        return "the slow tier: outside the suite's budget (docs/testing.md)"
+    return f"{'within' if run['total_s'] <= run['budget_s'] else 'OVER'} the budget of {minutes(run['budget_s'])}"
 
 
 def terminal_table(run: dict) -> str:
@@ -155,26 +207,27 @@ def terminal_table(run: dict) -> str:
                 lines.append(f"  {module:<{width - 2}} {'':<8} {minutes(secs):>8}")
             for test, tsecs, outcome in tests:
                 lines.append(f"    {test[:width - 4]:<{width - 4}} {outcome:<8} {minutes(tsecs):>8}")
-    verdict = "within" if run["total_s"] <= run["budget_s"] else "OVER"
     lines.append(f"{'total':<{width}} {run['status']:<8} {minutes(run['total_s']):>8}")
-    lines.append(f"{verdict} the budget of {minutes(run['budget_s'])} (download cache {run['download_cache']})")
+    lines.append(f"{_verdict(run)} (download cache {run['download_cache']})")
     return "\n".join(lines)
 
 
 def write_reports(run: dict, record_too: bool) -> Path:
     """Writes the table; a partial run (--only) under its own name. Returns the Markdown file."""
     REPORTS.mkdir(exist_ok=True)
-    stem = "ci-stages" + (f"-{run['only'].replace(' ', '-')}" if run["only"] else "")
+    slow = run.get("tier") == "slow"
+    stem = "ci-stages" + ("-slow" if slow else "") + (f"-{run['only'].replace(' ', '-')}" if run["only"] else "")
+    record = SLOW_RECORD if slow else RECORD
     current = REPORTS / f"{stem}.json"
     previous = load(current)
     if previous:
         shutil.copyfile(current, REPORTS / f"{stem}.previous.json")
     current.write_text(json.dumps(run, indent=1) + "\n")
     markdown = REPORTS / f"{stem}.md"
-    markdown.write_text(table(run, previous, load(RECORD)))
+    markdown.write_text(table(run, previous, load(record)))
     if record_too and not run["only"]:
-        RECORD.parent.mkdir(exist_ok=True)
-        RECORD.write_text(json.dumps(run, indent=1) + "\n")
+        record.parent.mkdir(exist_ok=True)
+        record.write_text(json.dumps(run, indent=1) + "\n")
     return markdown
 
 
@@ -191,9 +244,12 @@ def main(argv: list | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", default="", help="run only the stages whose name starts with this")
     parser.add_argument("--list", action="store_true", help="print the stage names and exit")
-    parser.add_argument("--record", action="store_true", help="also write the table to docs/ci-rehearsal.json")
+    parser.add_argument("--tier", choices=("suite", "slow"), default="suite",
+                        help="suite: make test (the default); slow: make test-slow")
+    parser.add_argument("--record", action="store_true",
+                        help="also write the table to docs/ci-rehearsal.json (the slow tier: docs/slow-tier-run.json)")
     args = parser.parse_args(argv)
-    stages = [s for s in plan() if s.name.startswith(args.only)]
+    stages = [s for s in plan(args.tier) if s.name.startswith(args.only)]
     if args.list:
         print("\n".join(s.name for s in stages))
         return 0
@@ -228,6 +284,7 @@ def main(argv: list | None = None) -> int:
         "total_s": round(time.time() - started, 1),
         "status": "passed" if rc == 0 else "failed",
         "only": args.only,
+        "tier": args.tier,
         "stages": [asdict(s) for s in stages],
     }
     markdown = write_reports(run, args.record or os.environ.get("STAGES_RECORD") == "1")

@@ -22,6 +22,11 @@ NODE_IMAGE = "localhost/gpufleet-node:current"
 LAB_NETWORK = "gpufleet-lab"
 
 
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "slow: the slow tier (make test-slow, docs/testing.md); make test deselects it")
+
+
 def podman(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     return subprocess.run(["podman", *args], check=check, capture_output=True, text=True)
 

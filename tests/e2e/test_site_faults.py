@@ -94,6 +94,7 @@ def fault_node(tmp_path_factory, lab_hosts):
     podman("rm", "-f", node.name, check=False)
 
 
+@pytest.mark.slow
 def test_mirror_stopping_mid_install_is_retried_then_named(tmp_path, fault_node):
     stop_mirror = OnTaskStart(DRIVER_DOWNLOAD_TASK, fault_node.name,
                               lambda: podman("exec", MIRROR, "systemctl", "stop", "nginx"))
@@ -117,6 +118,7 @@ def test_mirror_stopping_mid_install_is_retried_then_named(tmp_path, fault_node)
     assert seconds < 600
 
 
+@pytest.mark.slow
 def test_interrupted_dpkg_is_finished_by_the_next_run(tmp_path, fault_node):
     def kill_dpkg():
         STATE["dpkg"] = when_dpkg_unpacks(fault_node.name, lambda pid: podman("exec", fault_node.name, "kill", "-9", pid))
@@ -145,6 +147,7 @@ def test_interrupted_dpkg_is_finished_by_the_next_run(tmp_path, fault_node):
     assert DRIVER_PACKAGES_TASK in rerun.changed_tasks().get(fault_node.name, [])
 
 
+@pytest.mark.slow
 def test_node_killed_mid_converge_is_completed_by_a_rerun(tmp_path, fault_node):
     rerun = STATE.get("rerun")
     assert rerun is not None, "the previous test did not get that far"
@@ -168,6 +171,7 @@ def test_node_killed_mid_converge_is_completed_by_a_rerun(tmp_path, fault_node):
     assert torch == "2.13.0+cpu"
 
 
+@pytest.mark.slow
 def test_rank_killed_mid_smoke_fails_in_bounded_time_naming_it(tmp_path, lab_hosts):
     victim = lab_hosts[1]
     worker = ("for p in $(pgrep -f '[p]ayload/train.py'); do tr '\\0' ' ' < /proc/$p/cmdline | grep -q torchrun"

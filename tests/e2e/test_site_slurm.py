@@ -10,6 +10,7 @@ import json
 import subprocess
 import time
 
+import pytest
 import yaml
 
 from conftest import LAB_INVENTORY, podman, run_playbook
@@ -96,6 +97,7 @@ def test_munge_key_never_in_ansible_output(tmp_path, lab_hosts):
     assert sinfo()[node] == "idle"
 
 
+@pytest.mark.slow
 def test_unreachable_hosts_do_not_stop_the_others(tmp_path, lab_hosts):
     """site.yml with Slurm on and two extra GPU nodes that cannot be reached (one name that does not resolve,
     one address that does not answer): they are named, and every play still runs for the healthy hosts,

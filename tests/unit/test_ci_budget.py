@@ -56,9 +56,53 @@ def test_last_rehearsal_covers_every_stage_of_today(record):
     assert [s["name"] for s in record["stages"]] == [s.name for s in stages.plan()], (
         "the stages changed since the last rehearsal: rehearse again and record it")
     modules = {m for s in record["stages"] if s["name"].startswith("e2e") for m, _secs, _tests in s["detail"]}
-    assert modules == {m.removesuffix(".py") for m in stages.e2e_modules()}, (
+    assert modules == {m.removesuffix(".py") for m in stages.suite_modules()}, (
         "the e2e modules changed since the last rehearsal: rehearse again and record it")
     assert all(s["status"] == "passed" and s["seconds"] is not None for s in record["stages"])
+    ran = {f"{m}::{t.split('[')[0]}" for s in record["stages"] for m, _secs, tests in s["detail"] for t, *_ in tests}
+    assert not ran & set(stages.slow_tests()), "a slow test ran in the suite: the rehearsal is of another tree"
+
+
+@pytest.fixture(scope="module")
+def slow_record() -> dict:
+    path = stages.SLOW_RECORD
+    assert path.exists(), f"{path} is missing: run `STAGES_RECORD=1 make test-slow` and commit it"
+    return json.loads(path.read_text())
+
+
+def test_last_slow_tier_run_passed_and_ran_every_slow_test_of_today(slow_record):
+    """The tests taken out of make test still run: the last recorded slow tier passed, ran every test that
+    is marked slow today, and nothing else than the converge before them."""
+    assert slow_record["tier"] == "slow" and slow_record["status"] == "passed" and not slow_record["only"]
+    assert [s["name"] for s in slow_record["stages"]] == [s.name for s in stages.plan("slow")]
+    slow = next(s for s in slow_record["stages"] if s["name"] == "e2e slow")
+    ran = {f"{m}::{t.split('[')[0]}": outcome for m, _secs, tests in slow["detail"] for t, _s, outcome in tests}
+    assert set(ran) == set(stages.slow_tests()), (
+        "the slow tests changed since the last slow-tier run: run `STAGES_RECORD=1 make test-slow` again")
+    assert set(ran.values()) == {"passed"}, ran
+
+
+def test_the_slow_tier_is_listed_in_the_testing_docs():
+    """docs/testing.md names every slow test, so that nothing leaves make test silently."""
+    text = (REPO / "docs" / "testing.md").read_text()
+    missing = [t for t in stages.slow_tests() if t.split("::")[1] not in text]
+    assert stages.slow_tests() and not missing, missing
+
+
+def test_slow_marks_are_read_from_the_source(tmp_path, monkeypatch):
+    e2e = tmp_path / "tests" / "e2e"
+    e2e.mkdir(parents=True)
+    (e2e / "test_a.py").write_text("import pytest\n\n@pytest.mark.slow\ndef test_long(): pass\n\n"
+                                   "@pytest.mark.parametrize('x', [1])\ndef test_short(x): pass\n")
+    (e2e / "test_b.py").write_text("import pytest\npytestmark = [pytest.mark.slow]\n\ndef test_one(): pass\n")
+    (e2e / "test_c.py").write_text("def test_plain(): pass\ndef helper(): pass\n")
+    monkeypatch.setattr(stages, "REPO", tmp_path)
+    assert stages.slow_tests() == ["test_a::test_long", "test_b::test_one"]
+    assert stages.suite_modules() == ["test_a.py", "test_c.py"]
+    suite, slow = stages.plan("suite"), stages.plan("slow")
+    assert suite[-1].argv[-4:] == ["-m", "not slow", "tests/e2e/test_a.py", "tests/e2e/test_c.py"]
+    assert [s.name for s in slow] == ["lab", "e2e converge", "e2e slow"]
+    assert slow[-1].argv[-4:] == ["-m", "slow", "tests/e2e/test_a.py", "tests/e2e/test_b.py"]
 
 
 def run_of(total: float, detail=None) -> dict:
@@ -77,6 +121,8 @@ def test_table_shows_stages_modules_tests_and_the_comparison():
     assert "test_a | passed | 1:05 |" in md
     assert "| **total** | passed | **33:20** | 35:00 | - |" in md
     assert "within the budget of 45:00" in md
+    slow = {**run_of(4000.0), "tier": "slow"}
+    assert "the slow tier: outside the suite's budget" in stages.table(slow, previous={}, record={})
 
 
 def test_table_says_over_budget():
