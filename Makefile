@@ -6,6 +6,7 @@
 #   make test-slow  the slow tier (docs/testing.md), not in make test
 #   make verify re-verify the lab nodes (read-only; report in reports/verify)
 #   make bench  provisioning benchmark on the lab (figures only; about an hour)
+#   make ee     the execution environment image for AWX / AAP job templates (docs/scale.md)
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 VENV := $(CURDIR)/.venv
@@ -18,7 +19,7 @@ export PATH := $(BIN):$(PATH)
 GPUFLEET_LAB_CACHE ?= /var/cache/gpufleet-lab
 export GPUFLEET_LAB_CACHE
 
-.PHONY: run verify bench lab lab-destroy lab-clean cache-clean host-deps venv torch lint unit payload payload-build molecule e2e test test-slow docs
+.PHONY: run verify bench lab lab-destroy lab-clean cache-clean host-deps venv torch lint unit payload payload-build molecule e2e test test-slow docs ee-collection ee-context ee
 
 run: lab
 	$(BIN)/ansible-playbook site.yml -i tests/lab/inventory
@@ -98,6 +99,25 @@ payload-build:
 # docs/roles.md, the role reference, from roles/*/meta/argument_specs.yml (tests/role_reference.py).
 docs: venv
 	$(BIN)/python tests/role_reference.py
+
+# The execution environment (execution-environment.yml; docs/scale.md): the
+# collection tarball built from this clone into ee/, then ansible-builder.
+# ee-context writes the build context only; ee builds the image (podman or
+# EE_RUNTIME=docker; the base image and the collections are fetched then).
+EE_RUNTIME ?= podman
+EE_TAG ?= gpufleet-ee:$(shell sed -n 's/^version: *//p' galaxy.yml)
+EE_CONTEXT := .cache/ee/context
+ee-collection: venv
+	rm -rf .cache/ee/collection
+	$(BIN)/ansible-galaxy collection build --output-path .cache/ee/collection .
+	cp .cache/ee/collection/gpufleet-fleet-*.tar.gz ee/gpufleet-fleet.tar.gz
+
+ee-context: ee-collection
+	$(BIN)/ansible-builder create --file execution-environment.yml --context $(EE_CONTEXT)
+
+ee: ee-collection
+	$(BIN)/ansible-builder build --file execution-environment.yml --context $(EE_CONTEXT) \
+	  --container-runtime $(EE_RUNTIME) --tag $(EE_TAG)
 
 # Stage by stage, each timed: lint, unit, payload, lab, each molecule
 # scenario, the e2e converge, the other e2e modules; the first failure stops.
