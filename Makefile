@@ -11,7 +11,8 @@ SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 VENV := $(CURDIR)/.venv
 BIN := $(VENV)/bin
-LAB_NODES ?= 3
+# LAB_NODES=<n> make lab: another number of lab GPU nodes (tests/lab/vars/lab.yml).
+LAB_NODES ?=
 export CONTAINERS_CONF := $(CURDIR)/tests/lab/files/containers.conf
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(BIN):$(PATH)
@@ -51,7 +52,7 @@ $(VENV)/.installed: requirements/dev.txt | host-deps
 	touch $@
 
 lab: host-deps venv
-	$(BIN)/ansible-playbook tests/lab/lab.yml -e lab_nodes=$(LAB_NODES)
+	$(BIN)/ansible-playbook tests/lab/lab.yml $(if $(LAB_NODES),-e lab_nodes=$(LAB_NODES))
 
 lab-destroy: venv
 	$(BIN)/ansible-playbook tests/lab/lab-destroy.yml
