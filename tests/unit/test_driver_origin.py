@@ -1,0 +1,145 @@
+"""The driver's pin by origin as well as by version (issue 14, finding 3), read by apt itself.
+
+Once the cuda role adds NVIDIA's CUDA repository, packages such as
+nvidia-fabricmanager-535 and libnvidia-nscq-535 exist in two origins, and a
+pin by version only (535.261.03-*) lets apt take the higher version string of
+the two: NVIDIA's 535.261.03-1 sorts above Canonical's
+535.261.03-0ubuntu0.22.04.1. The roles write, before the version records, one
+record per other repository at priority -1: apt gives a version the first
+record that matches it, so no build of the other repository can win. These
+tests render the driver's pin (roles/apt_source/templates/pin.pref.j2 for
+roles/nvidia_driver's inputs) and ask apt, in a scratch state with two local
+repositories whose Release files carry the published Origin and Label, which
+version it would install.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import declare_driver
+from test_driver_rendering import parse_deb822, pin_text, trial_found, version_stanzas
+
+VERSION = "535.261.03"
+# NVIDIA's own apt pin for its CUDA repository names the repository by its Release Label "NVIDIA CUDA"
+# (developer.download.nvidia.com/compute/cuda/repos/ubuntu2204/x86_64/cuda-ubuntu2204.pin).
+NVIDIA_RELEASE = {"Origin": "NVIDIA", "Label": "NVIDIA CUDA"}
+# Canonical's archive: Release Origin and Label Ubuntu (archive.ubuntu.com/ubuntu/dists/jammy-updates/Release).
+UBUNTU_RELEASE = {"Origin": "Ubuntu", "Label": "Ubuntu", "Suite": "jammy-updates"}
+# NVIDIA's ubuntu2204 repository builds the driver's packages -0ubuntu1 and Fabric Manager, NSCQ and cuda-drivers
+# -1 (its package index, as installs from it pin them: libnvidia-compute-535=535.183.01-0ubuntu1,
+# cuda-drivers-535=535.183.01-1, nvidia-fabricmanager-535=535.183.01-1, libnvidia-nscq-535=535.183.01-1).
+NVIDIA_PACKAGES = {
+    "nvidia-headless-535": [f"{VERSION}-0ubuntu1", "535.274.02-0ubuntu1"],
+    "nvidia-utils-535": [f"{VERSION}-0ubuntu1", "535.274.02-0ubuntu1"],
+    "nvidia-fabricmanager-535": [f"{VERSION}-1", "535.274.02-1"],
+    "libnvidia-nscq-535": [f"{VERSION}-1", "535.274.02-1"],
+}
+# Canonical's jammy builds -0ubuntu0.22.04.N, nvidia-fabricmanager-535 too (its own fabric-manager-535 source;
+# e.g. nvidia-fabricmanager-535=535.129.03-0ubuntu0.22.04.1 from jammy-updates; packages.ubuntu.com).
+UBUNTU_PACKAGES = {
+    "nvidia-headless-535-server": [f"{VERSION}-0ubuntu0.22.04.1"],
+    "nvidia-utils-535-server": [f"{VERSION}-0ubuntu0.22.04.1"],
+    "nvidia-fabricmanager-535": [f"{VERSION}-0ubuntu0.22.04.1"],
+    "libnvidia-nscq-535": [f"{VERSION}-0ubuntu0.22.04.1"],
+    "nvidia-utils-535": [f"{VERSION}-0ubuntu0.22.04.1"],
+}
+
+# The build the trial found (a record of its exact version string first), or none (a converged host whose index
+# no longer offers it: the version pattern alone).
+CASES = [("ubuntu2204", "ubuntu", f"{VERSION}-0ubuntu0.22.04.1"), ("ubuntu2204", "nvidia", f"{VERSION}-0ubuntu1"),
+         ("ubuntu2204", "ubuntu", ""), ("ubuntu2204", "nvidia", "")]
+CASE_IDS = [f"{source}-{'build' if build else 'pattern'}" for _, source, build in CASES]
+for _host, _source, _build in CASES:
+    declare_driver(_host, _source, preflight={"nvswitch_count": 4}, **(trial_found(_build) if _build else {}))
+    declare_driver(_host, _source)
+declare_driver("debian12", "debian_nonfree")
+declare_driver("debian12", "nvidia")
+
+
+def _apt(tool: str) -> str:
+    path = shutil.which(tool)
+    if path is None:
+        pytest.skip(f"{tool} is not installed on this controller")
+    return path
+
+
+def _repository(directory: Path, release: dict[str, str], packages: dict[str, list[str]]) -> None:
+    """A flat repository: its Release file's fields and a Packages index of the given versions."""
+    directory.mkdir()
+    (directory / "Release").write_text("".join(f"{key}: {value}\n" for key, value in release.items()) + "Architectures: amd64\n")
+    (directory / "Packages").write_text("".join(
+        f"Package: {name}\nVersion: {version}\nArchitecture: amd64\nFilename: ./{name}_{version}_amd64.deb\nSize: 1\n"
+        f"Description: {name}\n\n" for name, versions in packages.items() for version in versions))
+
+
+def apt_candidates(tmp_path: Path, preferences: str, packages: list[str]) -> dict[str, str]:
+    """{package: apt's candidate} with Canonical's and NVIDIA's repositories (as above) and these preferences."""
+    _repository(tmp_path / "ubuntu", UBUNTU_RELEASE, UBUNTU_PACKAGES)
+    _repository(tmp_path / "nvidia", NVIDIA_RELEASE, NVIDIA_PACKAGES)
+    (tmp_path / "sources.list").write_text(
+        f"deb [trusted=yes] file:{tmp_path / 'ubuntu'} ./\ndeb [trusted=yes] file:{tmp_path / 'nvidia'} ./\n")
+    (tmp_path / "pref").write_text(preferences)
+    for directory in ("empty", "lists/partial", "cache/archives/partial"):
+        (tmp_path / directory).mkdir(parents=True)
+    options = {
+        "Dir::Etc::SourceList": tmp_path / "sources.list", "Dir::Etc::SourceParts": tmp_path / "empty",
+        "Dir::Etc::Preferences": tmp_path / "pref", "Dir::Etc::PreferencesParts": tmp_path / "empty",
+        "Dir::State::Lists": tmp_path / "lists", "Dir::State::status": "/dev/null", "Dir::Cache": tmp_path / "cache",
+        "Debug::NoLocking": 1, "APT::Architecture": "amd64", "APT::Architectures": "amd64",
+        "Acquire::Languages": "none", "APT::Sandbox::User": "",
+    }
+    args = [arg for key, value in options.items() for arg in ("-o", f"{key}={value}")]
+    update = subprocess.run([_apt("apt-get"), *args, "update"], capture_output=True, text=True, check=False)
+    assert update.returncode == 0, update.stdout + update.stderr
+    policy = subprocess.run([_apt("apt-cache"), *args, "policy", *packages], capture_output=True, text=True, check=False)
+    assert policy.returncode == 0 and "E:" not in policy.stderr, policy.stderr
+    candidates, package = {}, None
+    for line in policy.stdout.splitlines():
+        if not line.startswith(" "):
+            package = line.rstrip(":")
+        elif line.strip().startswith("Candidate:"):
+            candidates[package] = line.split(":", 1)[1].strip()
+    return candidates
+
+
+@pytest.mark.parametrize(("host", "source", "competitors"), [
+    ("ubuntu2204", "ubuntu", ["release l=NVIDIA CUDA"]),
+    ("ubuntu2204", "nvidia", ["release o=Ubuntu"]),
+    ("debian12", "debian_nonfree", ["release l=NVIDIA CUDA"]),
+    # NVIDIA's Debian driver depends on Debian's glx-alternative-nvidia and nvidia-installer-cleanup (contrib).
+    ("debian12", "nvidia", []),
+])
+def test_the_other_repository_comes_first_at_priority_minus_one(driver, host, source, competitors):
+    """One record per other repository, before the version records, with the same packages, at -1."""
+    cfg = driver(host, source)
+    stanzas = parse_deb822(pin_text(cfg))
+    never = stanzas[:len(competitors)]
+    assert [s["Pin"] for s in never] == competitors
+    assert all(s["Pin-Priority"] == "-1" and s["Package"].split() == cfg["__nvidia_driver_pin_patterns"] for s in never)
+    assert [s["Pin"] for s in version_stanzas(pin_text(cfg))] == [f"version {VERSION}-*"]
+
+
+@pytest.mark.parametrize(("host", "source", "build"), CASES, ids=CASE_IDS)
+def test_apt_installs_every_pinned_package_from_the_drivers_repository(driver, host, source, build, tmp_path):
+    """With both repositories on the host, apt's candidate of each of the driver's packages is the driver source's
+    build of 535.261.03, though the other repository offers the release too (and NVIDIA's -1 sorts above
+    Canonical's -0ubuntu0.22.04.1)."""
+    cfg = driver(host, source, preflight={"nvswitch_count": 4}, **(trial_found(build) if build else {}))
+    assert cfg.failure is None
+    packages = cfg["__nvidia_driver_packages"]
+    candidates = apt_candidates(tmp_path, pin_text(cfg), packages)
+    own = UBUNTU_PACKAGES if source == "ubuntu" else NVIDIA_PACKAGES
+    assert candidates == {name: next(v for v in own[name] if v.startswith(VERSION)) for name in packages}
+
+
+def test_a_pin_by_version_alone_lets_the_other_repository_win(driver, tmp_path):
+    """The records the roles wrote before the origin pin (the version records alone) give Canonical's source
+    NVIDIA's Fabric Manager where the version pattern decides: the fault the origin records remove."""
+    cfg = driver("ubuntu2204", "ubuntu", preflight={"nvswitch_count": 4})
+    version_only = "\n\n".join("\n".join(f"{k}: {v}" for k, v in s.items()) for s in version_stanzas(pin_text(cfg)))
+    candidates = apt_candidates(tmp_path, version_only + "\n", ["nvidia-fabricmanager-535", "libnvidia-nscq-535"])
+    assert candidates == {"nvidia-fabricmanager-535": f"{VERSION}-1", "libnvidia-nscq-535": f"{VERSION}-1"}
