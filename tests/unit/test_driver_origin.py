@@ -20,7 +20,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import declare_driver
+import role_run
+from conftest import DRIVER, FAKE_FACTS, declare_driver, preflight_report
 from test_driver_rendering import parse_deb822, pin_text, trial_found, version_stanzas
 
 VERSION = "535.261.03"
@@ -143,3 +144,28 @@ def test_a_pin_by_version_alone_lets_the_other_repository_win(driver, tmp_path):
     version_only = "\n\n".join("\n".join(f"{k}: {v}" for k, v in s.items()) for s in version_stanzas(pin_text(cfg)))
     candidates = apt_candidates(tmp_path, version_only + "\n", ["nvidia-fabricmanager-535", "libnvidia-nscq-535"])
     assert candidates == {"nvidia-fabricmanager-535": f"{VERSION}-1", "libnvidia-nscq-535": f"{VERSION}-1"}
+
+
+# --------------------------------------------------------------------------- an Ubuntu 22.04 host in --check mode
+
+# conftest's driver run (validate.yml, preflight.yml, what repository.yml gives apt_source and what it renders),
+# as `ansible-playbook --check` runs it.
+CHECK = role_run.Batch(FAKE_FACTS, DRIVER._tasks, DRIVER._after + [role_run.capture({"check_mode": "{{ ansible_check_mode }}"})],
+                       check_mode=True)
+CHECK.declare("ubuntu2204", preflight_report=preflight_report(FAKE_FACTS["ubuntu2204"], nvswitch_count=8))
+
+
+def test_check_mode_on_ubuntu_2204_plans_nvidias_packages_pinned_by_origin():
+    """The default run of an Ubuntu 22.04 NVSwitch host in --check mode plans NVIDIA's ubuntu2204 repository, its
+    535 packages, and a pin that keeps Canonical's archive off them before it pins the release."""
+    cfg = CHECK.get("ubuntu2204", preflight_report=preflight_report(FAKE_FACTS["ubuntu2204"], nvswitch_count=8))
+    assert cfg.failure is None and cfg["check_mode"] is True
+    assert cfg["__nvidia_driver_source"] == "nvidia"
+    assert cfg["main_inputs"]["apt_source_url"] == "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2204/x86_64"
+    assert cfg["__nvidia_driver_packages"] == ["nvidia-headless-535", "nvidia-utils-535", "nvidia-fabricmanager-535",
+                                               "libnvidia-nscq-535"]
+    (pin,) = cfg["main_pins"]
+    never, version = parse_deb822(pin["text"])
+    assert (never["Pin"], never["Pin-Priority"]) == ("release o=Ubuntu", "-1")
+    assert (version["Pin"], version["Pin-Priority"]) == (f"version {VERSION}-*", "1001")
+    assert never["Package"] == version["Package"] == "*nvidia*-535 *nvidia*-535-* cuda-drivers-535 cuda-drivers"
