@@ -15,6 +15,7 @@ version it would install.
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 from pathlib import Path
@@ -169,3 +170,80 @@ def test_check_mode_on_ubuntu_2204_plans_nvidias_packages_pinned_by_origin():
     assert (never["Pin"], never["Pin-Priority"]) == ("release o=Ubuntu", "-1")
     assert (version["Pin"], version["Pin-Priority"]) == (f"version {VERSION}-*", "1001")
     assert never["Package"] == version["Package"] == "*nvidia*-535 *nvidia*-535-* cuda-drivers-535 cuda-drivers"
+
+
+# --------------------------------------------------------------------------- nvidia_driver_version: latest
+
+def _offered(*versions: str) -> dict:
+    """apt_source_trial as the driver's trial publishes it when asked for no version (latest, not yet resolved)."""
+    return {"apt_source_trial": {"name": "nvidia-driver", "build": "", "offered": list(versions)}}
+
+
+# Two fleets, each a play of its own (run_once resolves over the play's hosts): NVIDIA's repositories keep every
+# build (ubuntu2204 and ubuntu2004 directories; NVIDIA's -0ubuntu1 form, see NVIDIA_PACKAGES above), and one
+# Ubuntu 20.04 host whose source lacks the newest release.
+LATEST = {"nvidia_driver_version": "latest"}
+FLEET = [
+    ("ubuntu2204", _offered("535.274.02-0ubuntu1", "535.261.03-0ubuntu1", "580.95.05-0ubuntu1")),
+    ("ubuntu2204", {**_offered("535.274.02-0ubuntu1", "535.261.03-0ubuntu1"), "preflight_report": "x"}),
+    ("ubuntu2004", _offered("535.261.03-0ubuntu1", "535.247.01-0ubuntu1")),
+]
+LATEST_BATCH = role_run.Batch(FAKE_FACTS, DRIVER._tasks, DRIVER._after + [role_run.capture({
+    "fact_file": role_run.template("nvidia_driver", "nvidia_driver.fact.j2")})])
+SPLIT_BATCH = role_run.Batch(FAKE_FACTS, DRIVER._tasks, DRIVER._after)
+
+
+def _fleet_case(index: int) -> tuple[str, dict]:
+    host, settings = FLEET[index]
+    settings = {**LATEST, **settings}
+    if settings.get("preflight_report") == "x":
+        settings["preflight_report"] = preflight_report(FAKE_FACTS[host], nvswitch_count=8)
+    return host, settings
+
+
+for _index in range(len(FLEET)):
+    LATEST_BATCH.declare(_fleet_case(_index)[0], **_fleet_case(_index)[1])
+SPLIT_BATCH.declare("ubuntu2204", **LATEST, **_offered("535.274.02-0ubuntu1"))
+SPLIT_BATCH.declare("ubuntu2004", **LATEST, **_offered("535.261.03-0ubuntu1"), nvidia_driver_source="ubuntu")
+
+
+def test_latest_resolves_one_release_for_the_whole_play():
+    """latest is the newest 535 release every host of the play is offered: 535.261.03, though two hosts are offered
+    535.274.02 (and one 580.95.05, another branch); each host pins it, with its own source's version string first."""
+    outcomes = [LATEST_BATCH.get(host, **settings) for host, settings in map(_fleet_case, range(len(FLEET)))]
+    for cfg in outcomes:
+        assert cfg.failure is None
+        assert (cfg["__nvidia_driver_latest"], cfg["__nvidia_driver_version"]) == (VERSION, VERSION)
+        assert cfg["__nvidia_driver_latest_build"] == f"{VERSION}-0ubuntu1"
+        (pin,) = cfg["main_inputs"]["apt_source_pins"]
+        assert (pin["version"], pin["build"]) == (f"{VERSION}-*", f"{VERSION}-0ubuntu1")
+        # The fact file records what was asked for and the release it became (the fleet report reads both).
+        fact = json.loads(subprocess.run(["sh", "-c", cfg["fact_file"]], capture_output=True, text=True, check=True).stdout)
+        assert (fact["requested_version"], fact["pinned_version"]) == ("latest", VERSION)
+    assert outcomes[1]["__nvidia_driver_packages"][-2:] == ["nvidia-fabricmanager-535", "libnvidia-nscq-535"]
+
+
+def test_latest_stops_the_play_when_the_hosts_share_no_release():
+    """One host offered only 535.274.02, the other only 535.261.03: no release for the fleet, each host stopped,
+    before any change, with what its source offers."""
+    cfg = SPLIT_BATCH.get("ubuntu2204", **LATEST, **_offered("535.274.02-0ubuntu1"))
+    assert "nvidia_driver_version latest: no release of branch 535 is offered" in cfg.failure
+    assert "offered here at 535.274.02-0ubuntu1" in cfg.failure and "nothing has been changed" in cfg.failed_task
+
+
+def test_an_exact_version_and_empty_are_as_before(driver):
+    """An exact version is used as given and empty is the matrix's default release: neither resolves anything."""
+    assert driver("ubuntu2204", "ubuntu", nvidia_driver_version="535.247.01")["__nvidia_driver_version"] == "535.247.01"
+    cfg = driver("ubuntu2204")
+    assert cfg["__nvidia_driver_version"] == VERSION and "__nvidia_driver_latest" not in cfg
+
+
+CUDA_CHECK = role_run.Batch(FAKE_FACTS, [role_run.import_role("cuda", "validate")])
+CUDA_CHECK.declare("ubuntu2204", **LATEST, nvidia_driver_branch="535")
+
+
+def test_the_cuda_check_reads_latest_as_the_branchs_default_release():
+    """Play 1's CUDA check runs before the release is resolved: it checks the branch's default release, named so."""
+    cfg = CUDA_CHECK.get("ubuntu2204", **LATEST, nvidia_driver_branch="535")
+    assert cfg.failure is None
+    assert (cfg["__cuda_driver"], cfg["__cuda_driver_source"]) == (VERSION, "nvidia_driver_branch 535 (its default release)")
