@@ -247,3 +247,80 @@ def test_the_cuda_check_reads_latest_as_the_branchs_default_release():
     cfg = CUDA_CHECK.get("ubuntu2204", **LATEST, nvidia_driver_branch="535")
     assert cfg.failure is None
     assert (cfg["__cuda_driver"], cfg["__cuda_driver_source"]) == (VERSION, "nvidia_driver_branch 535 (its default release)")
+
+
+# --------------------------------------------------------------------------- another branch in the build
+
+# https://packages.ubuntu.com/noble-updates/libnvidia-extra-535-server: 535.309.01-0ubuntu0.24.04.2, the transitional
+# build after R535's end of life ("dep: libnvidia-extra-580-server"; the stanza the filter tests in test_plugins.py
+# carry). The jammy packages of nvidia-graphics-drivers-535-server have the same form (issue 14 finding 1).
+TRANSITIONAL = {"Package": "libnvidia-extra-535-server", "Version": "535.309.01-0ubuntu0.24.04.2",
+                "Depends": [[{"name": "libnvidia-extra-580-server", "relation": "", "version": ""}]]}
+# https://packages.ubuntu.com/ca/noble-updates/libnvidia-extra-535-server: 535.309.01-0ubuntu0.24.04.1, the build
+# before it, a real 535 library ("dep: libc6 (>= 2.34)").
+GENUINE = {"Package": "libnvidia-extra-535-server", "Version": "535.309.01-0ubuntu0.24.04.1",
+           "Depends": [[{"name": "libc6", "relation": ">=", "version": "2.34"}]]}
+FULL_SERVER = {"nvidia_driver_headless": False, "nvidia_driver_version": "535.309.01"}
+
+
+def _trial_with(*stanzas: dict) -> dict:
+    return {"apt_source_trial": {"name": "nvidia-driver", "build": stanzas[0]["Version"], "offered": [],
+                                 "stanzas": list(stanzas)}}
+
+
+declare_driver("ubuntu2204", "ubuntu", **FULL_SERVER, **_trial_with(TRANSITIONAL))
+declare_driver("ubuntu2204", "ubuntu", **FULL_SERVER, **_trial_with(GENUINE))
+declare_driver("ubuntu2204", "ubuntu", nvidia_driver_headless=False, **_trial_with(TRANSITIONAL))
+
+
+def test_play_1_refuses_a_build_that_depends_on_another_branch(driver):
+    """Canonical's transitional 535-server build: refused before any change, naming the package and the branch.
+
+    The trial publishes the stanzas of the named packages (here nvidia-driver-535-server); the stanza is the one
+    published for the same source's library, which the filter tests carry: the refusal reads whatever stanza of the
+    release the trial gives."""
+    cfg = driver("ubuntu2204", "ubuntu", **FULL_SERVER, **_trial_with(TRANSITIONAL))
+    assert "nothing has been changed" in cfg.failed_task
+    assert ("libnvidia-extra-535-server 535.309.01-0ubuntu0.24.04.2 depends on libnvidia-extra-580-server of branch 580"
+            in cfg.failure)
+    assert "builds release 535.309.01 of branch 535 with packages of another branch" in cfg.failure
+
+
+def test_a_genuine_build_and_another_release_pass(driver):
+    """The build before (a real 535 library) passes; so does a run for another release (its stanzas are not read)."""
+    assert driver("ubuntu2204", "ubuntu", **FULL_SERVER, **_trial_with(GENUINE)).failure is None
+    assert driver("ubuntu2204", "ubuntu", nvidia_driver_headless=False, **_trial_with(TRANSITIONAL)).failure is None
+
+
+def test_the_trial_reads_the_stanzas_of_the_drivers_named_packages(driver):
+    """preflight.yml asks the trial for the stanzas of the packages that carry the driver version."""
+    cfg = driver("ubuntu2204", "ubuntu", **FULL_SERVER, **_trial_with(GENUINE))
+    assert cfg["trial_inputs"]["apt_source_show_packages"] == ["nvidia-driver-535-server"]
+
+
+def test_the_trial_script_prints_the_stanzas_of_the_version_asked_for(tmp_path):
+    """roles/apt_source/files/apt-repository-trial.sh against a local repository: the madison lines of the package,
+    then, below "[stanzas]", the stanzas of the packages to show at the version asked for only, Depends included."""
+    ftparchive = _apt("apt-ftparchive")
+    if not hasattr(__import__("os"), "geteuid") or __import__("os").geteuid() != 0:
+        pytest.skip("apt's scratch update runs as root (APT::Sandbox::User=root)")
+    repo = tmp_path / "nvidia"
+    _repository(repo, {}, {"nvidia-utils-535": [f"{VERSION}-0ubuntu1", "535.274.02-0ubuntu1"]})
+    with (repo / "Packages").open("a") as packages:
+        packages.write(f"Package: libnvidia-extra-535\nVersion: {VERSION}-0ubuntu1\nArchitecture: amd64\n"
+                       "Depends: libnvidia-extra-580\nFilename: ./e.deb\nSize: 1\nDescription: e\n\n")
+    release = subprocess.run([ftparchive, "-o", "APT::FTPArchive::Release::Label=NVIDIA CUDA", "release", str(repo)],
+                             capture_output=True, text=True, check=True).stdout
+    (repo / "Release").write_text(release)
+    script = Path(__file__).resolve().parents[2] / "roles/apt_source/files/apt-repository-trial.sh"
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "TRIAL_SOURCES": f"Types: deb\nURIs: file:{repo}\nSuites: ./\nTrusted: yes\n",
+           "TRIAL_PACKAGE": "nvidia-utils-535", "TRIAL_OWN_FILE": "/etc/apt/sources.list.d/gpufleet-test.sources",
+           "TRIAL_SHOW": "nvidia-utils-535 libnvidia-extra-535", "TRIAL_SHOW_VERSION": VERSION}
+    result = subprocess.run(["bash", str(script)], capture_output=True, text=True, env=env, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    madison, _, shown = result.stdout.partition("[stanzas]\n")
+    assert [line.split("|")[1].strip() for line in madison.splitlines()] == ["535.274.02-0ubuntu1", f"{VERSION}-0ubuntu1"]
+    stanzas = parse_deb822(shown)
+    assert [(s["Package"], s["Version"]) for s in stanzas] == [("nvidia-utils-535", f"{VERSION}-0ubuntu1"),
+                                                               ("libnvidia-extra-535", f"{VERSION}-0ubuntu1")]
+    assert stanzas[1]["Depends"] == "libnvidia-extra-580"
