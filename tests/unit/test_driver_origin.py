@@ -16,6 +16,7 @@ version it would install.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -324,3 +325,66 @@ def test_the_trial_script_prints_the_stanzas_of_the_version_asked_for(tmp_path):
     assert [(s["Package"], s["Version"]) for s in stanzas] == [("nvidia-utils-535", f"{VERSION}-0ubuntu1"),
                                                                ("libnvidia-extra-535", f"{VERSION}-0ubuntu1")]
     assert stanzas[1]["Depends"] == "libnvidia-extra-580"
+
+
+# --------------------------------------------------------------------------- Secure Boot: Canonical's signed modules
+
+
+def _signed(host: str, **settings) -> dict:
+    report = preflight_report(FAKE_FACTS[host], secure_boot="enabled", driver_module_source="signed",
+                              kernel_release="5.15.0-91-generic")
+    return {"nvidia_driver_source": "ubuntu", "preflight_report": report, **settings}
+
+
+declare_driver("ubuntu2204", **_signed("ubuntu2204"))
+declare_driver("ubuntu2204", **_signed("ubuntu2204", nvidia_driver_signed_flavours=["generic-hwe-22.04"]))
+
+
+def test_signed_modules_come_with_the_flavour_metapackage(driver):
+    """The per-kernel package and the flavour metapackage (which brings the module of every later kernel of the
+    flavour; names as test_plugins.py cites them from packages.ubuntu.com); the metapackage carries the kernel's
+    version, so it is neither moved to the driver's version nor held nor kept from unattended-upgrades."""
+    cfg = driver("ubuntu2204", **_signed("ubuntu2204"))
+    assert cfg.failure is None
+    assert cfg["__nvidia_driver_packages"] == [
+        "nvidia-headless-no-dkms-535-server", "nvidia-utils-535-server", "linux-modules-nvidia-535-server-5.15.0-91-generic",
+        "linux-modules-nvidia-535-server-generic"]
+    assert "linux-modules-nvidia-535-server-generic" not in cfg["__nvidia_driver_versioned_packages"]
+    assert "linux-modules-nvidia-535-server-5.15.0-91-generic" in cfg["__nvidia_driver_versioned_packages"]
+    blacklist = cfg["__nvidia_driver_upgrade_blacklist"]
+    assert any(re.match(e, "linux-modules-nvidia-535-server-5.15.0-91-generic") for e in blacklist)
+    assert not any(re.match(e, "linux-modules-nvidia-535-server-generic") for e in blacklist)
+    hwe = driver("ubuntu2204", **_signed("ubuntu2204", nvidia_driver_signed_flavours=["generic-hwe-22.04"]))
+    assert hwe["__nvidia_driver_packages"][-1] == "linux-modules-nvidia-535-server-generic-hwe-22.04"
+
+
+# The check before a reboot, run as a copy of its task after the role's validate.yml and preflight.yml, with what
+# the dpkg-query probe before it registered given as a host variable.
+REBOOT_CHECK = role_run.Batch(FAKE_FACTS, DRIVER._tasks + [
+    role_run.role_task("nvidia_driver", "reboot.yml", "Stop when the signed module is not the userspace release")])
+
+
+def _module_stanza(version: str) -> str:
+    # The form Canonical publishes for a flavour module package (test_plugins.py: linux-modules-nvidia-595-server-nvidia,
+    # linux-modules-nvidia-390-generic-5.15): the kernel's version, the release in Depends on nvidia-kernel-common.
+    return ("Package: linux-modules-nvidia-535-server-generic\nVersion: 5.15.0-91.101+1\n"
+            f"Depends: linux-modules-nvidia-535-server-5.15.0-91-generic (= 5.15.0-91.101+1), "
+            f"nvidia-kernel-common-535-server (>= {version})\n\n"
+            "Package: linux-modules-nvidia-535-server-5.15.0-91-generic\nVersion: 5.15.0-91.101+1\n"
+            "Depends: debconf (>= 0.5) | debconf-2.0, linux-image-5.15.0-91-generic\n\n")
+
+
+@pytest.mark.parametrize(("module", "installed", "stops"), [
+    ("535.309.01", "535.261.03", True), ("535.261.03", "535.261.03", False), ("", "535.261.03", False)],
+    ids=["other-release", "same-release", "release-unknown"])
+def test_a_signed_module_of_another_release_stops_before_the_reboot(module, installed, stops):
+    stdout = _module_stanza(module) if module else _module_stanza("0").split("\n\n", 1)[1]
+    settings = {**_signed("ubuntu2204"), "nvidia_driver_installed_version": installed,
+                "__nvidia_driver_signed_module": {"rc": 0, "stdout": stdout}}
+    cfg = REBOOT_CHECK.get("ubuntu2204", **settings)
+    if not stops:
+        assert cfg.failure is None
+        return
+    assert cfg.failed_task == "Stop when the signed module is not the userspace release (before any reboot)"
+    assert ("the signed module of kernel 5.15.0-91-generic is NVIDIA 535.309.01 (linux-modules-nvidia-535-server-generic"
+            " 5.15.0-91.101+1), but the userspace driver is 535.261.03") in cfg.failure

@@ -659,7 +659,9 @@ def test_versioned_packages_are_the_pinned_driver_packages(driver, host, source,
     cfg = driver(host, source, **overrides)
     packages = cfg["__nvidia_driver_packages"]
     selected = cfg["__nvidia_driver_versioned_packages"]
-    assert selected == [p for p in packages if pinned(p, cfg["__nvidia_driver_pin_patterns"])]
+    # Secure Boot's flavour metapackage (linux-modules-nvidia-535-server-generic) carries the kernel's version.
+    flavours = cfg.facts.get("__nvidia_driver_signed_flavour_packages", [])
+    assert selected == [p for p in packages if pinned(p, cfg["__nvidia_driver_pin_patterns"]) and p not in flavours]
     carrying = COMPUTE_PACKAGES[_family(host, source)] + DESKTOP_PACKAGES[_family(host, source)]
     assert [p for p in packages if p in carrying and p not in selected] == []
     assert cfg["__nvidia_driver_version_package"] in selected or cfg["__nvidia_driver_version_package"] not in packages
@@ -707,7 +709,10 @@ def test_unattended_upgrades_blacklist_covers_the_driver(driver, host, source, o
     cfg = driver(host, source, **overrides)
     entries = blacklist_entries(cfg["unattended-upgrades.j2"])
     family = _family(host, source)
-    assert [p for p in cfg["__nvidia_driver_packages"] + COMPUTE_PACKAGES[family] if not blacklisted(p, entries)] == []
+    # Not Secure Boot's flavour metapackage, which must move with the kernel (test_driver_origin.py).
+    flavours = cfg.facts.get("__nvidia_driver_signed_flavour_packages", [])
+    packages = [p for p in cfg["__nvidia_driver_packages"] if p not in flavours]
+    assert [p for p in packages + COMPUTE_PACKAGES[family] if not blacklisted(p, entries)] == []
     assert [p for p in NOT_DRIVER_PACKAGES if blacklisted(p, entries)] == []
 
 
