@@ -81,6 +81,15 @@
     dpkg's ordering, whose upstream version is of driver branch ``branch``
     (``535.309.01-0ubuntu0.22.04.2`` is of 535); "" when none is.
 
+``offered_per_host | gpufleet.fleet.fleet_release(branch)``
+    The newest release (upstream version: ``535.309.01``) of driver branch
+    ``branch`` that every one of the lists offers: each list holds one
+    host's offered versions (strings, or stanzas with a ``Version``), whose
+    version strings differ per OS (``-0ubuntu0.22.04.1``,
+    ``-0ubuntu0.20.04.1``) while the release is the same. "" when the lists
+    share no release of the branch, or there is no list. This is what
+    ``nvidia_driver_version: latest`` applies to the whole fleet.
+
 ``name | gpufleet.fleet.package_branch``
     The NVIDIA driver branch a package name carries: its first three-digit
     part (``580`` of ``libnvidia-extra-580-server``, ``cuda-drivers-580``,
@@ -453,6 +462,19 @@ def newest_build(versions: Any, branch: Any) -> str:
     return newest
 
 
+def fleet_release(offered_per_host: Any, branch: Any) -> str:
+    """The newest release of ``branch`` every host's offered versions have; "" when they share none."""
+    common: set[str] | None = None
+    for offered in offered_per_host or []:
+        releases = set()
+        for item in offered or []:
+            version = str(item.get("Version", "") if isinstance(item, Mapping) else item).strip()
+            if version and _branch_of_version(version) == str(branch):
+                releases.add(upstream_version(version))
+        common = releases if common is None else common & releases
+    return newest_build(sorted(common or ()), branch)
+
+
 _KERNEL_VERSION = re.compile(r"^[0-9]+\.[0-9]+(?:\.[0-9]+)*$")
 
 
@@ -546,7 +568,7 @@ class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {"as_list": as_list, "as_dict": as_dict, "apt_policy": apt_policy, "apt_stanzas": apt_stanzas,
                 "dcgm_exporter_release": dcgm_exporter_release, "debian_version_compare": debian_version_compare,
-                "delegated_facts": delegated_facts, "dkms_status": dkms_status, "failed_checks": failed_checks, "foreign_branches": foreign_branches,
+                "delegated_facts": delegated_facts, "dkms_status": dkms_status, "failed_checks": failed_checks, "fleet_release": fleet_release, "foreign_branches": foreign_branches,
                 "module_version_matches": module_version_matches, "newest_build": newest_build,
                 "package_branch": package_branch, "per_message": per_message, "rejection": rejection,
                 "sections": sections, "signed_module_packages": signed_module_packages, "signed_module_version": signed_module_version,

@@ -505,22 +505,26 @@ def _serve(connection: Any) -> None:
             connection.send(("error", traceback.format_exc()))
 
 
-def run(hosts: Iterable[Host], tasks: list[dict], after: list[dict] | None = None) -> dict[str, Outcome]:
+def run(hosts: Iterable[Host], tasks: list[dict], after: list[dict] | None = None, check_mode: bool = False) -> dict[str, Outcome]:
     """Run ``tasks`` (in a block with a rescue) and then ``after`` on every host; {host name: Outcome}.
 
+    ``check_mode``: the plays run as ``ansible-playbook --check`` runs them (the
+    play keyword ``check_mode``: ``ansible_check_mode`` is true, and a task
+    runs in check mode unless it says ``check_mode: false``).
     In the runner process when start_runner() started one, else here.
     """
     hosts = list(hosts)
     if not _server:
-        return _run_here(hosts, tasks, after)
-    _server["connection"].send((hosts, tasks, after))
+        return _run_here(hosts, tasks, after, check_mode)
+    _server["connection"].send((hosts, tasks, after, check_mode))
     status, value = _server["connection"].recv()
     if status != "ok":
         raise RuntimeError(f"the run failed in the runner process:\n{value}")
     return value
 
 
-def _run_here(hosts: list[Host], tasks: list[dict], after: list[dict] | None = None) -> dict[str, Outcome]:
+def _run_here(hosts: list[Host], tasks: list[dict], after: list[dict] | None = None,
+              check_mode: bool = False) -> dict[str, Outcome]:
     from ansible.executor.playbook_executor import PlaybookExecutor
     from ansible.inventory.manager import InventoryManager
     from ansible.plugins.loader import cache_loader
@@ -544,6 +548,7 @@ def _run_here(hosts: list[Host], tasks: list[dict], after: list[dict] | None = N
         "name": f"gpufleet unit test {play_id}",
         "hosts": f"role_run_play_{index}",
         "gather_facts": False,
+        **({"check_mode": True} if check_mode else {}),
         "tasks": [
             {"name": "Run the role", "block": tasks, "rescue": [{
                 "name": "Record the task that stopped the host",
@@ -562,6 +567,8 @@ def _run_here(hosts: list[Host], tasks: list[dict], after: list[dict] | None = N
         inventory = InventoryManager(loader=loader, sources=[str(inventory_file)])
         variables = VariableManager(loader=loader, inventory=inventory)
         variables._fact_cache = cache_loader.get("memory")
+        # ansible-playbook --check: the magic variable, which comes from the command line (context.CLIARGS), not the play.
+        variables._options_vars = {**variables._options_vars, "ansible_check_mode": check_mode}
         for host in hosts:
             variables.set_host_facts(host.name, dict(host.facts))
         # The task queue manager takes SIGINT and SIGTERM: pytest's handlers are put back after the run.
@@ -598,8 +605,10 @@ class Batch:
     mapping) and the host's settings.
     """
 
-    def __init__(self, facts: Mapping[str, Mapping[str, Any]], tasks: list[dict], after: list[dict] | None = None) -> None:
+    def __init__(self, facts: Mapping[str, Mapping[str, Any]], tasks: list[dict], after: list[dict] | None = None,
+                 check_mode: bool = False) -> None:
         self._facts = facts
+        self._check_mode = check_mode
         self._tasks = tasks
         self._after = after or []
         self._pending: dict[str, Host] = {}
@@ -624,6 +633,6 @@ class Batch:
         if key not in self._done:
             self.declare(facts, **settings)
             pending, self._pending = self._pending, {}
-            outcomes = run(pending.values(), self._tasks, self._after)
+            outcomes = run(pending.values(), self._tasks, self._after, self._check_mode)
             self._done.update({k: outcomes[host.name] for k, host in pending.items()})
         return self._done[key]

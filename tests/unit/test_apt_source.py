@@ -387,6 +387,7 @@ def trials(signed_repository, tmp_path_factory):
             "apt_source_keyring": str(root / "key.asc"), "apt_source_keyring_name": "test_repository_keyring",
             "apt_source_key_url": "", "apt_source_managed": True,
             "apt_source_package": "gpufleet-test-tool", "apt_source_version": "2.0.1", "apt_source_version_name": "test_version",
+            "apt_source_show_packages": [],
             # Where the host's copy of the source would be; none, but for the converged case.
             "__apt_source_sources_file": str(root / "absent.sources")}
     # The converged host's copy of the source: the bytes entry point main would write (the same template action).
@@ -402,6 +403,11 @@ def trials(signed_repository, tmp_path_factory):
         # A package installed here at its version, and the host's copy of the source as main writes it.
         "converged": {"apt_source_package": "apt", "apt_source_version": _installed("apt"), "__apt_source_sources_file": str(written)},
         "not-managed": {"apt_source_managed": False, "apt_source_package": "apt", "apt_source_version": "0.0.1"},
+        # The stanzas of packages to show: from the scratch trial, and from the host's apt on a converged host.
+        "stanzas": {"apt_source_show_packages": ["gpufleet-test-tool"]},
+        "stanzas-all-versions": {"apt_source_show_packages": ["gpufleet-test-tool"], "apt_source_version": ""},
+        "converged-stanzas": {"apt_source_package": "apt", "apt_source_version": _installed("apt"),
+                              "__apt_source_sources_file": str(written), "apt_source_show_packages": ["apt"]},
     }
     out = tmp_path_factory.mktemp("trials")
     inventory = out / "inventory.yml"
@@ -437,6 +443,18 @@ def test_trial_of_a_good_source(trials):
     assert fact["tried"] is True and fact["converged"] is False
     assert fact["offered"] == ["2.1.0-1", "2.0.1-1"]
     assert fact["version"] == "2.0.1" and fact["build"] == "2.0.1-1" and fact["found"] is True
+
+
+def test_trial_publishes_the_stanzas_of_the_packages_to_show(trials):
+    """apt_source_show_packages: their stanzas at the version asked for (at every version when none is), as parsed
+    records, from the scratch trial or from the host's apt on a converged host; none by default."""
+    assert trials["ok"]["fact"]["stanzas"] == []
+    (stanza,) = trials["stanzas"]["fact"]["stanzas"]
+    assert (stanza["Package"], stanza["Version"]) == ("gpufleet-test-tool", "2.0.1-1")
+    assert sorted(s["Version"] for s in trials["stanzas-all-versions"]["fact"]["stanzas"]) == ["2.0.1-1", "2.1.0-1"]
+    converged = trials["converged-stanzas"]["fact"]
+    assert converged["tried"] is False
+    assert [(s["Package"], s["Version"]) for s in converged["stanzas"]] == [("apt", _installed("apt"))]
 
 
 def test_trial_stops_when_the_version_is_not_offered(trials):

@@ -154,7 +154,7 @@ def test_the_upgrade_keeps_cuda_12_1():
 
 
 @pytest.mark.parametrize(("host", "source", "reason"), [
-    ("ubuntu2204", "", "branch 580 is not offered by source 'ubuntu' on Ubuntu (the compatibility matrix)"),
+    ("ubuntu2204", "ubuntu", "branch 580 is not offered by source 'ubuntu' on Ubuntu (the compatibility matrix)"),
     ("debian12", "nvidia", "branch 580 is not offered by source 'nvidia' on Debian (the compatibility matrix)"),
 ], ids=["ubuntu-canonical-archive", "debian"])
 def test_the_upgrade_to_580_is_refused_where_no_source_offers_it(host, source, reason):
@@ -164,5 +164,5 @@ def test_the_upgrade_to_580_is_refused_where_no_source_offers_it(host, source, r
 
 declare_driver("ubuntu2204", **UPGRADE_580)
 declare_driver("ubuntu2204", preflight={"nvswitch_count": 4}, **UPGRADE_580)
-declare_driver("ubuntu2204", **_upgrade_settings(TARGET))
+declare_driver("ubuntu2204", **_upgrade_settings(TARGET), nvidia_driver_source="ubuntu")
 declare_driver("debian12", **_upgrade_settings(TARGET), nvidia_driver_source="nvidia")

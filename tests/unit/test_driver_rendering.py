@@ -250,10 +250,18 @@ def sources_stanza(cfg) -> dict[str, str]:
     return stanzas[0]
 
 
+def version_stanzas(text: str) -> list[dict[str, str]]:
+    """The records of a rendered pin that pin versions (those after the other origins' priority -1 records)."""
+    stanzas = parse_deb822(text)
+    never = [s for s in stanzas if s["Pin-Priority"] == "-1"]
+    assert stanzas[:len(never)] == never, "the other origins' records come first (apt: the first match wins)"
+    return stanzas[len(never):]
+
+
 def pin_stanza(cfg) -> dict[str, str]:
-    """The one stanza of the driver's rendered pin (no trial ran: no build known, the version pattern alone)."""
+    """The one version stanza of the driver's rendered pin (no trial ran: no build known, the version pattern alone)."""
     assert driver_inputs(cfg)["apt_source_pins"][0]["build"] == ""
-    stanzas = parse_deb822(pin_text(cfg))
+    stanzas = version_stanzas(pin_text(cfg))
     assert len(stanzas) == 1
     return stanzas[0]
 
@@ -292,9 +300,11 @@ def test_supported_combination_passes_validation(driver, host, source):
     assert cfg["__nvidia_driver_version"] == VERSION
 
 
-@pytest.mark.parametrize(("host", "expected"), [("ubuntu2004", "ubuntu"), ("ubuntu2204", "ubuntu"), ("debian12", "debian_nonfree")])
-def test_default_source_is_the_distribution_archive(driver, host, expected):
-    """With nvidia_driver_source empty, Ubuntu uses Canonical's archive and Debian its non-free component."""
+@pytest.mark.parametrize(("host", "expected"), [("ubuntu2004", "nvidia"), ("ubuntu2204", "nvidia"), ("debian12", "debian_nonfree")])
+def test_default_source_keeps_every_build(driver, host, expected):
+    """With nvidia_driver_source empty, Ubuntu uses NVIDIA's CUDA repository, which keeps every build of every branch
+    (Canonical keeps only the newest build in a pocket: jammy-updates offers only 535.309.01-0ubuntu0.22.04.2 of
+    nvidia-utils-535-server, issue 14 finding 1), and Debian its non-free component."""
     cfg = driver(host)
     assert cfg.failure is None
     assert cfg["__nvidia_driver_source"] == expected
@@ -600,7 +610,7 @@ def test_pin_with_the_repositorys_build_puts_it_first(driver, host, source):
     """Once the trial found the repository's own version string for the release, it is the 1001 record; any other
     origin's build of 535.261.03 (the pattern) comes second, at 1000."""
     build = PINNED_VERSIONS[_family(host, source)][0]
-    first, second = parse_deb822(pin_text(driver(host, source, **trial_found(build))))
+    first, second = version_stanzas(pin_text(driver(host, source, **trial_found(build))))
     assert (first["Pin"], first["Pin-Priority"]) == (f"version {build}", "1001")
     assert (second["Pin"], second["Pin-Priority"]) == (f"version {VERSION}-*", "1000")
     assert first["Package"] == second["Package"]
@@ -611,7 +621,7 @@ def test_the_pin_takes_the_build_the_trial_found(driver):
     cfg = driver("debian12", "debian_nonfree", **trial_found(f"{VERSION}-1~deb12u1"))
     (pin,) = driver_inputs(cfg)["apt_source_pins"]
     assert pin == {"name": "nvidia-driver", "packages": cfg["__nvidia_driver_pin_patterns"], "version": f"{VERSION}-*",
-                   "build": f"{VERSION}-1~deb12u1", "present": True}
+                   "build": f"{VERSION}-1~deb12u1", "competitors": ["release l=NVIDIA CUDA"], "present": True}
     other = driver("debian12", "debian_nonfree", apt_source_trial={"name": "cuda", "build": f"{VERSION}-1~deb12u1"})
     (pin,) = driver_inputs(other)["apt_source_pins"]
     assert pin["build"] == ""
@@ -649,7 +659,9 @@ def test_versioned_packages_are_the_pinned_driver_packages(driver, host, source,
     cfg = driver(host, source, **overrides)
     packages = cfg["__nvidia_driver_packages"]
     selected = cfg["__nvidia_driver_versioned_packages"]
-    assert selected == [p for p in packages if pinned(p, cfg["__nvidia_driver_pin_patterns"])]
+    # Secure Boot's flavour metapackage (linux-modules-nvidia-535-server-generic) carries the kernel's version.
+    flavours = cfg.facts.get("__nvidia_driver_signed_flavour_packages", [])
+    assert selected == [p for p in packages if pinned(p, cfg["__nvidia_driver_pin_patterns"]) and p not in flavours]
     carrying = COMPUTE_PACKAGES[_family(host, source)] + DESKTOP_PACKAGES[_family(host, source)]
     assert [p for p in packages if p in carrying and p not in selected] == []
     assert cfg["__nvidia_driver_version_package"] in selected or cfg["__nvidia_driver_version_package"] not in packages
@@ -697,7 +709,10 @@ def test_unattended_upgrades_blacklist_covers_the_driver(driver, host, source, o
     cfg = driver(host, source, **overrides)
     entries = blacklist_entries(cfg["unattended-upgrades.j2"])
     family = _family(host, source)
-    assert [p for p in cfg["__nvidia_driver_packages"] + COMPUTE_PACKAGES[family] if not blacklisted(p, entries)] == []
+    # Not Secure Boot's flavour metapackage, which must move with the kernel (test_driver_origin.py).
+    flavours = cfg.facts.get("__nvidia_driver_signed_flavour_packages", [])
+    packages = [p for p in cfg["__nvidia_driver_packages"] if p not in flavours]
+    assert [p for p in packages + COMPUTE_PACKAGES[family] if not blacklisted(p, entries)] == []
     assert [p for p in NOT_DRIVER_PACKAGES if blacklisted(p, entries)] == []
 
 

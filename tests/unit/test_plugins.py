@@ -770,6 +770,30 @@ def test_newest_build_reads_stanzas_too():
     assert filters.newest_build([], "535") == filters.newest_build(None, "535") == ""
 
 
+# --- fleet_release (nvidia_driver_version: latest) ------------------------------
+
+def test_fleet_release_is_the_newest_release_every_host_offers():
+    # A focal host: Canonical's focal builds have the form -0ubuntu0.20.04.N (this exact build is assumed, not seen);
+    # the release, not the version string, is what the hosts share.
+    jammy = CANONICAL_JAMMY_535
+    focal = ["535.247.01-0ubuntu0.20.04.1"]
+    assert filters.fleet_release([jammy, focal], "535") == "535.247.01"
+    assert filters.fleet_release([jammy], "535") == "535.309.01"
+    assert filters.fleet_release([NVIDIA_FM_VERSIONS, NVIDIA_FM_VERSIONS[1:]], 545) == "545.23.08"
+
+
+def test_fleet_release_is_empty_without_a_common_release_of_the_branch():
+    assert filters.fleet_release([CANONICAL_JAMMY_535, NVIDIA_FM_VERSIONS], "535") == ""
+    assert filters.fleet_release([NVIDIA_FM_VERSIONS], "580") == ""
+    assert filters.fleet_release([], "535") == filters.fleet_release(None, "535") == ""
+    assert filters.fleet_release([[]], "535") == ""
+
+
+def test_fleet_release_reads_stanzas_too():
+    stanzas = filters.apt_stanzas(NOBLE_EXTRA_535 + "\n" + NOBLE_EXTRA_535_TRANSITIONAL)
+    assert filters.fleet_release([stanzas], "535") == "535.309.01"
+
+
 # --- package_branch / foreign_branches ------------------------------------------
 
 @pytest.mark.parametrize("name, branch", [

@@ -10,6 +10,9 @@
 #   TRIAL_KEYRING_DEB_URL  a cuda-keyring .deb whose keyring signs ("" = none)
 #   TRIAL_PACKAGE          the package whose offered versions are printed
 #   TRIAL_OWN_FILE         the role's own source file, left out of the host's
+#   TRIAL_SHOW             packages whose stanzas are printed after the madison
+#                          lines, below a line "[stanzas]" ("" = none)
+#   TRIAL_SHOW_VERSION     only their versions of this upstream version ("" = all)
 #
 # Two trials: the new source alone, downloaded and verified (signature,
 # reachability, versions); and the new source beside the host's own sources,
@@ -58,3 +61,16 @@ opts=(-o "Dir::Etc::SourceList=/dev/null" -o "Dir::Etc::SourceParts=$tmp/parts"
 out=$(apt-get "${opts[@]}" -q update 2>&1) || { echo "$out" | grep -E '^(E|W):' || echo "$out"; exit 2; }
 if echo "$out" | grep -qE '^(E|W):'; then echo "$out" | grep -E '^(E|W):'; exit 2; fi
 apt-cache "${opts[@]}" madison "$package" || true
+# The stanzas (Depends included) of the packages to show, at the version asked for.
+if [ -n "${TRIAL_SHOW:-}" ]; then
+  echo "[stanzas]"
+  for name in $TRIAL_SHOW; do
+    apt-cache "${opts[@]}" madison "$name" 2>/dev/null | awk -F'|' '{gsub(/ /, "", $2); print $2}' | sort -u |
+      while read -r version; do
+        # "<upstream>-*" (the version asked for, with any revision), or every version.
+        case "${version#*:}-" in
+          "${TRIAL_SHOW_VERSION:+$TRIAL_SHOW_VERSION-}"*) apt-cache "${opts[@]}" show "$name=$version" 2>/dev/null || true ;;
+        esac
+      done
+  done
+fi
