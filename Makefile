@@ -71,7 +71,7 @@ lint: venv
 	$(BIN)/python tests/check_argument_specs.py
 
 unit: venv
-	$(BIN)/pytest -q tests/unit
+	$(BIN)/pytest -q -n 2 tests/unit
 
 molecule: lab
 	$(BIN)/python tests/stages.py --only molecule
