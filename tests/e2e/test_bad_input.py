@@ -24,6 +24,13 @@ CASES = [
     pytest.param({"nvidia_driver_version": "535.999.99"},
                  "nvidia_driver_version 535.999.99 is not in http://gpufleet-mirror/debian; nvidia-smi is offered at",
                  id="version-not-in-repository"),
+    # The lab's fixture of a transitional build (tests/lab/files/build-fixture-transitional.sh): its nvidia-smi
+    # 535.261.03 depends on branch 580's libnvidia-compute-580, as Canonical's 535-server builds depend on 580-server's.
+    pytest.param({"nvidia_driver_repository_url": "http://gpufleet-mirror/fixtures/transitional",
+                  "nvidia_driver_repository_suites": ["gpufleet-fixture-transitional"],
+                  "nvidia_driver_repository_components": ["non-free"]},
+                 "nvidia-smi 535.261.03-1+gpufleetlab1 depends on libnvidia-compute-580 of branch 580",
+                 id="release-of-another-branch"),
     pytest.param({"nvidia_driver_repository_key_url": "http://gpufleet-mirror/debian/dists/bookworm/Release",
                   "nvidia_driver_repository_keyring": ""},
                  "apt rejects the driver repository http://gpufleet-mirror/debian", id="wrong-key"),
