@@ -388,3 +388,36 @@ def test_a_signed_module_of_another_release_stops_before_the_reboot(module, inst
     assert cfg.failed_task == "Stop when the signed module is not the userspace release (before any reboot)"
     assert ("the signed module of kernel 5.15.0-91-generic is NVIDIA 535.309.01 (linux-modules-nvidia-535-server-generic"
             " 5.15.0-91.101+1), but the userspace driver is 535.261.03") in cfg.failure
+
+
+# --------------------------------------------------------------------------- a host installed from another source
+
+
+# The driver fact a host keeps (templates/nvidia_driver.fact.j2); gpufleet 0.3's had no "source": it came from that
+# release's default, Canonical's archive on Ubuntu.
+OLD_FACT = {"nvidia_driver": {"branch": "535", "installed_version": "535.261.03", "loaded_version": "535.261.03"}}
+SOURCE_CASES = {
+    "0.3-fact-default-source": ("ubuntu2204", "", OLD_FACT, "ubuntu"),
+    "0.3-fact-kept-with-ubuntu": ("ubuntu2204", "ubuntu", OLD_FACT, None),
+    "0.3-fact-moved-to-nvidia": ("ubuntu2204", "nvidia", OLD_FACT, None),
+    "fact-of-nvidia": ("ubuntu2204", "", {"nvidia_driver": {**OLD_FACT["nvidia_driver"], "source": "nvidia"}}, None),
+    "nothing-installed": ("ubuntu2204", "", {"nvidia_driver": {"installed_version": "not installed"}}, None),
+    "0.3-fact-on-debian": ("debian12", "", OLD_FACT, None),
+}
+for _host, _source, _local, _ in SOURCE_CASES.values():
+    declare_driver(_host, _source, ansible_local=_local)
+
+
+@pytest.mark.parametrize("case", list(SOURCE_CASES))
+def test_a_driver_from_another_source_than_the_default_is_kept_until_the_inventory_says(driver, case):
+    """NVIDIA's repository became Ubuntu's default: a host whose driver came from Canonical's archive (the default
+    before) stops in play 1, naming both settings, instead of having its driver replaced by NVIDIA's packages."""
+    host, source, local, installed_from = SOURCE_CASES[case]
+    cfg = driver(host, source, ansible_local=local)
+    if installed_from is None:
+        assert cfg.failure is None, cfg.failure
+        return
+    assert cfg.failed_task == "Stop on wrong driver settings (nothing has been changed)"
+    assert (f"the driver on this host (535.261.03) came from source '{installed_from}', and the default source is"
+            f" 'nvidia', whose packages would replace it: set nvidia_driver_source: {installed_from} to keep it, or"
+            " nvidia_driver_source: nvidia to move this host") in cfg.failure
