@@ -12,6 +12,12 @@
                              table shows each module and each of its tests
                              (from pytest's JUnit XML)
 
+Two lanes run at once first (2 cores): lint, unit and payload, which use the
+controller's CPU, beside the lab's build and the molecule scenarios that
+mostly wait on SSH and apt; their output is kept in reports/logs/<stage>.log
+and printed whole when each stage ends. The molecule scenarios that build the
+driver's DKMS module (CPU-bound) and the e2e stages then run one at a time.
+
 The first stage that fails stops the run (the rest are listed as not run),
 as ``make test`` did. At the end the stage table is printed and written to
 ``reports/ci-stages.json`` and ``reports/ci-stages.md``; the table that was
@@ -41,6 +47,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 import xml.etree.ElementTree as ET
 from dataclasses import asdict, dataclass, field
@@ -54,6 +61,8 @@ RECORD = REPO / "docs" / "ci-rehearsal.json"
 SLOW_RECORD = REPO / "docs" / "slow-tier-run.json"
 E2E_CONVERGE = "tests/e2e/test_site.py"
 SLOW = "slow"  # the pytest mark of the slow tier (tests/e2e/conftest.py registers it)
+DKMS_SCENARIOS = {"nvidia_driver"}  # molecule scenarios that build the driver module: CPU-bound, run alone
+LOGS = REPORTS / "logs"
 
 
 @dataclass
@@ -61,6 +70,7 @@ class Stage:
     name: str
     argv: list
     junit: str = ""  # pytest stages: where their JUnit XML goes
+    lane: int = 0  # consecutive stages with a lane > 0 run at once, one thread per lane (see run_stages)
     seconds: float | None = None
     status: str = "not run"  # passed, failed, not run
     detail: list = field(default_factory=list)  # e2e: [module, seconds, [[test, seconds, outcome], ...]]
@@ -117,10 +127,14 @@ def plan(tier: str = "suite") -> list:
         modules = sorted({f"tests/e2e/{t.split('::')[0]}.py" for t in slow_tests()})
         return [Stage("lab", [*make, "lab"]), converge,
                 Stage("e2e slow", [*pytest, "-m", SLOW, *modules], junit="reports/e2e-slow.xml")]
-    stages = [Stage(name, [*make, name]) for name in ("lint", "unit", "payload", "lab")]
-    for scenario in molecule_scenarios():
-        stages.append(Stage(f"molecule {scenario}",
-                            [str(bin_dir / "molecule"), "-c", "molecule/shared/base.yml", "test", "-s", scenario]))
+    # Two lanes first: the controller-only stages, which keep both cores busy, beside the lab's build and the
+    # molecule scenarios that mostly wait on SSH and apt; then the scenarios that build the driver's DKMS
+    # module (CPU-bound) and the e2e stages, one at a time.
+    stages = [Stage(name, [*make, name], lane=1) for name in ("lint", "unit", "payload")]
+    stages.append(Stage("lab", [*make, "lab"], lane=2))
+    molecule = {s: Stage(f"molecule {s}", [str(bin_dir / "molecule"), "-c", "molecule/shared/base.yml", "test", "-s", s],
+                         lane=0 if s in DKMS_SCENARIOS else 2) for s in molecule_scenarios()}
+    stages += [m for m in molecule.values() if m.lane] + [m for m in molecule.values() if not m.lane]
     stages.append(converge)
     others = [f"tests/e2e/{m}" for m in suite_modules() if f"tests/e2e/{m}" != E2E_CONVERGE]
     stages.append(Stage("e2e modules", [*pytest, "-m", f"not {SLOW}", *others], junit="reports/e2e-modules.xml"))
@@ -240,6 +254,72 @@ def download_cache_state() -> str:
         return "cold"
 
 
+def run_stage(stage: Stage, log: Path | None = None) -> int:
+    """Runs one stage, timed; its output goes to the terminal, or to ``log`` (a stage run beside others)."""
+    argv_ = list(stage.argv)
+    if stage.junit:
+        (REPO / stage.junit).parent.mkdir(exist_ok=True)
+        argv_ += [f"--junitxml={REPO / stage.junit}"]
+    t0 = time.monotonic()
+    if log is None:
+        rc = subprocess.run(argv_, cwd=REPO, check=False).returncode
+    else:
+        with log.open("w") as out:
+            rc = subprocess.run(argv_, cwd=REPO, check=False, stdout=out, stderr=subprocess.STDOUT).returncode
+    stage.seconds = round(time.monotonic() - t0, 1)
+    stage.status = "passed" if rc == 0 else "failed"
+    if stage.junit:
+        stage.detail = junit_detail(REPO / stage.junit)
+    return rc
+
+
+def run_stages(stages: list) -> int:
+    """Runs the stages in order; consecutive stages with a lane run at once, one thread per lane, each lane's
+    stages in order, their output kept in reports/logs/<stage>.log and printed whole when the stage ends. The
+    first failure stops the run: no later stage starts (in any lane); the rest are listed as not run."""
+    failed = threading.Event()
+    printing = threading.Lock()
+
+    def lane(members: list) -> None:
+        for stage in members:
+            if failed.is_set():
+                return
+            log = LOGS / f"{stage.name.replace(' ', '-')}.log"
+            with printing:
+                print(f"===== stage: {stage.name} ({time.strftime('%H:%M:%S')}, beside other stages; output when it ends)",
+                      flush=True)
+            if run_stage(stage, log) != 0:
+                failed.set()
+            with printing:
+                print(f"\n===== stage: {stage.name} =====\n{log.read_text(errors='replace')}"
+                      f"===== stage: {stage.name} {stage.status} in {minutes(stage.seconds)} =====", flush=True)
+
+    index = 0
+    while index < len(stages) and not failed.is_set():
+        if not stages[index].lane:
+            stage = stages[index]
+            print(f"\n===== stage: {stage.name} ({time.strftime('%H:%M:%S')}) =====", flush=True)
+            if run_stage(stage) != 0:
+                failed.set()
+            print(f"===== stage: {stage.name} {stage.status} in {minutes(stage.seconds)} =====", flush=True)
+            index += 1
+            continue
+        end = index
+        while end < len(stages) and stages[end].lane:
+            end += 1
+        LOGS.mkdir(parents=True, exist_ok=True)
+        lanes: dict = {}
+        for stage in stages[index:end]:
+            lanes.setdefault(stage.lane, []).append(stage)
+        threads = [threading.Thread(target=lane, args=(members,)) for members in lanes.values()]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        index = end
+    return 1 if failed.is_set() else 0
+
+
 def main(argv: list | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", default="", help="run only the stages whose name starts with this")
@@ -258,22 +338,7 @@ def main(argv: list | None = None) -> int:
         return 2
     started = time.time()
     cache_state = download_cache_state()
-    rc = 0
-    for stage in stages:
-        if rc != 0:
-            break
-        print(f"\n===== stage: {stage.name} ({time.strftime('%H:%M:%S')}) =====", flush=True)
-        argv_ = list(stage.argv)
-        if stage.junit:
-            (REPO / stage.junit).parent.mkdir(exist_ok=True)
-            argv_ += [f"--junitxml={REPO / stage.junit}"]
-        t0 = time.monotonic()
-        rc = subprocess.run(argv_, cwd=REPO, check=False).returncode
-        stage.seconds = round(time.monotonic() - t0, 1)
-        stage.status = "passed" if rc == 0 else "failed"
-        if stage.junit:
-            stage.detail = junit_detail(REPO / stage.junit)
-        print(f"===== stage: {stage.name} {stage.status} in {minutes(stage.seconds)} =====", flush=True)
+    rc = run_stages(stages)
     run = {
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
         "host": os.uname().nodename,

@@ -140,3 +140,33 @@ def test_junit_detail_groups_tests_by_module(tmp_path):
     assert stages.junit_detail(xml) == [
         ["test_bad_input", 15.0, [["test_x[a]", 10.5, "passed"], ["test_x[b]", 4.5, "failed"]]],
         ["test_verify", 3.0, [["test_v", 3.0, "skipped"]]]]
+
+
+def test_stages_of_two_lanes_run_at_once_and_the_first_failure_stops_the_rest(tmp_path, monkeypatch, capsys):
+    """A lane's stage that waits for a file another lane's stage writes passes only if the two run at once; a
+    failure lets no later stage start, in its lane, the other lane or after them."""
+    monkeypatch.setattr(stages, "REPO", tmp_path)
+    monkeypatch.setattr(stages, "LOGS", tmp_path / "logs")
+    wait = ["sh", "-c", "for i in $(seq 100); do [ -e flag ] && echo seen && exit 0; sleep 0.1; done; exit 1"]
+    plan = [stages.Stage("waits", wait, lane=1), stages.Stage("writes", ["touch", "flag"], lane=2),
+            stages.Stage("after", ["true"])]
+    assert stages.run_stages(plan) == 0
+    assert [s.status for s in plan] == ["passed"] * 3
+    out = capsys.readouterr().out
+    assert "===== stage: waits =====\nseen\n===== stage: waits passed" in out
+
+    plan = [stages.Stage("fails", ["false"], lane=1), stages.Stage("next-in-lane", ["true"], lane=1),
+            stages.Stage("slow-beside", ["sleep", "1"], lane=2), stages.Stage("next-beside", ["true"], lane=2),
+            stages.Stage("after", ["true"])]
+    assert stages.run_stages(plan) == 1
+    assert [s.status for s in plan] == ["failed", "not run", "passed", "not run", "not run"]
+
+
+def test_the_suite_runs_the_controller_stages_beside_the_lab_and_the_dkms_scenarios_alone():
+    plan = stages.plan()
+    lanes = {s.name: s.lane for s in plan}
+    assert [n for n, lane in lanes.items() if lane == 1] == ["lint", "unit", "payload"]
+    assert [n for n, lane in lanes.items() if lane == 2][0] == "lab"
+    assert lanes["molecule nvidia_driver"] == 0 and lanes["e2e converge"] == 0 and lanes["e2e modules"] == 0
+    # every molecule scenario runs after the lab, in its lane or after the lanes
+    assert all(n.startswith("molecule ") for n, lane in lanes.items() if lane == 2 and n != "lab")
