@@ -13,10 +13,11 @@
                              (from pytest's JUnit XML)
 
 Two lanes run at once first (2 cores): lint, unit and payload, which use the
-controller's CPU, beside the lab's build and the molecule scenarios that
-mostly wait on SSH and apt; their output is kept in reports/logs/<stage>.log
-and printed whole when each stage ends. The molecule scenarios that build the
-driver's DKMS module (CPU-bound) and the e2e stages then run one at a time.
+controller's CPU, then the molecule scenario that builds the driver's DKMS
+module (CPU, once the lab is built), beside the lab's build and the molecule
+scenarios that mostly wait on SSH and apt; their output is kept in
+reports/logs/<stage>.log and printed whole when each stage ends. The e2e
+stages then run one at a time.
 
 The first stage that fails stops the run (the rest are listed as not run),
 as ``make test`` did. At the end the stage table is printed and written to
@@ -71,6 +72,7 @@ class Stage:
     argv: list
     junit: str = ""  # pytest stages: where their JUnit XML goes
     lane: int = 0  # consecutive stages with a lane > 0 run at once, one thread per lane (see run_stages)
+    after: str = ""  # a stage of another lane that must have passed before this one starts
     seconds: float | None = None
     status: str = "not run"  # passed, failed, not run
     detail: list = field(default_factory=list)  # e2e: [module, seconds, [[test, seconds, outcome], ...]]
@@ -127,14 +129,15 @@ def plan(tier: str = "suite") -> list:
         modules = sorted({f"tests/e2e/{t.split('::')[0]}.py" for t in slow_tests()})
         return [Stage("lab", [*make, "lab"]), converge,
                 Stage("e2e slow", [*pytest, "-m", SLOW, *modules], junit="reports/e2e-slow.xml")]
-    # Two lanes first: the controller-only stages, which keep both cores busy, beside the lab's build and the
-    # molecule scenarios that mostly wait on SSH and apt; then the scenarios that build the driver's DKMS
-    # module (CPU-bound) and the e2e stages, one at a time.
+    # Two lanes at once: the controller-only stages (CPU), then the scenarios that build the driver's DKMS
+    # module (CPU, after the lab is built), beside the lab's build and the molecule scenarios that mostly wait
+    # on SSH and apt; then the e2e stages, one at a time.
     stages = [Stage(name, [*make, name], lane=1) for name in ("lint", "unit", "payload")]
     stages.append(Stage("lab", [*make, "lab"], lane=2))
     molecule = {s: Stage(f"molecule {s}", [str(bin_dir / "molecule"), "-c", "molecule/shared/base.yml", "test", "-s", s],
-                         lane=0 if s in DKMS_SCENARIOS else 2) for s in molecule_scenarios()}
-    stages += [m for m in molecule.values() if m.lane] + [m for m in molecule.values() if not m.lane]
+                         lane=1 if s in DKMS_SCENARIOS else 2, after="lab" if s in DKMS_SCENARIOS else "")
+                for s in molecule_scenarios()}
+    stages += [m for m in molecule.values() if m.lane == 2] + [m for m in molecule.values() if m.lane == 1]
     stages.append(converge)
     others = [f"tests/e2e/{m}" for m in suite_modules() if f"tests/e2e/{m}" != E2E_CONVERGE]
     stages.append(Stage("e2e modules", [*pytest, "-m", f"not {SLOW}", *others], junit="reports/e2e-modules.xml"))
@@ -279,9 +282,13 @@ def run_stages(stages: list) -> int:
     first failure stops the run: no later stage starts (in any lane); the rest are listed as not run."""
     failed = threading.Event()
     printing = threading.Lock()
+    done = {stage.name: threading.Event() for stage in stages}
 
     def lane(members: list) -> None:
         for stage in members:
+            if stage.after in done:
+                while not done[stage.after].wait(1) and not failed.is_set():
+                    pass
             if failed.is_set():
                 return
             log = LOGS / f"{stage.name.replace(' ', '-')}.log"
@@ -290,6 +297,7 @@ def run_stages(stages: list) -> int:
                       flush=True)
             if run_stage(stage, log) != 0:
                 failed.set()
+            done[stage.name].set()
             with printing:
                 print(f"\n===== stage: {stage.name} =====\n{log.read_text(errors='replace')}"
                       f"===== stage: {stage.name} {stage.status} in {minutes(stage.seconds)} =====", flush=True)
@@ -301,6 +309,7 @@ def run_stages(stages: list) -> int:
             print(f"\n===== stage: {stage.name} ({time.strftime('%H:%M:%S')}) =====", flush=True)
             if run_stage(stage) != 0:
                 failed.set()
+            done[stage.name].set()
             print(f"===== stage: {stage.name} {stage.status} in {minutes(stage.seconds)} =====", flush=True)
             index += 1
             continue

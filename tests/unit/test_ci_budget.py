@@ -162,11 +162,23 @@ def test_stages_of_two_lanes_run_at_once_and_the_first_failure_stops_the_rest(tm
     assert [s.status for s in plan] == ["failed", "not run", "passed", "not run", "not run"]
 
 
-def test_the_suite_runs_the_controller_stages_beside_the_lab_and_the_dkms_scenarios_alone():
+def test_the_suite_runs_the_controller_stages_and_the_dkms_scenario_beside_the_lab_and_the_others():
     plan = stages.plan()
     lanes = {s.name: s.lane for s in plan}
-    assert [n for n, lane in lanes.items() if lane == 1] == ["lint", "unit", "payload"]
+    assert [n for n, lane in lanes.items() if lane == 1] == ["lint", "unit", "payload", "molecule nvidia_driver"]
     assert [n for n, lane in lanes.items() if lane == 2][0] == "lab"
-    assert lanes["molecule nvidia_driver"] == 0 and lanes["e2e converge"] == 0 and lanes["e2e modules"] == 0
-    # every molecule scenario runs after the lab, in its lane or after the lanes
+    assert lanes["e2e converge"] == 0 and lanes["e2e modules"] == 0
+    # every molecule scenario runs after the lab: in the lab's lane, or waiting for it
     assert all(n.startswith("molecule ") for n, lane in lanes.items() if lane == 2 and n != "lab")
+    assert {s.name: s.after for s in plan if s.after} == {"molecule nvidia_driver": "lab"}
+
+
+def test_a_stage_waits_for_the_stage_of_another_lane_it_needs(tmp_path, monkeypatch):
+    monkeypatch.setattr(stages, "REPO", tmp_path)
+    monkeypatch.setattr(stages, "LOGS", tmp_path / "logs")
+    plan = [stages.Stage("needs", ["test", "-e", "made"], lane=1, after="makes"),
+            stages.Stage("makes", ["sh", "-c", "sleep 1 && touch made"], lane=2)]
+    assert stages.run_stages(plan) == 0
+    plan = [stages.Stage("needs", ["true"], lane=1, after="fails"), stages.Stage("fails", ["false"], lane=2)]
+    assert stages.run_stages(plan) == 1
+    assert [s.status for s in plan] == ["not run", "failed"]
