@@ -562,6 +562,17 @@ def module_version_matches(module: Any, userspace_version: Any) -> bool:
     return upstream_version(version) == upstream_version(userspace_version)
 
 
+def signed_module_mismatches(stanzas: Any, userspace_version: Any) -> list[dict[str, str]]:
+    """``{package, module}`` of each signed module package (stanzas, or their text) whose NVIDIA release is not the
+    upstream version of ``userspace_version``; a package that names no release is not judged."""
+    records = []
+    for stanza in apt_stanzas(stanzas) if isinstance(stanzas, str) else list(stanzas or []):
+        module = signed_module_version(stanza)
+        if module and not module_version_matches(module, userspace_version):
+            records.append({"package": f"{stanza.get('Package', '')} {stanza.get('Version', '')}", "module": module})
+    return records
+
+
 class FilterModule:
     """gpufleet.fleet filters."""
 
@@ -572,4 +583,4 @@ class FilterModule:
                 "module_version_matches": module_version_matches, "newest_build": newest_build,
                 "package_branch": package_branch, "per_message": per_message, "rejection": rejection,
                 "sections": sections, "signed_module_packages": signed_module_packages, "signed_module_version": signed_module_version,
-                "unknown_settings": unknown_settings}
+                "signed_module_mismatches": signed_module_mismatches, "unknown_settings": unknown_settings}

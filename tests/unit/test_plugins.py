@@ -967,11 +967,20 @@ def test_module_version_matches_the_userspace_upstream_version():
     assert not filters.module_version_matches("", "535.309.01") and not filters.module_version_matches("535.309.01", "")
 
 
+def test_signed_module_mismatches_lists_the_packages_of_another_release():
+    text = RESOLUTE_MODULES_595 + "\n" + JAMMY_MODULES_390 + "\n" + NOBLE_EXTRA_535
+    assert filters.signed_module_mismatches(text, "595.71.05-0ubuntu0.26.04.1") == [
+        {"package": "linux-modules-nvidia-390-generic-5.15 5.15.0-186.196+1", "module": "390.157"}]
+    # A package that names no release (NOBLE_EXTRA_535) is not judged; none given, none found.
+    assert filters.signed_module_mismatches(NOBLE_EXTRA_535, "535.309.01") == []
+    assert filters.signed_module_mismatches("", "535.309.01") == filters.signed_module_mismatches(None, "1") == []
+
+
 def test_the_driver_build_filters_are_registered():
     registered = filters.FilterModule().filters()
     for name in ("apt_stanzas", "debian_version_compare", "newest_build", "package_branch", "foreign_branches",
                  "signed_module_packages", "signed_module_version", "module_version_matches",
-                 "apt_policy", "dkms_status", "per_message"):
+                 "signed_module_mismatches", "apt_policy", "dkms_status", "per_message"):
         assert callable(registered[name]), name
 
 
