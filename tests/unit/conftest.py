@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import shutil
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -162,6 +163,14 @@ def driver_config(host: str, source: str = "", preflight: dict[str, Any] | None 
     as the driver's trial would publish it).
     """
     return DRIVER.get(host, **_driver_case(host, source, preflight, **overrides))
+
+
+def host_tool(tool: str) -> str:
+    """The path of a tool of the build machine (apt-get, apt-ftparchive, gpg, ...); the test is skipped without it."""
+    path = shutil.which(tool)
+    if path is None:
+        pytest.skip(f"{tool} is not installed on this controller")
+    return path
 
 
 def load_script(path: Path, name: str | None = None) -> ModuleType:

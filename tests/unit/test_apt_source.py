@@ -30,7 +30,6 @@ import functools
 import http.server
 import json
 import os
-import shutil
 import subprocess
 import threading
 from pathlib import Path
@@ -39,7 +38,7 @@ from typing import Any
 import pytest
 import role_run
 import yaml
-from conftest import FAKE_FACTS, REPO_ROOT, ROLES_DIR, load_trusted
+from conftest import FAKE_FACTS, REPO_ROOT, ROLES_DIR, host_tool, load_trusted
 
 ROLE = ROLES_DIR / "apt_source"
 SPECS = yaml.safe_load((ROLE / "meta" / "argument_specs.yml").read_text())["argument_specs"]
@@ -99,13 +98,6 @@ def pin_text(inputs: dict[str, Any], pin: dict[str, Any]) -> str:
 
 def required(entry_point: str) -> set[str]:
     return {name for name, option in SPECS[entry_point]["options"].items() if option.get("required")}
-
-
-def _apt(tool: str) -> str:
-    path = shutil.which(tool)
-    if path is None:
-        pytest.skip(f"{tool} is not installed on this controller")
-    return path
 
 
 # --------------------------------------------------------------------------- the inputs
@@ -275,7 +267,7 @@ def test_a_pattern_with_the_source_build_is_two_records_the_build_first():
 
 def _policy(tmp_path: Path, preferences: str, repos: dict[str, list[tuple[str, str]]], package: str) -> str:
     """apt-cache policy of ``package`` with flat file: repositories {name: [(package, version)]} and these preferences."""
-    _apt("apt-get")
+    host_tool("apt-get")
     sources = []
     for name, packages in repos.items():
         repo = tmp_path / name
@@ -334,7 +326,7 @@ for _inputs in (SOURCE, FLAT, {**FLAT, "apt_source_pins": [EXACT_PIN]}, {**SOURC
 def signed_repository(tmp_path_factory):
     """A flat repository signed by a fresh key, served on 127.0.0.1: (url, keyring file, other key file, directory)."""
     for tool in ("gpg", "apt-ftparchive", "apt-get", "dpkg-query"):
-        _apt(tool)
+        host_tool(tool)
     if not Path("/usr/bin/python3").is_file():
         pytest.skip("no /usr/bin/python3 (with apt) to run the role's modules on localhost")
     root = tmp_path_factory.mktemp("signed")

@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 import role_run
-from conftest import DRIVER, FAKE_FACTS, declare_driver, preflight_report
+from conftest import DRIVER, FAKE_FACTS, declare_driver, host_tool, preflight_report
 from test_driver_rendering import parse_deb822, pin_text, trial_found, version_stanzas
 
 VERSION = "535.261.03"
@@ -63,13 +62,6 @@ declare_driver("debian12", "debian_nonfree")
 declare_driver("debian12", "nvidia")
 
 
-def _apt(tool: str) -> str:
-    path = shutil.which(tool)
-    if path is None:
-        pytest.skip(f"{tool} is not installed on this controller")
-    return path
-
-
 def _repository(directory: Path, release: dict[str, str], packages: dict[str, list[str]]) -> None:
     """A flat repository: its Release file's fields and a Packages index of the given versions."""
     directory.mkdir()
@@ -96,9 +88,9 @@ def apt_candidates(tmp_path: Path, preferences: str, packages: list[str]) -> dic
         "Acquire::Languages": "none", "APT::Sandbox::User": "",
     }
     args = [arg for key, value in options.items() for arg in ("-o", f"{key}={value}")]
-    update = subprocess.run([_apt("apt-get"), *args, "update"], capture_output=True, text=True, check=False)
+    update = subprocess.run([host_tool("apt-get"), *args, "update"], capture_output=True, text=True, check=False)
     assert update.returncode == 0, update.stdout + update.stderr
-    policy = subprocess.run([_apt("apt-cache"), *args, "policy", *packages], capture_output=True, text=True, check=False)
+    policy = subprocess.run([host_tool("apt-cache"), *args, "policy", *packages], capture_output=True, text=True, check=False)
     assert policy.returncode == 0 and "E:" not in policy.stderr, policy.stderr
     candidates, package = {}, None
     for line in policy.stdout.splitlines():
@@ -302,7 +294,7 @@ def test_the_trial_reads_the_stanzas_of_the_drivers_named_packages(driver):
 def test_the_trial_script_prints_the_stanzas_of_the_version_asked_for(tmp_path):
     """roles/apt_source/files/apt-repository-trial.sh against a local repository: the madison lines of the package,
     then, below "[stanzas]", the stanzas of the packages to show at the version asked for only, Depends included."""
-    ftparchive = _apt("apt-ftparchive")
+    ftparchive = host_tool("apt-ftparchive")
     if not hasattr(__import__("os"), "geteuid") or __import__("os").geteuid() != 0:
         pytest.skip("apt's scratch update runs as root (APT::Sandbox::User=root)")
     repo = tmp_path / "nvidia"

@@ -15,13 +15,12 @@ configuration.
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 from fnmatch import fnmatchcase
 from pathlib import Path
 
 import pytest
-from conftest import FAKE_FACTS, declare_driver
+from conftest import FAKE_FACTS, declare_driver, host_tool
 
 VERSION = "535.261.03"
 CUDA_REPOS = "https://developer.download.nvidia.com/compute/cuda/repos"
@@ -148,13 +147,6 @@ OTHER_VERSIONS = ["535.274.02-0ubuntu0.22.04.1", "535.247.01-1~deb12u1", "550.12
 # --------------------------------------------------------------------------- apt itself
 
 
-def _apt(tool: str) -> str:
-    path = shutil.which(tool)
-    if path is None:
-        pytest.skip(f"{tool} is not installed on this controller")
-    return path
-
-
 def _isolated_apt_options(
     tmp_path: Path, sources_dir: Path | None = None, sources_list: Path | None = None, preferences: Path | None = None
 ) -> list[str]:
@@ -182,7 +174,7 @@ def apt_index_urls(tmp_path: Path, sources: dict[str, str], sources_list: str = 
         (sources_dir / name).write_text(text)
     (tmp_path / "sources.list").write_text(sources_list)
     result = subprocess.run(
-        [_apt("apt-get"), "indextargets", "--no-release-info", "--format", "$(URI)",
+        [host_tool("apt-get"), "indextargets", "--no-release-info", "--format", "$(URI)",
          *_isolated_apt_options(tmp_path, sources_dir=sources_dir, sources_list=tmp_path / "sources.list")],
         capture_output=True, text=True, check=False,
     )
@@ -569,7 +561,7 @@ def test_apt_accepts_the_pin_file(driver, host, source, tmp_path):
     cfg = driver(host, source, **trial_found(PINNED_VERSIONS[_family(host, source)][0]))
     pref = tmp_path / "gpufleet-nvidia-driver.pref"
     pref.write_text(pin_text(cfg))
-    result = subprocess.run([_apt("apt-cache"), "policy", *_isolated_apt_options(tmp_path, preferences=pref)],
+    result = subprocess.run([host_tool("apt-cache"), "policy", *_isolated_apt_options(tmp_path, preferences=pref)],
                             capture_output=True, text=True, check=False)
     assert result.returncode == 0 and "E:" not in result.stderr, result.stderr
 
@@ -698,7 +690,7 @@ def test_apt_reads_the_unattended_upgrades_blacklist(driver, host, source, tmp_p
     isolate = tmp_path / "isolate.conf"
     (tmp_path / "empty").mkdir()
     isolate.write_text(f'Dir::Etc::Parts "{tmp_path / "empty"}";\nDir::Etc::Main "/dev/null";\n')
-    result = subprocess.run([_apt("apt-config"), "-c", str(conf), "dump", "Unattended-Upgrade::Package-Blacklist"],
+    result = subprocess.run([host_tool("apt-config"), "-c", str(conf), "dump", "Unattended-Upgrade::Package-Blacklist"],
                             capture_output=True, text=True, check=True, env={"APT_CONFIG": str(isolate)})
     assert re.findall(r'^Unattended-Upgrade::Package-Blacklist:: "(.*)";$', result.stdout, re.M) == blacklist_entries(text)
 

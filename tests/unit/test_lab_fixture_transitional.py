@@ -5,13 +5,12 @@ filter play 1 uses. The e2e test that play 1 refuses it on a lab node is tests/e
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import host_tool, load_script
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "tests" / "lab" / "files" / "build-fixture-transitional.sh"
@@ -19,16 +18,13 @@ TRIAL = REPO / "roles" / "apt_source" / "files" / "apt-repository-trial.sh"
 SUITE = "gpufleet-fixture-transitional"
 VERSION = "535.261.03-1+gpufleetlab1"
 
-spec = importlib.util.spec_from_file_location("gpufleet_filters", REPO / "plugins/filter/gpufleet_filters.py")
-filters = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(filters)
+filters = load_script(REPO / "plugins" / "filter" / "gpufleet_filters.py")
 
 
 @pytest.fixture(scope="module")
 def fixture_repo(tmp_path_factory) -> tuple[Path, Path]:
     for tool in ("gpg", "dpkg-deb", "apt-ftparchive", "apt-get"):
-        if shutil.which(tool) is None:
-            pytest.skip(f"{tool} is not installed on this machine (make host-deps)")
+        host_tool(tool)
     if os.geteuid() != 0:
         pytest.skip("apt's scratch update in the trial script runs as root")
     work = tmp_path_factory.mktemp("fixture")
