@@ -36,8 +36,8 @@ from typing import Any
 import pytest
 import role_run
 import yaml
-from conftest import FAKE_FACTS, load_trusted
-from test_driver_rendering import _apt, _isolated_apt_options, apt_index_urls, parse_deb822
+from conftest import FAKE_FACTS, host_tool, load_trusted
+from test_driver_rendering import _isolated_apt_options, apt_index_urls, parse_deb822
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ROLE = REPO_ROOT / "roles" / "container"
@@ -325,7 +325,7 @@ def test_apt_accepts_the_rendered_pin(tmp_path):
     """apt parses the rendered preferences without an error or warning."""
     pref = tmp_path / "gpufleet.pref"
     pref.write_text(pin_text(WITH_SOURCE.get("debian12")))
-    result = subprocess.run([_apt("apt-cache"), "policy", *_isolated_apt_options(tmp_path, preferences=pref)],
+    result = subprocess.run([host_tool("apt-cache"), "policy", *_isolated_apt_options(tmp_path, preferences=pref)],
                             capture_output=True, text=True, check=False)
     assert result.returncode == 0 and not re.search(r"^(E|W):", result.stderr, re.MULTILINE), result.stderr
 
