@@ -379,19 +379,74 @@ def test_expected_gpus_are_never_skipped(driver_only: FakeHost, smi: str) -> Non
     assert without["verdict"] == "skipped" and without["detail"].startswith("no GPU"), without
 
 
-def test_expected_cuda_without_a_gpu_fails(driver_only: FakeHost, tmp_path: Path,
-                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 16, item 1: --expect-cuda is not skipped on a machine without a GPU: torch cannot use CUDA there."""
-    package = tmp_path / "site" / "torch"
+def install_fake_torch(root: Path, monkeypatch: pytest.MonkeyPatch, version: str, cuda: str | None,
+                       cudnn_code: int | None = None, nccl: tuple[int, int, int] | None = None,
+                       importable: bool = True) -> None:
+    """A torch package on sys.path as a wheel installs it (torch/version.py), whose import answers what
+    torch.version.cuda, torch.backends.cudnn.version() and torch.cuda.nccl.version() answer without a GPU."""
+    package = root / "site" / "torch"
     package.mkdir(parents=True)
-    (package / "__init__.py").write_text("raise ImportError('imported')\n")
-    (package / "version.py").write_text("__version__ = '2.5.1+cu121'\ncuda: Optional[str] = '12.1'\n")
-    monkeypatch.delitem(sys.modules, "torch")
+    (package / "version.py").write_text(f"from typing import Optional\n\n__version__ = {version!r}\n"
+                                        f"cuda: Optional[str] = {cuda!r}\n")
+    body = ("raise ImportError('libtorch_cuda.so: cannot open shared object file')\n" if not importable else
+            "from types import SimpleNamespace as _NS\nfrom . import version\n__version__ = version.__version__\n"
+            f"backends = _NS(cudnn=_NS(is_available=lambda: {cudnn_code is not None}, version=lambda: {cudnn_code!r}))\n"
+            f"_NCCL = {nccl!r}\n"
+            "def _nccl():\n"
+            "    if _NCCL is None:\n        raise RuntimeError('NCCL is not available')\n    return _NCCL\n"
+            "cuda = _NS(is_available=lambda: False, device_count=lambda: 0, nccl=_NS(version=_nccl))\n")
+    (package / "__init__.py").write_text(body)
+    monkeypatch.delitem(sys.modules, "torch", raising=False)
+    monkeypatch.delitem(sys.modules, "torch.version", raising=False)
     monkeypatch.syspath_prepend(str(package.parent))
-    result = checks.check_libraries(probe(driver_only, "--expect-cuda", "12.1"))
+
+
+# PyPI's default Linux wheel of torch 2.3.1 is the CUDA 12.1 build, with cuDNN 8.9.2.26 and NCCL 2.20.5
+# (its Requires-Dist, https://pypi.org/project/torch/2.3.1/): torch reports 8902 and (2, 20, 5).
+LAB_EXPECTATIONS = ("--expect-cuda", "12.1", "--expect-torch-cudnn", "8.9.2.26", "--expect-torch-nccl", "2.20.5")
+
+
+def test_a_cuda_build_without_a_gpu_is_checked_not_skipped(driver_only: FakeHost, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 15: the lab's torch (PyPI's cu121 build of 2.3.1) on a node without a GPU: what torch was built
+    with is read by importing it, which needs no GPU, and judged; only running CUDA says "no GPU"."""
+    install_fake_torch(tmp_path, monkeypatch, "2.3.1", "12.1", 8902, (2, 20, 5))
+    p = probe(driver_only, *LAB_EXPECTATIONS)
+    result = checks.check_libraries(p)
+    assert result["verdict"] == "pass", result
+    assert result["detail"] == ("torch 2.3.1, CUDA 12.1, cuDNN 8.9.2, NCCL 2.20.5; torch's own cuDNN 8.9.2 "
+                                "(expected 8.9.2.26), NCCL 2.20.5 (expected 2.20.5); system cuDNN not installed, "
+                                "NCCL not installed; no GPU here to use them (see torch_cuda)")
+    versions = checks.report_versions(p)
+    assert (versions["torch"], versions["cuda"], versions["cudnn"], versions["nccl"]) == ("2.3.1", "12.1", "8.9.2", "2.20.5")
+    assert checks.check_torch_cuda(p)["detail"] == "no GPU (torch 2.3.1, CUDA 12.1)"
+
+
+@pytest.mark.parametrize(("version", "cuda", "cudnn", "nccl", "reason"), [
+    # PyPI's torch 2.5.1 is a CUDA 12.4 build (nvidia-cuda-runtime-cu12==12.4.127, https://pypi.org/project/torch/2.5.1/)
+    ("2.5.1", "12.4", 90100, (2, 21, 5), "torch built for CUDA 12.4, expected 12.1"),
+    ("2.3.1", "12.1", 8902, (2, 18, 1), "torch's own NCCL is 2.18.1, the matrix's bundled build is 2.20.5 ("),
+    ("2.3.1+cpu", None, None, None, "torch is a CPU-only build, expected one for CUDA 12.1 (--expect-cuda); "),
+], ids=["cu124-build", "nccl-swapped", "cpu-build"])
+def test_a_wrong_build_fails_without_a_gpu(driver_only: FakeHost, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                           version: str, cuda: str | None, cudnn: int | None,
+                                           nccl: tuple[int, int, int] | None, reason: str) -> None:
+    """Issue 16, item 1 and issue 15: --expect-cuda is never skipped; without a GPU it is judged on the build."""
+    install_fake_torch(tmp_path, monkeypatch, version, cuda, cudnn, nccl)
+    result = checks.check_libraries(probe(driver_only, *LAB_EXPECTATIONS))
     assert result["verdict"] == "fail", result
-    assert result["detail"] == "no GPU, so torch cannot use CUDA 12.1 (--expect-cuda); torch 2.5.1+cu121, CUDA 12.1"
-    assert checks.check_libraries(probe(driver_only))["verdict"] == "skipped"
+    assert result["detail"].startswith(reason), result["detail"]
+
+
+def test_a_cuda_build_that_does_not_import_fails_without_a_gpu(driver_only: FakeHost, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch_cuda says "no GPU" from torch's files; the libraries check imports it, so a broken CUDA build fails there."""
+    install_fake_torch(tmp_path, monkeypatch, "2.3.1", "12.1", importable=False)
+    p = probe(driver_only)
+    result = checks.check_libraries(p)
+    assert result["verdict"] == "fail", result
+    assert result["detail"] == "torch not importable: ImportError: libtorch_cuda.so: cannot open shared object file"
+    assert checks.check_torch_cuda(p)["verdict"] == "skipped"
 
 
 def test_gpu_missing_from_nvidia_smi_warns(host: FakeHost) -> None:
@@ -657,7 +712,7 @@ def test_torch_absent_fails_torch_cuda(healthy_h100: FakeHost) -> None:
 def test_torch_absent_without_gpu(host: FakeHost) -> None:
     p = probe(host)
     assert checks.check_torch_cuda(p)["verdict"] == "fail"  # the venv must have torch, GPU or not
-    assert checks.check_libraries(p)["detail"] == "no GPU (torch not importable)"
+    assert checks.check_libraries(p)["detail"] == "no GPU (torch is not installed)"
 
 
 # --------------------------------------------------------------------------- report
@@ -732,7 +787,7 @@ def test_cli_lost_gpus_with_expectations_fail(driver_only: FakeHost) -> None:
     assert proc.returncode == 1, explain(proc)
     lines = proc.stdout.splitlines()
     assert "FAIL nvidia_smi: 0 GPU(s), expected 8 (--expect-gpus): nvidia-smi failed (rc 6): No devices were found" in lines
-    assert any(line.startswith("FAIL libraries: no GPU, so torch cannot use CUDA 12.1") for line in lines), lines
+    assert "FAIL libraries: torch is not installed, expected a build for CUDA 12.1 (--expect-cuda)" in lines, lines
     assert lines[-1].startswith("verdict: FAIL on ")
 
 
@@ -745,21 +800,22 @@ def test_cli_without_torch_fails(host: FakeHost) -> None:
     assert report["reasons"] == ["torch_cuda: torch is not installed in this environment"]
 
 
-def test_without_a_gpu_torch_is_read_not_imported(host: FakeHost, tmp_path: Path,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    """The build comes from torch/version.py; an import would fail here (sys.modules blocks it)."""
+def test_without_a_gpu_a_cpu_torch_is_read_not_imported(host: FakeHost, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A CPU-only build without a GPU: its build comes from torch/version.py; an import would fail here.
+    (A CUDA build is imported: see test_a_cuda_build_without_a_gpu_is_checked_not_skipped.)"""
     package = tmp_path / "site" / "torch"
     package.mkdir(parents=True)
     (package / "__init__.py").write_text("raise ImportError('imported')\n")
-    (package / "version.py").write_text("__version__ = '2.5.1+cu121'\ndebug = False\ncuda: Optional[str] = '12.1'\n")
+    (package / "version.py").write_text("__version__ = '2.3.1+cpu'\ndebug = False\ncuda: Optional[str] = None\n")
     monkeypatch.delitem(sys.modules, "torch")
     monkeypatch.syspath_prepend(str(package.parent))
     p = probe(host)
-    assert checks.check_torch_cuda(p)["detail"] == "no GPU (torch 2.5.1+cu121, CUDA 12.1)"
+    assert checks.check_torch_cuda(p)["detail"] == "no GPU (torch 2.3.1+cpu, CPU-only build)"
     libraries = checks.check_libraries(p)
-    assert libraries["verdict"] == "skipped" and libraries["value"] == {"torch": "2.5.1+cu121", "cuda": "12.1", "cudnn": None,
+    assert libraries["verdict"] == "skipped" and libraries["value"] == {"torch": "2.3.1+cpu", "cuda": None, "cudnn": None,
                                                                         "nccl": None}
-    assert checks.report_versions(p)["torch"] == "2.5.1+cu121"
+    assert checks.report_versions(p)["torch"] == "2.3.1+cpu"
     assert "torch" not in sys.modules
 
 
@@ -1318,10 +1374,10 @@ def test_a_cpu_torch_says_it_has_no_cuda_instead_of_comparing(healthy_h100: Fake
                                 "system cuDNN not installed, NCCL not installed")
 
 
-def test_the_lab_cpu_torch_without_a_gpu_is_not_failed_by_the_comparison(driver_only: FakeHost, tmp_path: Path,
-                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    """The lab: no GPU, torch 2.13.0+cpu (its version.py as the wheel installs it). Expected builds given or
-    not, the check is skipped "no GPU" and says plainly that the build has no CUDA."""
+def test_a_cpu_torch_without_a_gpu_is_not_failed_by_the_comparison(driver_only: FakeHost, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """No GPU, a CPU-only torch (its version.py as the wheel installs it), no --expect-cuda: expected builds
+    given or not, the check is skipped "no GPU" and says plainly that the build has no CUDA."""
     package = tmp_path / "site" / "torch"
     package.mkdir(parents=True)
     (package / "__init__.py").write_text("raise ImportError('imported')\n")

@@ -10,7 +10,8 @@ Each check measures one thing and judges it against a threshold. In order:
                      uncorrected ECC errors (``--max-ecc-errors``), persistence mode.
 ``torch_cuda``       torch imports, CUDA is available, torch sees every GPU.
 ``libraries``        the CUDA, cuDNN and NCCL versions torch was built with
-                     (``--expect-cuda 12.1`` compares major.minor). torch's
+                     (``--expect-cuda 12.1`` compares major.minor), read with
+                     or without a GPU (a CUDA build imports anywhere). torch's
                      own cuDNN and NCCL (the builds its wheels bring) are
                      compared on major.minor.patch with ``--expect-torch-cudnn``
                      / ``--expect-torch-nccl`` (the matrix's bundled builds);
@@ -29,9 +30,11 @@ A check's verdict is "pass", "fail", "warn" or "skipped". On a machine without
 GPUs the GPU checks are "skipped" with the detail "no GPU" (never "pass");
 ``--require-gpus`` makes that a failure. An expectation is never skipped:
 with ``--expect-gpus N`` fewer GPUs than N fail ``nvidia_smi`` whatever the
-reason (none at all, nvidia-smi "No devices were found"), and with
-``--expect-cuda X.Y`` a machine without a GPU fails ``libraries`` (torch
-cannot use CUDA there). A check that raises is reported as a failure, with
+reason (none at all, nvidia-smi "No devices were found"), and
+``--expect-cuda X.Y`` is judged on what torch was built for, which needs no
+GPU: a CPU-only or other-CUDA build fails ``libraries`` on any machine.
+Only what truly needs a GPU (running CUDA, GEMM, all-reduce, peer access)
+says "no GPU". A check that raises is reported as a failure, with
 the exception; it never stops the other checks.
 
 The report passes only when at least one check passed and none failed: a
@@ -40,8 +43,9 @@ driver) fails with the reason "nothing was checked: no GPU", and exits 1 like
 any failure, so that a cron job is never told that an unverified machine is
 healthy.
 
-torch is imported only when a check needs it (``Probe.torch``); without a GPU
-it is not imported at all: its installed files say which build it is.
+torch is imported only when a check needs it (``Probe.torch``); a CPU-only
+build on a machine without a GPU is not imported at all: its installed files
+say which build it is.
 
 JSON report (``--json``, or ``--output PATH``)
 ----------------------------------------------
@@ -568,31 +572,59 @@ def describe_torch_libraries(compared: dict[str, Any]) -> str:
     return f"{own}; system {system}"
 
 
+def torch_build_versions(probe: Probe) -> dict[str, str | None] | None:
+    """What torch was built with: CUDA, and its own cuDNN and NCCL; None when torch is not installed.
+
+    A CUDA build imports and answers on any machine, with or without a GPU
+    (cudnnGetVersion and ncclGetVersion need no device): it is imported. A
+    CPU-only build without a GPU is read from its installed files instead,
+    as it has nothing more to say. Raises ImportError (or OSError, from a
+    broken CUDA library) when a CUDA build does not import.
+    """
+    if not probe.gpu_present:
+        installed = installed_torch()
+        if installed is None or installed["cuda"] is None:
+            return installed
+    torch = probe.torch
+    if torch is None:
+        raise ImportError(probe.torch_error)
+    return torch_versions(torch)
+
+
 def check_libraries(probe: Probe) -> dict[str, Any]:
-    """CUDA, cuDNN and NCCL behind torch; --expect-cuda compares major.minor, --expect-torch-cudnn /
-    --expect-torch-nccl torch's own cuDNN / NCCL on major.minor.patch; the system's packages are listed apart."""
+    """CUDA, cuDNN and NCCL behind torch, which need no GPU to be read: --expect-cuda compares the CUDA
+    release torch was built for (major.minor), --expect-torch-cudnn / --expect-torch-nccl torch's own cuDNN /
+    NCCL (major.minor.patch); the system's packages are listed apart. Whether the GPUs are there to use
+    them is nvidia_smi's and torch_cuda's business (--expect-gpus, --require-gpus)."""
     name, expect = "libraries", probe.args.expect_cuda
     expected = {"cudnn": probe.args.expect_torch_cudnn, "nccl": probe.args.expect_torch_nccl}
-    if not probe.gpu_present:  # versions from torch's files, without importing it
-        versions = installed_torch()
-        build = ((f"torch {versions['torch']}, " + (f"CUDA {versions['cuda']}" if versions["cuda"] else "CPU-only build"))
-                 if versions else "torch not importable")
-        compared = compare_torch_libraries(versions, expected, probe.system_libraries)
-        if versions is not None and versions["cuda"] is None:
-            build += "; " + describe_torch_libraries(compared)
-        if expect:  # an expectation is never skipped: without a GPU, torch cannot use CUDA
-            return check_result(name, "fail", f"no GPU, so torch cannot use CUDA {expect} (--expect-cuda); {build}",
+    try:
+        versions = torch_build_versions(probe)
+    except Exception as exc:  # ImportError, or OSError from a broken CUDA library
+        if probe.gpu_present:  # torch_cuda fails on it already
+            return check_result(name, "skipped", "torch not importable (see torch_cuda)", threshold=expect)
+        return check_result(name, "fail", f"torch not importable: {exc}", threshold=expect)
+    if versions is None:  # torch_cuda fails on it
+        if expect:
+            return check_result(name, "fail", f"torch is not installed, expected a build for CUDA {expect} "
+                                              "(--expect-cuda)", threshold=expect)
+        if not probe.gpu_present:
+            return no_gpu(name, probe, "torch is not installed")
+        return check_result(name, "skipped", "torch is not installed (see torch_cuda)")
+    compared = compare_torch_libraries(versions, expected, probe.system_libraries)
+    gpu_note = [] if probe.gpu_present else ["no GPU here to use them (see torch_cuda)"]
+    if versions["cuda"] is None and not probe.gpu_present:
+        # A CPU-only build on a machine without GPUs: nothing of CUDA to read,
+        # unless CUDA was expected of it.
+        build = f"torch {versions['torch']}, CPU-only build; " + describe_torch_libraries(compared)
+        if expect:
+            return check_result(name, "fail", f"torch is a CPU-only build, expected one for CUDA {expect} "
+                                              f"(--expect-cuda); {build}",
                                 value=versions, threshold=expect, torch_libraries=compared)
         result = no_gpu(name, probe, build)
         result["value"] = versions
         result["torch_libraries"] = compared
         return result
-    torch = probe.torch
-    versions = torch_versions(torch) if torch is not None else None
-    described = describe_versions(versions) if versions else ""
-    if versions is None:
-        return check_result(name, "skipped", "torch not importable (see torch_cuda)", threshold=expect)
-    compared = compare_torch_libraries(versions, expected, probe.system_libraries)
     failures = []
     if versions["cuda"] is None:
         failures.append("CPU-only torch build")
@@ -607,7 +639,7 @@ def check_libraries(probe: Probe) -> dict[str, Any]:
         if entry["outcome"] == "differs":
             failures.append(f"torch's own {title} is {entry['torch']}, the matrix's bundled build is {entry['expected']} "
                             "(the wheel's nvidia package was replaced, or torch is not the release the matrix names)")
-    detail = "; ".join(failures + [described, describe_torch_libraries(compared)])
+    detail = "; ".join(failures + [describe_versions(versions), describe_torch_libraries(compared)] + gpu_note)
     return check_result(name, "fail" if failures else "pass", detail, value=versions, threshold=expect,
                         torch_libraries=compared)
 
@@ -835,10 +867,7 @@ def run_check(name: str, probe: Probe) -> dict[str, Any]:
 
 def report_versions(probe: Probe) -> dict[str, str | None]:
     try:
-        if not probe.gpu_present:  # no import without a GPU (see check_torch_cuda)
-            versions: dict[str, str | None] = installed_torch() or {}
-        else:
-            versions = torch_versions(probe.torch) if probe.torch is not None else {}
+        versions: dict[str, str | None] = torch_build_versions(probe) or {}
     except Exception:  # a broken torch is the checks' business, not the report's
         versions = {}
     system = probe.system_libraries
