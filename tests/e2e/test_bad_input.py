@@ -41,8 +41,10 @@ CASES = [
                  "cuda_release '11.0' is not a CUDA release gpufleet knows", id="unknown-cuda-release"),
     pytest.param({"pytorch_release": "2.0.1", "pytorch_variant": "cu121"},
                  "pytorch_release '2.0.1' is not a PyTorch release gpufleet knows", id="torch-release-without-cu121"),
-    pytest.param({"pytorch_variant": "cu121"},
-                 "torch 2.13.0 is published for cpu only, not cu121", id="lab-torch-has-no-cu121"),
+    # PyPI's torch 2.5.1 is the CUDA 12.4 build (https://pypi.org/project/torch/2.5.1/): the lab's source
+    # (pytorch_wheel_source pypi) has no cu121 build of it.
+    pytest.param({"pytorch_release": "2.5.1"},
+                 "torch 2.5.1 on PyPI", id="pypi-torch-2.5-is-cu124"),
     pytest.param({"preflight_secure_boot_policy": "sometimes"},
                  "preflight_secure_boot_policy", id="unknown-secure-boot-policy"),
     pytest.param({"gpu_verify_expected_gpus": -1},

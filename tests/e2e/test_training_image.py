@@ -6,14 +6,16 @@ source is the lab mirror, trusted through the mirror's key) on the lab's
 internal network, so nothing can come from outside: python3-venv from the
 mirror's /debian, torch from its wheelhouse (--no-index --find-links; pip
 ignores a plain-http wheelhouse unless its host is trusted, hence
---trusted-host). The ARGs are the lab's pytorch settings, as an air-gapped
-site passes its own. Then the payload runs in the image without a network:
+--trusted-host): PyPI's CUDA 12.1 build of torch 2.3.1 with its
+nvidia-*-cu12 wheels, installed with --require-hashes against the lab's hash
+lock (the build secret torch-lock), as the nodes get them. The ARGs are the
+lab's pytorch settings, as an air-gapped site passes its own. Then the payload runs in the image without a network:
 one process, a 2-process torchrun (gloo), the default command and the GPU
-checks (which say "no GPU"); their JSON results are asserted. The image is
+checks (which read the CUDA build and say "no GPU" for the rest); their
+JSON results are asserted. The image is
 removed at the end.
 
-What needs NVIDIA's servers or a GPU (the CUDA base image, the cu121 wheels,
-the NVIDIA Container Toolkit, nvidia-ctk, CDI) is covered by
+What needs NVIDIA's servers or a GPU (the CUDA base image, the NVIDIA Container Toolkit, nvidia-ctk, CDI) is covered by
 tests/unit/test_container_role.py on the rendered configuration.
 """
 
@@ -38,6 +40,19 @@ RUN_TIMEOUT_S = 300
 def lab_settings() -> dict:
     """The lab's pytorch settings (tests/lab/inventory/group_vars/all/main.yml): the image gets the same torch."""
     return yaml.safe_load((LAB_INVENTORY / "group_vars" / "all" / "main.yml").read_text())
+
+
+def torch_variant_label() -> str:
+    """The local version of the lab's wheels: none for PyPI's builds (pytorch_wheel_source pypi)."""
+    settings = lab_settings()
+    return "" if settings.get("pytorch_wheel_source") == "pypi" else settings["pytorch_variant"]
+
+
+# The lab's hash lock, written by tests/lab/lab.yml on this controller (pytorch_hashes_file).
+LAB_LOCK = REPO / ".lab" / "wheelhouse.lock"
+# What the image's torch reports, as the matrix's row for PyPI's torch 2.3.1 gives it (files/compatibility.yml:
+# CUDA 12.1, torch's own cuDNN 8.9.2.26, NCCL 2.20.5).
+TORCH_REPORTS = "2.3.1 12.1 8902 (2, 20, 5)"
 
 
 def mirror_address() -> str:
@@ -65,10 +80,13 @@ def training_image():
     build_args = {
         "BASE_IMAGE": NODE_IMAGE,
         "TORCH_VERSION": settings["pytorch_release"],
-        "TORCH_VARIANT": settings["pytorch_variant"],
+        "TORCH_VARIANT": torch_variant_label(),
         "PIP_EXTRA_ARGS": f"--no-index --find-links {wheelhouse} --trusted-host {MIRROR}",
     }
+    if not LAB_LOCK.is_file():
+        pytest.fail(f"the lab is not built: no hash lock {LAB_LOCK}; run `make lab` first")
     argv = ["podman", "build", "--pull=never", "--layers=false", "--network", LAB_NETWORK,
+            "--secret", f"id=torch-lock,src={LAB_LOCK}",
             "--add-host", f"{MIRROR}:{mirror_address()}", "--file", CONTAINERFILE, "--tag", tag]
     argv += [f"--build-arg={key}={value}" for key, value in build_args.items()] + ["."]
     started = time.monotonic()
@@ -97,7 +115,7 @@ def test_image_metadata(training_image):
     config = json.loads(podman("image", "inspect", training_image).stdout)[0]["Config"]
     settings = lab_settings()
     assert config["Labels"]["org.gpufleet.torch-version"] == settings["pytorch_release"]
-    assert config["Labels"]["org.gpufleet.torch-variant"] == settings["pytorch_variant"]
+    assert config["Labels"]["org.gpufleet.torch-variant"] == torch_variant_label()
     assert config["Labels"]["org.opencontainers.image.base.name"] == NODE_IMAGE
     assert config["User"] == "1000:1000"
     assert config["Cmd"] == ["python", "/opt/gpufleet/payload/train.py", "--json"]
@@ -117,8 +135,20 @@ def test_payload_single_process_on_cpu(training_image):
     settings = lab_settings()
     assert result["verdict"] == "pass", result["reasons"]
     assert result["world_size"] == 1 and result["device"] == "cpu" and result["final_step"] == 8
-    assert result["torch_version"] == f"{settings['pytorch_release']}+{settings['pytorch_variant']}"
-    assert result["cuda_version"] is None
+    assert result["torch_version"] == settings["pytorch_release"] + (f"+{torch_variant_label()}" if torch_variant_label() else "")
+    # The CUDA build, run on the CPU: torch.version.cuda says what it was built for.
+    assert result["cuda_version"] == "12.1" and result["device"] == "cpu"
+
+
+def test_the_image_has_the_locked_cuda_build(training_image):
+    """The image's torch is the lab's locked cu121 build (what the nodes get), and the lock itself stayed out of it."""
+    run = run_in_image(training_image, "python", "-c",
+                       "import torch; print(torch.__version__, torch.version.cuda, torch.backends.cudnn.version(),"
+                       " torch.cuda.nccl.version())")
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.strip() == TORCH_REPORTS
+    leftover = run_in_image(training_image, "sh", "-c", "ls /run/secrets 2>/dev/null; grep -rl sha256: /opt/gpufleet /tmp 2>/dev/null")
+    assert leftover.stdout.strip() == "", leftover.stdout
 
 
 def test_payload_torchrun_two_processes_on_cpu(training_image):
@@ -140,13 +170,20 @@ def test_default_command_trains(training_image):
 
 
 def test_health_checks_run_in_the_image(training_image):
-    """gpufleet_check.pyz in the image: every GPU check says "no GPU" (never a pass), and a run in which
-    nothing was checked (no driver, no GPU) is a failure, not a pass (issue 16, item 1)."""
-    run = run_in_image(training_image, "python", "/opt/gpufleet/payload/gpufleet_check.pyz", "--json")
+    """gpufleet_check.pyz in the image: what torch was built with is checked without a GPU (issue 15) and
+    passes against the matrix's row; every check that runs on a GPU says "no GPU" (never a pass); with
+    --require-gpus the run fails (issue 16, item 1)."""
+    expectations = ["--expect-cuda", "12.1", "--expect-torch-cudnn", "8.9.2.26", "--expect-torch-nccl", "2.20.5"]
+    run = run_in_image(training_image, "python", "/opt/gpufleet/payload/gpufleet_check.pyz", "--json", *expectations)
     report = json.loads(run.stdout)
-    assert run.returncode == 1 and report["verdict"] == "fail", report["reasons"]
-    assert report["reasons"] == ["nothing was checked: no GPU (7 checks skipped)"], report["reasons"]
+    assert run.returncode == 0 and report["verdict"] == "pass", report["reasons"]
     checks = {check["name"]: check for check in report["checks"]}
+    assert checks["libraries"]["verdict"] == "pass", checks["libraries"]
+    assert checks["libraries"]["detail"].startswith("torch 2.3.1, CUDA 12.1, cuDNN 8.9.2, NCCL 2.20.5; "), checks["libraries"]
     for name in ("nvidia_smi", "torch_cuda", "gemm", "allreduce_busbw", "p2p_topology"):
         assert checks[name]["verdict"] == "skipped" and "no GPU" in checks[name]["detail"], name
-    assert report["versions"]["torch"].startswith(lab_settings()["pytorch_release"])
+    versions = report["versions"]
+    assert (versions["torch"], versions["cuda"], versions["cudnn"], versions["nccl"]) == ("2.3.1", "12.1", "8.9.2", "2.20.5")
+    required = run_in_image(training_image, "python", "/opt/gpufleet/payload/gpufleet_check.pyz", "--json",
+                            "--require-gpus", *expectations)
+    assert required.returncode == 1 and json.loads(required.stdout)["verdict"] == "fail"

@@ -1,6 +1,9 @@
-"""Verify for the pytorch scenario: the real CPU wheel of torch 2.13.0 from the
-lab mirror's wheelhouse is installed in /opt/gpufleet/venv (never in the
-system Python), imports, computes, and is reported honestly as a CPU build."""
+"""Verify for the pytorch scenario: PyPI's CUDA 12.1 build of torch 2.3.1
+(with torchvision 0.18.1, torchaudio 2.3.1 and its nvidia-*-cu12 wheels) from
+the lab mirror's hash-locked wheelhouse is installed in /opt/gpufleet/venv
+(never in the system Python), imports, computes on the CPU, and reports the
+CUDA, cuDNN and NCCL it was built with; the node has no GPU, and the report
+says so."""
 
 import json
 import shlex
@@ -12,7 +15,10 @@ testinfra_hosts = ["ansible://all"]
 
 VENV = "/opt/gpufleet/venv"
 PYTHON = f"{VENV}/bin/python"
-TORCH = "2.13.0+cpu"
+TORCH = "2.3.1"
+# PyPI's torch 2.3.1 requires nvidia-cudnn-cu12==8.9.2.26 and nvidia-nccl-cu12==2.20.5
+# (https://pypi.org/project/torch/2.3.1/); torch reports them as 8902 and (2, 20, 5).
+REQUIREMENTS = [f"torch=={TORCH}", "torchvision==0.18.1", "torchaudio==2.3.1", "numpy==1.26.4"]
 REPORT = "/var/lib/gpufleet/pytorch.json"
 ROLE_FILES = Path(__file__).resolve().parents[3] / "roles" / "pytorch" / "files"
 
@@ -43,9 +49,10 @@ def test_venv_exists_and_belongs_to_root(host):
     assert host.check_output(f"{PYTHON} -c 'import sys; print(sys.prefix != sys.base_prefix, sys.base_prefix)'") == "True /usr"
 
 
-def test_torch_imports_with_the_pinned_cpu_build(host):
-    out = host.check_output(f"{PYTHON} -c 'import torch; print(torch.__version__, torch.version.cuda, torch.cuda.is_available())'")
-    assert out == f"{TORCH} None False"
+def test_torch_imports_with_the_pinned_cuda_build(host):
+    out = host.check_output(f"{PYTHON} -c 'import torch; print(torch.__version__, torch.version.cuda,"
+                            " torch.backends.cudnn.version(), torch.cuda.nccl.version(), torch.backends.cuda.is_built())'")
+    assert out == f"{TORCH} 12.1 8902 (2, 20, 5) True"
 
 
 def test_torch_computes(host):
@@ -56,9 +63,11 @@ def test_torch_computes(host):
 def test_pip_in_the_venv_reports_exact_versions(host):
     pkgs = {p["name"].lower().replace("_", "-"): p["version"] for p in json.loads(host.check_output(f"{PYTHON} -m pip list --format json --disable-pip-version-check"))}
     assert pkgs["torch"] == TORCH
-    # 2.13.0 is published without torchvision and torchaudio: the role skips them.
-    assert "torchvision" not in pkgs and "torchaudio" not in pkgs
-    # torch's dependencies came from the wheelhouse with it.
+    assert (pkgs["torchvision"], pkgs["torchaudio"], pkgs["numpy"]) == ("0.18.1", "2.3.1", "1.26.4")
+    # torch's dependencies came from the wheelhouse with it: the CUDA 12.1 libraries at the versions its
+    # metadata pins, and triton.
+    assert (pkgs["nvidia-cuda-runtime-cu12"], pkgs["nvidia-cudnn-cu12"], pkgs["nvidia-nccl-cu12"], pkgs["triton"]) == \
+        ("12.1.105", "8.9.2.26", "2.20.5", "2.3.1")
     for dep in ("filelock", "sympy", "networkx", "jinja2", "fsspec", "typing-extensions"):
         assert dep in pkgs, dep
     show = host.check_output(f"{PYTHON} -m pip show torch --disable-pip-version-check")
@@ -85,19 +94,20 @@ def test_report_file(host, report):
     assert f.user == "root" and f.mode == 0o644
     assert host.file("/var/lib/gpufleet").mode == 0o755
     assert report["torch_version"] == TORCH
-    assert report["cuda_version"] is None
-    assert report["cudnn_version"] is None
-    assert report["nccl_version"] == "not built"
+    assert report["cuda_version"] == "12.1"
+    assert report["cudnn_version"] == "8.9.2"
+    assert report["nccl_version"] == "2.20.5"
+    # A CUDA build on a node without a GPU.
     assert report["cuda_available"] is False
     assert report["device_count"] == 0
     assert report["devices"] == []
-    assert report["variant_installed"] == "cpu"
-    assert report["cpu_only"] is True
-    assert report["torchvision_version"] is None and report["torchaudio_version"] is None
+    assert report["variant_installed"] == "cu121"
+    assert report["cpu_only"] is False
+    assert report["torchvision_version"] == "0.18.1" and report["torchaudio_version"] == "2.3.1"
     assert report["python_version"].startswith("3.11.")
-    assert report["release"] == "2.13.0" and report["variant"] == "cpu"
+    assert report["release"] == "2.3.1" and report["variant"] == "cu121"
     assert report["venv"] == VENV and report["python"] == PYTHON
-    assert report["requirements"] == [f"torch=={TORCH}"]
+    assert report["requirements"] == REQUIREMENTS
     assert report["source"] == "http://gpufleet-mirror/wheels/"
 
 
@@ -109,10 +119,11 @@ def test_second_import_check_reports_the_same(host, report):
 
 def test_installed_probe_finds_nothing_to_do(host):
     """The check the role makes before calling pip: the pins are satisfied, so a re-run installs nothing."""
-    probe = _run_script(host, "pytorch_installed.py", json.dumps([f"torch=={TORCH}"]))
+    probe = _run_script(host, "pytorch_installed.py", json.dumps(REQUIREMENTS))
     assert probe["unsatisfied"] == []
-    assert probe["installed"] == {"torch": TORCH}
-    assert _run_script(host, "pytorch_installed.py", json.dumps(["torch==2.13.0+cu121"]))["unsatisfied"] == ["torch==2.13.0+cu121"]
+    assert probe["installed"] == {"torch": TORCH, "torchvision": "0.18.1", "torchaudio": "2.3.1", "numpy": "1.26.4"}
+    # The same release from PyTorch's index carries the local version: another build.
+    assert _run_script(host, "pytorch_installed.py", json.dumps(["torch==2.3.1+cu121"]))["unsatisfied"] == ["torch==2.3.1+cu121"]
 
 
 def test_pip_left_no_cache(host):
