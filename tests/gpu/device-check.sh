@@ -3,7 +3,8 @@
 # torch (not part of `make test`: CI has no GPU). Runs the standalone health
 # check (gpufleet_check.pyz, with the payload on every GPU) and the payload's
 # GPU paths (DDP/bf16, fp16 with GradScaler, DataParallel, gradient
-# accumulation, profiler traces), and writes each JSON result to OUTDIR.
+# accumulation, profiler traces), and writes each JSON result to OUTDIR,
+# with stack.json: the torch build it ran and how it differs from the matrix.
 #
 #   tests/gpu/device-check.sh [PYTHON] [OUTDIR]
 set -uo pipefail
@@ -26,6 +27,9 @@ step() {  # step NAME COMMAND...: runs it, keeps its output, records failures
 }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 "$py" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "gpus", torch.cuda.device_count())'
+# Which stack this run measured, and whether it is the matrix's (a machine
+# without network access may have another torch): $out/stack.json.
+"$py" "$here/tests/gpu/stack_record.py" "$here/files/compatibility.yml" "$out/stack.json" || status=1
 
 step check "$py" "$payload/gpufleet_check.pyz" --require-gpus --train --json --output "$out/check.json"
 "$py" "$payload/gpufleet_check.pyz" --require-gpus --quick --skip gemm 2>/dev/null | tail -n 12
