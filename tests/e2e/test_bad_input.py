@@ -45,6 +45,9 @@ CASES = [
     # (pytorch_wheel_source pypi) has no cu121 build of it.
     pytest.param({"pytorch_release": "2.5.1"},
                  "torch 2.5.1 on PyPI", id="pypi-torch-2.5-is-cu124"),
+    # The wheelhouse without its lock: refused before any change (pytorch_require_hashes_offline).
+    pytest.param({"pytorch_hashes_file": ""},
+                 "pytorch_wheelhouse_url is an offline install, which gpufleet checks wheel by wheel", id="wheelhouse-without-lock"),
     pytest.param({"preflight_secure_boot_policy": "sometimes"},
                  "preflight_secure_boot_policy", id="unknown-secure-boot-policy"),
     pytest.param({"gpu_verify_expected_gpus": -1},

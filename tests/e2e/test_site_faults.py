@@ -222,15 +222,21 @@ def test_too_small_a_file_system_stops_in_preflight(tmp_path, tmp_path_factory, 
 
 
 def test_a_wheel_swapped_on_the_mirror_is_refused(lab_hosts):
-    """The lab installs torch hash-checked (pytorch_hashes_file): against the lock with torch's
-    hash changed, as when the wheel on the mirror was swapped, pip refuses before installing."""
+    """The lab installs PyPI's cu121 torch hash-checked (pytorch_hashes_file): the lock pins torch and every
+    nvidia-*-cu12 wheel it needs; against the lock with one wheel's hash changed, as when that wheel on the
+    mirror was swapped, pip refuses before installing. The wheel tried is the lock's nvidia-nvtx-cu12 (a
+    real wheel of the set, small enough to fetch twice)."""
     lock = Path(lab_vars()["lab_wheelhouse_lock"]).read_text()
-    assert re.search(r"^torch==2\.13\.0\+cpu --hash=sha256:[0-9a-f]{64}$", lock, re.M), lock
-    swapped = re.sub(r"^(torch==\S+ --hash=sha256:)([0-9a-f])", lambda m: m[1] + ("0" if m[2] != "0" else "1"), lock, flags=re.M)
-    pip = ["/opt/gpufleet/venv/bin/python", "-m", "pip", "install", "--dry-run", "--ignore-installed", "--no-cache-dir", "--require-hashes",
-           "--no-index", "--find-links", "http://gpufleet-mirror/wheels/", "--trusted-host", "gpufleet-mirror", "-r", "/dev/stdin"]
-    for text, refused in ((lock, False), (swapped, True)):
-        done = subprocess.run(["podman", "exec", "-i", lab_hosts[0], *pip], input=text, capture_output=True, text=True)
+    assert re.search(r"^torch==2\.3\.1 --hash=sha256:[0-9a-f]{64}$", lock, re.M), lock
+    for pin in ("nvidia-cuda-runtime-cu12==12.1.105", "nvidia-cudnn-cu12==8.9.2.26", "nvidia-nccl-cu12==2.20.5", "triton==2.3.1"):
+        assert re.search(rf"^{re.escape(pin)} --hash=sha256:[0-9a-f]{{64}}$", lock, re.M), pin
+    line = next(entry for entry in lock.splitlines() if entry.startswith("nvidia-nvtx-cu12=="))
+    swapped = re.sub(r"(--hash=sha256:)([0-9a-f])", lambda m: m[1] + ("0" if m[2] != "0" else "1"), line, count=1)
+    pip = ["/opt/gpufleet/venv/bin/python", "-m", "pip", "install", "--dry-run", "--ignore-installed", "--no-deps", "--no-cache-dir",
+           "--require-hashes", "--no-index", "--find-links", "http://gpufleet-mirror/wheels/", "--trusted-host", "gpufleet-mirror",
+           "-r", "/dev/stdin"]
+    for text, refused in ((line, False), (swapped, True)):
+        done = subprocess.run(["podman", "exec", "-i", lab_hosts[0], *pip], input=text + "\n", capture_output=True, text=True)
         assert (done.returncode != 0) == refused, done.stdout[-2000:] + done.stderr[-2000:]
         if refused:
             assert "THESE PACKAGES DO NOT MATCH THE HASHES FROM THE REQUIREMENTS FILE" in done.stderr
