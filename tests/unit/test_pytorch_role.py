@@ -228,6 +228,15 @@ def test_lab_wheelhouse_downloads_what_the_lab_settings_pin(locked):
     assert cfg["__pytorch_requirements"] == cfg["__pytorch_matrix_pins"] + LAB_SETTINGS["pytorch_extra_packages"]
 
 
+def test_lab_wheelhouse_download_accepts_pypi_manylinux1_wheels():
+    """https://pypi.org/project/torch/2.3.1/#files: torch-2.3.1-cp311-cp311-manylinux1_x86_64.whl (its nvidia-*-cu12 wheels are
+    manylinux1 too). pip download --platform expands only the legacy tag manylinux2014 to manylinux2010/manylinux1, not
+    manylinux_2_17: without it pip finds no torch 2.3.1 for the nodes (checked with pip 23.2 --dry-run --report)."""
+    download = next(task for play in yaml.safe_load((REPO_ROOT / "tests" / "lab" / "lab.yml").read_text())
+                    for task in play.get("tasks", []) if task.get("name", "").startswith("Fill the pip wheelhouse"))
+    assert "--platform manylinux2014_x86_64" in download["ansible.builtin.shell"]
+
+
 def test_lab_stack_is_cuda_12_1_with_the_bundled_builds():
     """The lab's release from PyPI is the CUDA 12.1 build: torch must report CUDA 12.1 and its own cuDNN 8.9.2.26 /
     NCCL 2.20.5 (https://pypi.org/project/torch/2.3.1/, Requires-Dist nvidia-cudnn-cu12==8.9.2.26, nvidia-nccl-cu12==2.20.5)."""
