@@ -476,7 +476,7 @@ def test_image_wheel_source_follows_the_pytorch_role_and_an_explicit_index_wins(
 
 def test_image_wheel_source_setting_is_declared_like_the_other_image_settings():
     spec = yaml.safe_load((REPO_ROOT / "roles" / "container" / "meta" / "argument_specs.yml").read_text())["argument_specs"]["main"]
-    assert spec["options"]["container_image_wheel_source"]["default"] == "{{ pytorch_wheel_source | default('') }}"
+    assert spec["options"]["container_image_wheel_source"]["default"] == "{{ pytorch_wheel_source | default('pytorch') }}"
     assert spec["options"]["container_image_index_url"]["default"] == ""
 
 
