@@ -17,6 +17,7 @@ returns one mapping::
      "nccl":    {"version", "package_version", "packages"},
      "pytorch": {"release", "cuda_release", "variant", "variants", "expected_cuda", "label",
                  "torchvision", "torchaudio", "pins", "packages",
+                 "source", "index_url",  # where the wheels come from (pytorch_wheel_sources)
                  "bundled": {"cudnn", "nccl"}},  # the builds the wheels bring (see bundled_libraries)
      "known":   {"driver_branches", "cuda_releases", "pytorch_releases"}}
 
@@ -51,6 +52,12 @@ options:
   pytorch_release: {description: PyTorch release; empty for the matrix default., type: str, default: ""}
   pytorch_cuda_release: {description: CUDA release of the wheels; empty follows cuda_release., type: str, default: ""}
   pytorch_variant: {description: Wheel variant (cu121, cpu); empty for the CUDA release's variant., type: str, default: ""}
+  pytorch_wheel_source:
+    description: >-
+      Where the wheels come from, a key of pytorch_wheel_sources (pytorch, download.pytorch.org with +variant labels;
+      pypi, PyPI or a mirror of it, unlabelled); empty for pytorch.
+    type: str
+    default: ""
   distribution: {description: ansible_facts.distribution of the host (driver sources differ per OS)., type: str, default: ""}
   repository_os:
     description: The host's directory of NVIDIA's CUDA repository (ubuntu2204, debian12); empty for no check of it.
@@ -60,7 +67,9 @@ options:
   torchvision: {description: Pin torchvision with torch., type: bool, default: true}
   torchaudio: {description: Pin torchaudio with torch., type: bool, default: true}
   names:
-    description: The caller's names of the settings, for the reasons (keys cuda_release, pytorch_release, pytorch_cuda_release, pytorch_variant).
+    description: >-
+      The caller's names of the settings, for the reasons (keys cuda_release, pytorch_release, pytorch_cuda_release, pytorch_variant,
+      pytorch_wheel_source).
     type: dict
     default: {}
 """
@@ -107,7 +116,8 @@ def expected_cuda(variant: str) -> str:
 
 # The settings the reasons name, unless the caller renames them.
 SETTING_NAMES = {"cuda_release": "cuda_release", "pytorch_release": "pytorch_release",
-                 "pytorch_cuda_release": "pytorch_cuda_release", "pytorch_variant": "pytorch_variant"}
+                 "pytorch_cuda_release": "pytorch_cuda_release", "pytorch_variant": "pytorch_variant",
+                 "pytorch_wheel_source": "pytorch_wheel_source"}
 _VARIANT_FORM = re.compile(r"^(cpu|cu[0-9]{3})$")
 
 
@@ -120,6 +130,40 @@ def _span(releases: list[str]) -> str:
 # for the CPU wheels (which carry neither library).
 UNKNOWN = "unknown"
 NO_CUDA = "none"
+
+
+# Where torch's wheels come from: an empty setting is PyTorch's own index.
+DEFAULT_WHEEL_SOURCE = "pytorch"
+# For a matrix without pytorch_wheel_sources (the entries of files/compatibility.yml).
+WHEEL_SOURCES = {"pytorch": {"index_url": "https://download.pytorch.org/whl/{variant}", "local_version": True},
+                 "pypi": {"index_url": "https://pypi.org/simple", "local_version": False}}
+
+
+def wheel_sources(matrix: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The wheel sources the matrix knows (pytorch_wheel_sources), by name."""
+    return {str(key): dict(value or {}) for key, value in (matrix.get("pytorch_wheel_sources") or WHEEL_SOURCES).items()}
+
+
+def _pypi_check(torches: dict[str, Any], release: str, row: dict[str, Any], variant: str, origin: str,
+                names: dict[str, str], source: str, pytorch_index: str) -> list[str]:
+    """Why a source without local version labels (PyPI) cannot give these wheels; empty when it can.
+
+    Such a source has one build per release (the row's ``pypi``), and no CPU-only build on Linux.
+    """
+    setting = f"{names['pytorch_wheel_source']} {source}"
+    way_out = f"use {names['pytorch_wheel_source']} {DEFAULT_WHEEL_SOURCE} ({pytorch_index.replace('{variant}', variant)})"
+    if variant == "cpu":
+        return [f"torch {release} on PyPI ({setting}) has no CPU-only build: PyPI's Linux x86_64 torch wheels are CUDA "
+                f"builds ({_text(row.get('pypi')) or 'none recorded'} for {release}); {way_out} for the cpu wheels"]
+    built = _text(row.get("pypi"))
+    if built == variant:
+        return []
+    on_pypi = [key for key, value in torches.items() if _text(value.get("pypi")) == variant]
+    return [f"torch {release} on PyPI ({setting}) is "
+            + (f"the {built} build, not {variant}" if built else f"not recorded as a {variant} build")
+            + f" ({origin}): {way_out}"
+            + (f", or a release PyPI publishes as {variant}: {_span(on_pypi)}" if on_pypi
+               else f"; files/compatibility.yml records no release PyPI publishes as {variant}")]
 
 
 def bundled_libraries(row: dict[str, Any], variant: str) -> dict[str, str]:
@@ -136,11 +180,15 @@ def bundled_libraries(row: dict[str, Any], variant: str) -> dict[str, str]:
 
 def resolve_pytorch(matrix: dict[str, Any], release: Any = "", cuda_release: Any = "", variant: Any = "",
                     torchvision: bool = True, torchaudio: bool = True, names: dict[str, str] | None = None,
-                    cuda_follows: bool = False) -> dict[str, Any]:
-    """The PyTorch wheels for these choices: release, variant, pins, the CUDA torch must report; or reasons.
+                    cuda_follows: bool = False, wheel_source: Any = "") -> dict[str, Any]:
+    """The PyTorch wheels for these choices: release, variant, pins, the CUDA torch must report, where they come
+    from; or reasons.
 
     ``cuda_release`` empty takes the matrix default; ``cuda_follows`` says it
     came from the CUDA setting (its own reason is given there, not twice).
+    ``wheel_source`` is a key of the matrix's pytorch_wheel_sources (empty:
+    pytorch); a source without local versions (pypi) pins torch==2.3.1, not
+    torch==2.3.1+cu121, and has only the build the release's row names.
     """
     names = {**SETTING_NAMES, **(names or {})}
     cudas = {str(key): value for key, value in matrix["cuda_releases"].items()}
@@ -156,7 +204,13 @@ def resolve_pytorch(matrix: dict[str, Any], release: Any = "", cuda_release: Any
     known_variants = list(dict.fromkeys(v for value in torches.values() for v in value.get("variants", [])))
     origin = (f"{names['pytorch_variant']} {variant}" if asked
               else f"the variant of CUDA {cuda_release}, {names['pytorch_cuda_release']}")
+    sources = wheel_sources(matrix)
+    source_name = _text(wheel_source) or DEFAULT_WHEEL_SOURCE
+    source = sources.get(source_name)
     errors: list[str] = []
+    if source is None:
+        errors.append(f"{names['pytorch_wheel_source']} '{source_name}' is not a wheel source gpufleet knows "
+                      f"(files/compatibility.yml lists {', '.join(sources)})")
     if row is None:
         errors.append(f"{names['pytorch_release']} '{release}' is not a PyTorch release gpufleet knows "
                       f"(files/compatibility.yml lists {_span(list(torches))}"
@@ -186,9 +240,12 @@ def resolve_pytorch(matrix: dict[str, Any], release: Any = "", cuda_release: Any
                       f"({origin}; {names['pytorch_release']} {release})"
                       + (f"; files/compatibility.yml: {variant} wheels exist for torch {_span(with_variant)}"
                          if with_variant else ""))
+    if not errors and not source.get("local_version", True):
+        pytorch_index = _text((sources.get(DEFAULT_WHEEL_SOURCE) or {}).get("index_url")) or "PyTorch's index"
+        errors += _pypi_check(torches, release, row, variant, origin, names, source_name, pytorch_index)
     if errors:
         return {"errors": errors}
-    label = f"+{variant}"
+    label = f"+{variant}" if source.get("local_version", True) else ""
     pins = [f"torch=={release}{label}"]
     for name, wanted in (("torchvision", torchvision), ("torchaudio", torchaudio)):
         if wanted and _text(row.get(name)):
@@ -197,6 +254,7 @@ def resolve_pytorch(matrix: dict[str, Any], release: Any = "", cuda_release: Any
             "variants": list(row.get("variants", [])), "expected_cuda": expected_cuda(variant), "label": label,
             "torchvision": _text(row.get("torchvision")), "torchaudio": _text(row.get("torchaudio")),
             "pins": pins, "packages": ["torch", "torchvision", "torchaudio"],
+            "source": source_name, "index_url": _text(source.get("index_url")).replace("{variant}", variant),
             "bundled": bundled_libraries(row, variant)}
 
 
@@ -296,7 +354,8 @@ def repository_gap(matrix: dict[str, Any], cuda_release: str, repository_os: str
 def resolve(matrix: dict[str, Any], driver_branch: Any = "", driver_version: Any = "", cuda_release: Any = "",
             pytorch_release: Any = "", pytorch_cuda_release: Any = "", pytorch_variant: Any = "",
             distribution: Any = "", torchvision: bool = True, torchaudio: bool = True,
-            names: dict[str, str] | None = None, repository_os: Any = "", today: Any = "") -> dict[str, Any]:
+            names: dict[str, str] | None = None, repository_os: Any = "", today: Any = "",
+            pytorch_wheel_source: Any = "") -> dict[str, Any]:
     """One stack for these choices, or its reasons in ``errors``.
 
     ``names`` renames the settings in the reasons (the container role's
@@ -345,7 +404,7 @@ def resolve(matrix: dict[str, Any], driver_branch: Any = "", driver_version: Any
 
     pytorch = resolve_pytorch(matrix, pytorch_release, pytorch_cuda_release or release, pytorch_variant,
                               torchvision=torchvision, torchaudio=torchaudio, names=names,
-                              cuda_follows=not _text(pytorch_cuda_release))
+                              cuda_follows=not _text(pytorch_cuda_release), wheel_source=pytorch_wheel_source)
     errors += pytorch.pop("errors")
 
     return {"errors": errors, "driver": driver, "cuda": cuda, "cudnn": cudnn, "nccl": nccl, "pytorch": pytorch,
@@ -360,5 +419,6 @@ class LookupModule(LookupBase):
         matrix = load_matrix()
         choices = {name: self.get_option(name) for name in (
             "driver_branch", "driver_version", "cuda_release", "pytorch_release", "pytorch_cuda_release",
-            "pytorch_variant", "distribution", "torchvision", "torchaudio", "names", "repository_os", "today")}
+            "pytorch_variant", "distribution", "torchvision", "torchaudio", "names", "repository_os", "today",
+            "pytorch_wheel_source")}
         return [resolve(matrix, **choices)]

@@ -419,23 +419,65 @@ def test_cdi_is_generated_only_where_the_driver_is_loaded():
 # --------------------------------------------------------------------------- image settings
 
 
-LAB_IMAGE = {"container_build_image": True, "pytorch_release": "2.13.0", "pytorch_variant": "cpu",
+LAB_IMAGE = {"container_build_image": True, "pytorch_release": "2.3.1", "pytorch_wheel_source": "pypi",
              "pytorch_wheelhouse_url": "http://gpufleet-mirror/wheels/"}
 
 
 def test_lab_image_settings_follow_the_pytorch_role():
-    """The lab's pytorch settings (CPU torch 2.13.0 from the mirror's wheelhouse) give the image's: pip uses the wheelhouse alone,
-    trusting its plain-http host (pip ignores an untrusted http find-links)."""
+    """The lab's pytorch settings (PyPI's cu121 build of torch 2.3.1 from the mirror's wheelhouse,
+    https://pypi.org/project/torch/2.3.1/: unlabelled, Requires-Dist nvidia-cuda-runtime-cu12==12.1.105) give the image's:
+    TORCH_VARIANT empty (the Containerfile pins torch==2.3.1), pip uses the wheelhouse alone, trusting its plain-http host
+    (pip ignores an untrusted http find-links); the tag still names the build's variant."""
     cfg = cfg_for("debian12", **LAB_IMAGE)
     assert cfg.failure is None
     assert cfg["__container_image_build_args"] == {
         "BASE_IMAGE": "nvcr.io/nvidia/cuda:12.1.1-cudnn8-runtime-ubuntu22.04",
-        "TORCH_VERSION": "2.13.0",
-        "TORCH_VARIANT": "cpu",
-        "TORCH_INDEX_URL": "https://download.pytorch.org/whl/cpu",
+        "TORCH_VERSION": "2.3.1",
+        "TORCH_VARIANT": "",
+        "TORCH_INDEX_URL": "https://pypi.org/simple",
         "PIP_EXTRA_ARGS": "--no-index --find-links http://gpufleet-mirror/wheels/ --trusted-host=gpufleet-mirror",
     }
-    assert cfg["__container_image_ref"] == "gpufleet-train:2.13.0-cpu"
+    assert cfg["__container_image_ref"] == "gpufleet-train:2.3.1-cu121"
+
+
+def test_the_lab_inventory_is_what_the_image_test_uses():
+    lab = yaml.safe_load((REPO_ROOT / "tests" / "lab" / "inventory" / "group_vars" / "all" / "main.yml").read_text())
+    assert {key: lab[key] for key in ("pytorch_release", "pytorch_wheel_source")} == {
+        key: LAB_IMAGE[key] for key in ("pytorch_release", "pytorch_wheel_source")}
+    assert "pytorch_variant" not in lab
+
+
+PYPI_IMAGE = {"container_build_image": True, "container_image_torch_release": "2.4.1", "container_image_wheel_source": "pypi"}
+PYPI_MIRROR_IMAGE = {"container_build_image": True, "pytorch_release": "2.4.1", "pytorch_wheel_source": "pypi",
+                     "container_image_index_url": "https://nexus.corp.example/repository/pypi/simple/"}
+PYTORCH_IMAGE = {"container_build_image": True, "pytorch_release": "2.4.1", "pytorch_wheel_source": "pytorch"}
+
+
+def test_image_from_pypi_without_a_wheelhouse():
+    """pypi source, no wheelhouse: torch==2.4.1 from https://pypi.org/simple (https://pypi.org/project/torch/2.4.1/: the cu121
+    build, Requires-Dist nvidia-cuda-runtime-cu12==12.1.105)."""
+    cfg = cfg_for("ubuntu2204", **PYPI_IMAGE)
+    assert cfg.failure is None
+    args = cfg["__container_image_build_args"]
+    assert (args["TORCH_VERSION"], args["TORCH_VARIANT"], args["TORCH_INDEX_URL"], args["PIP_EXTRA_ARGS"]) == (
+        "2.4.1", "", "https://pypi.org/simple", "")
+
+
+def test_image_wheel_source_follows_the_pytorch_role_and_an_explicit_index_wins():
+    cfg = cfg_for("ubuntu2204", **PYPI_MIRROR_IMAGE)
+    assert cfg.failure is None
+    assert cfg["__container_image_build_args"]["TORCH_INDEX_URL"] == "https://nexus.corp.example/repository/pypi/simple"
+    assert cfg["__container_image_build_args"]["TORCH_VARIANT"] == ""
+    # The default source: PyTorch's index, labelled.
+    cfg = cfg_for("ubuntu2204", **PYTORCH_IMAGE)
+    args = cfg["__container_image_build_args"]
+    assert (args["TORCH_VARIANT"], args["TORCH_INDEX_URL"]) == ("cu121", "https://download.pytorch.org/whl/cu121")
+
+
+def test_image_wheel_source_setting_is_declared_like_the_other_image_settings():
+    spec = yaml.safe_load((REPO_ROOT / "roles" / "container" / "meta" / "argument_specs.yml").read_text())["argument_specs"]["main"]
+    assert spec["options"]["container_image_wheel_source"]["default"] == "{{ pytorch_wheel_source | default('pytorch') }}"
+    assert spec["options"]["container_image_index_url"]["default"] == ""
 
 
 IMAGE_BUILD = {"container_build_image": True, "container_image_tag": "v1", "container_image_pip_extra_args": ["--proxy", "http://proxy:3128"]}
@@ -473,7 +515,13 @@ BAD_INPUT = [
 BAD_IMAGE_INPUT = [
     ({"container_image_torch_release": "2.0.1"}, "container_image_torch_release '2.0.1' is not a PyTorch release gpufleet knows"),
     ({"container_image_cuda_release": "11.8"}, "container_image_cuda_release '11.8' is not a CUDA release gpufleet knows"),
-    ({"container_image_torch_release": "2.13.0"}, "torch 2.13.0 is published for cpu only, not cu121 (the variant of CUDA 12.1, container_image_cuda_release"),
+    # https://pypi.org/project/torch/2.5.1/: the cu124 build (Requires-Dist nvidia-cuda-runtime-cu12==12.4.127).
+    ({"container_image_wheel_source": "pypi"},
+     "torch 2.5.1 on PyPI (container_image_wheel_source pypi) is the cu124 build, not cu121 (the variant of CUDA 12.1, "
+     "container_image_cuda_release): use container_image_wheel_source pytorch (https://download.pytorch.org/whl/cu121), or a release "
+     "PyPI publishes as cu121: 2.1.0 ... 2.4.1"),
+    ({"container_image_wheel_source": "conda"},
+     "container_image_wheel_source 'conda' is not a wheel source gpufleet knows (files/compatibility.yml lists pytorch, pypi)"),
     ({"container_image_torch_variant": "cu118"}, "container_image_torch_variant cu118 does not match CUDA 12.1"),
     ({"container_image_name": "Bad Name"}, "container_image_name 'Bad Name' is not an image name"),
     ({"container_image_tag": "2.5.1+cu121"}, "container_image_tag '2.5.1+cu121' is not an image tag"),
@@ -565,6 +613,8 @@ for _host in HOSTS:
 for _host in ("ubuntu2004", "ubuntu2204", "debian12"):
     VALIDATE.declare(_host, container_engine="podman")
 VALIDATE.declare("debian12", **LAB_IMAGE)
+for _settings in (PYPI_IMAGE, PYPI_MIRROR_IMAGE, PYTORCH_IMAGE):
+    VALIDATE.declare("ubuntu2204", **_settings)
 for _overrides, _ in BAD_INPUT:
     VALIDATE.declare("ubuntu2204", **_overrides)
 for _overrides, _ in BAD_IMAGE_INPUT:

@@ -275,7 +275,7 @@ def test_markdown_table_has_one_row_per_node():
 def test_markdown_lists_torch_own_and_system_libraries_apart():
     """A CPU-only torch has no cuDNN/NCCL of its own (said so); a node without the system packages says that."""
     cpu = passing_result("cpu")
-    cpu["versions"].update(cuda=None, torch="2.13.0+cpu", cudnn=None, nccl=None, system_cudnn=None, system_nccl=None)
+    cpu["versions"].update(cuda=None, torch="2.3.1+cpu", cudnn=None, nccl=None, system_cudnn=None, system_nccl=None)
     gpu = passing_result("gpu")
     gpu["versions"].update(cudnn="9.1.0", nccl="2.21.5", system_cudnn="8.9.2.26-1+cuda12.1",
                            system_nccl="2.18.1-1+cuda12.1")

@@ -544,11 +544,14 @@ def test_gpu_verify_passes_the_metrics_file_to_the_checks() -> None:
 
 # The matrix's bundled builds of torch's own cuDNN/NCCL (the cu121 wheels' Requires-Dist nvidia-cudnn-cu12 /
 # nvidia-nccl-cu12 pins: PyPI's metadata of torch 2.3.1; pytorch's .github/scripts/generate_binary_build_matrix.py
-# for 2.5.x cu121) reach the checks; a CPU build (the lab's) passes neither: the checks say it has no CUDA.
+# for 2.5.x cu121) reach the checks; a CPU build passes neither: the checks say it has no CUDA. The wheel source does
+# not change them: PyPI's torch 2.3.1 (the lab's; https://pypi.org/project/torch/2.3.1/, Requires-Dist
+# nvidia-cudnn-cu12==8.9.2.26, nvidia-nccl-cu12==2.20.5) is the same cu121 build as download.pytorch.org's 2.3.1+cu121.
 TORCH_LIBRARY_CASES = [
     ({}, "--expect-torch-cudnn 9.1.0.70 --expect-torch-nccl 2.21.5"),
     ({"pytorch_release": "2.3.1"}, "--expect-torch-cudnn 8.9.2.26 --expect-torch-nccl 2.20.5"),
-    ({"pytorch_release": "2.13.0", "pytorch_variant": "cpu"}, None),
+    ({"pytorch_release": "2.3.1", "pytorch_wheel_source": "pypi"}, "--expect-cuda 12.1 --expect-torch-cudnn 8.9.2.26 --expect-torch-nccl 2.20.5"),
+    ({"pytorch_release": "2.3.1", "pytorch_variant": "cpu"}, None),
 ]
 for _settings, _ in TORCH_LIBRARY_CASES:
     GPU_VERIFY_RUNS.declare("debian12", **PAYLOAD_LOCATED, **_settings)

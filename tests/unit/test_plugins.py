@@ -344,23 +344,34 @@ def test_a_driver_version_outside_its_branch_is_a_reason():
                                   f"(expected the form 535.NNN.NN, for example {MATRIX['driver_branches']['535']['default_version']})"]
 
 
+# A CPU-only row (every real row has cu121 and cpu; this one is made up).
+CPU_ONLY = {**MATRIX, "pytorch_releases": {**MATRIX["pytorch_releases"],
+                                           "2.9.9": {"variants": ["cpu"], "torchvision": "", "torchaudio": ""}}}
+
+
 def test_a_variant_the_release_lacks_is_a_reason():
-    resolved = stack.resolve(MATRIX, pytorch_release="2.13.0")
+    resolved = stack.resolve(CPU_ONLY, pytorch_release="2.9.9")
     assert resolved["errors"] == [
-        "torch 2.13.0 is published for cpu only, not cu121 (the variant of CUDA 12.1, pytorch_cuda_release; "
-        "pytorch_release 2.13.0); files/compatibility.yml: cu121 wheels exist for torch 2.1.0 ... 2.5.1"]
+        "torch 2.9.9 is published for cpu only, not cu121 (the variant of CUDA 12.1, pytorch_cuda_release; "
+        "pytorch_release 2.9.9); files/compatibility.yml: cu121 wheels exist for torch 2.1.0 ... 2.5.1"]
     assert resolved["pytorch"] == {}
+
+
+def test_the_lab_only_cpu_release_is_gone_from_the_matrix():
+    """2.13.0 was the lab's CPU wheel; the lab now installs PyPI's cu121 build of 2.3.1 (issue 15)."""
+    assert list(MATRIX["pytorch_releases"]) == ["2.1.0", "2.1.1", "2.1.2", "2.2.0", "2.2.1", "2.2.2", "2.3.0", "2.3.1",
+                                                "2.4.0", "2.4.1", "2.5.0", "2.5.1"]
 
 
 # The PyTorch part: every reason the pytorch and container roles stop on.
 PYTORCH_REASONS = [
     ({"pytorch_release": "2.0.1"}, ["pytorch_release '2.0.1' is not a PyTorch release gpufleet knows (files/compatibility.yml "
-                                    "lists 2.1.0 ... 2.13.0; cu121 wheels exist for torch 2.1.0 ... 2.5.1)"]),
+                                    "lists 2.1.0 ... 2.5.1; cu121 wheels exist for torch 2.1.0 ... 2.5.1)"]),
     # A release the matrix does not know is said to be unknown, not to lack a
     # variant whose span it lies in (issue 16, item 21).
     ({"pytorch_release": "2.6.0", "pytorch_variant": "cpu"},
-     ["pytorch_release '2.6.0' is not a PyTorch release gpufleet knows (files/compatibility.yml lists 2.1.0 ... 2.13.0; "
-      "cpu wheels exist for torch 2.1.0 ... 2.13.0)"]),
+     ["pytorch_release '2.6.0' is not a PyTorch release gpufleet knows (files/compatibility.yml lists 2.1.0 ... 2.5.1; "
+      "cpu wheels exist for torch 2.1.0 ... 2.5.1)"]),
     ({"pytorch_release": "2.1.0", "pytorch_variant": "cu124"},
      ["pytorch_variant cu124 does not match CUDA 12.1 (pytorch_cuda_release): files/compatibility.yml gives CUDA 12.1 the "
       "cu121 wheels; use cu121, or cpu for a CPU-only environment",
@@ -396,7 +407,116 @@ def test_pins_carry_the_variant_and_follow_the_companion_switches():
     assert stack.resolve(MATRIX, pytorch_release="2.3.1", torchaudio=False)["pytorch"]["pins"] == [
         "torch==2.3.1+cu121", "torchvision==0.18.1+cu121"]
     # A row without companions pins torch alone.
-    assert stack.resolve(MATRIX, pytorch_release="2.13.0", pytorch_variant="cpu")["pytorch"]["pins"] == ["torch==2.13.0+cpu"]
+    assert stack.resolve(CPU_ONLY, pytorch_release="2.9.9", pytorch_variant="cpu")["pytorch"]["pins"] == ["torch==2.9.9+cpu"]
+
+
+def test_the_caller_names_the_wheel_source_setting():
+    names = {"pytorch_wheel_source": "container_image_wheel_source"}
+    assert stack.resolve(MATRIX, pytorch_wheel_source="conda", names=names)["errors"] == [
+        "container_image_wheel_source 'conda' is not a wheel source gpufleet knows (files/compatibility.yml lists pytorch, pypi)"]
+
+
+# --- stack: where the wheels come from (pytorch_wheel_source, issue 15) -------
+# PyPI's default Linux x86_64 torch wheels are CUDA builds without a local version label. Their variant is
+# what their Requires-Dist pins (pip install --dry-run --no-deps --ignore-installed --report r.json
+# --only-binary=:all: --platform manylinux2014_x86_64 --python-version 3.11 --implementation cp torch==X,
+# which reads only the metadata):
+#   https://pypi.org/project/torch/2.1.0/  nvidia-cuda-runtime-cu12==12.1.105, nvidia-cudnn-cu12==8.9.2.26,
+#                                          nvidia-nccl-cu12==2.18.1: cu121
+#   https://pypi.org/project/torch/2.3.1/  nvidia-cuda-runtime-cu12==12.1.105, nvidia-cudnn-cu12==8.9.2.26,
+#                                          nvidia-nccl-cu12==2.20.5: cu121
+#   https://pypi.org/project/torch/2.4.1/  nvidia-cuda-runtime-cu12==12.1.105, nvidia-cudnn-cu12==9.1.0.70,
+#                                          nvidia-nccl-cu12==2.20.5: cu121
+#   https://pypi.org/project/torch/2.5.0/  nvidia-cuda-runtime-cu12==12.4.127: cu124
+#   https://pypi.org/project/torch/2.5.1/  nvidia-cuda-runtime-cu12==12.4.127, nvidia-cudnn-cu12==9.1.0.70,
+#                                          nvidia-nccl-cu12==2.21.5: cu124
+# (2.1.1 ... 2.4.0 between them: cu121, Requires-Dist nvidia-cuda-runtime-cu12==12.1.105.) PyPI has no CPU-only
+# Linux torch wheel; https://download.pytorch.org/whl/cu121 has torch 2.1.0+cu121 ... 2.5.1+cu121.
+PYPI_VARIANTS = {"2.1.0": "cu121", "2.1.1": "cu121", "2.1.2": "cu121", "2.2.0": "cu121", "2.2.1": "cu121",
+                 "2.2.2": "cu121", "2.3.0": "cu121", "2.3.1": "cu121", "2.4.0": "cu121", "2.4.1": "cu121",
+                 "2.5.0": "cu124", "2.5.1": "cu124"}
+
+
+def test_every_release_records_the_variant_of_its_pypi_build():
+    assert {release: row.get("pypi") for release, row in MATRIX["pytorch_releases"].items()} == PYPI_VARIANTS
+
+
+def test_the_two_wheel_sources_and_their_indexes():
+    assert MATRIX["pytorch_wheel_sources"] == {
+        "pytorch": {"index_url": "https://download.pytorch.org/whl/{variant}", "local_version": True},
+        "pypi": {"index_url": "https://pypi.org/simple", "local_version": False}}
+
+
+@pytest.mark.parametrize(("source", "index_url", "pins"), [
+    ("", "https://download.pytorch.org/whl/cu121", ["torch==2.3.1+cu121", "torchvision==0.18.1+cu121", "torchaudio==2.3.1+cu121"]),
+    ("pytorch", "https://download.pytorch.org/whl/cu121",
+     ["torch==2.3.1+cu121", "torchvision==0.18.1+cu121", "torchaudio==2.3.1+cu121"]),
+    # https://pypi.org/project/torch/2.3.1/: the cu121 build, published as plain 2.3.1.
+    ("pypi", "https://pypi.org/simple", ["torch==2.3.1", "torchvision==0.18.1", "torchaudio==2.3.1"]),
+])
+def test_the_source_gives_the_index_and_the_form_of_the_pins(source, index_url, pins):
+    resolved = stack.resolve(MATRIX, pytorch_release="2.3.1", pytorch_wheel_source=source)
+    assert resolved["errors"] == []
+    assert resolved["pytorch"]["source"] == (source or "pytorch")
+    assert resolved["pytorch"]["index_url"] == index_url and resolved["pytorch"]["pins"] == pins
+    assert resolved["pytorch"]["label"] == ("" if source == "pypi" else "+cu121")
+    # The build is the same: CUDA 12.1, the same bundled cuDNN and NCCL.
+    assert resolved["pytorch"]["expected_cuda"] == "12.1"
+    assert resolved["pytorch"]["bundled"] == {"cudnn": "8.9.2.26", "nccl": "2.20.5"}
+
+
+def test_the_cpu_index_of_the_pytorch_source():
+    resolved = stack.resolve(MATRIX, pytorch_release="2.3.1", pytorch_variant="cpu", pytorch_wheel_source="pytorch")
+    assert resolved["pytorch"]["index_url"] == "https://download.pytorch.org/whl/cpu"
+    assert resolved["pytorch"]["pins"][0] == "torch==2.3.1+cpu"
+
+
+@pytest.mark.parametrize("release", [release for release, variant in PYPI_VARIANTS.items() if variant == "cu121"])
+def test_pypi_gives_the_cu121_build_of_2_1_to_2_4_unlabelled(release):
+    # https://pypi.org/project/torch/<release>/ (table above).
+    resolved = stack.resolve(MATRIX, pytorch_release=release, pytorch_wheel_source="pypi")
+    assert resolved["errors"] == []
+    assert resolved["pytorch"]["pins"][0] == f"torch=={release}" and resolved["pytorch"]["expected_cuda"] == "12.1"
+
+
+def test_pypi_refuses_2_5_1_whose_pypi_build_is_cu124():
+    # https://pypi.org/project/torch/2.5.1/: Requires-Dist nvidia-cuda-runtime-cu12==12.4.127, the cu124 build.
+    resolved = stack.resolve(MATRIX, pytorch_release="2.5.1", pytorch_wheel_source="pypi")
+    assert resolved["errors"] == [
+        "torch 2.5.1 on PyPI (pytorch_wheel_source pypi) is the cu124 build, not cu121 (the variant of CUDA 12.1, "
+        "pytorch_cuda_release): use pytorch_wheel_source pytorch (https://download.pytorch.org/whl/cu121), or a release "
+        "PyPI publishes as cu121: 2.1.0 ... 2.4.1"]
+    assert resolved["pytorch"] == {}
+
+
+def test_pypi_refuses_the_default_release_2_5_1_too():
+    assert stack.resolve(MATRIX, pytorch_wheel_source="pypi")["errors"][0].startswith(
+        "torch 2.5.1 on PyPI (pytorch_wheel_source pypi) is the cu124 build, not cu121")
+
+
+def test_pypi_has_no_cpu_build():
+    # https://pypi.org/project/torch/2.3.1/: its Linux x86_64 wheel is the cu121 build; PyPI has no CPU-only one.
+    resolved = stack.resolve(MATRIX, pytorch_release="2.3.1", pytorch_variant="cpu", pytorch_wheel_source="pypi")
+    assert resolved["errors"] == [
+        "torch 2.3.1 on PyPI (pytorch_wheel_source pypi) has no CPU-only build: PyPI's Linux x86_64 torch wheels are "
+        "CUDA builds (cu121 for 2.3.1); use pytorch_wheel_source pytorch (https://download.pytorch.org/whl/cpu) for "
+        "the cpu wheels"]
+
+
+def test_an_unknown_wheel_source_lists_the_known_ones():
+    resolved = stack.resolve(MATRIX, pytorch_release="2.3.1", pytorch_wheel_source="artifactory")
+    assert resolved["errors"] == [
+        "pytorch_wheel_source 'artifactory' is not a wheel source gpufleet knows (files/compatibility.yml lists pytorch, pypi)"]
+    assert resolved["pytorch"] == {}
+
+
+def test_a_row_without_a_pypi_build_is_refused_for_pypi():
+    matrix = {**MATRIX, "pytorch_releases": {**MATRIX["pytorch_releases"],
+                                             "2.9.9": {"variants": ["cu121", "cpu"], "torchvision": "", "torchaudio": ""}}}
+    assert stack.resolve(matrix, pytorch_release="2.9.9", pytorch_wheel_source="pypi")["errors"] == [
+        "torch 2.9.9 on PyPI (pytorch_wheel_source pypi) is not recorded as a cu121 build (the variant of CUDA 12.1, "
+        "pytorch_cuda_release): use pytorch_wheel_source pytorch (https://download.pytorch.org/whl/cu121), or a release "
+        "PyPI publishes as cu121: 2.1.0 ... 2.4.1"]
 
 
 def test_the_cpu_variant_expects_no_cuda():
@@ -543,7 +663,7 @@ def test_bundled_builds_are_unknown_where_the_matrix_records_none_and_none_for_c
     assert stack.bundled_libraries({"bundled": {"cu121": {"cudnn": "8.9.2.26"}}}, "cu121") == {
         "cudnn": "8.9.2.26", "nccl": "unknown"}
     assert stack.bundled_libraries(row, "cpu") == {"cudnn": "none", "nccl": "none"}
-    cpu = stack.resolve(MATRIX, pytorch_release="2.13.0", pytorch_variant="cpu")
+    cpu = stack.resolve(MATRIX, pytorch_release="2.3.1", pytorch_variant="cpu")
     assert cpu["pytorch"]["bundled"] == {"cudnn": "none", "nccl": "none"}
 
 

@@ -80,7 +80,9 @@ def test_every_release_row_is_well_formed(release):
     """Each row: a non-empty list of variants (cpu or cuXYZ), torchvision and torchaudio as strings, optionally the
     bundled cuDNN/NCCL builds of some of its CUDA variants (version strings), nothing else."""
     row = RELEASES[release]
-    assert set(row) - {"bundled"} == {"variants", "torchvision", "torchaudio"}
+    assert set(row) - {"bundled"} == {"variants", "pypi", "torchvision", "torchaudio"}
+    # The variant of its default Linux x86_64 wheel on PyPI: a CUDA variant PyTorch publishes too (no CPU build there).
+    assert row["pypi"] in row["variants"] and row["pypi"] != "cpu", f"{release}: pypi {row['pypi']}"
     for variant, builds in (row.get("bundled") or {}).items():
         assert variant in row["variants"] and variant != "cpu", f"{release}: bundled builds of {variant}"
         assert set(builds) == {"cudnn", "nccl"}, f"{release} {variant}: {builds}"
@@ -185,23 +187,65 @@ def write_lock(directory: Path, wheels: dict[str, bytes]) -> Path:
     return lock
 
 
-LAB_WHEELS = {"torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl": b"torch", "filelock-4.3.1-py3-none-any.whl": b"filelock",
-              "typing_extensions-4.16.0-py3-none-any.whl": b"typing"}
+# The lab's wheelhouse as PyPI names the wheels (https://pypi.org/project/torch/2.3.1/#files: the cu121 build,
+# torch-2.3.1-cp311-cp311-manylinux1_x86_64.whl, no local version; its Requires-Dist nvidia-*-cu12 and triton).
+LAB_WHEELS = {"torch-2.3.1-cp311-cp311-manylinux1_x86_64.whl": b"torch",
+              "torchvision-0.18.1-cp311-cp311-manylinux1_x86_64.whl": b"torchvision",
+              "torchaudio-2.3.1-cp311-cp311-manylinux1_x86_64.whl": b"torchaudio",
+              "numpy-1.26.4-cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64.whl": b"numpy",
+              "nvidia_cudnn_cu12-8.9.2.26-py3-none-manylinux1_x86_64.whl": b"cudnn",
+              "nvidia_nccl_cu12-2.20.5-py3-none-manylinux2014_x86_64.whl": b"nccl",
+              "triton-2.3.1-cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64.whl": b"triton"}
+LAB_SETTINGS = {"pytorch_release": "2.3.1", "pytorch_wheel_source": "pypi", "pytorch_wheelhouse_url": "{{ lab_mirror_url }}/wheels/",
+                "pytorch_extra_packages": ["numpy==1.26.4"], "pytorch_hashes_file": "{{ lab_wheelhouse_lock }}"}
 
 
 def test_lab_settings(locked):
-    """The lab: torch 2.13.0+cpu alone (no torchvision/torchaudio exist for it) from the mirror's wheelhouse, over http,
-    hash-checked against the lock tests/lab/lab.yml writes on the controller (the case "lab" of the fixture: the
-    lab's pytorch_* settings, lab_mirror_url and lab_wheelhouse_lock as the lab's inventory sets them)."""
+    """The lab: PyPI's cu121 build of torch 2.3.1 (https://pypi.org/project/torch/2.3.1/: Requires-Dist
+    nvidia-cuda-runtime-cu12==12.1.105, nvidia-cudnn-cu12==8.9.2.26, nvidia-nccl-cu12==2.20.5), unlabelled, with
+    torchvision, torchaudio and NumPy 1.x from the mirror's wheelhouse, over http, hash-checked against the lock
+    tests/lab/lab.yml writes on the controller (the case "lab" of the fixture: the lab's pytorch_* settings,
+    lab_mirror_url and lab_wheelhouse_lock as the lab's inventory sets them)."""
     lab = {k: v for k, v in yaml.safe_load(LAB_VARS.read_text()).items() if k.startswith("pytorch_")}
-    assert lab == {"pytorch_release": "2.13.0", "pytorch_variant": "cpu", "pytorch_wheelhouse_url": "{{ lab_mirror_url }}/wheels/",
-                   "pytorch_hashes_file": "{{ lab_wheelhouse_lock }}"}
+    assert lab == LAB_SETTINGS
     cfg, _ = locked["lab"]
     assert cfg.failure is None
-    assert [line.split()[0] for line in cfg["__pytorch_hash_lines"]] == ["filelock==4.3.1", "torch==2.13.0+cpu", "typing-extensions==4.16.0"]
-    assert cfg["__pytorch_matrix_pins"] == ["torch==2.13.0+cpu"]
+    assert [line.split()[0] for line in cfg["__pytorch_hash_lines"]] == [
+        "numpy==1.26.4", "nvidia-cudnn-cu12==8.9.2.26", "nvidia-nccl-cu12==2.20.5", "torch==2.3.1", "torchaudio==2.3.1",
+        "torchvision==0.18.1", "triton==2.3.1"]
+    assert cfg["__pytorch_variant"] == "cu121" and cfg["__pytorch_expected_cuda"] == "12.1"
+    assert cfg["__pytorch_matrix_pins"] == ["torch==2.3.1", "torchvision==0.18.1", "torchaudio==2.3.1"]
+    assert cfg["__pytorch_requirements"] == ["torch==2.3.1", "torchvision==0.18.1", "torchaudio==2.3.1", "numpy==1.26.4"]
     assert cfg["__pytorch_pip_source_args"] == ["--no-index", "--find-links", "http://gpufleet-mirror/wheels/", "--trusted-host=gpufleet-mirror"]
     assert cfg["__pytorch_source_pages"] == ["http://gpufleet-mirror/wheels/"]
+
+
+def test_lab_wheelhouse_downloads_what_the_lab_settings_pin(locked):
+    """tests/lab/vars/lab.yml lab_wheelhouse_requirements (what the lab downloads from PyPI) is the stack lookup's pins for
+    the lab inventory's settings plus its pytorch_extra_packages: a drift between the two fails here, not in the lab."""
+    cfg, _ = locked["lab"]
+    assert yaml.safe_load(LAB_PLAYBOOK_VARS.read_text())["lab_wheelhouse_requirements"] == cfg["__pytorch_requirements"]
+    assert cfg["__pytorch_requirements"] == cfg["__pytorch_matrix_pins"] + LAB_SETTINGS["pytorch_extra_packages"]
+
+
+def test_lab_wheelhouse_download_accepts_pypi_manylinux1_wheels():
+    """https://pypi.org/project/torch/2.3.1/#files: torch-2.3.1-cp311-cp311-manylinux1_x86_64.whl (its nvidia-*-cu12 wheels are
+    manylinux1 too). pip download --platform expands only the legacy tag manylinux2014 to manylinux2010/manylinux1, not
+    manylinux_2_17: without it pip finds no torch 2.3.1 for the nodes (checked with pip 23.2 --dry-run --report)."""
+    download = next(task for play in yaml.safe_load((REPO_ROOT / "tests" / "lab" / "lab.yml").read_text())
+                    for task in play.get("tasks", []) if task.get("name", "").startswith("Fill the pip wheelhouse"))
+    assert "--platform manylinux2014_x86_64" in download["ansible.builtin.shell"]
+
+
+def test_lab_stack_is_cuda_12_1_with_the_bundled_builds():
+    """The lab's release from PyPI is the CUDA 12.1 build: torch must report CUDA 12.1 and its own cuDNN 8.9.2.26 /
+    NCCL 2.20.5 (https://pypi.org/project/torch/2.3.1/, Requires-Dist nvidia-cudnn-cu12==8.9.2.26, nvidia-nccl-cu12==2.20.5)."""
+    stack = load_script(REPO_ROOT / "plugins" / "lookup" / "stack.py", "gpufleet_stack")
+    resolved = stack.resolve(stack.load_matrix(), pytorch_release="2.3.1", pytorch_wheel_source="pypi")
+    assert resolved["errors"] == []
+    assert resolved["pytorch"]["pins"] == ["torch==2.3.1", "torchvision==0.18.1", "torchaudio==2.3.1"]
+    assert resolved["pytorch"]["expected_cuda"] == "12.1"
+    assert resolved["pytorch"]["bundled"] == {"cudnn": "8.9.2.26", "nccl": "2.20.5"}
 
 
 def test_lab_mirror_carries_python3_venv():
@@ -229,6 +273,51 @@ def test_internal_mirror_and_extra_packages():
     ]
     assert cfg["__pytorch_requirements"][-2:] == ["numpy==1.26.4", "ray[default]==2.9.3"]
     assert cfg["__pytorch_source_pages"][0] == "http://pypi.corp.example:8081/repository/pytorch-cu121/simple/torch/"
+
+
+# PyPI or a mirror of it (pytorch_wheel_source pypi): https://pypi.org/project/torch/2.4.1/ is the cu121 build
+# (Requires-Dist nvidia-cuda-runtime-cu12==12.1.105), published unlabelled; PyPI's simple index has one page per
+# project, https://pypi.org/simple/torch/.
+PYPI = {"pytorch_release": "2.4.1", "pytorch_wheel_source": "pypi"}
+PYPI_MIRROR = {**PYPI, "pytorch_index_url": "http://nexus.corp.example:8081/repository/pypi/simple/"}
+
+
+def test_pypi_source_pins_without_label_from_pypi():
+    cfg = pytorch_config(**PYPI)
+    assert cfg.failure is None
+    assert cfg["__pytorch_variant"] == "cu121" and cfg["__pytorch_expected_cuda"] == "12.1"
+    assert cfg["__pytorch_matrix_pins"] == ["torch==2.4.1", "torchvision==0.19.1", "torchaudio==2.4.1"]
+    assert cfg["__pytorch_index_url"] == "https://pypi.org/simple"
+    assert cfg["__pytorch_pip_source_args"] == ["--index-url", "https://pypi.org/simple"]
+    assert cfg["__pytorch_source_pages"] == ["https://pypi.org/simple/torch/", "https://pypi.org/simple/torchvision/",
+                                             "https://pypi.org/simple/torchaudio/"]
+
+
+def test_an_explicit_index_wins_over_the_source_index():
+    """An enterprise's PyPI mirror (Nexus here) is the pypi source at another address."""
+    cfg = pytorch_config(**PYPI_MIRROR)
+    assert cfg.failure is None
+    assert cfg["__pytorch_index_url"] == "http://nexus.corp.example:8081/repository/pypi/simple"
+    assert cfg["__pytorch_matrix_pins"][0] == "torch==2.4.1"
+    assert cfg["__pytorch_pip_source_args"] == ["--index-url", "http://nexus.corp.example:8081/repository/pypi/simple",
+                                                "--trusted-host=nexus.corp.example:8081"]
+
+
+def test_the_default_source_is_pytorch_index():
+    assert load_trusted(ROLE / "defaults" / "main.yml")["pytorch_wheel_source"] == "pytorch"
+    assert load_trusted(ROLE / "defaults" / "main.yml")["pytorch_index_url"] == ""
+    cfg = pytorch_config(pytorch_wheel_source="pytorch", pytorch_release="2.4.1")
+    assert cfg["__pytorch_index_url"] == f"{INDEX}/cu121" and cfg["__pytorch_matrix_pins"][0] == "torch==2.4.1+cu121"
+
+
+def test_argument_spec_declares_the_wheel_source_and_its_choices():
+    """meta/argument_specs.yml is the one place for the setting's type and choices (the matrix's pytorch_wheel_sources)."""
+    spec = yaml.safe_load((ROLE / "meta" / "argument_specs.yml").read_text())["argument_specs"]
+    option = spec["main"]["options"]["pytorch_wheel_source"]
+    assert option["type"] == "str" and option["default"] == "pytorch"
+    assert option["choices"] == list(MATRIX["pytorch_wheel_sources"]) == ["pytorch", "pypi"]
+    assert spec["main"]["options"]["pytorch_index_url"]["default"] == ""
+    assert spec["probe"]["options"]["pytorch_wheel_source"] == option
 
 
 def test_torchvision_and_torchaudio_can_be_left_out():
@@ -262,6 +351,14 @@ BAD_INPUT = [
     ({"pytorch_pip_timeout": 0}, "pytorch_pip_timeout must be a whole number of seconds above 0"),
     ({"pytorch_wheelhouse_url": "http://mirror/wheels/"}, "pytorch_wheelhouse_url is an offline install, which gpufleet checks wheel by wheel"),
     ({"pytorch_hashes_file": "/nonexistent/wheels.lock"}, "pytorch_hashes_file /nonexistent/wheels.lock does not exist on the controller"),
+    # https://pypi.org/project/torch/2.5.1/: the cu124 build (Requires-Dist nvidia-cuda-runtime-cu12==12.4.127).
+    ({"pytorch_wheel_source": "pypi"},
+     "torch 2.5.1 on PyPI (pytorch_wheel_source pypi) is the cu124 build, not cu121 (the variant of CUDA 12.1, pytorch_cuda_release): "
+     "use pytorch_wheel_source pytorch (https://download.pytorch.org/whl/cu121), or a release PyPI publishes as cu121: 2.1.0 ... 2.4.1"),
+    ({"pytorch_wheel_source": "pypi", "pytorch_release": "2.3.1", "pytorch_variant": "cpu"},
+     "torch 2.3.1 on PyPI (pytorch_wheel_source pypi) has no CPU-only build"),
+    ({"pytorch_wheel_source": "devpi"},
+     "pytorch_wheel_source 'devpi' is not a wheel source gpufleet knows (files/compatibility.yml lists pytorch, pypi)"),
 ]
 
 
@@ -302,9 +399,12 @@ PYTORCH_TORCH_PAGE = "\n".join(
 ) + '\n<a href="/whl/cu121/torch-2.4.1%2Bcu121-cp38-cp38-linux_x86_64.whl#sha256=00">torch-2.4.1+cu121-cp38-cp38-linux_x86_64.whl</a><br/>'
 TORCHVISION_PAGE = '<a href="/whl/cu121/torchvision-0.20.1%2Bcu121-cp311-cp311-linux_x86_64.whl#sha256=aa">torchvision-0.20.1+cu121-cp311-cp311-linux_x86_64.whl</a>'
 TORCHAUDIO_PAGE = '<a href="/whl/cu121/torchaudio-2.5.1%2Bcu121-cp311-cp311-linux_x86_64.whl#sha256=bb">torchaudio-2.5.1+cu121-cp311-cp311-linux_x86_64.whl</a>'
-# The lab mirror's nginx autoindex: the anchor text is cut short, the href is whole.
+# The lab mirror's nginx autoindex: the anchor text is cut short, the href is whole (PyPI's wheel names).
 LAB_WHEELHOUSE_PAGE = (
-    '<a href="torch-2.13.0%2Bcpu-cp311-cp311-manylinux_2_28_x86_64.whl">torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86..&gt;</a> 29-Nov-2026 19:32 191794682\n'
+    '<a href="torch-2.3.1-cp311-cp311-manylinux1_x86_64.whl">torch-2.3.1-cp311-cp311-manylinux1_x86_64.whl</a> 29-Nov-2026 19:32 779098464\n'
+    '<a href="torchaudio-2.3.1-cp311-cp311-manylinux1_x86_64.whl">torchaudio-2.3.1-cp311-cp311-manylinux1_x86_64.whl</a> 29-Nov-2026 19:32 3392917\n'
+    '<a href="torchvision-0.18.1-cp311-cp311-manylinux1_x86_64.whl">torchvision-0.18.1-cp311-cp311-manylinux1_x86_64.whl</a> 29-Nov-2026 19:32 7017423\n'
+    '<a href="triton-2.3.1-cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64.whl">triton-2.3.1-cp311-cp311-manylinux_2_17_x86_64.m..&gt;</a> 29-Nov-2026 19:32 168072328\n'
     '<a href="sympy-1.14.0-py3-none-any.whl">sympy-1.14.0-py3-none-any.whl</a> 29-Nov-2026 19:32 6299353'
 )
 
@@ -318,7 +418,7 @@ ROOMY_KB = 52428800
 PREFLIGHT = role_run.Batch(FAKE_FACTS, [role_run.import_role("pytorch")] + [
     role_run.role_task("pytorch", "preflight.yml", name)
     for name in ("Decide what must be installed", "too full", "does not answer", "lacks a pinned wheel")])
-LAB_SOURCE = {"lab_mirror_url": "http://gpufleet-mirror", "pytorch_release": "2.13.0", "pytorch_variant": "cpu",
+LAB_SOURCE = {"lab_mirror_url": "http://gpufleet-mirror", "pytorch_release": "2.3.1", "pytorch_wheel_source": "pypi",
               "pytorch_wheelhouse_url": "{{ lab_mirror_url }}/wheels/", "pytorch_require_hashes_offline": False}
 
 
@@ -387,7 +487,8 @@ def test_source_check_stops_a_source_without_the_variant():
 def test_source_check_reads_the_lab_wheelhouse():
     assert not _source_check("debian12", "3.11", [LAB_WHEELHOUSE_PAGE], **LAB_SOURCE)[0]
     fired, msg = _source_check("debian12", "3.12", [LAB_WHEELHOUSE_PAGE], **LAB_SOURCE)
-    assert fired and "http://gpufleet-mirror/wheels/ has no wheel of torch==2.13.0+cpu for CPython 3.12" in msg
+    assert fired and ("http://gpufleet-mirror/wheels/ has no wheel of torch==2.3.1, torchvision==0.18.1, torchaudio==2.3.1 "
+                      "for CPython 3.12") in msg
     assert "offered for cp311" in msg
 
 
@@ -406,10 +507,19 @@ def test_source_unreachable_is_reported_with_the_url():
 
 
 def test_disk_check():
+    """The stop names the path, its free space, what is needed and the shortfall."""
     cfg = preflight(pages=PYTORCH_PAGES, free_kb=4194304)
     assert cfg.failed_task is not None and "too full" in cfg.failed_task
-    assert "/ (where /opt/gpufleet/venv goes) has 4.0 GB free" in cfg.failure and "pytorch_min_free_disk_gb=10" in cfg.failure
+    assert cfg.failure.startswith(f"pytorch on {cfg.host}: / (the file system of /opt/gpufleet/venv) has 4.0 GB free, "
+                                  "needs 10 GB: 6.0 GB short.")
+    assert "pytorch_min_free_disk_gb=10" in cfg.failure
     assert preflight(pages=PYTORCH_PAGES, free_kb=ROOMY_KB).failure is None
+
+
+def test_disk_check_shortfall_adds_up_to_what_is_needed():
+    # 3355443 KiB = 3.2 GiB (df -Pk's 1024-blocks; the role's GB are GiB).
+    cfg = preflight(pages=PYTORCH_PAGES, free_kb=3355443)
+    assert "has 3.2 GB free, needs 10 GB: 6.8 GB short." in cfg.failure
 
 
 # --- the scripts the role runs in the environment ------------------------------
@@ -432,7 +542,9 @@ def test_nccl_version_text(version, text):
 
 @pytest.mark.parametrize(
     ("torch_version", "cuda", "variant"),
-    [("2.5.1+cu121", "12.1", "cu121"), ("2.13.0+cpu", None, "cpu"), ("2.5.1", "12.4", "cu124"), ("2.5.1", None, "cpu")],
+    # PyPI's torch 2.3.1 is unlabelled: its variant is that of the CUDA it reports.
+    [("2.5.1+cu121", "12.1", "cu121"), ("2.3.1+cpu", None, "cpu"), ("2.5.1", "12.4", "cu124"), ("2.5.1", None, "cpu"),
+     ("2.3.1", "12.1", "cu121")],
 )
 def test_installed_variant(torch_version, cuda, variant):
     assert _load_script("pytorch_report.py").local_variant(torch_version, cuda) == variant
@@ -571,7 +683,8 @@ for _release in RELEASES:
     VALIDATE.declare(pytorch_release=_release, pytorch_variant="cpu")
 for _release in CU121_RELEASES:
     VALIDATE.declare(pytorch_release=_release)
-for _settings in [{"cuda_release": "12.1"}, {"cuda_release": "11.8"}, INTERNAL_MIRROR, TORCH_ONLY, EVERY_PROBLEM,
+for _settings in [{"cuda_release": "12.1"}, {"cuda_release": "11.8"}, INTERNAL_MIRROR, TORCH_ONLY, EVERY_PROBLEM, PYPI, PYPI_MIRROR,
+                  {"pytorch_wheel_source": "pytorch", "pytorch_release": "2.4.1"},
                   {"pytorch_variant": "cpu", "pytorch_cuda_release": "11.8"},
                   {"pytorch_wheelhouse_url": "http://mirror/wheels/", "pytorch_require_hashes_offline": False},
                   *(overrides for overrides, _ in BAD_INPUT)]:
@@ -586,4 +699,5 @@ PREFLIGHT_CASES = [
     {"host": "debian12", "python": "3.12", "pages": [LAB_WHEELHOUSE_PAGE], **LAB_SOURCE},
     {"source": UNREACHABLE},
     {"pages": PYTORCH_PAGES, "free_kb": 4194304},
+    {"pages": PYTORCH_PAGES, "free_kb": 3355443},
 ]
