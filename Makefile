@@ -81,8 +81,9 @@ e2e: lab
 	$(BIN)/python tests/stages.py --only e2e
 
 # The payload and the health checks on CPU (torchrun, gloo) need torch in
-# the venv: the CPU wheel of the lab's release (requirements/dev.txt leaves
-# it out, so that linting needs no 200 MB wheel).
+# the controller's venv: a CPU wheel (requirements/dev.txt leaves it out, so
+# that linting needs no 200 MB wheel). The lab's nodes get the product's
+# stack instead: PyPI's cu121 build of torch 2.3.1 (tests/lab/vars/lab.yml).
 torch: $(VENV)/.torch
 $(VENV)/.torch: | venv
 	$(BIN)/pip install --quiet --disable-pip-version-check torch==2.13.0

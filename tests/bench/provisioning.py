@@ -168,6 +168,8 @@ def shell_sequence() -> str:
     driver = resolved["driver"]["version"]
     kernel = lab_vars()["lab_kernel_release"]
     mirror = lab_vars()["lab_mirror_url"]
+    # What the lab's wheelhouse carries (tests/lab/vars/lab.yml): PyPI's cu121 build of torch 2.3.1 and its companions.
+    wheels = yaml.safe_load((REPO / "tests" / "lab" / "vars" / "lab.yml").read_text())["lab_wheelhouse_requirements"]
     # The lab's site repository for CUDA on Debian 12 (NVIDIA's debian12 directory has no CUDA 12.1).
     cuda_repo = f"{mirror}/site/cuda-{cuda['release']}/debian12"
     return f"""set -eux
@@ -186,7 +188,7 @@ apt-get install -y --no-install-recommends cuda-toolkit-12-1={cuda['toolkit_vers
   libcudnn8={cuda['cudnn']['package_version']} libnccl2={cuda['nccl']['package_version']}
 apt-get install -y --no-install-recommends python3-venv
 python3 -m venv /opt/venv
-/opt/venv/bin/pip install --no-index --find-links {mirror}/wheels/ --trusted-host {mirror.split('//')[1]} torch==2.13.0
+/opt/venv/bin/pip install --no-index --find-links {mirror}/wheels/ --trusted-host {mirror.split('//')[1]} {' '.join(wheels)}
 /opt/venv/bin/python -c 'import torch; print(torch.__version__)'
 """
 
