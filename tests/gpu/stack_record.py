@@ -43,13 +43,19 @@ def load_matrix(path: Path) -> dict[str, Any]:
     except ImportError:
         pass
     rows: dict[str, Any] = {}
-    for match in re.finditer(r'^\s+"([0-9.]+)": \{(.*)\}\s*$', text, re.M):
-        row: dict[str, Any] = {"bundled": {}}
-        pypi = re.search(r"\bpypi: (\w+)", match.group(2))
+    for match in re.finditer(r'^\s+"([0-9.]+)": \{', text, re.M):
+        depth, end = 1, match.end()
+        while depth and end < len(text):  # the flow mapping may span lines
+            depth += {"{": 1, "}": -1}.get(text[end], 0)
+            end += 1
+        body = text[match.end():end - 1]
+        row: dict[str, Any] = {}
+        pypi = re.search(r"\bpypi: (\w+)", body)
         if pypi:
             row["pypi"] = pypi.group(1)
-        for variant, cudnn, nccl in re.findall(r'(cu\d+): \{cudnn: "([^"]+)", nccl: "([^"]+)"\}', match.group(2)):
-            row["bundled"][variant] = {"cudnn": cudnn, "nccl": nccl}
+        bundled = re.findall(r'(cu\d+): \{cudnn: "([^"]+)", nccl: "([^"]+)"\}', body)
+        if bundled:
+            row["bundled"] = {variant: {"cudnn": cudnn, "nccl": nccl} for variant, cudnn, nccl in bundled}
         rows[match.group(1)] = row
     return {"pytorch_releases": rows}
 
