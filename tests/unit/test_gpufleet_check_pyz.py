@@ -107,7 +107,7 @@ def assert_torch_reported_missing(proc: subprocess.CompletedProcess[str]) -> Non
                             "p2p_topology"]
     for name in ("driver_version", "nvidia_smi", "gemm", "allreduce_busbw", "p2p_topology"):
         assert checks[name]["verdict"] == "skipped" and checks[name]["detail"].startswith("no GPU"), checks[name]
-    assert checks["libraries"]["detail"] == "no GPU (torch not importable)"
+    assert checks["libraries"]["detail"] == "no GPU (torch is not installed)"
 
 
 # --------------------------------------------------------------------------- the build
