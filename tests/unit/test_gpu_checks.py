@@ -37,7 +37,7 @@ from gpufleet_check import checks, cli, common, facts, launcher, metrics  # noqa
 
 GPU_CHECKS = ("driver_version", "nvidia_smi", "libraries", "gemm", "allreduce_busbw", "p2p_topology")
 REPORT_KEYS = {"schema", "host", "started", "duration_s", "verdict", "reasons", "reboot_required",
-               "versions", "gpus", "gpu_count_pci", "checks"}
+               "versions", "gpus", "gpu_count_pci", "checks", "notes"}
 CHECK_KEYS = {"name", "verdict", "value", "unit", "threshold", "detail"}
 GPU_KEYS = {"index", "name", "uuid", "pci_bus_id", "memory_total_mib", "persistence_mode",
             "ecc_uncorrected", "gemm_tflops", "gemm_of_achievable"}
@@ -141,6 +141,13 @@ class FakeHost:
         library = self.libs / f"libnvidia-ml.so.{version}"
         library.write_text("")
         return library
+
+    def driver_fact(self, output: str, executable: bool = True) -> Path:
+        """The nvidia_driver role's local fact: a shell script printing output, or (not executable) output itself."""
+        fact = self.root / "nvidia_driver.fact"
+        fact.write_text(f"#!/bin/sh\nprintf '%s\\n' {shell_quote(output)}\n" if executable else output + "\n")
+        fact.chmod(0o755 if executable else 0o644)
+        return fact
 
     def argv(self, *extra: str) -> list[str]:
         return ["--sysfs-pci-dir", str(self.sysfs), "--module-version-file", str(self.module_file),
@@ -758,6 +765,8 @@ def test_cli_without_gpu_passes_what_it_checked(driver_only: FakeHost) -> None:
     assert report["started"].endswith("Z") and report["duration_s"] >= 0
     assert (report["gpus"], report["gpu_count_pci"], report["reboot_required"]) == ([], 0, False)
     assert report["versions"]["torch"] is None and report["versions"]["python"].count(".") == 2
+    assert report["notes"] == [], "without --driver-fact no fact is read and nothing is noted"
+    assert [report["versions"][key] for key in ("driver_requested", "driver_pinned", "driver_source")] == [None] * 3
     checks = by_name(report)
     assert list(checks) == ["driver_version", "nvidia_smi", "torch_cuda", "libraries", "gemm",
                             "allreduce_busbw", "p2p_topology"]
@@ -897,6 +906,80 @@ def test_report_is_replaced_atomically(driver_only: FakeHost, monkeypatch: pytes
     assert output.read_text() == "old\n" and sorted(p.name for p in output.parent.iterdir()) == ["gpufleet.prom", "report.json"]
     assert f"--output {output}: not written" in err and "No space left on device" in err
     assert out.splitlines()[-1].startswith("verdict: PASS on ")
+
+
+DRIVER_FACT = {"branch": "535", "source": "cuda-repo", "requested_version": "latest", "pinned_version": "535.261.03",
+               "installed_version": "535.261.03", "loaded_version": "535.261.03", "gpus": 0, "reboot_required": False,
+               "reboot_reasons": []}
+
+
+def driver_fact_fields(report: dict[str, Any]) -> tuple[Any, ...]:
+    return tuple(report["versions"][key] for key in ("driver_requested", "driver_pinned", "driver_source"))
+
+
+def test_cli_reads_the_driver_fact(driver_only: FakeHost) -> None:
+    """An executable fact (the nvidia_driver role's script) is run: what was asked and what was pinned."""
+    fact = driver_only.driver_fact(json.dumps(DRIVER_FACT))
+    proc = run_cli(driver_only, *driver_only.argv("--json", "--skip", "torch_cuda", "--driver-fact", str(fact)))
+    assert proc.returncode == 0, explain(proc)
+    report = json.loads(proc.stdout)
+    assert driver_fact_fields(report) == ("latest", "535.261.03", "cuda-repo")
+    assert report["notes"] == [] and report["verdict"] == "pass"
+
+
+@pytest.mark.parametrize("requested, shown", [("", "default"), ("535.261.03", "535.261.03"), (None, None)])
+def test_driver_fact_requested_version(driver_only: FakeHost, requested: str | None, shown: str | None) -> None:
+    """The role's default ("" asked) reads "default"; an exact version as asked; a fact without the field: null."""
+    fact = {**DRIVER_FACT, "requested_version": requested}
+    if requested is None:
+        del fact["requested_version"]
+    p = probe(driver_only, "--driver-fact", str(driver_only.driver_fact(json.dumps(fact))))
+    assert checks.report_versions(p)["driver_requested"] == shown
+    assert checks.report_versions(p)["driver_pinned"] == "535.261.03"
+
+
+def test_driver_fact_not_executable_is_read_as_json(driver_only: FakeHost) -> None:
+    fact = driver_only.driver_fact(json.dumps({**DRIVER_FACT, "source": "debian"}), executable=False)
+    p = probe(driver_only, "--driver-fact", str(fact))
+    assert driver_fact_fields(checks.build_report(p.args)) == ("latest", "535.261.03", "debian")
+    assert p.driver_fact == (DRIVER_FACT | {"source": "debian"}, "")
+
+
+def test_missing_driver_fact_is_a_note_not_a_failure(driver_only: FakeHost) -> None:
+    missing = driver_only.root / "facts.d" / "nvidia_driver.fact"
+    proc = run_cli(driver_only, *driver_only.argv("--json", "--skip", "torch_cuda", "--driver-fact", str(missing)))
+    assert proc.returncode == 0, explain(proc)
+    report = json.loads(proc.stdout)
+    assert report["verdict"] == "pass" and driver_fact_fields(report) == (None, None, None)
+    assert report["notes"] == [f"driver fact {missing}: not found (the nvidia_driver role did not run here)"]
+    summary = run_cli(driver_only, *driver_only.argv("--skip", "torch_cuda", "--driver-fact", str(missing)))
+    assert summary.stdout.splitlines()[-1] == f"note: {report['notes'][0]}"
+
+
+@pytest.mark.parametrize("output, executable, note", [
+    ("{\"requested_version\": \"latest\",", True, "not a JSON object: {\"requested_version\": \"latest\","),
+    ("not json", False, "not a JSON object: not json"),
+    ("[1, 2]", True, "not a JSON object: [1, 2]"),
+    ("", True, "not a JSON object: empty output"),
+])
+def test_broken_driver_fact_is_a_note(driver_only: FakeHost, output: str, executable: bool, note: str) -> None:
+    fact = driver_only.driver_fact(output, executable=executable)
+    report = checks.build_report(cli.parse_args(driver_only.argv("--skip", "torch_cuda", "--driver-fact", str(fact))))
+    assert report["verdict"] == "pass" and driver_fact_fields(report) == (None, None, None)
+    assert report["notes"] == [f"driver fact {fact}: {note}"]
+
+
+def test_failing_or_slow_driver_fact_is_a_note(driver_only: FakeHost) -> None:
+    fact = driver_only.root / "nvidia_driver.fact"
+    fact.write_text("#!/bin/sh\necho 'dpkg-query: broken' >&2\nexit 3\n")
+    fact.chmod(0o755)
+    assert facts.read_driver_fact(str(fact)) == (None, f"driver fact {fact}: exited 3: dpkg-query: broken")
+    fact.write_text("#!/bin/sh\nwhile :; do :; done\n")  # no sleep on the fake host's PATH
+    assert facts.read_driver_fact(str(fact), timeout=0.2) == (None, f"driver fact {fact}: no answer within 0.2 s")
+
+
+def test_driver_fact_output_with_extra_lines() -> None:
+    assert facts.parse_driver_fact("warning: something\n" + json.dumps(DRIVER_FACT)) == DRIVER_FACT
 
 
 def test_cli_reports_gpus_and_reboot(healthy_h100: FakeHost) -> None:
