@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 from datetime import datetime, timezone
@@ -26,7 +27,9 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import jinja2
 import pytest
+import yaml
 
 PAYLOAD_DIR = Path(__file__).resolve().parents[2] / "roles" / "payload" / "files"
 PYZ = PAYLOAD_DIR / "gpufleet_check.pyz"
@@ -980,6 +983,36 @@ def test_failing_or_slow_driver_fact_is_a_note(driver_only: FakeHost) -> None:
 
 def test_driver_fact_output_with_extra_lines() -> None:
     assert facts.parse_driver_fact("warning: something\n" + json.dumps(DRIVER_FACT)) == DRIVER_FACT
+
+
+def role_command_line(**settings: Any) -> list[str]:
+    """The options roles/gpu_verify/tasks/check.yml passes the checks, rendered with the role's defaults
+    overridden by settings (plain Jinja2 with the filters the command uses)."""
+    role = PAYLOAD_DIR.parents[1] / "gpu_verify"
+    task = next(t for t in yaml.safe_load((role / "tasks" / "check.yml").read_text()) if t["name"] == "Run the health checks")
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined)
+    env.filters.update({"quote": shlex.quote, "float": float, "int": int, "string": str, "bool": bool,
+                        "gpufleet.fleet.as_list": list})
+    values = {"__gpu_verify_check_script": "/tmp/gpufleet_check.pyz", "__gpu_verify_cuda": "12.1",
+              "__gpu_verify_torch_cudnn": "", "__gpu_verify_torch_nccl": "",
+              "gpu_verify_module_version_file": "/sys/module/nvidia/version", "gpu_verify_metrics_file": "",
+              **{k: v for k, v in yaml.safe_load((role / "defaults" / "main.yml").read_text()).items()
+                 if not (isinstance(v, str) and "{{" in v)}, **settings}
+    return shlex.split(env.from_string(task["ansible.builtin.script"]["cmd"]).render(**values))[1:]
+
+
+@pytest.mark.parametrize("settings, fact", [
+    ({}, "/etc/ansible/facts.d/nvidia_driver.fact"),
+    ({"gpu_verify_driver_fact_file": "/srv/facts.d/nvidia driver.fact"}, "/srv/facts.d/nvidia driver.fact"),
+    ({"gpu_verify_driver_fact_file": ""}, ""),
+])
+def test_gpu_verify_passes_the_driver_fact(settings: dict[str, Any], fact: str) -> None:
+    """The role's command line is one the checks accept; gpu_verify_driver_fact_file becomes --driver-fact
+    (left out when empty): no task of its own on hundreds of nodes."""
+    argv = role_command_line(**settings)
+    assert ("--driver-fact" in argv) == bool(fact)
+    args = cli.parse_args(argv)
+    assert (args.driver_fact, args.module_version_file, args.expect_cuda) == (fact, "/sys/module/nvidia/version", "12.1")
 
 
 def test_cli_reports_gpus_and_reboot(healthy_h100: FakeHost) -> None:
