@@ -109,7 +109,8 @@ def test_passing_node_is_summarised_from_its_result():
     node = node_of(fleet_report.build_report(document(**{"node-1": result})), "node-1")
     assert node == {
         "host": "node-1", "verdict": "pass", "reasons": [], "reboot_required": False,
-        "driver": "535.261.03", "driver_loaded": "535.261.03", "cuda": "12.1", "torch": "2.5.1+cu121",
+        "driver": "535.261.03", "driver_loaded": "535.261.03", "driver_requested": None, "driver_pinned": None,
+        "cuda": "12.1", "torch": "2.5.1+cu121",
         "cudnn": "8.9.2", "nccl": "2.18.1", "system_cudnn": "8.9.2.26-1+cuda12.1", "system_nccl": None,
         "gpus": 8, "gpu_model": H100, "tflops_min": 694.3, "busbw_gbps": 362.75,
         "checks": {"driver_version": "pass", "nvidia_smi": "pass", "torch_cuda": "pass", "libraries": "pass",
@@ -478,3 +479,64 @@ def test_a_passing_fleet_has_no_failure_lines():
     assert fleet_report.failure_lines(report) == []
     assert fleet_report.render_terminal(report).splitlines()[:2] == ["PASS: 1 node: 1 passed, 0 failed, 0 unreachable", ""]
     assert "\n- " not in fleet_report.render_markdown(report)
+
+
+# --- the driver asked for and pinned (issue 14) ------------------------------------------------------
+
+def pinned_result(host: str, pinned: str | None, requested: str | None = "latest") -> dict[str, Any]:
+    """A passing node whose nvidia_driver fact says what was asked and what was pinned (gpufleet_check --driver-fact)."""
+    result = passing_result(host)
+    result["versions"].update(driver_requested=requested, driver_pinned=pinned, driver_source="cuda-repo",
+                              driver_installed=pinned or "535.261.03")
+    return result
+
+
+def test_node_entry_carries_the_requested_and_pinned_driver():
+    report = fleet_report.build_report(document(**{"gpufleet-node-1": pinned_result("gpufleet-node-1", "535.261.03")}))
+    node = node_of(report, "gpufleet-node-1")
+    assert (node["driver_requested"], node["driver_pinned"]) == ("latest", "535.261.03")
+    written = json.loads(json.dumps(report))
+    assert node_of(written, "gpufleet-node-1")["driver_requested"] == "latest"
+    assert node_of(written, "gpufleet-node-1")["driver_pinned"] == "535.261.03"
+    assert report["warnings"] == [] and report["verdict"] == "pass"
+
+
+def test_driver_cell_shows_what_was_asked_unless_the_default():
+    failing = failing_result("node-4")  # installed 535.309.01, loaded 535.261.03
+    failing["versions"].update(driver_requested="535.309.01", driver_pinned="535.309.01")
+    report = fleet_report.build_report(document(**{
+        "node-1": pinned_result("node-1", "535.261.03"), "node-2": pinned_result("node-2", "535.261.03", "default"),
+        "node-3": passing_result("node-3"), "node-4": failing}))
+    cells = {row[0]: row[2] for row in table_rows(fleet_report.render_markdown(report))[2:]}
+    assert cells == {"node-1": "535.261.03 (asked: latest)", "node-2": "535.261.03", "node-3": "535.261.03",
+                     "node-4": "535.309.01 (loaded 535.261.03) (asked: 535.309.01)"}
+
+
+def test_mixed_pinned_builds_are_a_fleet_warning_not_a_node_failure():
+    report = fleet_report.build_report(document(**{
+        "gpufleet-node-2": pinned_result("gpufleet-node-2", "535.309.01"),
+        "gpufleet-node-1": pinned_result("gpufleet-node-1", "535.261.03"),
+        "gpufleet-node-3": passing_result("gpufleet-node-3")}))  # no fact: not a build of its own
+    line = "2 driver builds pinned across the fleet: 535.261.03 (gpufleet-node-1), 535.309.01 (gpufleet-node-2)"
+    assert report["warnings"] == [line]
+    assert report["verdict"] == "pass" and report["summary"]["failed"] == 0
+    assert fleet_report.failure_lines(report) == []
+    terminal = fleet_report.render_terminal(report).splitlines()
+    assert terminal[:3] == ["PASS: 3 nodes: 3 passed, 0 failed, 0 unreachable", f"  warning: {line}", ""]
+    markdown = fleet_report.render_markdown(report)
+    assert markdown.index("**PASS**") < markdown.index(f"- warning: {line}") < markdown.index("| Node")
+
+
+def test_mixed_builds_on_a_large_fleet_name_a_few_hosts_per_build():
+    hosts = {f"n{i}": pinned_result(f"n{i}", "535.261.03") for i in range(1, 21)}
+    hosts["n21"] = pinned_result("n21", "535.309.01")
+    [warning] = fleet_report.build_report(document(**hosts))["warnings"]
+    assert warning == ("2 driver builds pinned across the fleet: 535.261.03 (20 nodes: n1, n2, n3, n4, n5, n6, n7, n8 "
+                       "and 12 more), 535.309.01 (n21)")
+
+
+def test_one_pinned_build_and_failures_lead_in_order():
+    report = fleet_report.build_report(document(**{
+        "node-1": pinned_result("node-1", "535.261.03"), "node-2": failing_result("node-2")}))
+    assert report["warnings"] == []
+    assert fleet_report.lead_lines(report) == ["1 node: reboot required (node-2)"]

@@ -12,9 +12,9 @@ script on stdin::
 and the script writes, each file atomically (temporary file, then rename):
 
 * ``<out-dir>/fleet-report.json``: the machine-readable report
-  ("gpufleet-fleet-report/1"): the fleet verdict, counts, and one summary per
-  node (versions, GPU count and model, slowest GEMM, all-reduce bandwidth,
-  each check's verdict) with the node's raw result;
+  ("gpufleet-fleet-report/1"): the fleet verdict, counts, warnings, and one
+  summary per node (versions, GPU count and model, slowest GEMM, all-reduce
+  bandwidth, each check's verdict) with the node's raw result;
 * ``<out-dir>/fleet-report.md``: a title, the verdict line and one table to
   read at a glance, plus a note on the checks that were skipped;
 * ``<out-dir>/fleet-report.xml``: JUnit XML for CI dashboards, one testcase
@@ -33,8 +33,18 @@ Standard library only: it runs with the controller's Ansible Python. The
 functions are importable (build_report, render_markdown, render_junit,
 write_reports); the command and files/gpufleet_verify.py print render_terminal:
 the verdict, the failed nodes grouped by cause ("2 nodes: reboot required
-(gpu-node-17, gpu-node-63)"), then one line per node. The Markdown report
-leads the same way.
+(gpu-node-17, gpu-node-63)"), the fleet's warnings, then one line per node.
+The Markdown report leads the same way.
+
+The driver: each node's entry carries driver_requested and driver_pinned, what
+the operator asked the nvidia_driver role for ("latest", an exact version,
+"default") and the exact release that run pinned (the node's local fact, read
+by the checks' --driver-fact; null without one). The Driver cell adds
+"(asked: latest)" to the installed version when something other than the
+default was asked. A fleet must never mix builds: when the nodes' pinned
+versions differ, the report's "warnings" say so ("2 driver builds pinned
+across the fleet: 535.261.03 (node-1), 535.309.01 (node-2)"), shown under the
+verdict line; the nodes' verdicts and the fleet's are not changed by it.
 """
 
 from __future__ import annotations
@@ -99,8 +109,29 @@ def build_report(doc: Any) -> dict[str, Any]:
             "failed": verdicts["fail"],
             "unreachable": verdicts["unreachable"],
         },
+        "warnings": fleet_warnings(nodes),
         "nodes": nodes,
     }
+
+
+def fleet_warnings(nodes: list[dict[str, Any]]) -> list[str]:
+    """What is wrong with the fleet as a whole without failing a node: more than one pinned driver build."""
+    pinned: dict[str, list[str]] = defaultdict(list)
+    for node in nodes:
+        if node.get("driver_pinned"):
+            pinned[node["driver_pinned"]].append(str(node["host"]))
+    if len(pinned) < 2:
+        return []
+    builds = ", ".join(f"{version} ({named_hosts(hosts)})" for version, hosts in
+                       sorted(pinned.items(), key=lambda item: natural_key(item[0])))
+    return [f"{len(pinned)} driver builds pinned across the fleet: {builds}"]
+
+
+def named_hosts(hosts: list[str]) -> str:
+    """'node-1, node-2', or past NOTE_MAX_HOSTS '120 nodes: node-1, ..., node-8 and 112 more'."""
+    if len(hosts) <= NOTE_MAX_HOSTS:
+        return ", ".join(hosts)
+    return f"{len(hosts)} nodes: {', '.join(hosts[:NOTE_MAX_HOSTS])} and {len(hosts) - NOTE_MAX_HOSTS} more"
 
 
 def build_node(host: str, entry: Any) -> dict[str, Any]:
@@ -134,6 +165,8 @@ def node_summary(host: str, verdict: str, reasons: list[str], result: Any) -> di
         "reboot_required": data["reboot_required"] if isinstance(data.get("reboot_required"), bool) else None,
         "driver": version_text(versions.get("driver_installed")),
         "driver_loaded": version_text(versions.get("driver_loaded")),
+        "driver_requested": version_text(versions.get("driver_requested")),  # the nvidia_driver role's fact
+        "driver_pinned": version_text(versions.get("driver_pinned")),
         "cuda": version_text(versions.get("cuda")),
         "torch": version_text(versions.get("torch")),
         "cudnn": version_text(versions.get("cudnn")),  # torch's own
@@ -231,7 +264,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         "",
         f"**{str(report.get('verdict', 'fail')).upper()}**: {summary_line(report)}",
         "",
-        *([f"- {line}" for line in failure_lines(report)] + [""] if failure_groups(report) else []),
+        *([f"- {line}" for line in lead_lines(report)] + [""] if lead_lines(report) else []),
         f"Inventory `{report.get('inventory') or MISSING}`, playbook `{report.get('playbook') or MISSING}`.",
         "",
         render_table(report),
@@ -281,10 +314,21 @@ def failure_lines(report: dict[str, Any]) -> list[str]:
             for cause, hosts in failure_groups(report)]
 
 
+def warning_lines(report: dict[str, Any]) -> list[str]:
+    """The fleet's warnings ("warning: 2 driver builds pinned across the fleet: ...")."""
+    warnings = report.get("warnings")
+    return [f"warning: {warning}" for warning in warnings] if isinstance(warnings, list) else []
+
+
+def lead_lines(report: dict[str, Any]) -> list[str]:
+    """What follows the verdict line: the failures grouped by cause, then the fleet's warnings."""
+    return failure_lines(report) + warning_lines(report)
+
+
 def render_terminal(report: dict[str, Any]) -> str:
-    """What a terminal shows: the verdict, the failures grouped by cause, then one line per node."""
+    """What a terminal shows: the verdict, the failures grouped by cause, the warnings, then one line per node."""
     lines = [f"{str(report.get('verdict', 'fail')).upper()}: {summary_line(report)}"]
-    lines += [f"  {line}" for line in failure_lines(report)]
+    lines += [f"  {line}" for line in lead_lines(report)]
     return "\n".join(lines + ["", render_table(report)])
 
 
@@ -306,6 +350,9 @@ def table_row(node: dict[str, Any]) -> tuple[str, ...]:
     loaded = node.get("driver_loaded")
     if loaded and loaded != node.get("driver"):
         driver += f" (loaded {loaded})"
+    requested = node.get("driver_requested")
+    if requested and requested != "default":
+        driver += f" (asked: {requested})"
     cells = (
         node.get("host", MISSING),
         str(node.get("verdict", "fail")).upper(),

@@ -58,8 +58,15 @@ JSON report (``--json``, or ``--output PATH``)
      "reboot_required": bool,
      "versions": {"driver_installed", "driver_loaded", "cuda", "torch", "cudnn",
                   "nccl", "python",                     # str or null each; cudnn and
-                  "system_cudnn", "system_nccl"},       # nccl are torch's own, system_*
+                  "system_cudnn", "system_nccl",        # nccl are torch's own, system_*
                                                         # the dpkg versions of libcudnn8, libnccl2
+                  "driver_requested", "driver_pinned",  # from --driver-fact (the nvidia_driver
+                  "driver_source"},                     # role's local fact): the version asked
+                                                        # for ("latest", an exact one, "default"),
+                                                        # the release the run pinned, the source;
+                                                        # null without a readable fact
+     "notes": [str, ...],                               # what could not be read and is not a
+                                                        # failure (a missing or broken driver fact)
      "gpus": [{"index": int, "name": str, "uuid": str, "pci_bus_id": str,
                "memory_total_mib": int | null, "persistence_mode": bool | null,
                "ecc_uncorrected": int | null, "gemm_tflops": float | null,
@@ -78,6 +85,14 @@ own version, the expected one and the comparison's outcome, "match",
 ``log_tail`` and ``failures`` (training), ``traceback`` (a
 check that raised). Each entry of "gpus" also carries
 ``gemm_of_achievable``. Non-finite numbers are written as null.
+
+``--driver-fact PATH`` (gpu_verify passes /etc/ansible/facts.d/nvidia_driver.fact)
+names the nvidia_driver role's local fact: run when executable (one JSON line
+on stdout, at most facts.DRIVER_FACT_TIMEOUT_S seconds), else read as JSON
+text. A missing, failing or unparsable fact leaves the three driver_* fields
+null and adds a note ("driver fact PATH: not found ..."); it fails no check,
+since a node need not have been provisioned by the nvidia_driver role. Without
+the option (or with an empty PATH) the fact is not read and nothing is noted.
 """
 
 from __future__ import annotations
@@ -103,7 +118,7 @@ from . import launcher
 from .common import check_result, finite_or_none, first_lines, read_text
 from .facts import (USERSPACE_LIBRARIES, SmiInventory, all_pairs_nvlink, count_pci_gpus, gpu_pairs,
                     installed_driver_version, is_nvlink, loaded_module_version, parse_topology,
-                    query_nvidia_smi, run_nvidia_smi, system_library_versions)
+                    query_nvidia_smi, read_driver_fact, run_nvidia_smi, system_library_versions)
 
 SCHEMA = "gpufleet-check/1"
 
@@ -316,6 +331,12 @@ class Probe:
             loaded, source = self.smi.driver_version, "nvidia-smi"  # NVML reports the kernel driver
         installed, path = installed_driver_version(self.args.driver_lib_dir or ())
         return DriverState(loaded, source, installed, path)
+
+    @cached_property
+    def driver_fact(self) -> tuple[dict[str, Any] | None, str]:
+        """(the nvidia_driver role's fact, "") or (None, why not: "" when --driver-fact was not given)."""
+        path = getattr(self.args, "driver_fact", "") or ""
+        return read_driver_fact(path) if path else (None, "")
 
     @cached_property
     def topology(self) -> tuple[list[list[str]] | None, str]:
@@ -874,7 +895,27 @@ def report_versions(probe: Probe) -> dict[str, str | None]:
     return {"driver_installed": probe.driver.installed, "driver_loaded": probe.driver.loaded,
             "cuda": versions.get("cuda"), "torch": versions.get("torch"), "cudnn": versions.get("cudnn"),
             "nccl": versions.get("nccl"), "python": platform.python_version(),
-            "system_cudnn": system.get("cudnn"), "system_nccl": system.get("nccl")}
+            "system_cudnn": system.get("cudnn"), "system_nccl": system.get("nccl"),
+            **driver_fact_versions(probe.driver_fact[0])}
+
+
+def fact_text(value: Any) -> str | None:
+    """A fact's field as a version string: None for an absent, empty or non-scalar one."""
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        return None
+    return str(value).strip() or None
+
+
+def driver_fact_versions(fact: dict[str, Any] | None) -> dict[str, str | None]:
+    """The report's driver_requested/_pinned/_source from the fact: a requested_version of "" (the role's
+    default branch release) is "default"."""
+    if fact is None:
+        return {"driver_requested": None, "driver_pinned": None, "driver_source": None}
+    requested = fact.get("requested_version")
+    if isinstance(requested, str) and not requested.strip():
+        requested = "default"
+    return {"driver_requested": fact_text(requested), "driver_pinned": fact_text(fact.get("pinned_version")),
+            "driver_source": fact_text(fact.get("source"))}
 
 
 def report_gpus(probe: Probe, checks: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -926,6 +967,7 @@ def build_report(args: argparse.Namespace) -> dict[str, Any]:
         "gpus": report_gpus(probe, checks),
         "gpu_count_pci": probe.pci_gpu_count,
         "checks": checks,
+        "notes": [note for note in (probe.driver_fact[1],) if note],
     }
     if args.train:
         report["training"] = probe.training_result
@@ -944,4 +986,5 @@ def summary_lines(report: dict[str, Any]) -> list[str]:
         lines.append(report["reasons"][0])  # "nothing was checked: no GPU": say what, not just FAIL
     if report["reboot_required"]:
         lines.append("reboot required")
+    lines.extend(f"note: {note}" for note in report.get("notes") or [])
     return lines

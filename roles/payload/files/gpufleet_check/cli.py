@@ -27,6 +27,7 @@ before the checks run and changes neither the report nor the exit code. The
 
 Options for tests: ``--sysfs-pci-dir``, ``--module-version-file``,
 ``--driver-proc-file``, ``--driver-lib-dir`` and the nvidia-smi found on PATH.
+``--driver-fact PATH`` reads the nvidia_driver role's local fact (see checks).
 """
 
 from __future__ import annotations
@@ -108,6 +109,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                        help="version of the loaded nvidia module (default %(default)s)")
     where.add_argument("--driver-proc-file", default="/proc/driver/nvidia/version", metavar="PATH",
                        help="its fallback, an 'NVRM version:' line (default %(default)s)")
+    where.add_argument("--driver-fact", default="", metavar="PATH",
+                       help="the nvidia_driver role's local fact (e.g. /etc/ansible/facts.d/nvidia_driver.fact): "
+                            "run when executable, else read as JSON; its requested/pinned driver version and "
+                            "source go in the report's versions, a missing or broken fact in its notes "
+                            "(default: not read)")
     where.add_argument("--driver-lib-dir", action="append", metavar="DIR",
                        help="look for libnvidia-ml/libcuda here instead of asking ldconfig (repeatable)")
     return p.parse_args(argv)

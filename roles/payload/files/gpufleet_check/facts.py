@@ -4,7 +4,9 @@ inventory and its GPU topology matrix.
 
 Each reader takes its input from a path (sysfs, /sys/module, /proc, a library
 directory) or from the nvidia-smi found on PATH, and hands the text to a pure
-parser (``parse_*``) that the unit tests call directly. ``checks.Probe``
+parser (``parse_*``) that the unit tests call directly. ``read_driver_fact``
+runs (or reads) the nvidia_driver role's local fact, for the versions the
+operator asked for and the run pinned. ``checks.Probe``
 gathers these facts once per run. ``count_pci_gpus`` is also what the
 smoke_training role imports (``from gpufleet_check import count_pci_gpus``).
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import csv
 import glob
+import json
 import os
 import re
 import shutil
@@ -121,6 +124,51 @@ def installed_driver_version(lib_dirs: Sequence[str] = ()) -> tuple[str | None, 
             if version:
                 return version, resolved
     return None, None
+
+
+# --------------------------------------------------------------------------- the nvidia_driver role's local fact
+
+DRIVER_FACT_TIMEOUT_S = 10
+
+
+def parse_driver_fact(text: str) -> dict[str, Any]:
+    """The fact's JSON object: its whole output, else its last line that is an object (a script may print
+    more). Raises ValueError when there is none."""
+    text = text.strip()
+    candidates = [text] + [line.strip() for line in reversed(text.splitlines()) if line.strip().startswith("{")]
+    for candidate in candidates:
+        try:
+            value = json.loads(candidate)
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            return value
+    raise ValueError(f"not a JSON object: {first_lines(text, 1)[:80] or 'empty output'}")
+
+
+def read_driver_fact(path: str, timeout: float = DRIVER_FACT_TIMEOUT_S) -> tuple[dict[str, Any] | None, str]:
+    """(the fact's object, "") or (None, why not) of the nvidia_driver role's local fact at path: run when it
+    is executable (a shell script printing one JSON line, as Ansible runs it), else read as JSON text."""
+    if not os.path.isfile(path):
+        return None, f"driver fact {path}: not found (the nvidia_driver role did not run here)"
+    if os.access(path, os.X_OK):
+        try:
+            proc = subprocess.run([path], capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            return None, f"driver fact {path}: no answer within {timeout:g} s"
+        except OSError as exc:
+            return None, f"driver fact {path}: cannot be run ({exc.strerror or exc})"
+        if proc.returncode != 0:
+            return None, f"driver fact {path}: exited {proc.returncode}: {first_lines(proc.stderr, 1) or 'no message'}"
+        text: str | None = proc.stdout
+    else:
+        text = read_text(path)
+        if text is None:
+            return None, f"driver fact {path}: cannot be read"
+    try:
+        return parse_driver_fact(text), ""
+    except ValueError as exc:
+        return None, f"driver fact {path}: {exc}"
 
 
 # --------------------------------------------------------------------------- nvidia-smi
