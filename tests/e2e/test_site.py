@@ -21,8 +21,9 @@ def check_reports(reports, lab_hosts):
     assert fleet["verdict"] == "pass", fleet["summary"]
     for node in fleet["nodes"]:
         assert node["verdict"] == "pass", node
-        # PyPI's cu121 build of torch 2.3.1 (the lab's wheelhouse), read on a node without a GPU.
-        assert node["driver"] == "535.261.03" and node["torch"] == "2.3.1", node
+        # PyPI's cu121 build of torch 2.3.1 (the lab's wheelhouse; pip's metadata says 2.3.1, torch itself
+        # 2.3.1+cu121), read on a node without a GPU.
+        assert node["driver"] == "535.261.03" and node["torch"] == "2.3.1+cu121", node
         assert (node["cuda"], node["cudnn"], node["nccl"]) == ("12.1", "8.9.2", "2.20.5"), node
         assert node["checks"]["libraries"] == "pass", node
         # The lab's first-install fixture: the first verify compares the loaded module with the installed driver.
@@ -70,7 +71,7 @@ def test_site_converges_then_is_idempotent(tmp_path, lab_hosts):
     assert set(torch) == set(lab_hosts)
     for host, res in torch.items():
         f = res["ansible_facts"]
-        assert f["pytorch_torch_version"] == "2.3.1", host
+        assert f["pytorch_torch_version"] == "2.3.1+cu121", host
         assert f["pytorch_cpu_only"] is False and f["pytorch_variant_installed"] == "cu121", host
         assert (f["pytorch_cuda_version"], f["pytorch_cudnn_version"], f["pytorch_nccl_version"]) == ("12.1", "8.9.2", "2.20.5"), host
 

@@ -168,7 +168,7 @@ def test_node_killed_mid_converge_is_completed_by_a_rerun(tmp_path, fault_node):
     for package in ("nvidia-kernel-dkms", "cuda-toolkit-12-1", "libcudnn8", "libnccl2"):
         assert package_status(fault_node, package) == "hi", package  # installed and held
     torch = fault_node.exec("/opt/gpufleet/venv/bin/python -c 'import torch; print(torch.__version__)'").strip()
-    assert torch == "2.3.1"
+    assert torch == "2.3.1+cu121"
 
 
 @pytest.mark.slow

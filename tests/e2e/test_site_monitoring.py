@@ -110,7 +110,7 @@ def test_prometheus_sees_every_verified_node(head, lab_hosts):
     for node, series in info.items():
         assert series["labels"]["driver_installed"] == PINNED, series
         assert series["labels"]["host"] == node, series  # each node's hostname is its inventory name
-        assert series["labels"]["torch"] == "2.3.1", series
+        assert series["labels"]["torch"] == "2.3.1+cu121", series
 
     up = eventually(lambda: by_node(head, 'up{job="node"}'),
                     lambda got: {n: s["value"] for n, s in got.items()} == {h: 1.0 for h in [*lab_hosts, head]},

@@ -52,7 +52,8 @@ def torch_variant_label() -> str:
 LAB_LOCK = REPO / ".lab" / "wheelhouse.lock"
 # What the image's torch reports, as the matrix's row for PyPI's torch 2.3.1 gives it (files/compatibility.yml:
 # CUDA 12.1, torch's own cuDNN 8.9.2.26, NCCL 2.20.5).
-TORCH_REPORTS = "2.3.1 12.1 8902 (2, 20, 5)"
+# PyPI's torch 2.3.1 calls itself 2.3.1+cu121 (its torch/version.py), though pip's metadata says 2.3.1.
+TORCH_REPORTS = "2.3.1+cu121 12.1 8902 (2, 20, 5)"
 
 
 def mirror_address() -> str:
@@ -135,7 +136,7 @@ def test_payload_single_process_on_cpu(training_image):
     settings = lab_settings()
     assert result["verdict"] == "pass", result["reasons"]
     assert result["world_size"] == 1 and result["device"] == "cpu" and result["final_step"] == 8
-    assert result["torch_version"] == settings["pytorch_release"] + (f"+{torch_variant_label()}" if torch_variant_label() else "")
+    assert result["torch_version"] == f"{settings['pytorch_release']}+cu121"
     # The CUDA build, run on the CPU: torch.version.cuda says what it was built for.
     assert result["cuda_version"] == "12.1" and result["device"] == "cpu"
 
@@ -179,11 +180,11 @@ def test_health_checks_run_in_the_image(training_image):
     assert run.returncode == 0 and report["verdict"] == "pass", report["reasons"]
     checks = {check["name"]: check for check in report["checks"]}
     assert checks["libraries"]["verdict"] == "pass", checks["libraries"]
-    assert checks["libraries"]["detail"].startswith("torch 2.3.1, CUDA 12.1, cuDNN 8.9.2, NCCL 2.20.5; "), checks["libraries"]
+    assert checks["libraries"]["detail"].startswith("torch 2.3.1+cu121, CUDA 12.1, cuDNN 8.9.2, NCCL 2.20.5; "), checks["libraries"]
     for name in ("nvidia_smi", "torch_cuda", "gemm", "allreduce_busbw", "p2p_topology"):
         assert checks[name]["verdict"] == "skipped" and "no GPU" in checks[name]["detail"], name
     versions = report["versions"]
-    assert (versions["torch"], versions["cuda"], versions["cudnn"], versions["nccl"]) == ("2.3.1", "12.1", "8.9.2", "2.20.5")
+    assert (versions["torch"], versions["cuda"], versions["cudnn"], versions["nccl"]) == ("2.3.1+cu121", "12.1", "8.9.2", "2.20.5")
     required = run_in_image(training_image, "python", "/opt/gpufleet/payload/gpufleet_check.pyz", "--json",
                             "--require-gpus", *expectations)
     assert required.returncode == 1 and json.loads(required.stdout)["verdict"] == "fail"

@@ -48,7 +48,8 @@ def test_verify_is_read_only_and_rerunnable(tmp_path, lab_hosts):
         assert result["versions"]["driver_installed"] == "535.261.03", node["host"]
         # The done-when of issue 15: what torch reports on every node, per node in the report.
         versions = result["versions"]
-        assert (versions["torch"], versions["cuda"], versions["cudnn"], versions["nccl"]) == ("2.3.1", "12.1", "8.9.2", "2.20.5")
+        # PyPI's torch 2.3.1 calls itself 2.3.1+cu121 (its torch/version.py); pip's metadata says 2.3.1.
+        assert (versions["torch"], versions["cuda"], versions["cudnn"], versions["nccl"]) == ("2.3.1+cu121", "12.1", "8.9.2", "2.20.5")
         # What torch was built with needs no GPU: checked against the matrix's row, not skipped.
         assert checks["libraries"]["verdict"] == "pass", (node["host"], checks["libraries"])
         assert checks["libraries"]["threshold"] == "12.1", checks["libraries"]
@@ -61,7 +62,7 @@ def test_verify_is_read_only_and_rerunnable(tmp_path, lab_hosts):
                                           for line in (reports / "fleet-report.md").read_text().splitlines()
                                           if line.startswith("| "))}
     for host in lab_hosts:  # Node, Verdict, Driver, CUDA, torch, torch's own cuDNN/NCCL, ...
-        assert rows[host][3:6] == ["12.1", "2.3.1", "8.9.2 / 2.20.5"], rows[host]
+        assert rows[host][3:6] == ["12.1", "2.3.1+cu121", "8.9.2 / 2.20.5"], rows[host]
     junit = (reports / "fleet-report.xml").read_text()
     assert 'name="gpufleet-verify"' in junit and all(f'classname="{h}"' in junit for h in lab_hosts)
 

@@ -412,7 +412,8 @@ def install_fake_torch(root: Path, monkeypatch: pytest.MonkeyPatch, version: str
 
 
 # PyPI's default Linux wheel of torch 2.3.1 is the CUDA 12.1 build, with cuDNN 8.9.2.26 and NCCL 2.20.5
-# (its Requires-Dist, https://pypi.org/project/torch/2.3.1/): torch reports 8902 and (2, 20, 5).
+# (its Requires-Dist, https://pypi.org/project/torch/2.3.1/): torch reports 8902 and (2, 20, 5), and calls
+# itself 2.3.1+cu121 (the wheel's torch/version.py).
 LAB_EXPECTATIONS = ("--expect-cuda", "12.1", "--expect-torch-cudnn", "8.9.2.26", "--expect-torch-nccl", "2.20.5")
 
 
@@ -420,22 +421,22 @@ def test_a_cuda_build_without_a_gpu_is_checked_not_skipped(driver_only: FakeHost
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 15: the lab's torch (PyPI's cu121 build of 2.3.1) on a node without a GPU: what torch was built
     with is read by importing it, which needs no GPU, and judged; only running CUDA says "no GPU"."""
-    install_fake_torch(tmp_path, monkeypatch, "2.3.1", "12.1", 8902, (2, 20, 5))
+    install_fake_torch(tmp_path, monkeypatch, "2.3.1+cu121", "12.1", 8902, (2, 20, 5))
     p = probe(driver_only, *LAB_EXPECTATIONS)
     result = checks.check_libraries(p)
     assert result["verdict"] == "pass", result
-    assert result["detail"] == ("torch 2.3.1, CUDA 12.1, cuDNN 8.9.2, NCCL 2.20.5; torch's own cuDNN 8.9.2 "
+    assert result["detail"] == ("torch 2.3.1+cu121, CUDA 12.1, cuDNN 8.9.2, NCCL 2.20.5; torch's own cuDNN 8.9.2 "
                                 "(expected 8.9.2.26), NCCL 2.20.5 (expected 2.20.5); system cuDNN not installed, "
                                 "NCCL not installed; no GPU here to use them (see torch_cuda)")
     versions = checks.report_versions(p)
-    assert (versions["torch"], versions["cuda"], versions["cudnn"], versions["nccl"]) == ("2.3.1", "12.1", "8.9.2", "2.20.5")
-    assert checks.check_torch_cuda(p)["detail"] == "no GPU (torch 2.3.1, CUDA 12.1)"
+    assert (versions["torch"], versions["cuda"], versions["cudnn"], versions["nccl"]) == ("2.3.1+cu121", "12.1", "8.9.2", "2.20.5")
+    assert checks.check_torch_cuda(p)["detail"] == "no GPU (torch 2.3.1+cu121, CUDA 12.1)"
 
 
 @pytest.mark.parametrize(("version", "cuda", "cudnn", "nccl", "reason"), [
     # PyPI's torch 2.5.1 is a CUDA 12.4 build (nvidia-cuda-runtime-cu12==12.4.127, https://pypi.org/project/torch/2.5.1/)
-    ("2.5.1", "12.4", 90100, (2, 21, 5), "torch built for CUDA 12.4, expected 12.1"),
-    ("2.3.1", "12.1", 8902, (2, 18, 1), "torch's own NCCL is 2.18.1, the matrix's bundled build is 2.20.5 ("),
+    ("2.5.1+cu124", "12.4", 90100, (2, 21, 5), "torch built for CUDA 12.4, expected 12.1"),
+    ("2.3.1+cu121", "12.1", 8902, (2, 18, 1), "torch's own NCCL is 2.18.1, the matrix's bundled build is 2.20.5 ("),
     ("2.3.1+cpu", None, None, None, "torch is a CPU-only build, expected one for CUDA 12.1 (--expect-cuda); "),
 ], ids=["cu124-build", "nccl-swapped", "cpu-build"])
 def test_a_wrong_build_fails_without_a_gpu(driver_only: FakeHost, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
@@ -451,7 +452,7 @@ def test_a_wrong_build_fails_without_a_gpu(driver_only: FakeHost, tmp_path: Path
 def test_a_cuda_build_that_does_not_import_fails_without_a_gpu(driver_only: FakeHost, tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """torch_cuda says "no GPU" from torch's files; the libraries check imports it, so a broken CUDA build fails there."""
-    install_fake_torch(tmp_path, monkeypatch, "2.3.1", "12.1", importable=False)
+    install_fake_torch(tmp_path, monkeypatch, "2.3.1+cu121", "12.1", importable=False)
     p = probe(driver_only)
     result = checks.check_libraries(p)
     assert result["verdict"] == "fail", result

@@ -12,8 +12,9 @@ record = load_script(REPO_ROOT / "tests" / "gpu" / "stack_record.py")
 MATRIX_FILE = REPO_ROOT / "files" / "compatibility.yml"
 MATRIX = yaml.safe_load(MATRIX_FILE.read_text())
 
-# PyPI's torch 2.3.1 is the cu121 build with cuDNN 8.9.2.26 and NCCL 2.20.5 (https://pypi.org/project/torch/2.3.1/).
-LAB_STACK = {"torch": "2.3.1", "cuda": "12.1", "cudnn": "8.9.2", "nccl": "2.20.5", "gpus": ["NVIDIA H200"],
+# PyPI's torch 2.3.1 is the cu121 build with cuDNN 8.9.2.26 and NCCL 2.20.5 (https://pypi.org/project/torch/2.3.1/);
+# torch itself says 2.3.1+cu121 (the wheel's torch/version.py).
+LAB_STACK = {"torch": "2.3.1+cu121", "cuda": "12.1", "cudnn": "8.9.2", "nccl": "2.20.5", "gpus": ["NVIDIA H200"],
              "driver": "580.95.05", "python": "3.11.7"}
 
 
@@ -26,14 +27,14 @@ def test_the_matrix_stack_is_named_as_such() -> None:
 
 @pytest.mark.parametrize(("measured", "difference"), [
     # PyPI's torch 2.5.1 is a CUDA 12.4 build (https://pypi.org/project/torch/2.5.1/).
-    ({"torch": "2.5.1", "cuda": "12.4", "cudnn": "9.1.0", "nccl": "2.21.5"},
+    ({"torch": "2.5.1+cu124", "cuda": "12.4", "cudnn": "9.1.0", "nccl": "2.21.5"},
      "the matrix records no cu124 build of torch 2.5.1"),
     # A torch built locally for CUDA 11.8 without a local version is not PyPI's 2.3.1 (cu121).
     ({"torch": "2.3.1", "cuda": "11.8", "cudnn": "8.7.0", "nccl": "2.15.5"},
      "torch 2.3.1 without a local version is PyPI's cu121 build, this one reports cu118"),
     ({"torch": "2.8.0+cu128", "cuda": "12.8", "cudnn": "9.10.2", "nccl": "2.27.3"},
      "torch 2.8.0 is not a release files/compatibility.yml knows"),
-    ({"torch": "2.3.1", "cuda": "12.1", "cudnn": "8.9.2", "nccl": "2.18.1"}, "nccl 2.18.1, the matrix's is 2.20.5"),
+    ({"torch": "2.3.1+cu121", "cuda": "12.1", "cudnn": "8.9.2", "nccl": "2.18.1"}, "nccl 2.18.1, the matrix's is 2.20.5"),
 ], ids=["pypi-2.5.1", "local-build", "unknown-release", "nccl-swapped"])
 def test_another_stack_is_said_plainly(measured: dict, difference: str) -> None:
     measured = {**LAB_STACK, **measured}

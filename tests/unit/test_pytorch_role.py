@@ -701,3 +701,32 @@ PREFLIGHT_CASES = [
     {"pages": PYTORCH_PAGES, "free_kb": 4194304},
     {"pages": PYTORCH_PAGES, "free_kb": 3355443},
 ]
+
+
+# --------------------------------------------------------------------------- the imported build
+
+
+# The check after the import (facts.yml), given what pytorch_report.py published.
+BUILD_CHECK = role_run.Batch(FAKE_FACTS, [role_run.import_role("pytorch"),
+                                          role_run.role_task("pytorch", "facts.yml", "is not the pinned build")])
+PYPI_LAB = {"pytorch_release": "2.3.1", "pytorch_wheel_source": "pypi"}
+
+
+@pytest.mark.parametrize(("settings", "imported", "stopped"), [
+    # PyPI's torch 2.3.1: pip's metadata says 2.3.1 (pinned torch==2.3.1), its torch/version.py 2.3.1+cu121
+    # (read from torch-2.3.1-cp311-cp311-manylinux1_x86_64.whl, https://pypi.org/project/torch/2.3.1/).
+    (PYPI_LAB, ("2.3.1+cu121", "12.1", "cu121"), None),
+    ({"pytorch_release": "2.3.1"}, ("2.3.1+cu121", "12.1", "cu121"), None),
+    # PyPI's 2.5.1 is the cu124 build: installed where 2.3.1 of cu121 was pinned.
+    (PYPI_LAB, ("2.5.1", "12.4", "cu124"), "imports torch 2.5.1 (cu124, CUDA 12.4), not torch 2.3.1 of the cu121 build for CUDA 12.1"),
+    (PYPI_LAB, ("2.3.1+cpu", None, "cpu"), "imports torch 2.3.1+cpu (cpu, CUDA none), not torch 2.3.1 of the cu121 build"),
+], ids=["pypi-local-tag", "pytorch-index", "pypi-2.5.1-cu124", "cpu-build"])
+def test_the_imported_build_is_judged_by_release_and_variant(settings, imported, stopped):
+    version, cuda, variant = imported
+    facts = {"__pytorch_import": {"rc": 0, "stdout_lines": ["{}"]}, "pytorch_torch_version": version,
+             "pytorch_cuda_version": cuda, "pytorch_variant_installed": variant}
+    outcome = BUILD_CHECK.get("ubuntu2204", **settings, **facts)
+    if stopped is None:
+        assert outcome.failure is None, outcome.failure
+    else:
+        assert outcome.failure is not None and stopped in outcome.failure, outcome.failure

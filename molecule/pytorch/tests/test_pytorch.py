@@ -16,6 +16,9 @@ testinfra_hosts = ["ansible://all"]
 VENV = "/opt/gpufleet/venv"
 PYTHON = f"{VENV}/bin/python"
 TORCH = "2.3.1"
+# What torch itself says: PyPI's wheel carries torch/version.py __version__ = '2.3.1+cu121' while pip's
+# metadata says 2.3.1.
+TORCH_REPORTED = "2.3.1+cu121"
 # PyPI's torch 2.3.1 requires nvidia-cudnn-cu12==8.9.2.26 and nvidia-nccl-cu12==2.20.5
 # (https://pypi.org/project/torch/2.3.1/); torch reports them as 8902 and (2, 20, 5).
 REQUIREMENTS = [f"torch=={TORCH}", "torchvision==0.18.1", "torchaudio==2.3.1", "numpy==1.26.4"]
@@ -52,7 +55,7 @@ def test_venv_exists_and_belongs_to_root(host):
 def test_torch_imports_with_the_pinned_cuda_build(host):
     out = host.check_output(f"{PYTHON} -c 'import torch; print(torch.__version__, torch.version.cuda,"
                             " torch.backends.cudnn.version(), torch.cuda.nccl.version(), torch.backends.cuda.is_built())'")
-    assert out == f"{TORCH} 12.1 8902 (2, 20, 5) True"
+    assert out == f"{TORCH_REPORTED} 12.1 8902 (2, 20, 5) True"
 
 
 def test_torch_computes(host):
@@ -79,7 +82,7 @@ def test_pip_in_the_venv_reports_exact_versions(host):
 def test_venv_is_readable_by_every_user(host):
     """Training jobs run as users: root's files in the environment are world-readable."""
     out = host.check_output(f"su nobody -s /bin/sh -c \"{PYTHON} -c 'import torch; print(torch.__version__)'\"")
-    assert out == TORCH
+    assert out == TORCH_REPORTED
 
 
 def test_system_python_has_no_torch(host):
@@ -93,7 +96,7 @@ def test_report_file(host, report):
     f = host.file(REPORT)
     assert f.user == "root" and f.mode == 0o644
     assert host.file("/var/lib/gpufleet").mode == 0o755
-    assert report["torch_version"] == TORCH
+    assert report["torch_version"] == TORCH_REPORTED
     assert report["cuda_version"] == "12.1"
     assert report["cudnn_version"] == "8.9.2"
     assert report["nccl_version"] == "2.20.5"
@@ -103,7 +106,7 @@ def test_report_file(host, report):
     assert report["devices"] == []
     assert report["variant_installed"] == "cu121"
     assert report["cpu_only"] is False
-    assert report["torchvision_version"] == "0.18.1" and report["torchaudio_version"] == "2.3.1"
+    assert report["torchvision_version"] == "0.18.1+cu121" and report["torchaudio_version"] == "2.3.1+cu121"
     assert report["python_version"].startswith("3.11.")
     assert report["release"] == "2.3.1" and report["variant"] == "cu121"
     assert report["venv"] == VENV and report["python"] == PYTHON
