@@ -156,6 +156,14 @@ def test_divergent_lr_fails(tmp_path: Path) -> None:
     assert any("non-finite loss" in r or "loss not falling" in r for r in result["reasons"]), result["reasons"]
 
 
+def test_cpu_autocast_on_torch_before_2_4(train: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch.amp.is_autocast_available came with torch 2.4; the lab's torch 2.3.1 (PyPI's cu121 build) has
+    none, and bf16 on the CPU must still be allowed there (a CI run of the smoke training failed on it)."""
+    assert train.cpu_autocast_available() is True
+    monkeypatch.delattr(train.torch.amp, "is_autocast_available", raising=False)
+    assert train.cpu_autocast_available() is True
+
+
 def test_profiler_writes_a_trace(train: ModuleType, tmp_path: Path) -> None:
     assert run_main(train, "--steps", 8, "--min-loss-drop", "0", "--profile-dir", tmp_path / "prof") == 0
     traces = list((tmp_path / "prof").glob("*rank0*.pt.trace.json"))

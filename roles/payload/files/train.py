@@ -42,6 +42,13 @@ AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 CHECKPOINT_KEYS = ("model", "optimizer", "scaler", "step", "rng", "config")
 
 
+def cpu_autocast_available() -> bool:
+    """Whether autocast runs on the CPU. torch.amp.is_autocast_available came with torch 2.4; every older
+    release the matrix names (2.1 to 2.3) has CPU autocast for bf16."""
+    check = getattr(torch.amp, "is_autocast_available", None)
+    return bool(check("cpu")) if check is not None else True
+
+
 class UsageError(Exception):
     """A bad option, input or output path: exit code 2 and one line, before any training step."""
 
@@ -158,7 +165,7 @@ class Trainer:
     def resolve_amp(self) -> str:
         """auto: bf16 where supported, else fp16 (GradScaler) on CUDA, else off; what cannot run is refused."""
         choice, device, cuda = self.args.amp, self.device, self.device.type == "cuda"
-        bf16_ok = torch.cuda.is_bf16_supported() if cuda else torch.amp.is_autocast_available("cpu")
+        bf16_ok = torch.cuda.is_bf16_supported() if cuda else cpu_autocast_available()
         if choice == "auto":
             return "bf16" if bf16_ok else ("fp16" if cuda else "off")
         if choice == "bf16" and not bf16_ok:
