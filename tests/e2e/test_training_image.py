@@ -22,6 +22,7 @@ tests/unit/test_container_role.py on the rendered configuration.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import time
 import uuid
@@ -148,7 +149,8 @@ def test_the_image_has_the_locked_cuda_build(training_image):
                        " torch.cuda.nccl.version())")
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stdout.strip() == TORCH_REPORTS
-    leftover = run_in_image(training_image, "sh", "-c", "ls /run/secrets 2>/dev/null; grep -rl sha256: /opt/gpufleet /tmp 2>/dev/null")
+    torch_hash = re.search(r"^torch==\S+ --hash=sha256:([0-9a-f]{64})", LAB_LOCK.read_text(), re.M)[1]
+    leftover = run_in_image(training_image, "sh", "-c", f"ls -A /run/secrets 2>/dev/null; grep -rlF {torch_hash} /opt /tmp /root /home 2>/dev/null")
     assert leftover.stdout.strip() == "", leftover.stdout
 
 

@@ -173,6 +173,12 @@ def test_cuda_release_follows_the_cuda_role():
     cfg = pytorch_config(cuda_release="12.1")
     assert cfg.failure is None and cfg["__pytorch_cuda_release"] == "12.1"
     cfg = pytorch_config(cuda_release="11.8")
+    # Said as the pytorch role's view of the cuda role's setting: the cuda role says "cuda_release '11.8' ..."
+    # itself, and play 1 gives each message once (an e2e bad-input case counts it).
+    assert cfg.failure is not None
+    assert "pytorch_cuda_release (following cuda_release) '11.8' is not a CUDA release gpufleet knows" in cfg.failure
+    assert "cuda_release '11.8'" not in cfg.failure
+    cfg = pytorch_config(cuda_release="12.1", pytorch_cuda_release="11.8")  # set apart: its own name
     assert cfg.failure is not None and "pytorch_cuda_release '11.8' is not a CUDA release gpufleet knows" in cfg.failure
 
 
