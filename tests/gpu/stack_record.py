@@ -22,16 +22,10 @@ from pathlib import Path
 from typing import Any
 
 
-def cudnn_text(code: int | None) -> str | None:
-    """torch.backends.cudnn.version(): 8902 -> 8.9.2 (cuDNN 8), 90100 -> 9.1.0 (cuDNN 9+)."""
-    if code is None:
-        return None
-    major, rest = divmod(int(code), 10000 if int(code) >= 10000 else 1000)
-    return f"{major}.{rest // 100}.{rest % 100}"
-
-
-def release_parts(version: str | None) -> tuple[str, ...]:
-    return tuple(re.findall(r"\d+", version or "")[:3])
+# The health checks' own readers of what torch reports (roles/payload/files/gpufleet_check.pyz, a zipapp
+# that imports from sys.path like a directory): one decoding of cuDNN/NCCL versions, not a copy here.
+sys.path.append(str(Path(__file__).resolve().parents[2] / "roles" / "payload" / "files" / "gpufleet_check.pyz"))
+from gpufleet_check.checks import release_parts, torch_versions  # noqa: E402
 
 
 def load_matrix(path: Path) -> dict[str, Any]:
@@ -91,16 +85,14 @@ def compare(measured: dict[str, Any], matrix: dict[str, Any]) -> dict[str, Any]:
 
 def measure() -> dict[str, Any]:
     import torch
+    versions = torch_versions(torch)
     try:
-        nccl = ".".join(str(part) for part in torch.cuda.nccl.version()[:3])
-    except (AttributeError, RuntimeError):
-        nccl = None
-    cudnn = cudnn_text(torch.backends.cudnn.version()) if torch.backends.cudnn.is_available() else None
-    smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-                         capture_output=True, text=True, check=False)
+        smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, check=False)
+    except OSError:  # no nvidia-smi at all
+        smi = subprocess.CompletedProcess([], 127, "", "")
     gpus = [line.split(", ") for line in smi.stdout.splitlines() if line.strip()] if smi.returncode == 0 else []
-    return {"torch": torch.__version__, "cuda": torch.version.cuda, "cudnn": cudnn, "nccl": nccl,
-            "python": sys.version.split()[0], "gpus": [g[0] for g in gpus],
+    return {**versions, "python": sys.version.split()[0], "gpus": [g[0] for g in gpus],
             "driver": gpus[0][1] if gpus and len(gpus[0]) > 1 else None}
 
 

@@ -64,3 +64,18 @@ def test_the_matrix_reads_without_pyyaml(monkeypatch: pytest.MonkeyPatch) -> Non
 def test_device_check_writes_the_record() -> None:
     script = (REPO_ROOT / "tests" / "gpu" / "device-check.sh").read_text()
     assert '"$here/tests/gpu/stack_record.py" "$here/files/compatibility.yml" "$out/stack.json"' in script
+
+
+def test_measure_reads_torch_as_the_health_checks_do(monkeypatch: pytest.MonkeyPatch) -> None:
+    """measure() decodes torch's cuDNN/NCCL answers with gpufleet_check's readers (8902 -> 8.9.2), on a
+    machine without nvidia-smi too."""
+    from types import SimpleNamespace
+    fake = SimpleNamespace(__version__="2.3.1+cu121", version=SimpleNamespace(cuda="12.1"),
+                           backends=SimpleNamespace(cudnn=SimpleNamespace(is_available=lambda: True, version=lambda: 8902)),
+                           cuda=SimpleNamespace(nccl=SimpleNamespace(version=lambda: (2, 20, 5))))
+    monkeypatch.setitem(__import__("sys").modules, "torch", fake)
+    monkeypatch.setenv("PATH", "/nonexistent")
+    measured = record.measure()
+    assert {k: measured[k] for k in ("torch", "cuda", "cudnn", "nccl")} == \
+        {"torch": "2.3.1+cu121", "cuda": "12.1", "cudnn": "8.9.2", "nccl": "2.20.5"}
+    assert measured["gpus"] == [] and measured["driver"] is None
