@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +21,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 LAB_INVENTORY = REPO / "tests" / "lab" / "inventory"
 NODE_IMAGE = "localhost/gpufleet-node:current"
+LIGHT_IMAGE = "localhost/gpufleet-node-light"
 LAB_NETWORK = "gpufleet-lab"
 
 
@@ -132,13 +135,18 @@ def address_of(name: str) -> str:
                 if name in (g.get("hosts") or {}) and (g["hosts"][name] or {}).get("ansible_host"))
 
 
+def ssh_control_path(address: str) -> Path:
+    """The control socket of Ansible's ssh connection master to a lab address as root (the ssh connection
+    plugin's _create_control_path: sha1 of host-port-user, port unset, in control_path_dir ~/.ansible/cp)."""
+    return Path.home() / ".ansible" / "cp" / hashlib.sha1(f"{address}-None-root".encode()).hexdigest()[:10]
+
+
 def forget_ssh_master(address: str) -> None:
     """Ends Ansible's ControlPersist master for a lab address (ansible.cfg:
     ControlMaster=auto). A node that was removed or killed leaves its master
     holding a dead TCP connection, which would swallow the next run's
     sessions; a real reboot goes through the reboot module, which resets it."""
-    digest = hashlib.sha1(f"{address}-None-root".encode()).hexdigest()[:10]  # ansible's control path
-    socket = Path.home() / ".ansible" / "cp" / digest
+    socket = ssh_control_path(address)
     if socket.exists():
         subprocess.run(["ssh", "-S", str(socket), "-O", "exit", "lab-node"], capture_output=True, timeout=30)
         socket.unlink(missing_ok=True)
@@ -185,17 +193,26 @@ class FreshNode:
 LONE_NODE_VARS = {"gpufleet_slurm": False, "gpufleet_monitoring": False}
 
 
+# Light nodes (tests/lab/files/Containerfile.light): the scale test's and the
+# scale benchmark's, gpufleet-scale-1 ... gpufleet-scale-110.
+LIGHT_NODE_PREFIX = "gpufleet-scale"
+LIGHT_NODE_FIRST_NUMBER = 130
+LIGHT_NODE_MAX = 110
 # Fixed lab addresses of the extra nodes (lab_address_prefix + number), so
-# that a restarted node keeps its address as a server does: .100-.127.
+# that a restarted node keeps its address as a server does: .100-.239
+# (tests/lab/vars/lab.yml), the light nodes at .130-.239.
 EXTRA_NODE_NUMBERS = {"gpufleet-e2e-fresh": 100, "gpufleet-e2e-noble": 101, "gpufleet-e2e-fault": 102,
-                      "gpufleet-e2e-small-disk": 103, **{f"gpufleet-bench-{i}": 110 + i for i in range(1, 10)}}
+                      "gpufleet-e2e-small-disk": 103, **{f"gpufleet-bench-{i}": 110 + i for i in range(1, 10)},
+                      **{f"{LIGHT_NODE_PREFIX}-{i}": LIGHT_NODE_FIRST_NUMBER - 1 + i for i in range(1, LIGHT_NODE_MAX + 1)}}
 
 
-def start_lab_nodes(names: list, label: str, extra_args: tuple = (), image: str = NODE_IMAGE) -> dict:
+def start_lab_nodes(names: list, label: str, extra_args: tuple = (), image: str = NODE_IMAGE,
+                    host_vars: dict | None = None, ccache: bool = True) -> dict:
     """Never-provisioned nodes from the lab's node image (or another image)
     on their fixed addresses, booted and answering SSH; returns name -> host
-    variables."""
+    variables (LONE_NODE_VARS, then host_vars)."""
     prefix = lab_vars()["lab_address_prefix"]
+    volume = ("-v", lab_vars()["lab_ccache_volume"]) if ccache else ()
     hosts = {}
     for name in names:
         address = f"{prefix}{EXTRA_NODE_NUMBERS[name]}"
@@ -203,12 +220,60 @@ def start_lab_nodes(names: list, label: str, extra_args: tuple = (), image: str 
         forget_ssh_master(address)
         mac = "02:00:" + ":".join(f"{int(octet):02x}" for octet in address.split("."))  # fixed, as lab.yml's
         podman("run", "-d", "--name", name, "--hostname", name, "--network", LAB_NETWORK, "--ip", address, "--mac-address", mac,
-               "--systemd=always", "--label", f"gpufleet.lab={label}", "-v", lab_vars()["lab_ccache_volume"],
+               "--systemd=always", "--label", f"gpufleet.lab={label}", *volume,
                *extra_args, image, "/sbin/init")
-        hosts[name] = {"ansible_host": address, **LONE_NODE_VARS}
+        hosts[name] = {"ansible_host": address, **LONE_NODE_VARS, **(host_vars or {})}
     for name in names:
         podman("exec", name, "systemctl", "is-system-running", "--wait", check=False)
     return hosts
+
+
+def remove_lab_nodes(names: list) -> None:
+    """Removes extra nodes (stopped or not) and forgets their SSH masters."""
+    if names:
+        podman("rm", "-f", "--time", "0", *names, check=False)
+    for name in names:
+        if name in EXTRA_NODE_NUMBERS:
+            forget_ssh_master(f"{lab_vars()['lab_address_prefix']}{EXTRA_NODE_NUMBERS[name]}")
+
+
+# A light node has no torch: the two checks that import it are left out
+# (reported as skipped "by request"); driver_version is what passes there.
+LIGHT_NODE_VARS = {"gpu_verify_skip_checks": ["torch_cuda", "libraries"]}
+
+
+def light_image() -> str:
+    """The light node image for the lab's current node image, built when it is missing
+    (tests/lab/files/Containerfile.light, with the lab driver's libnvidia-ml1 package from the mirror)."""
+    generated = lab_vars()
+    node_image = generated["lab_node_image"]
+    upgrade = str(generated.get("lab_upgrade_driver_version", ""))
+    pool = REPO / ".lab" / "mirror" / "debian" / "pool"
+    debs = [p for p in pool.rglob("libnvidia-ml1_*_amd64.deb") if not p.name.startswith(f"libnvidia-ml1_{upgrade}-")]
+    if len(debs) != 1:
+        raise RuntimeError(f"the lab mirror ({pool}) should hold one libnvidia-ml1 of the lab's driver besides the "
+                           f"upgrade's ({upgrade}): found {sorted(p.name for p in debs)}; run `make lab`")
+    containerfile = REPO / "tests" / "lab" / "files" / "Containerfile.light"
+    digest = hashlib.sha1(f"{node_image}\n{debs[0].name}\n".encode() + containerfile.read_bytes()).hexdigest()[:12]
+    image = f"{LIGHT_IMAGE}:{digest}"
+    if podman("image", "exists", image, check=False).returncode != 0:
+        with tempfile.TemporaryDirectory(prefix="gpufleet-light-") as context:
+            shutil.copyfile(containerfile, Path(context) / "Containerfile")
+            shutil.copyfile(debs[0], Path(context) / "libnvidia-ml1.deb")
+            build = podman("build", "--format", "docker", "--build-arg", f"NODE_IMAGE={node_image}", "--tag", image,
+                           context, check=False)
+            if build.returncode != 0:
+                raise RuntimeError(f"building {image} failed: {(build.stdout + build.stderr).strip()[-2000:]}")
+    return image
+
+
+def start_light_nodes(count: int, label: str, host_vars: dict | None = None) -> dict:
+    """gpufleet-scale-1 ... -<count>: light nodes, booted, answering SSH; name -> host variables."""
+    if not 1 <= count <= LIGHT_NODE_MAX:
+        raise ValueError(f"1 to {LIGHT_NODE_MAX} light nodes (their fixed addresses), not {count}")
+    names = [f"{LIGHT_NODE_PREFIX}-{i}" for i in range(1, count + 1)]
+    return start_lab_nodes(names, label, image=light_image(), ccache=False,
+                           host_vars={**LIGHT_NODE_VARS, **(host_vars or {})})
 
 
 def lone_inventory(directory: Path, hosts: dict) -> Path:
