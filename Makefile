@@ -5,7 +5,8 @@
 #               reports/ci-stages.md)
 #   make test-slow  the slow tier (docs/testing.md), not in make test
 #   make verify re-verify the lab nodes (read-only; report in reports/verify)
-#   make bench  provisioning benchmark on the lab (figures only; about an hour)
+#   make bench  provisioning and scale benchmarks on the lab (figures only; about 45 min);
+#               make bench QUICK=1: the scale benchmark alone (light nodes, about 15 min)
 #   make ee     the execution environment image for AWX / AAP job templates (docs/scale.md)
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -28,10 +29,14 @@ run: lab
 verify: venv
 	$(BIN)/python files/gpufleet_verify.py -i tests/lab/inventory
 
-# Figures, not tests: converge/re-run/verify times for 1, 3 and 6 nodes, the
-# by-hand shell sequence, payload samples/s (BENCH_ARGS="--sizes 1 --skip-shell").
+# Figures, not tests: converge/re-run/verify times for 1 and 3 nodes, the
+# by-hand shell sequence, payload samples/s (BENCH_ARGS="--sizes 1 --skip-shell"),
+# then verify.yml and play 1 on 1, 10, 50 and 100 light nodes (tests/bench/scale.py;
+# SCALE_ARGS="--sizes 1,10"). QUICK=1: the scale benchmark alone.
+QUICK ?=
 bench: lab torch
-	$(BIN)/python tests/bench/provisioning.py $(BENCH_ARGS)
+	$(if $(QUICK),,$(BIN)/python tests/bench/provisioning.py $(BENCH_ARGS))
+	$(BIN)/python tests/bench/scale.py $(SCALE_ARGS)
 
 host-deps:
 	@missing=""; for t in podman:podman runc:runc debootstrap:debootstrap apt-ftparchive:apt-utils gpg:gnupg; do \

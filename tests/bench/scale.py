@@ -1,0 +1,469 @@
+#!/usr/bin/env python3
+"""gpufleet's scale benchmark: verify.yml and play 1 of provision.yml on 1 to 100 light lab nodes; figures, no asserts.
+
+    make bench QUICK=1                       # this benchmark alone: the quick option of make bench (about 20 min)
+    .venv/bin/python tests/bench/scale.py --sizes 1,10 --no-compare --no-failures
+
+Needs the lab (`make lab`: its network, node image and mirror), not a
+converged one. It starts the light nodes of tests/lab/files/Containerfile.light
+(gpufleet-scale-1 ... -100: systemd, journald and sshd, the lab driver's
+userspace library and nothing else) and runs, on the first N of them,
+
+* playbooks/verify.yml (the GPU checks with the lab's settings, the two
+  torch checks left out: a light node has no torch), and
+* playbooks/check.yml, which is play 1 of provision.yml (plays 0 and 1: the
+  settings, preflight, every download source tried on every node),
+
+each as ``ansible-playbook`` from this clone with its ansible.cfg, with no SSH
+connection left from an earlier run (as a scheduled run finds them). For each
+run it measures the wall time; the controller's CPU seconds (ansible-playbook,
+its workers, the ssh clients and the ssh connection masters); its peak memory
+(the largest sum over those processes of their proportional set size, PSS,
+which counts the pages the forked workers share once; RSS, which counts them
+in every process, beside it); the nodes' CPU seconds (their cgroups) and
+their share of the machine's busy CPU time; for verify, how long the fleet
+report took to write (profile_tasks) and its size. Then the cost of each node
+added beyond the first.
+
+At the largest size it also runs both plays from the tree before the tuning
+(a git worktree of ``BEFORE_COMMIT``; docs/scale.md says what changed) for a
+before/after in the same run, and
+verify with 3 nodes failing for two reasons (two with a forged driver/library
+mismatch, one stopped), printing the report's lead. Results also go to
+reports/bench/scale-<UTC time>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import re
+import resource
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests" / "e2e"))
+from conftest import (LAB_INVENTORY, LIGHT_NODE_MAX, lone_inventory, podman, remove_lab_nodes,  # noqa: E402
+                      ssh_control_path, start_light_nodes)
+
+PLAYS = {"verify": "playbooks/verify.yml", "play 1": "playbooks/check.yml"}
+# Targets of issue 17 (ratios from one run): verify on 100 nodes <= 10 x one node and on 10 <= 3 x;
+# play 1 on 100 <= 15 x one node; the controller's peak memory on 100 nodes <= 1.5 GB.
+TARGETS = {("verify", 100): 10.0, ("verify", 10): 3.0, ("play 1", 100): 15.0}
+PEAK_TARGET_BYTES = 1.5e9
+# The tree before the tuning (docs/scale.md says what changed and why): its plays, roles and ansible.cfg run
+# from a git worktree of this commit for the before/after at the largest size (--before-commit).
+BEFORE_COMMIT = "c8e74c8"
+REPORT_TASK = "Write the fleet report (JSON, Markdown, JUnit XML)"
+FORGED_MODULE = "535.230.02"
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+SAMPLE_S = 0.5
+
+
+def log(message: str) -> None:
+    print(f"[{dt.datetime.now():%H:%M:%S}] {message}", flush=True)
+
+
+# --------------------------------------------------------------------------- the controller's processes
+
+def proc_stat(pid: int) -> tuple[int, float] | None:
+    """(parent pid, CPU seconds) of a process, None when it is gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2:].split()  # after the command name, which may hold spaces
+    return int(fields[1]), (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def memory_of(pid: int) -> tuple[int, int]:
+    """(PSS, RSS) bytes of a process; (0, 0) when it is gone."""
+    try:
+        text = Path(f"/proc/{pid}/smaps_rollup").read_text()
+    except OSError:
+        return 0, 0
+    values = dict(re.findall(r"^(Pss|Rss):\s+(\d+) kB", text, re.M))
+    return int(values.get("Pss", 0)) * 1024, int(values.get("Rss", 0)) * 1024
+
+
+# The control paths of Ansible's ssh connection masters to the benchmark's nodes (ansible.cfg's
+# ControlMaster/ControlPersist; conftest.forget_ssh_master computes the same), set by run_benchmark.
+CONTROL_PATHS: set[bytes] = set()
+
+
+def control_path(address: str) -> bytes:
+    return str(ssh_control_path(address)).encode()
+
+
+def ssh_masters() -> list[int]:
+    """The ssh connection masters to the benchmark's nodes (ControlPersist: daemons of their own, outside the
+    run's process tree; a master's command line is "ssh: <control path> [mux]")."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if cmdline.startswith(b"ssh: ") and cmdline[5:].split(b" ")[0] in CONTROL_PATHS:
+                pids.append(int(entry.name))
+    return pids
+
+
+def end_ssh_masters() -> None:
+    """Ends the masters, so that a run starts without connections, as a scheduled run does."""
+    for pid in ssh_masters():
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + 10
+    while ssh_masters() and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+def descendants(root: int) -> list[int]:
+    """root and every process below it (/proc/<pid>/task/<tid>/children)."""
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        try:
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    return out
+
+
+class Sampler(threading.Thread):
+    """The peak, over time, of the summed PSS (and RSS) of a process tree and the ssh masters."""
+
+    def __init__(self, root: int):
+        super().__init__(daemon=True)
+        self.root, self.stop_event = root, threading.Event()
+        self.peak_pss = self.peak_rss = 0
+
+    def run(self) -> None:
+        while not self.stop_event.is_set():
+            pids = set(descendants(self.root)) | set(ssh_masters())
+            pss = rss = 0
+            for pid in pids:
+                p, r = memory_of(pid)
+                pss, rss = pss + p, rss + r
+            self.peak_pss, self.peak_rss = max(self.peak_pss, pss), max(self.peak_rss, rss)
+            self.stop_event.wait(SAMPLE_S)
+
+
+# --------------------------------------------------------------------------- the machine and the nodes
+
+def machine_busy_s() -> float:
+    """CPU seconds the whole machine has been busy (all but idle and iowait)."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(fields[:8]) - fields[3] - fields[4]) / CLOCK_TICKS
+
+
+def cgroup_cpu_file(container: str) -> Path | None:
+    path = podman("inspect", "--format", "{{.State.CgroupPath}}", container, check=False).stdout.strip()
+    for candidate in (Path("/sys/fs/cgroup/cpuacct") / path.lstrip("/") / "cpuacct.usage",  # cgroup v1
+                      Path("/sys/fs/cgroup") / path.lstrip("/") / "cpu.stat"):  # cgroup v2
+        if path and candidate.exists():
+            return candidate
+    return None
+
+
+def cgroup_cpu_s(path: Path | None) -> float:
+    if path is None:
+        return 0.0
+    try:
+        text = path.read_text()
+    except OSError:
+        return 0.0
+    if path.name == "cpuacct.usage":
+        return int(text) / 1e9
+    return int(re.search(r"^usage_usec (\d+)", text, re.M).group(1)) / 1e6
+
+
+def node_memory_bytes(names: list[str]) -> list[int]:
+    """Each node's memory use as podman stats gives it (its cgroup, less the page cache)."""
+    out = podman("stats", "--no-stream", "--format", "json", *names).stdout
+    return [parse_size(entry["mem_usage"].split("/")[0]) for entry in json.loads(out)]
+
+
+def parse_size(text: str) -> int:
+    """'6.828MB' -> 6828000 (podman's decimal units)."""
+    match = re.fullmatch(r"\s*([\d.]+)\s*([kKMGT]?i?B)\s*", text)
+    if not match:
+        raise ValueError(f"not a size: {text!r}")
+    units = {"B": 1, "kB": 1e3, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12,
+             "KiB": 2**10, "kiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
+    return int(float(match.group(1)) * units[match.group(2)])
+
+
+# --------------------------------------------------------------------------- one measured run
+
+def task_seconds(output: str, task: str) -> float | None:
+    """A task's time from profile_tasks' closing list ("<role> : <task> ---- 0.52s")."""
+    found = re.findall(rf"^(?:\S+ : )?{re.escape(task)} -+ (\d+(?:\.\d+)?)s\s*$", output, re.M)
+    return float(found[-1]) if found else None
+
+
+def measure(play: str, inventory: Path, workdir: Path, cgroups: dict, env: dict | None = None,
+            repo: Path = REPO) -> dict:
+    """One ansible-playbook run of a play on an inventory, measured; repo: the tree whose plays, roles and
+    ansible.cfg run (a worktree of BEFORE_COMMIT for the before/after)."""
+    end_ssh_masters()
+    reports = workdir / "reports"
+    argv = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory), PLAYS[play],
+            "-e", json.dumps({"gpu_verify_report_dir": str(reports)})]
+    environment = {**os.environ, "ANSIBLE_CONFIG": str(repo / "ansible.cfg"),
+                   "ANSIBLE_CACHE_PLUGIN_CONNECTION": str(workdir / "facts"),
+                   "PROFILE_TASKS_TASK_OUTPUT_LIMIT": "all", **(env or {})}
+    nodes_before = {name: cgroup_cpu_s(path) for name, path in cgroups.items()}
+    busy_before, children_before = machine_busy_s(), resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.monotonic()
+    proc = subprocess.Popen(argv, cwd=repo, env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    sampler = Sampler(proc.pid)
+    sampler.start()
+    output = proc.communicate()[0]
+    wall = time.monotonic() - start
+    sampler.stop_event.set()
+    sampler.join()
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    masters = [proc_stat(pid) for pid in ssh_masters()]
+    controller_cpu = (children.ru_utime - children_before.ru_utime + children.ru_stime - children_before.ru_stime
+                      + sum(cpu for _ppid, cpu in filter(None, masters)))
+    busy = machine_busy_s() - busy_before
+    nodes_cpu = sum(cgroup_cpu_s(path) - nodes_before[name] for name, path in cgroups.items())
+    end_ssh_masters()
+    (workdir / f"{play.replace(' ', '-')}.log").write_text(output)
+    result = {
+        "play": play, "nodes": len(cgroups), "rc": proc.returncode, "wall_s": round(wall, 2),
+        "controller_cpu_s": round(controller_cpu, 2), "controller_peak_pss_bytes": sampler.peak_pss,
+        "controller_peak_rss_bytes": sampler.peak_rss, "nodes_cpu_s": round(nodes_cpu, 2),
+        "machine_busy_cpu_s": round(busy, 2), "env": env or {},
+    }
+    if play == "verify":
+        report = reports / "fleet-report.json"
+        result["report_write_s"] = task_seconds(output, REPORT_TASK)
+        result["report_bytes"] = {p.suffix: p.stat().st_size for p in reports.glob("fleet-report.*")}
+        result["report_lead"] = lead_of(reports / "fleet-report.md")
+        if report.exists():
+            result["summary"] = json.loads(report.read_text())["summary"]
+    if proc.returncode != 0:
+        result["tail"] = output.strip().splitlines()[-15:]
+    return result
+
+
+def lead_of(markdown: Path) -> list[str]:
+    """The verdict line and the grouped failures at the top of the Markdown report."""
+    if not markdown.exists():
+        return []
+    lines = [line for line in markdown.read_text().splitlines() if line.strip()][1:]
+    lead = lines[:1]
+    for line in lines[1:]:
+        if not line.startswith("- "):
+            break  # the grouped failures end where the inventory line and the table begin
+        lead.append(line)
+    return lead
+
+
+# --------------------------------------------------------------------------- the benchmark
+
+def inventory_of(hosts: dict, names: list[str], workdir: Path) -> Path:
+    return lone_inventory(workdir / f"inventory-{len(names)}", {name: hosts[name] for name in names})
+
+
+def per_added_node(by_size: dict, key: str) -> float | None:
+    """(value at the largest size - value at 1 node) / (nodes added)."""
+    sizes = sorted(by_size)
+    if len(sizes) < 2 or sizes[0] != 1:
+        return None
+    return (by_size[sizes[-1]][key] - by_size[1][key]) / (sizes[-1] - 1)
+
+
+def run_benchmark(sizes: list[int], runs: int, compare: str, failures: bool, root: Path) -> dict:
+    count = max(sizes)
+    log(f"starting {count} light nodes")
+    start = time.monotonic()
+    hosts = start_light_nodes(count, "bench")
+    names = sorted(hosts, key=lambda n: int(n.rsplit("-", 1)[1]))
+    CONTROL_PATHS.update(control_path(hosts[name]["ansible_host"]) for name in names)
+    results: dict = {"start_nodes_s": round(time.monotonic() - start, 1)}
+    try:
+        memory = node_memory_bytes(names)
+        results["node_memory_bytes"] = {"median": int(statistics.median(memory)), "max": max(memory)}
+        cgroups = {name: cgroup_cpu_file(name) for name in names}
+        log(f"{count} light nodes up in {results['start_nodes_s']} s, "
+            f"{statistics.median(memory) / 2**20:.1f} MiB each (median)")
+        runs_out = []
+        for size in sizes:
+            inventory = inventory_of(hosts, names[:size], root)
+            for play in PLAYS:
+                for _ in range(runs):
+                    result = measure(play, inventory, root / f"{play.replace(' ', '-')}-{size}",
+                                     {n: cgroups[n] for n in names[:size]})
+                    result["variant"] = "tuned"
+                    runs_out.append(result)
+                    log(describe(result))
+        if compare:
+            inventory = inventory_of(hosts, names, root)
+            before = worktree(compare, root / "before")
+            for play in PLAYS:
+                result = measure(play, inventory, root / f"before-{play.replace(' ', '-')}", cgroups, repo=before)
+                result.update(variant="before", commit=compare)
+                runs_out.append(result)
+                log(describe(result))
+            subprocess.run(["git", "worktree", "remove", "--force", str(before)], cwd=REPO, check=False)
+        results["node_memory_after_bytes"] = int(statistics.median(node_memory_bytes(names)))
+        if failures:
+            runs_out.append(failing_run(hosts, names, root, cgroups))
+        results["runs"] = runs_out
+    finally:
+        remove_lab_nodes(names)
+    return results
+
+
+def worktree(commit: str, path: Path) -> Path:
+    """A checkout of commit at path (git worktree), linked as the collection gpufleet.fleet as `make venv`
+    links a clone, so that its playbooks run its own roles and plugins."""
+    subprocess.run(["git", "worktree", "add", "--detach", str(path), commit], cwd=REPO, check=True,
+                   capture_output=True)
+    link = path / ".ansible" / "collections" / "ansible_collections" / "gpufleet" / "fleet"
+    link.parent.mkdir(parents=True)
+    link.symlink_to("../../../..")
+    return path
+
+
+def failing_run(hosts: dict, names: list[str], root: Path, cgroups: dict) -> dict:
+    """verify with 3 nodes failing for two reasons: two forged mismatches, one stopped node."""
+    count = len(names)
+    mismatched, stopped = [names[count // 6], names[(2 * count) // 3]], names[count // 2]
+    for name in mismatched:
+        podman("exec", name, "sh", "-c", f"echo {FORGED_MODULE} > /run/gpufleet-lab/nvidia-module-version")
+    podman("stop", "--time", "0", stopped)
+    result = measure("verify", inventory_of(hosts, names, root), root / "failing", cgroups)
+    result.update(variant="3 failing", mismatched=mismatched, stopped=stopped)
+    log(describe(result))
+    for line in result.get("report_lead", []):
+        log(f"  {line}")
+    return result
+
+
+def describe(result: dict) -> str:
+    return (f"{result['play']} on {result['nodes']} node(s) [{result['variant']}]: {result['wall_s']:.1f} s, "
+            f"controller {result['controller_cpu_s']:.1f} CPU s, peak {result['controller_peak_pss_bytes'] / 2**20:.0f} MiB"
+            f" PSS, nodes {result['nodes_cpu_s']:.1f} CPU s, rc {result['rc']}")
+
+
+def median_runs(runs: list[dict], play: str, variant: str = "tuned") -> dict:
+    """size -> the median of each figure over the runs of that play, size and variant."""
+    by_size: dict = {}
+    for run in runs:
+        if run["play"] == play and run["variant"] == variant:
+            by_size.setdefault(run["nodes"], []).append(run)
+    keys = ("wall_s", "controller_cpu_s", "controller_peak_pss_bytes", "controller_peak_rss_bytes", "nodes_cpu_s",
+            "machine_busy_cpu_s")
+    return {size: {k: statistics.median(r[k] for r in group) for k in keys} | {"first": group[0]}
+            for size, group in sorted(by_size.items())}
+
+
+def report(results: dict) -> str:
+    lines = [f"Scale benchmark, {results['date']}, {results['machine']}",
+             f"light nodes: {results['node_memory_bytes']['median'] / 2**20:.1f} MiB each at boot (median; max "
+             f"{results['node_memory_bytes']['max'] / 2**20:.1f} MiB), {results['node_memory_after_bytes'] / 2**20:.1f}"
+             f" MiB after the runs; {results['start_nodes_s']} s to start {max(results['sizes'])}", "",
+             "| play | nodes | wall s | x 1 node | target | controller CPU s | peak PSS MiB (RSS) | nodes' CPU share |"
+             " report write s | report KiB (json/md/xml) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for play in PLAYS:
+        by_size = median_runs(results["runs"], play)
+        one = by_size.get(1, {}).get("wall_s")
+        for size, figures in by_size.items():
+            first = figures["first"]
+            ratio = figures["wall_s"] / one if one else None
+            target = TARGETS.get((play, size))
+            verdict = "" if target is None or ratio is None else f"<= {target:g} x: {'met' if ratio <= target else 'NOT met'}"
+            share = figures["nodes_cpu_s"] / figures["machine_busy_cpu_s"] if figures["machine_busy_cpu_s"] else 0
+            sizes = first.get("report_bytes") or {}
+            lines.append(
+                f"| {play} | {size} | {figures['wall_s']:.1f} | {'-' if ratio is None else f'{ratio:.2f}'} | {verdict} | "
+                f"{figures['controller_cpu_s']:.1f} | {figures['controller_peak_pss_bytes'] / 2**20:.0f} "
+                f"({figures['controller_peak_rss_bytes'] / 2**20:.0f}) | {share:.0%} | "
+                f"{'-' if first.get('report_write_s') is None else first['report_write_s']} | "
+                + ("/".join(f"{sizes.get(s, 0) / 1024:.0f}" for s in ('.json', '.md', '.xml')) if sizes else "-") + " |")
+        for key, label in (("wall_s", "wall s"), ("controller_cpu_s", "controller CPU s")):
+            added = per_added_node(by_size, key)
+            if added is not None:
+                lines.append(f"| {play} | per added node | | | | {label}: {added:.3f} | | | | |")
+    peak = max((r["controller_peak_pss_bytes"] for r in results["runs"] if r["variant"] == "tuned"), default=0)
+    lines += ["", f"controller peak memory (PSS): {peak / 2**20:.0f} MiB; target <= {PEAK_TARGET_BYTES / 1e9:g} GB: "
+                  f"{'met' if peak <= PEAK_TARGET_BYTES else 'NOT met'}"]
+    before = {r["play"]: r for r in results["runs"] if r["variant"] == "before"}
+    if before:
+        lines += ["", f"before / after the tuning (the tree of {next(iter(before.values()))['commit']} / this one), "
+                      f"{max(results['sizes'])} nodes:"]
+        for play, old in before.items():
+            new = median_runs(results["runs"], play)[old["nodes"]]
+            lines.append(f"  {play}: {old['wall_s']:.1f} s -> {new['wall_s']:.1f} s, controller "
+                         f"{old['controller_cpu_s']:.1f} -> {new['controller_cpu_s']:.1f} CPU s, peak PSS "
+                         f"{old['controller_peak_pss_bytes'] / 2**20:.0f} -> {new['controller_peak_pss_bytes'] / 2**20:.0f} MiB")
+    failing = next((r for r in results["runs"] if r["variant"] == "3 failing"), None)
+    if failing:
+        lines += ["", f"verify with 3 of {failing['nodes']} nodes failing (forged mismatch: "
+                      f"{', '.join(failing['mismatched'])}; stopped: {failing['stopped']}): {failing['wall_s']:.1f} s, "
+                      f"rc {failing['rc']}; the report begins:"]
+        lines += [f"  {line}" for line in failing.get("report_lead", [])]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default="1,10,50,100", help="node counts, comma-separated (default 1,10,50,100)")
+    parser.add_argument("--runs", type=int, default=1, help="runs of each play at each size (the median is shown)")
+    parser.add_argument("--before-commit", dest="compare", default=BEFORE_COMMIT,
+                        help=f"the tree before the tuning, run at the largest size (default {BEFORE_COMMIT})")
+    parser.add_argument("--no-compare", dest="compare", action="store_const", const="",
+                        help="leave out the runs of the tree before the tuning")
+    parser.add_argument("--no-failures", dest="failures", action="store_false",
+                        help="leave out verify with 3 failing nodes")
+    parser.add_argument("--out", type=Path, default=REPO / "reports" / "bench")
+    args = parser.parse_args(argv)
+    if not (LAB_INVENTORY / "hosts.yml").exists():
+        print("the lab is not built: run `make lab` first", file=sys.stderr)
+        return 2
+    sizes = sorted({int(s) for s in args.sizes.split(",") if s.strip()})
+    if not sizes or sizes[0] < 1 or sizes[-1] > LIGHT_NODE_MAX or args.runs < 1:
+        print(f"--sizes: node counts from 1 to {LIGHT_NODE_MAX} (the light nodes' addresses), --runs >= 1; "
+              f"got {args.sizes}, {args.runs}", file=sys.stderr)
+        return 2
+    os.environ.setdefault("CONTAINERS_CONF", str(REPO / "tests" / "lab" / "files" / "containers.conf"))
+    results: dict = {
+        "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": f"{platform.node()}, {os.cpu_count()} cores, "
+                   f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB",
+        "sizes": sizes,
+    }
+    with tempfile.TemporaryDirectory(prefix="gpufleet-scale-") as tmp:
+        results.update(run_benchmark(sizes, args.runs, args.compare, args.failures, Path(tmp)))
+    args.out.mkdir(parents=True, exist_ok=True)
+    out = args.out / f"scale-{dt.datetime.now(dt.timezone.utc):%Y%m%dT%H%M%SZ}.json"
+    out.write_text(json.dumps(results, indent=2))
+    print()
+    print(report(results))
+    print(f"\n(results: {out})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

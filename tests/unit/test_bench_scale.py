@@ -1,0 +1,141 @@
+"""The scale benchmark's own logic (tests/bench/scale.py), without the lab: what it reads from
+ansible-playbook's output, podman and /proc, and the table it prints with its targets."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from ansible.plugins.connection.ssh import Connection
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def load_scale():
+    """tests/bench/scale.py, which imports the e2e helpers as `conftest` (this directory has its own)."""
+    ours = sys.modules.pop("conftest", None)
+    try:
+        spec = importlib.util.spec_from_file_location("conftest", REPO / "tests" / "e2e" / "conftest.py")
+        sys.modules["conftest"] = e2e = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(e2e)
+        spec = importlib.util.spec_from_file_location("gpufleet_bench_scale", REPO / "tests" / "bench" / "scale.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    finally:
+        sys.modules.pop("conftest", None)
+        if ours is not None:
+            sys.modules["conftest"] = ours
+
+
+scale = load_scale()
+
+
+@pytest.mark.parametrize(("text", "size"), [("6.828MB", 6_828_000), ("417B", 417), ("1.5GB", 1_500_000_000),
+                                            ("12kB", 12_000), ("2MiB", 2 * 2**20), (" 10.6MB ", 10_600_000)])
+def test_podman_sizes_are_read_in_their_units(text, size):
+    assert scale.parse_size(text) == size
+
+
+def test_a_size_podman_never_writes_is_refused():
+    with pytest.raises(ValueError, match="not a size"):
+        scale.parse_size("6.8 megabytes")
+
+
+PROFILE = """\
+PLAY RECAP *********************************************************************
+gpufleet-scale-1           : ok=7    changed=0    unreachable=0    failed=0    skipped=1    rescued=0    ignored=0
+
+Wednesday 02 December 2026  07:29:08 +0000 (0:00:00.070)       0:00:13.640 ****
+===============================================================================
+gpufleet.fleet.gpu_verify : Run the health checks ----------------------- 6.44s
+gpufleet.fleet.gpu_verify : Write the fleet report (JSON, Markdown, JUnit XML) --- 1.48s
+Locate the health checks (the payload role's gpufleet_check.pyz) -------- 0.41s
+"""
+
+
+def test_the_report_write_time_is_read_from_profile_tasks():
+    assert scale.task_seconds(PROFILE, scale.REPORT_TASK) == 1.48
+    assert scale.task_seconds(PROFILE, "Locate the health checks (the payload role's gpufleet_check.pyz)") == 0.41
+    assert scale.task_seconds(PROFILE, "Run the health") is None  # a whole task name, not a prefix
+    assert scale.task_seconds("no profile here", scale.REPORT_TASK) is None
+
+
+def test_the_lead_of_the_report_is_the_verdict_and_the_groups(tmp_path):
+    markdown = tmp_path / "fleet-report.md"
+    markdown.write_text("# GPU fleet verification, 2026-12-02T07:20:59Z\n\n"
+                        "**FAIL**: 100 nodes: 97 passed, 2 failed, 1 unreachable\n\n"
+                        "- 2 nodes: reboot required (gpufleet-scale-17, gpufleet-scale-67)\n"
+                        "- 1 node: unreachable (gpufleet-scale-51)\n\nInventory `x`, playbook `verify`.\n\n"
+                        "| Node | Verdict |\n|---|---|\n\n**Checks skipped**\n\n- \"no GPU\" on 97 nodes: gemm\n")
+    assert scale.lead_of(markdown) == ["**FAIL**: 100 nodes: 97 passed, 2 failed, 1 unreachable",
+                                       "- 2 nodes: reboot required (gpufleet-scale-17, gpufleet-scale-67)",
+                                       "- 1 node: unreachable (gpufleet-scale-51)"]
+    assert scale.lead_of(tmp_path / "absent.md") == []
+
+
+def test_the_masters_it_ends_are_those_ansible_opens_to_its_nodes():
+    """The control path the benchmark looks for is the one Ansible's ssh plugin makes (ansible.cfg leaves
+    control_path_dir at ~/.ansible/cp and the port unset; the lab connects as root)."""
+    made = Connection._create_control_path("10.89.77.130", None, "root") % {"directory": str(Path.home() / ".ansible/cp")}
+    assert scale.control_path("10.89.77.130") == made.encode()
+
+
+def test_the_controller_is_its_process_tree(tmp_path):
+    """descendants() follows /proc's children lists, and proc_stat() reads a live process's parent and CPU."""
+    tree = scale.descendants(os.getppid())
+    assert os.getpid() in tree and tree[0] == os.getppid()
+    parent, cpu = scale.proc_stat(os.getpid())
+    assert parent == os.getppid() and cpu >= 0
+    assert scale.proc_stat(2**22 + 1) is None  # above pid_max: gone
+    pss, rss = scale.memory_of(os.getpid())
+    assert 0 < pss <= rss
+
+
+def run(play: str, nodes: int, wall: float, cpu: float, variant: str = "tuned", **extra) -> dict:
+    return {"play": play, "nodes": nodes, "variant": variant, "rc": 0, "wall_s": wall, "controller_cpu_s": cpu,
+            "controller_peak_pss_bytes": int(nodes * 8 * 2**20), "controller_peak_rss_bytes": int(nodes * 20 * 2**20),
+            "nodes_cpu_s": nodes * 0.1, "machine_busy_cpu_s": cpu + nodes * 0.1, **extra}
+
+
+def results(runs: list) -> dict:
+    return {"date": "2026-12-02 08:00 UTC", "machine": "vm, 2 cores, 24 GiB", "sizes": [1, 10, 100],
+            "start_nodes_s": 60.0, "node_memory_bytes": {"median": 6_600_000, "max": 7_000_000},
+            "node_memory_after_bytes": 10_600_000, "runs": runs}
+
+
+def test_the_table_gives_ratios_costs_per_node_and_the_targets():
+    runs = [run("verify", 1, 5.0, 3.0, report_write_s=0.5, report_bytes={".json": 4096, ".md": 1024, ".xml": 1024}),
+            run("verify", 10, 14.0, 9.0), run("verify", 100, 52.0, 60.0),
+            run("play 1", 1, 20.0, 6.0), run("play 1", 10, 40.0, 20.0), run("play 1", 100, 320.0, 150.0),
+            run("verify", 100, 70.0, 80.0, variant="before", commit="c8e74c8"),
+            run("verify", 100, 40.0, 58.0, variant="3 failing", mismatched=["gpufleet-scale-17", "gpufleet-scale-67"],
+                stopped="gpufleet-scale-51", report_lead=["**FAIL**: 100 nodes", "- 2 nodes: reboot required (a, b)"])]
+    text = scale.report(results(runs))
+    rows = {tuple(c.strip() for c in line.strip("|").split("|")[:2]): line for line in text.splitlines()
+            if line.startswith("| ")}
+    assert "| 2.80 | <= 3 x: met |" in rows[("verify", "10")]
+    assert "| 10.40 | <= 10 x: NOT met |" in rows[("verify", "100")]
+    assert "| 16.00 | <= 15 x: NOT met |" in rows[("play 1", "100")]
+    assert "| 4/1/1 |" in rows[("verify", "1")]
+    assert "wall s: 0.475" in text and "controller CPU s: 0.576" in text  # (52 - 5) / 99, (60 - 3) / 99
+    assert "controller peak memory (PSS): 800 MiB; target <= 1.5 GB: met" in text
+    assert "(the tree of c8e74c8 / this one), 100 nodes:" in text
+    assert "verify: 70.0 s -> 52.0 s, controller 80.0 -> 60.0 CPU s" in text
+    assert "stopped: gpufleet-scale-51" in text and "  - 2 nodes: reboot required (a, b)" in text
+
+
+def test_a_size_list_without_one_node_has_no_cost_per_added_node():
+    assert scale.per_added_node({10: {"wall_s": 1.0}, 100: {"wall_s": 2.0}}, "wall_s") is None
+    assert scale.per_added_node({1: {"wall_s": 1.0}, 11: {"wall_s": 3.0}}, "wall_s") == 0.2
+
+
+@pytest.mark.parametrize("argv", [["--sizes", "0,10"], ["--sizes", "1,111"], ["--runs", "0"]])
+def test_sizes_outside_the_light_nodes_addresses_are_refused(argv, capsys, monkeypatch, tmp_path):
+    monkeypatch.setattr(scale, "LAB_INVENTORY", tmp_path)
+    (tmp_path / "hosts.yml").write_text("{}")
+    assert scale.main(argv) == 2
+    assert "--sizes: node counts from 1 to 110" in capsys.readouterr().err
