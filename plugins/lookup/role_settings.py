@@ -43,13 +43,28 @@ _raw:
 """
 
 ROLES_DIR = Path(__file__).resolve().parents[2] / "roles"
+# Each spec file parsed once per file version and process, with libyaml's
+# parser when PyYAML has it: play 1 reads all of them on every host (a fresh
+# worker process per host and task; 0.2 s a host with the pure-Python
+# parser, docs/scale.md).
+_LOADED: dict[Path, tuple[float, dict[str, Any]]] = {}
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def entry_points(spec_file: Path) -> dict[str, Any]:
+    """The ``argument_specs`` mapping of a role's spec file. Raises OSError or yaml.YAMLError."""
+    mtime = spec_file.stat().st_mtime
+    if spec_file not in _LOADED or _LOADED[spec_file][0] != mtime:
+        data = yaml.load(spec_file.read_text(), Loader=_YAML_LOADER) or {}  # noqa: S506 (a safe loader)
+        _LOADED[spec_file] = (mtime, data.get("argument_specs") or {})
+    return _LOADED[spec_file][1]
 
 
 def role_spec(role: str, roles_dir: Path = ROLES_DIR) -> dict[str, Any]:
     """The options of ``role``'s main entry point."""
     spec_file = roles_dir / role / "meta" / "argument_specs.yml"
     try:
-        specs = (yaml.safe_load(spec_file.read_text()) or {}).get("argument_specs") or {}
+        specs = entry_points(spec_file)
     except (OSError, yaml.YAMLError) as error:
         raise AnsibleLookupError(f"gpufleet.fleet.role_settings: no argument spec for role {role!r}: {error}") from error
     if "main" not in specs:
@@ -73,7 +88,7 @@ def role_settings(roles_dir: Path = ROLES_DIR) -> dict[str, list[str]]:
     settings: dict[str, list[str]] = {}
     for spec_file in sorted(roles_dir.glob("*/meta/argument_specs.yml")):
         try:
-            specs = (yaml.safe_load(spec_file.read_text()) or {}).get("argument_specs") or {}
+            specs = entry_points(spec_file)
         except (OSError, yaml.YAMLError) as error:
             raise AnsibleLookupError(f"gpufleet.fleet.role_settings: cannot read {spec_file}: {error}") from error
         names: set[str] = set()

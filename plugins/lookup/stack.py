@@ -86,8 +86,11 @@ _VARIANT = re.compile(r"^cu(\d+)(\d)$")
 
 
 # Parsed once per file version: a role's `vars: lookup(...)` is templated at
-# every reference (several times per host and task).
+# every reference (several times per host and task). Every task of every host
+# is a fresh worker process, so the parse itself counts at fleet scale:
+# libyaml's parser when PyYAML has it (28 ms -> 3 ms here, docs/scale.md).
 _LOADED: dict[Path, tuple[float, Any]] = {}
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def load_matrix(path: Path = MATRIX_FILE) -> dict[str, Any]:
@@ -95,7 +98,7 @@ def load_matrix(path: Path = MATRIX_FILE) -> dict[str, Any]:
     try:
         mtime = path.stat().st_mtime
         if path not in _LOADED or _LOADED[path][0] != mtime:
-            _LOADED[path] = (mtime, yaml.safe_load(path.read_text()))
+            _LOADED[path] = (mtime, yaml.load(path.read_text(), Loader=_YAML_LOADER))  # noqa: S506 (a safe loader)
         data = _LOADED[path][1]
     except (OSError, yaml.YAMLError) as error:
         raise AnsibleLookupError(f"gpufleet.fleet.stack: cannot read the compatibility matrix {path}: {error}") from error

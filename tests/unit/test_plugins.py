@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 from pathlib import Path
 
 import pytest
@@ -275,6 +276,25 @@ def test_role_spec_drops_defaults_only():
         (REPO / "roles/pytorch/meta/argument_specs.yml").read_text())["argument_specs"]["main"]["options"][
         "pytorch_require_gpu"].items() if key != "default"}
     assert all("default" not in option for option in spec.values())
+
+
+def test_the_spec_files_and_the_matrix_read_as_pyyaml_safe_load_reads_them():
+    """The lookups' faster parser (libyaml's, when PyYAML has it: every task of every host is a new worker that
+    parses them again) gives the same data as yaml.safe_load, for every spec file and the matrix."""
+    for spec_file in sorted((REPO / "roles").glob("*/meta/argument_specs.yml")):
+        assert settings.entry_points(spec_file) == yaml.safe_load(spec_file.read_text())["argument_specs"], spec_file
+    assert stack.load_matrix() == yaml.safe_load((REPO / "files" / "compatibility.yml").read_text())
+
+
+def test_a_spec_file_is_read_again_once_it_changed(tmp_path):
+    spec_file = tmp_path / "demo" / "meta" / "argument_specs.yml"
+    spec_file.parent.mkdir(parents=True)
+    spec_file.write_text("argument_specs:\n  main:\n    options:\n      demo_a: {type: str}\n")
+    assert settings.role_settings(tmp_path) == {"demo": ["demo_a"]}
+    spec_file.write_text("argument_specs:\n  main:\n    options:\n      demo_b: {type: int, default: 1}\n")
+    os.utime(spec_file, ns=(spec_file.stat().st_atime_ns, spec_file.stat().st_mtime_ns + 10**9))
+    assert settings.role_settings(tmp_path) == {"demo": ["demo_b"]}
+    assert settings.role_spec("demo", tmp_path) == {"demo_b": {"type": "int"}}
 
 
 def test_role_spec_of_an_unknown_role_is_a_clear_error():
