@@ -39,7 +39,6 @@ import importlib.util
 import datetime as dt
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -52,6 +51,9 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "e2e"))
 from conftest import LAB_INVENTORY, lab_vars, lone_inventory, podman, run_playbook, start_lab_nodes  # noqa: E402
+
+sys.path.insert(0, str(REPO / "tests" / "bench"))
+import results as results_file  # noqa: E402
 
 MIRROR = "gpufleet-mirror"
 MIRROR_LOG = "/var/log/nginx/mirror-access.log"
@@ -323,12 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     if not sizes or min(sizes) < 1 or max(sizes) > 8:
         print(f"--sizes: node counts from 1 to 8 (the lab's extra-node addresses), got {args.sizes}", file=sys.stderr)
         return 2
-    results: dict = {
-        "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": f"{platform.node()}, {os.cpu_count()} cores, "
-                   f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB",
-        "sizes": [],
-    }
+    results: dict = {**results_file.header(), "sizes": []}
     with tempfile.TemporaryDirectory(prefix="gpufleet-bench-") as tmp:
         root = Path(tmp)
         if args.verify_only:
@@ -343,13 +340,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def finish(results: dict, out_dir: Path, kind: str) -> int:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    out = out_dir / f"{kind}-{dt.datetime.now(dt.timezone.utc):%Y%m%dT%H%M%SZ}.json"
-    out.write_text(json.dumps(results, indent=2))
-    print()
-    print(report(results))
-    print(f"\n(results: {out})")
-    return 0
+    return results_file.finish(results, out_dir, kind, report(results))
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 
     make bench QUICK=1                       # this benchmark alone: the quick option of make bench (about 20 min)
     .venv/bin/python tests/bench/scale.py --sizes 1,10 --no-compare --no-failures
+    .venv/bin/python tests/bench/scale.py --plays verify          # verify alone (minutes)
 
 Needs the lab (`make lab`: its network, node image and mirror), not a
 converged one. It starts the light nodes of tests/lab/files/Containerfile.light
@@ -39,7 +40,6 @@ import argparse
 import datetime as dt
 import json
 import os
-import platform
 import re
 import resource
 import signal
@@ -55,6 +55,9 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "e2e"))
 from conftest import (LAB_INVENTORY, LIGHT_NODE_MAX, lone_inventory, podman, remove_lab_nodes,  # noqa: E402
                       ssh_control_path, start_light_nodes)
+
+sys.path.insert(0, str(REPO / "tests" / "bench"))
+import results as results_file  # noqa: E402
 
 PLAYS = {"verify": "playbooks/verify.yml", "play 1": "playbooks/check.yml"}
 # Targets of issue 17 (ratios from one run): verify on 100 nodes <= 10 x one node and on 10 <= 3 x;
@@ -292,7 +295,8 @@ def per_added_node(by_size: dict, key: str) -> float | None:
     return (by_size[sizes[-1]][key] - by_size[1][key]) / (sizes[-1] - 1)
 
 
-def run_benchmark(sizes: list[int], runs: int, compare: str, failures: bool, root: Path) -> dict:
+def run_benchmark(sizes: list[int], runs: int, compare: str, failures: bool, root: Path,
+                  plays: tuple[str, ...] = tuple(PLAYS)) -> dict:
     count = max(sizes)
     log(f"starting {count} light nodes")
     start = time.monotonic()
@@ -309,7 +313,7 @@ def run_benchmark(sizes: list[int], runs: int, compare: str, failures: bool, roo
         runs_out = []
         for size in sizes:
             inventory = inventory_of(hosts, names[:size], root)
-            for play in PLAYS:
+            for play in plays:
                 for _ in range(runs):
                     result = measure(play, inventory, root / f"{play.replace(' ', '-')}-{size}",
                                      {n: cgroups[n] for n in names[:size]})
@@ -319,14 +323,14 @@ def run_benchmark(sizes: list[int], runs: int, compare: str, failures: bool, roo
         if compare:
             inventory = inventory_of(hosts, names, root)
             before = worktree(compare, root / "before")
-            for play in PLAYS:
+            for play in plays:
                 result = measure(play, inventory, root / f"before-{play.replace(' ', '-')}", cgroups, repo=before)
                 result.update(variant="before", commit=compare)
                 runs_out.append(result)
                 log(describe(result))
             subprocess.run(["git", "worktree", "remove", "--force", str(before)], cwd=REPO, check=False)
         results["node_memory_after_bytes"] = int(statistics.median(node_memory_bytes(names)))
-        if failures:
+        if failures and "verify" in plays:
             runs_out.append(failing_run(hosts, names, root, cgroups))
         results["runs"] = runs_out
     finally:
@@ -388,6 +392,8 @@ def report(results: dict) -> str:
              "|---|---|---|---|---|---|---|---|---|---|"]
     for play in PLAYS:
         by_size = median_runs(results["runs"], play)
+        if not by_size:
+            continue
         one = by_size.get(1, {}).get("wall_s")
         for size, figures in by_size.items():
             first = figures["first"]
@@ -437,8 +443,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="leave out the runs of the tree before the tuning")
     parser.add_argument("--no-failures", dest="failures", action="store_false",
                         help="leave out verify with 3 failing nodes")
+    parser.add_argument("--plays", default=",".join(PLAYS),
+                        help=f"the plays to run, comma-separated (default {','.join(PLAYS)})")
     parser.add_argument("--out", type=Path, default=REPO / "reports" / "bench")
     args = parser.parse_args(argv)
+    plays = tuple(p.strip() for p in args.plays.split(",") if p.strip())
+    if not plays or set(plays) - set(PLAYS):
+        print(f"--plays: some of {', '.join(PLAYS)}; got {args.plays}", file=sys.stderr)
+        return 2
     if not (LAB_INVENTORY / "hosts.yml").exists():
         print("the lab is not built: run `make lab` first", file=sys.stderr)
         return 2
@@ -448,21 +460,10 @@ def main(argv: list[str] | None = None) -> int:
               f"got {args.sizes}, {args.runs}", file=sys.stderr)
         return 2
     os.environ.setdefault("CONTAINERS_CONF", str(REPO / "tests" / "lab" / "files" / "containers.conf"))
-    results: dict = {
-        "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": f"{platform.node()}, {os.cpu_count()} cores, "
-                   f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB",
-        "sizes": sizes,
-    }
+    results: dict = {**results_file.header(), "sizes": sizes}
     with tempfile.TemporaryDirectory(prefix="gpufleet-scale-") as tmp:
-        results.update(run_benchmark(sizes, args.runs, args.compare, args.failures, Path(tmp)))
-    args.out.mkdir(parents=True, exist_ok=True)
-    out = args.out / f"scale-{dt.datetime.now(dt.timezone.utc):%Y%m%dT%H%M%SZ}.json"
-    out.write_text(json.dumps(results, indent=2))
-    print()
-    print(report(results))
-    print(f"\n(results: {out})")
-    return 0
+        results.update(run_benchmark(sizes, args.runs, args.compare, args.failures, Path(tmp), plays))
+    return results_file.finish(results, args.out, "scale", report(results))
 
 
 if __name__ == "__main__":

@@ -128,14 +128,23 @@ def test_the_table_gives_ratios_costs_per_node_and_the_targets():
     assert "stopped: gpufleet-scale-51" in text and "  - 2 nodes: reboot required (a, b)" in text
 
 
+def test_a_play_left_out_has_no_rows():
+    text = scale.report(results([run("verify", 1, 5.0, 3.0), run("verify", 10, 14.0, 9.0)]))
+    assert "| verify | 10 |" in text and "| play 1 |" not in text
+
+
 def test_a_size_list_without_one_node_has_no_cost_per_added_node():
     assert scale.per_added_node({10: {"wall_s": 1.0}, 100: {"wall_s": 2.0}}, "wall_s") is None
     assert scale.per_added_node({1: {"wall_s": 1.0}, 11: {"wall_s": 3.0}}, "wall_s") == 0.2
 
 
-@pytest.mark.parametrize("argv", [["--sizes", "0,10"], ["--sizes", "1,111"], ["--runs", "0"]])
-def test_sizes_outside_the_light_nodes_addresses_are_refused(argv, capsys, monkeypatch, tmp_path):
+@pytest.mark.parametrize(("argv", "message"), [(["--sizes", "0,10"], "--sizes: node counts from 1 to 110"),
+                                               (["--sizes", "1,111"], "--sizes: node counts from 1 to 110"),
+                                               (["--runs", "0"], "--sizes: node counts from 1 to 110"),
+                                               (["--plays", "verify,play2"], "--plays: some of verify, play 1")])
+def test_bad_arguments_are_refused_before_any_node_starts(argv, message, capsys, monkeypatch, tmp_path):
     monkeypatch.setattr(scale, "LAB_INVENTORY", tmp_path)
+    monkeypatch.setattr(scale, "run_benchmark", lambda *a, **k: pytest.fail("a node was started"))
     (tmp_path / "hosts.yml").write_text("{}")
     assert scale.main(argv) == 2
-    assert "--sizes: node counts from 1 to 110" in capsys.readouterr().err
+    assert message in capsys.readouterr().err
