@@ -156,7 +156,7 @@ def restart_node(name: str) -> None:
     """Reboots a lab node: the container restarts and systemd boots again."""
     podman("restart", "--time", "20", name)
     forget_ssh_master(address_of(name))
-    podman("exec", name, "systemctl", "is-system-running", "--wait", check=False)
+    wait_for_boot(name)
 
 
 @pytest.fixture(scope="session")
@@ -224,8 +224,23 @@ def start_lab_nodes(names: list, label: str, extra_args: tuple = (), image: str 
                *extra_args, image, "/sbin/init")
         hosts[name] = {"ansible_host": address, **LONE_NODE_VARS, **(host_vars or {})}
     for name in names:
-        podman("exec", name, "systemctl", "is-system-running", "--wait", check=False)
+        wait_for_boot(name)
     return hosts
+
+
+BOOT_TIMEOUT_S = 180
+
+
+def wait_for_boot(name: str) -> None:
+    """Waits until systemd in a lab container has booted (running, or degraded: some unit failed); one that
+    is still starting after BOOT_TIMEOUT_S is an error that names it, instead of a wait without end."""
+    state = podman("exec", name, "timeout", str(BOOT_TIMEOUT_S), "systemctl", "is-system-running", "--wait",
+                   check=False).stdout.strip()
+    if state in ("initializing", "starting", ""):
+        journal = podman("exec", name, "journalctl", "-b", "--no-pager", "-n", "5", check=False).stdout.strip()
+        raise RuntimeError(f"{name} did not finish booting in {BOOT_TIMEOUT_S} s ({state or 'no answer'}); "
+                           f"too many lab containers for fs.inotify.max_user_instances (make lab raises it)? "
+                           f"Its journal ends:\n{journal}")
 
 
 def remove_lab_nodes(names: list) -> None:
