@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -233,9 +234,17 @@ BOOT_TIMEOUT_S = 180
 
 def wait_for_boot(name: str) -> None:
     """Waits until systemd in a lab container has booted (running, or degraded: some unit failed); one that
-    is still starting after BOOT_TIMEOUT_S is an error that names it, instead of a wait without end."""
-    state = podman("exec", name, "timeout", str(BOOT_TIMEOUT_S), "systemctl", "is-system-running", "--wait",
-                   check=False).stdout.strip()
+    is still starting after BOOT_TIMEOUT_S is an error that names it, instead of a wait without end. Right
+    after `podman run` systemctl may not reach systemd yet (no answer at all): asked again until it does."""
+    deadline = time.monotonic() + BOOT_TIMEOUT_S
+    state = ""
+    while time.monotonic() < deadline:
+        left = max(1, int(deadline - time.monotonic()))
+        state = podman("exec", name, "timeout", str(left), "systemctl", "is-system-running", "--wait",
+                       check=False).stdout.strip()
+        if state not in ("initializing", "starting", ""):
+            return
+        time.sleep(0.5)
     if state in ("initializing", "starting", ""):
         journal = podman("exec", name, "journalctl", "-b", "--no-pager", "-n", "5", check=False).stdout.strip()
         raise RuntimeError(f"{name} did not finish booting in {BOOT_TIMEOUT_S} s ({state or 'no answer'}); "
