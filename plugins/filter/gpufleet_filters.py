@@ -141,11 +141,25 @@
     ``userspace_version`` (epoch and revision dropped on both sides); false
     when the module version is unknown.
 
+``run | gpufleet.fleet.check_entry``
+    A node's entry for the fleet report from the registered result of its
+    health-check run (gpu_verify): ``{result, error, unreachable,
+    metrics_not_written}``. ``result`` is the JSON document the checks
+    printed (schema ``gpufleet-check/1``), else None with ``error`` saying
+    why there is none: ``no answer: <ssh's message>`` for an unreachable
+    node (Ansible's ``Task failed:`` prefix dropped), ``the checks gave no
+    result (killed by signal <n>: the node stopped, or ran out of memory)``
+    for an exit status above 128, else ``(rc <n>)``, each followed by the
+    last line of stderr (or of the module's message). The verdict is read
+    from the document, never from the exit code. ``metrics_not_written``:
+    the stderr lines that say the metrics file could not be written.
+
 """
 
 from __future__ import annotations
 
 import difflib
+import json
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -160,6 +174,40 @@ _DKMS_LINE = re.compile(r"^(?P<module>[^\s,/:]+)(?:/|,\s*)(?P<version>[^\s,:]+)"
                         r"(?:,\s*(?P<kernel>[^\s,:]+),\s*(?P<arch>[^\s,:]+))?:\s*(?P<state>[^\s(]+)(?P<rest>.*)$")
 _POLICY_LINE = re.compile(r"^\s*(Installed|Candidate):\s*(\S+)\s*$", re.MULTILINE)
 _RELEASE = re.compile(r"^(?:[0-9]+:)?([0-9]+\.[0-9]+)")
+
+
+_CHECK_SCHEMA = "gpufleet-check/1"
+_TASK_FAILED = re.compile(r"^Task failed:\s*")
+
+
+def check_entry(run: Any) -> dict[str, Any]:
+    """A node's fleet-report entry from its registered health-check run (see the module's docs)."""
+    run = run if isinstance(run, Mapping) else {}
+    stdout = str(run.get("stdout") or "").strip()
+    document: Any = None
+    if stdout.startswith("{"):
+        try:
+            document = json.loads(stdout)
+        except ValueError:
+            document = None
+    stderr_lines = [str(line) for line in (run.get("stderr_lines") or str(run.get("stderr") or "").splitlines())]
+    metrics = [line for line in stderr_lines if "metrics not written" in line]
+    unreachable = bool(run.get("unreachable", False))
+    if isinstance(document, Mapping) and document.get("schema") == _CHECK_SCHEMA:
+        return {"result": dict(document), "error": None, "unreachable": unreachable, "metrics_not_written": metrics}
+    message = _TASK_FAILED.sub("", str(run.get("msg") or "").strip())
+    if unreachable:
+        error = f"no answer: {message}"
+    else:
+        try:
+            rc = int(run.get("rc", -1))
+        except (TypeError, ValueError):
+            rc = -1
+        cause = f"killed by signal {rc - 128}: the node stopped, or ran out of memory" if rc > 128 else f"rc {rc}"
+        stderr = str(run.get("stderr") or run.get("module_stderr") or "").strip()
+        last = stderr.splitlines()[-1].strip() if stderr else ""
+        error = f"the checks gave no result ({cause}): {last or message}"
+    return {"result": None, "error": error, "unreachable": unreachable, "metrics_not_written": metrics}
 
 
 def as_list(value: Any) -> list[Any]:
@@ -578,7 +626,7 @@ class FilterModule:
 
     def filters(self) -> dict[str, Any]:
         return {"as_list": as_list, "as_dict": as_dict, "apt_policy": apt_policy, "apt_stanzas": apt_stanzas,
-                "dcgm_exporter_release": dcgm_exporter_release, "debian_version_compare": debian_version_compare,
+                "check_entry": check_entry, "dcgm_exporter_release": dcgm_exporter_release, "debian_version_compare": debian_version_compare,
                 "delegated_facts": delegated_facts, "dkms_status": dkms_status, "failed_checks": failed_checks, "fleet_release": fleet_release, "foreign_branches": foreign_branches,
                 "module_version_matches": module_version_matches, "newest_build": newest_build,
                 "package_branch": package_branch, "per_message": per_message, "rejection": rejection,

@@ -1150,3 +1150,44 @@ def test_delegated_facts_are_named_as_hostvars_names_them_and_silent_hosts_left_
     assert filters.delegated_facts(results) == {"node-2": {"hostname": "node-2", "processor_vcpus": 64,
                                                            "discovered_interpreter_python": "/usr/bin/python3"}}
     assert filters.delegated_facts([]) == {} and filters.delegated_facts(None) == {}
+
+
+# --- check_entry (gpu_verify: a node's fleet-report entry from its run) -------
+
+DOCUMENT = '{"schema": "gpufleet-check/1", "host": "n1", "verdict": "pass", "checks": []}'
+
+
+def test_check_entry_reads_the_document_whatever_the_exit_code():
+    for rc in (0, 1):
+        entry = filters.check_entry({"rc": rc, "stdout": DOCUMENT + "\n", "stderr": "", "stderr_lines": []})
+        assert entry == {"result": {"schema": "gpufleet-check/1", "host": "n1", "verdict": "pass", "checks": []},
+                         "error": None, "unreachable": False, "metrics_not_written": []}
+
+
+def test_check_entry_keeps_the_lines_about_an_unwritten_metrics_file():
+    lines = ["warning: /var/lib/node_exporter/gpufleet.prom: metrics not written (No such file or directory)", "other"]
+    entry = filters.check_entry({"rc": 0, "stdout": DOCUMENT, "stderr_lines": lines})
+    assert entry["metrics_not_written"] == lines[:1]
+    assert filters.check_entry({"rc": 0, "stdout": DOCUMENT, "stderr": "\n".join(lines)})["metrics_not_written"] == lines[:1]
+
+
+@pytest.mark.parametrize(("run", "error"), [
+    ({"unreachable": True, "msg": "Task failed: Failed to connect to the host via ssh: Connection timed out"},
+     "no answer: Failed to connect to the host via ssh: Connection timed out"),
+    ({"rc": 137, "stdout": "", "stderr": "starting\n"},
+     "the checks gave no result (killed by signal 9: the node stopped, or ran out of memory): starting"),
+    ({"rc": 2, "stdout": "", "stderr": "python: can't open file\nNo such file or directory\n"},
+     "the checks gave no result (rc 2): No such file or directory"),
+    # the module itself gave no answer: its stderr, else its message
+    ({"rc": 1, "module_stderr": "Killed\n", "msg": "MODULE FAILURE"}, "the checks gave no result (rc 1): Killed"),
+    ({"msg": "MODULE FAILURE"}, "the checks gave no result (rc -1): MODULE FAILURE"),
+    # JSON of another schema, or broken JSON, is no result
+    ({"rc": 0, "stdout": '{"schema": "other/1"}', "stderr": ""}, "the checks gave no result (rc 0): "),
+    ({"rc": 1, "stdout": '{"schema": "gpufleet-check/1", "host"', "stderr": "Traceback\nBrokenPipeError"},
+     "the checks gave no result (rc 1): BrokenPipeError"),
+    (None, "the checks gave no result (rc -1): "),
+])
+def test_check_entry_says_why_there_is_no_result(run, error):
+    entry = filters.check_entry(run)
+    assert entry["result"] is None and entry["error"] == error
+    assert entry["unreachable"] is bool(run and run.get("unreachable"))
