@@ -4,7 +4,7 @@
 #               stage by stage, with a stage-time table at the end (tests/stages.py;
 #               reports/ci-stages.md)
 #   make test-slow  the slow tier (docs/testing.md), not in make test
-#   make test-scale verify on 20 light lab nodes (docs/testing.md), not in make test yet
+#   make test-scale verify on 20 light lab nodes alone (docs/testing.md; a stage of make test too)
 #   make verify re-verify the lab nodes (read-only; report in reports/verify)
 #   make bench  provisioning and scale benchmarks on the lab (figures only; about 45 min);
 #               make bench QUICK=1: the scale benchmark alone (light nodes, about 15 min)
@@ -133,7 +133,7 @@ test: venv
 	$(BIN)/python tests/stages.py
 
 # Verify on 20 light nodes, two forged to fail and one stopped (tests/e2e/test_scale.py; needs the
-# lab, not its converge; about a minute). Not in make test until a rehearsal has timed it there.
+# lab, not its converge; under a minute), alone: make test runs it as the stage "e2e scale".
 test-scale: lab
 	$(BIN)/pytest -q -p no:cacheprovider tests/e2e/test_scale.py
 

@@ -6,6 +6,8 @@
   lint, unit, payload        make lint / unit / payload
   lab                        make lab (builds or updates the lab)
   molecule <scenario>        one ``molecule test -s <scenario>`` per scenario
+  e2e scale                  pytest tests/e2e/test_scale.py (verify on 20
+                             light nodes; needs the lab, not its converge)
   e2e converge               pytest tests/e2e/test_site.py (first site.yml
                              converge of the lab, then the idempotent re-run)
   e2e <module>               pytest of the other e2e modules, one run; the
@@ -14,8 +16,8 @@
 
 Two lanes run at once first (2 cores): lint, unit and payload, which use the
 controller's CPU, then the molecule scenario that builds the driver's DKMS
-module (CPU, once the lab is built), beside the lab's build and the molecule
-scenarios that mostly wait on SSH and apt; their output is kept in
+module (CPU, once the lab is built), beside the lab's build, the molecule
+scenarios that mostly wait on SSH and apt, and the scale test; their output is kept in
 reports/logs/<stage>.log and printed whole when each stage ends. The e2e
 stages then run one at a time.
 
@@ -61,8 +63,8 @@ REPORTS = REPO / "reports"
 RECORD = REPO / "docs" / "ci-rehearsal.json"
 SLOW_RECORD = REPO / "docs" / "slow-tier-run.json"
 E2E_CONVERGE = "tests/e2e/test_site.py"
-# Verify on 20 light nodes (no converged lab needed): `make test-scale`, not in make test until a
-# rehearsal has timed it as a stage of its own (docs/testing.md, "The scale test").
+# Verify on 20 light nodes (no converged lab needed): the last stage of the lab's lane; also
+# `make test-scale` alone (docs/testing.md, "The scale test").
 E2E_SCALE = "tests/e2e/test_scale.py"
 SLOW = "slow"  # the pytest mark of the slow tier (tests/e2e/conftest.py registers it)
 DKMS_SCENARIOS = {"nvidia_driver"}  # molecule scenarios that build the driver module: CPU-bound, run alone
@@ -117,8 +119,8 @@ def slow_tests() -> list:
 
 
 def suite_modules() -> list:
-    """The e2e modules with at least one test in ``make test`` (not all of it slow; not the scale test)."""
-    return [m for m, tests in e2e_tests().items() if not all(tests.values()) and f"tests/e2e/{m}" != E2E_SCALE]
+    """The e2e modules with at least one test in ``make test`` (not all of it slow)."""
+    return [m for m, tests in e2e_tests().items() if not all(tests.values())]
 
 
 def plan(tier: str = "suite") -> list:
@@ -140,7 +142,9 @@ def plan(tier: str = "suite") -> list:
     molecule = {s: Stage(f"molecule {s}", [str(bin_dir / "molecule"), "-c", "molecule/shared/base.yml", "test", "-s", s],
                          lane=1 if s in DKMS_SCENARIOS else 2, after="lab" if s in DKMS_SCENARIOS else "")
                 for s in molecule_scenarios()}
-    stages += [m for m in molecule.values() if m.lane == 2] + [m for m in molecule.values() if m.lane == 1]
+    stages += [m for m in molecule.values() if m.lane == 2]
+    stages.append(Stage("e2e scale", [*pytest, E2E_SCALE], junit="reports/e2e-scale.xml", lane=2))
+    stages += [m for m in molecule.values() if m.lane == 1]
     stages.append(converge)
     others = [f"tests/e2e/{m}" for m in suite_modules() if f"tests/e2e/{m}" not in (E2E_CONVERGE, E2E_SCALE)]
     stages.append(Stage("e2e modules", [*pytest, "-m", f"not {SLOW}", *others], junit="reports/e2e-modules.xml"))
