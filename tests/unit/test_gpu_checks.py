@@ -997,9 +997,14 @@ def role_command_line(**settings: Any) -> list[str]:
     values = {"__gpu_verify_check_script": "/tmp/gpufleet_check.pyz", "__gpu_verify_cuda": "12.1",
               "__gpu_verify_torch_cudnn": "", "__gpu_verify_torch_nccl": "",
               "gpu_verify_module_version_file": "/sys/module/nvidia/version", "gpu_verify_metrics_file": "",
+              "__gpu_verify_launcher": "launch", "gpu_verify_python": "/opt/gpufleet/venv/bin/python",
+              "__gpu_verify_fallback_python": "/usr/bin/python3",
               **{k: v for k, v in yaml.safe_load((role / "defaults" / "main.yml").read_text()).items()
                  if not (isinstance(v, str) and "{{" in v)}, **settings}
-    return shlex.split(env.from_string(task["ansible.builtin.script"]["cmd"]).render(**values))[1:]
+    words = shlex.split(env.from_string(task["ansible.builtin.command"]["cmd"]).render(**values))
+    # sh -c <launcher> <its $0> <the venv's python> <the fallback>, then the checks' own options
+    assert words[:6] == ["sh", "-c", "launch", "gpufleet-check", "/opt/gpufleet/venv/bin/python", "/usr/bin/python3"]
+    return words[6:]
 
 
 @pytest.mark.parametrize("settings, fact", [

@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import ast
+import base64
 import json
 import os
 import shlex
@@ -190,27 +191,43 @@ def test_pyz_json_without_torch(bare_python: tuple[str, dict[str, str]], empty_h
     assert_torch_reported_missing(run([python, str(PYZ), "--json", *empty_host], env))
 
 
-def test_gpu_verify_runs_the_pyz_through_its_wrapper(bare_python: tuple[str, dict[str, str]], empty_host: list[str],
-                                                     tmp_path: Path) -> None:
-    """The script module copies the .pyz to the node's remote tmp and runs `<executable> <copy> <cmd args>`:
-    the wrapper falls back to the system python3 where gpu_verify_python does not exist yet."""
+def test_gpu_verify_runs_the_pyz_through_its_launcher(bare_python: tuple[str, dict[str, str]], empty_host: list[str],
+                                                      tmp_path: Path) -> None:
+    """gpu_verify sends the .pyz base64-encoded on the stdin of one command, `sh -c <launcher> gpufleet-check
+    <gpu_verify_python> <fallback> <args>`: the launcher falls back to the system python3 where gpu_verify_python does
+    not exist yet, runs the checks from a private temporary directory and leaves nothing behind."""
     python, env = bare_python
     role = REPO_ROOT / "roles" / "gpu_verify"
-    [task] = [t for t in load_trusted(role / "tasks" / "check.yml") if t.get("name") == "Run the health checks"]
+    tasks = {t.get("name"): t for t in load_trusted(role / "tasks" / "check.yml")}
     variables = load_trusted(role / "vars" / "main.yml")
-    # The payload role's file, located by its `locate` entry point (no path out of gpu_verify's folder).
+    # The payload role's file, located by its `locate` entry point (no path out of gpu_verify's folder), read once
+    # on the controller and sent on the command's stdin.
     assert variables["__gpu_verify_check_script"] == "{{ payload_files.check }}"
     locate = load_trusted(REPO_ROOT / "roles" / "payload" / "tasks" / "locate.yml")[0]["ansible.builtin.set_fact"]
     assert locate["payload_files"]["check"] == "{{ role_path }}/files/gpufleet_check.pyz"
-    executable = Templar(loader=DataLoader(), variables={
-        "gpu_verify_python": str(tmp_path / "venv" / "bin" / "python"), "__gpu_verify_fallback_python": python,
-    }).template(task["ansible.builtin.script"]["executable"])
-    remote_tmp = tmp_path / "ansible-tmp-1234"
+    read = tasks["Read the health checks for every node"]
+    assert read["ansible.builtin.slurp"]["src"] == "{{ __gpu_verify_check_script }}"
+    assert read["run_once"] is True and read["delegate_to"] == "localhost"
+    command = tasks["Run the health checks"]["ansible.builtin.command"]
+    assert command["stdin"] == "{{ %s.content }}" % read["register"]
+    words = shlex.split(command["cmd"])
+    assert words[:6] == ["sh", "-c", "{{", "__gpu_verify_launcher", "|", "quote"]
+    remote_tmp = tmp_path / "tmp"
     remote_tmp.mkdir()
-    copy = remote_tmp / PYZ.name  # the script module keeps the file's name
-    shutil.copyfile(PYZ, copy)
-    command = " ".join([executable, shlex.quote(str(copy)), "--json", *map(shlex.quote, empty_host)])
-    assert_torch_reported_missing(run(["/bin/sh", "-c", command], {**env, "PATH": f"{tmp_path}:/usr/bin:/bin"}))
+    zipapp = base64.b64encode(PYZ.read_bytes()).decode() + "\n"  # the command module adds the newline
+    proc = run(["/bin/sh", "-c", variables["__gpu_verify_launcher"], "gpufleet-check", str(tmp_path / "venv" / "bin" / "python"),
+                python, "--json", *empty_host], {**env, "TMPDIR": str(remote_tmp)}, input=zipapp)
+    assert_torch_reported_missing(proc)
+    assert list(remote_tmp.iterdir()) == []
+    # The venv's interpreter when it is there (here a stand-in that names itself and the file it was given).
+    venv_python = tmp_path / "venv" / "bin" / "python"
+    venv_python.parent.mkdir(parents=True)
+    venv_python.write_text('#!/bin/sh\necho "venv python: $(basename "$1") $2"\n')
+    venv_python.chmod(0o755)
+    proc = run(["/bin/sh", "-c", variables["__gpu_verify_launcher"], "gpufleet-check", str(venv_python), python, "--json"],
+               {**env, "TMPDIR": str(remote_tmp)}, input=zipapp)
+    assert (proc.returncode, proc.stdout) == (0, "venv python: gpufleet_check.pyz --json\n"), explain(proc)
+    assert list(remote_tmp.iterdir()) == []
 
 
 def test_count_pci_gpus_imports_from_the_pyz(bare_python: tuple[str, dict[str, str]], tmp_path: Path) -> None:

@@ -508,7 +508,8 @@ def test_unknown_os_is_rejected() -> None:
 # health checks, templated in the same play (payload_files as the payload role's locate publishes it).
 _CHECKS = role_run.role_task("gpu_verify", "check.yml", "Run the health checks")
 GPU_VERIFY_RUNS = role_run.Batch(FAKE_FACTS, [role_run.import_role("gpu_verify")], after=[role_run.capture(
-    {**role_run.names("gpu_verify_metrics_file", "__gpu_verify_cuda"), "checks_cmd": _CHECKS["ansible.builtin.script"]["cmd"]},
+    {**role_run.names("gpu_verify_metrics_file", "__gpu_verify_cuda", "__gpu_verify_check_script"),
+     "checks_cmd": _CHECKS["ansible.builtin.command"]["cmd"]},
     vars=_CHECKS.get("vars"), name="Template the metrics file and the health checks' command line")])
 PAYLOAD_LOCATED = {"payload_files": {"check": "/x/gpufleet_check.pyz"}}
 
@@ -534,8 +535,10 @@ def test_gpu_verify_passes_the_metrics_file_to_the_checks() -> None:
     for monitoring_on, expected in ((True, "--metrics-file /var/lib/prometheus/node-exporter/gpufleet.prom"), (False, None)):
         cfg = gpu_verify(gpufleet_monitoring=monitoring_on)
         assert cfg["__gpu_verify_cuda"] == "12.1"
+        assert cfg["__gpu_verify_check_script"] == "/x/gpufleet_check.pyz"
         words = shlex.split(str(cfg["checks_cmd"]))
-        assert words[:2] == ["/x/gpufleet_check.pyz", "--json"] and "--expect-cuda 12.1" in " ".join(words)
+        assert words[:2] == ["sh", "-c"] and words[3:7] == ["gpufleet-check", "/opt/gpufleet/venv/bin/python", "/usr/bin/python3", "--json"]
+        assert "--expect-cuda 12.1" in " ".join(words)
         if expected:
             assert expected in " ".join(words)
         else:
