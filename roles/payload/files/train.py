@@ -19,6 +19,7 @@ import os
 import socket
 import sys
 import tempfile
+import threading
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -428,6 +429,16 @@ def execute(t: Trainer) -> int:
     return EXIT_PASS if not reasons else EXIT_FAIL
 
 
+def shut_down(seconds: float = 30.0) -> bool:
+    """destroy_process_group, bounded: now and then it does not return on a rank whose work is done (pytorch/pytorch#75097;
+    seen in the lab, holding torchrun to its timeout). Past ``seconds`` the rank leaves without it."""
+    done = threading.Event()
+    threading.Thread(target=lambda: (dist.destroy_process_group(), done.set()), name="shutdown", daemon=True).start()
+    if not done.wait(seconds):
+        LOG.warning("the process group did not shut down in %.0f s (pytorch/pytorch#75097): leaving without it", seconds)
+    return done.is_set()
+
+
 def main(argv: list[str] | None = None) -> int:
     rank = os.environ.get("RANK", "0")
     handler = logging.StreamHandler(sys.stderr)  # progress from global rank 0; warnings and errors from every rank
@@ -452,7 +463,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE if usage else EXIT_ERROR
     finally:
         if dist.is_initialized():
-            dist.destroy_process_group()
+            shut_down()
 
 
 if __name__ == "__main__":
