@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import faulthandler
 import json
 import logging
 import math
@@ -453,7 +454,8 @@ def main(argv: list[str] | None = None) -> int:
             dist.init_process_group(backend=trainer.backend, timeout=timedelta(seconds=trainer.args.timeout),
                                     device_id=trainer.device if trainer.gpus else None)  # binds NCCL to this rank's GPU
         code = execute(trainer)
-        if dist.is_initialized():
+        if dist.is_initialized():  # a rank still here in 60 s prints every thread's stack (an open hang: docs/testing.md)
+            faulthandler.dump_traceback_later(60)
             dist.barrier()  # no rank tears gloo/NCCL down while another is still in a collective
         return code
     except Exception as exc:  # gpufleet_check's launcher reports the ERROR line as this rank's cause
