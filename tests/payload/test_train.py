@@ -482,7 +482,7 @@ def test_train_py_is_about_training_and_its_reference_is_in_the_docs(train: Modu
     """Issue 16, item 12: train.py was 777 lines, 99 of them a module docstring. The reference is
     docs/payload.md, which names every option; the file stays the size of the payloads people read."""
     lines = TRAIN.read_text().splitlines()
-    assert len(lines) <= 480, f"train.py has {len(lines)} lines"  # 470 before the bounded shutdown (shut_down)
+    assert len(lines) <= 490, f"train.py has {len(lines)} lines"  # 470 before the shutdown handling (shut_down, ALIVE)
     assert len(train.__doc__.splitlines()) <= 12 and "docs/payload.md" in train.__doc__
     actions: list = []
     parse = train.Parser.parse_args

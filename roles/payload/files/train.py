@@ -440,6 +440,11 @@ def shut_down(seconds: float = 30.0) -> bool:
     return done.is_set()
 
 
+# The trainer outlives main() until the process ends: freeing its DDP model after the process group hung a
+# rank in C++ now and then (lab, torch 2.3.1 + gloo: 1 run in 12, the stack at main's return; docs/testing.md).
+ALIVE = argparse.Namespace()
+
+
 def main(argv: list[str] | None = None) -> int:
     rank = os.environ.get("RANK", "0")
     handler = logging.StreamHandler(sys.stderr)  # progress from global rank 0; warnings and errors from every rank
@@ -447,7 +452,7 @@ def main(argv: list[str] | None = None) -> int:
     LOG.handlers[:], LOG.propagate = [handler], False
     LOG.setLevel(logging.INFO if rank == "0" else logging.WARNING)
     try:
-        trainer = Trainer(parse_args(argv))
+        trainer = ALIVE.trainer = Trainer(parse_args(argv))  # not freed at main's return (ALIVE)
         if trainer.distributed:
             if trainer.gpus:
                 torch.cuda.set_device(trainer.device)
