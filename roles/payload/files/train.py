@@ -20,7 +20,6 @@ import os
 import socket
 import sys
 import tempfile
-import threading
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -430,16 +429,6 @@ def execute(t: Trainer) -> int:
     return EXIT_PASS if not reasons else EXIT_FAIL
 
 
-def shut_down(seconds: float = 30.0) -> bool:
-    """destroy_process_group, bounded: now and then it does not return on a rank whose work is done (pytorch/pytorch#75097;
-    seen in the lab, holding torchrun to its timeout). Past ``seconds`` the rank leaves without it."""
-    done = threading.Event()
-    threading.Thread(target=lambda: (dist.destroy_process_group(), done.set()), name="shutdown", daemon=True).start()
-    if not done.wait(seconds):
-        LOG.warning("the process group did not shut down in %.0f s (pytorch/pytorch#75097): leaving without it", seconds)
-    return done.is_set()
-
-
 # The trainer outlives main() until the process ends: freeing its DDP model after the process group hung a
 # rank in C++ now and then (lab, torch 2.3.1 + gloo: 1 run in 12, the stack at main's return; docs/testing.md).
 ALIVE = argparse.Namespace()
@@ -470,7 +459,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE if usage else EXIT_ERROR
     finally:
         if dist.is_initialized():
-            shut_down()
+            dist.destroy_process_group()
 
 
 if __name__ == "__main__":
