@@ -149,23 +149,60 @@ def descendants(root: int) -> list[int]:
     return out
 
 
+def process_class(pid: int, root: int, masters: set[int], comm: str) -> str:
+    """What a controller process is, for the peak's breakdown: the ansible-playbook process itself, an ssh
+    connection master, an ssh client (a task's connection through its master), a forked worker (Ansible's
+    WorkerProcess: the same program as the root, so its comm is the root's), or another program by name."""
+    if pid == root:
+        return "ansible-playbook"
+    if pid in masters:
+        return "ssh masters"
+    if comm == "ssh":
+        return "ssh clients"
+    if comm.startswith("ansible-playboo") or comm.startswith("python"):
+        return "workers"
+    return comm
+
+
+def process_comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
 class Sampler(threading.Thread):
-    """The peak, over time, of the summed PSS (and RSS) of a process tree and the ssh masters."""
+    """The peak, over time, of the summed PSS (and RSS) of a process tree and the ssh masters, with what made up
+    the peak (process_class: PSS and the number of processes of each kind at the sample of the peak)."""
 
     def __init__(self, root: int):
         super().__init__(daemon=True)
         self.root, self.stop_event = root, threading.Event()
         self.peak_pss = self.peak_rss = 0
+        self.peak_breakdown: dict[str, dict[str, int]] = {}
 
     def run(self) -> None:
         while not self.stop_event.is_set():
-            pids = set(descendants(self.root)) | set(ssh_masters())
+            masters = set(ssh_masters())
             pss = rss = 0
-            for pid in pids:
+            breakdown: dict[str, dict[str, int]] = {}
+            for pid in set(descendants(self.root)) | masters:
                 p, r = memory_of(pid)
                 pss, rss = pss + p, rss + r
+                kind = breakdown.setdefault(process_class(pid, self.root, masters, process_comm(pid)),
+                                            {"processes": 0, "pss_bytes": 0})
+                kind["processes"] += 1
+                kind["pss_bytes"] += p
+            if pss > self.peak_pss:
+                self.peak_breakdown = breakdown
             self.peak_pss, self.peak_rss = max(self.peak_pss, pss), max(self.peak_rss, rss)
             self.stop_event.wait(SAMPLE_S)
+
+
+def describe_breakdown(breakdown: dict[str, dict[str, int]]) -> str:
+    """'workers 512 MiB (25), ssh masters 173 MiB (100), ...': the largest first."""
+    kinds = sorted(breakdown.items(), key=lambda item: -item[1]["pss_bytes"])
+    return ", ".join(f"{name} {kind['pss_bytes'] / 2**20:.0f} MiB ({kind['processes']})" for name, kind in kinds)
 
 
 # --------------------------------------------------------------------------- the machine and the nodes
@@ -253,7 +290,8 @@ def measure(play: str, inventory: Path, workdir: Path, cgroups: dict, env: dict 
     result = {
         "play": play, "nodes": len(cgroups), "rc": proc.returncode, "wall_s": round(wall, 2),
         "controller_cpu_s": round(controller_cpu, 2), "controller_peak_pss_bytes": sampler.peak_pss,
-        "controller_peak_rss_bytes": sampler.peak_rss, "nodes_cpu_s": round(nodes_cpu, 2),
+        "controller_peak_rss_bytes": sampler.peak_rss, "controller_peak_breakdown": sampler.peak_breakdown,
+        "nodes_cpu_s": round(nodes_cpu, 2),
         "machine_busy_cpu_s": round(busy, 2), "env": env or {},
     }
     if play == "verify":
@@ -415,6 +453,10 @@ def report(results: dict) -> str:
     peak = max((r["controller_peak_pss_bytes"] for r in results["runs"] if r["variant"] == "tuned"), default=0)
     lines += ["", f"controller peak memory (PSS): {peak / 2**20:.0f} MiB; target <= {PEAK_TARGET_BYTES / 1e9:g} GB: "
                   f"{'met' if peak <= PEAK_TARGET_BYTES else 'NOT met'}"]
+    for run in results["runs"]:
+        if run["variant"] == "tuned" and run["nodes"] == max(results["sizes"]) and run.get("controller_peak_breakdown"):
+            lines.append(f"  {run['play']} on {run['nodes']} nodes, at its peak ({run['controller_peak_pss_bytes'] / 2**20:.0f}"
+                         f" MiB; PSS and processes): {describe_breakdown(run['controller_peak_breakdown'])}")
     before = {r["play"]: r for r in results["runs"] if r["variant"] == "before"}
     if before:
         lines += ["", f"before / after the tuning (the tree of {next(iter(before.values()))['commit']} / this one), "

@@ -95,6 +95,27 @@ def test_the_controller_is_its_process_tree(tmp_path):
     assert 0 < pss <= rss
 
 
+@pytest.mark.parametrize(("pid", "comm", "kind"), [(100, "ansible-playboo", "ansible-playbook"),
+                                                   (200, "ssh", "ssh masters"), (201, "ssh", "ssh clients"),
+                                                   (300, "ansible-playboo", "workers"), (301, "python3", "workers"),
+                                                   (400, "sh", "sh")])
+def test_each_process_at_the_peak_is_named_by_its_kind(pid, comm, kind):
+    """The root is ansible-playbook, a forked worker has its program's name, the masters are known by pid (their
+    comm is ssh too), and anything else goes by its own name."""
+    assert scale.process_class(pid, 100, {200}, comm) == kind
+
+
+def test_the_sampler_breaks_its_own_peak_down():
+    """A sampler on this test's own process tree: the peak's parts add up to the peak it reports."""
+    sampler = scale.Sampler(os.getpid())
+    sampler.start()
+    sampler.stop_event.wait(0.2)
+    sampler.stop_event.set()
+    sampler.join()
+    assert sampler.peak_breakdown["ansible-playbook"]["processes"] == 1
+    assert sum(kind["pss_bytes"] for kind in sampler.peak_breakdown.values()) == sampler.peak_pss > 0
+
+
 def run(play: str, nodes: int, wall: float, cpu: float, variant: str = "tuned", **extra) -> dict:
     return {"play": play, "nodes": nodes, "variant": variant, "rc": 0, "wall_s": wall, "controller_cpu_s": cpu,
             "controller_peak_pss_bytes": int(nodes * 8 * 2**20), "controller_peak_rss_bytes": int(nodes * 20 * 2**20),
@@ -109,7 +130,11 @@ def results(runs: list) -> dict:
 
 def test_the_table_gives_ratios_costs_per_node_and_the_targets():
     runs = [run("verify", 1, 5.0, 3.0, report_write_s=0.5, report_bytes={".json": 4096, ".md": 1024, ".xml": 1024}),
-            run("verify", 10, 14.0, 9.0), run("verify", 100, 52.0, 60.0),
+            run("verify", 10, 14.0, 9.0),
+            run("verify", 100, 52.0, 60.0, controller_peak_breakdown={
+                "workers": {"processes": 25, "pss_bytes": 500 * 2**20},
+                "ssh masters": {"processes": 100, "pss_bytes": 170 * 2**20},
+                "ansible-playbook": {"processes": 1, "pss_bytes": 30 * 2**20}}),
             run("play 1", 1, 20.0, 6.0), run("play 1", 10, 40.0, 20.0), run("play 1", 100, 320.0, 150.0),
             run("verify", 100, 70.0, 80.0, variant="before", commit="c8e74c8"),
             run("verify", 100, 40.0, 58.0, variant="3 failing", mismatched=["gpufleet-scale-17", "gpufleet-scale-67"],
@@ -123,6 +148,8 @@ def test_the_table_gives_ratios_costs_per_node_and_the_targets():
     assert "| 4/1/1 |" in rows[("verify", "1")]
     assert "wall s: 0.475" in text and "controller CPU s: 0.576" in text  # (52 - 5) / 99, (60 - 3) / 99
     assert "controller peak memory (PSS): 800 MiB; target <= 1.5 GB: met" in text
+    assert ("  verify on 100 nodes, at its peak (800 MiB; PSS and processes): workers 500 MiB (25), ssh masters"
+            " 170 MiB (100), ansible-playbook 30 MiB (1)") in text
     assert "(the tree of c8e74c8 / this one), 100 nodes:" in text
     assert "verify: 70.0 s -> 52.0 s, controller 80.0 -> 60.0 CPU s" in text
     assert "stopped: gpufleet-scale-51" in text and "  - 2 nodes: reboot required (a, b)" in text
