@@ -450,6 +450,11 @@ def report(results: dict) -> str:
             added = per_added_node(by_size, key)
             if added is not None:
                 lines.append(f"| {play} | per added node | | | | {label}: {added:.3f} | | | | |")
+    for run in results["runs"]:
+        if run["variant"] != "3 failing" and run["rc"] != 0:
+            reason = next((line.strip() for line in run.get("tail", []) if line.startswith("failed: ")), "see its log")
+            lines.append(f"FAILED: {run['play']} on {run['nodes']} nodes ({run['variant']}), rc {run['rc']}: its figures"
+                         f" are of a failed run, not comparable; {reason[:300]}")
     peak = max((r["controller_peak_pss_bytes"] for r in results["runs"] if r["variant"] == "tuned"), default=0)
     lines += ["", f"controller peak memory (PSS): {peak / 2**20:.0f} MiB; target <= {PEAK_TARGET_BYTES / 1e9:g} GB: "
                   f"{'met' if peak <= PEAK_TARGET_BYTES else 'NOT met'}"]

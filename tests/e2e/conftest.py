@@ -266,9 +266,24 @@ def remove_lab_nodes(names: list) -> None:
 LIGHT_NODE_VARS = {"gpu_verify_skip_checks": ["torch_cuda", "libraries"]}
 
 
+def this_lab_serves() -> None:
+    """Stops when the lab's running mirror serves another clone's .lab (its archive key and packages are that
+    clone's: nodes built from this clone would not trust it), or none runs: `make lab` here first."""
+    container = yaml.safe_load((REPO / "tests" / "lab" / "vars" / "lab.yml").read_text())["lab_mirror_container"]
+    served = podman("inspect", container, "--format",
+                    '{{range .Mounts}}{{if eq .Destination "/srv/mirror"}}{{.Source}}{{end}}{{end}}', check=False)
+    mine = (REPO / ".lab" / "mirror").resolve()
+    if served.returncode != 0:
+        raise RuntimeError(f"the lab's mirror ({container}) is not there: run `make lab` in {REPO}")
+    if Path(served.stdout.strip()).resolve() != mine:
+        raise RuntimeError(f"the lab's mirror ({container}) serves {served.stdout.strip() or 'nothing'}, another clone's"
+                           f" lab, not {mine}: run `make lab` in {REPO}")
+
+
 def light_image() -> str:
     """The light node image for the lab's current node image, built when it is missing
     (tests/lab/files/Containerfile.light, with the lab driver's libnvidia-ml1 package from the mirror)."""
+    this_lab_serves()
     generated = lab_vars()
     node_image = generated["lab_node_image"]
     upgrade = str(generated.get("lab_upgrade_driver_version", ""))

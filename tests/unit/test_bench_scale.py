@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -116,6 +117,24 @@ def test_the_sampler_breaks_its_own_peak_down():
     assert sum(kind["pss_bytes"] for kind in sampler.peak_breakdown.values()) == sampler.peak_pss > 0
 
 
+@pytest.mark.parametrize(("rc", "served", "message"), [
+    (0, "/elsewhere/.lab/mirror\n", "serves /elsewhere/.lab/mirror, another clone's lab"),
+    (125, "", r"the lab's mirror \(gpufleet-mirror\) is not there")])
+def test_no_light_node_starts_against_another_clones_lab(rc, served, message, monkeypatch):
+    """The light nodes trust this clone's lab key: a mirror serving another clone's .lab (a rehearsal's clone that
+    rebuilt the lab) would fail every apt step, so it is refused before any node starts; only podman inspect ran."""
+    calls = []
+
+    def podman(*args, check=True):
+        calls.append(args)
+        return subprocess.CompletedProcess(args, rc, served, "")
+
+    monkeypatch.setitem(scale.start_light_nodes.__globals__, "podman", podman)
+    with pytest.raises(RuntimeError, match=message):
+        scale.start_light_nodes(1, "bench")
+    assert [args[:2] for args in calls] == [("inspect", "gpufleet-mirror")]
+
+
 def run(play: str, nodes: int, wall: float, cpu: float, variant: str = "tuned", **extra) -> dict:
     return {"play": play, "nodes": nodes, "variant": variant, "rc": 0, "wall_s": wall, "controller_cpu_s": cpu,
             "controller_peak_pss_bytes": int(nodes * 8 * 2**20), "controller_peak_rss_bytes": int(nodes * 20 * 2**20),
@@ -153,6 +172,18 @@ def test_the_table_gives_ratios_costs_per_node_and_the_targets():
     assert "(the tree of c8e74c8 / this one), 100 nodes:" in text
     assert "verify: 70.0 s -> 52.0 s, controller 80.0 -> 60.0 CPU s" in text
     assert "stopped: gpufleet-scale-51" in text and "  - 2 nodes: reboot required (a, b)" in text
+
+
+def test_a_failed_run_is_flagged_with_its_reason():
+    """A run that failed (rc != 0; verify with 3 nodes failing is meant to) is named under the table with the first
+    failure of its summary: its figures are of a play cut short."""
+    failed = run("play 1", 100, 200.0, 90.0, rc=2, tail=["GPUFLEET SUMMARY", "failed: gpufleet-scale-86 (apt): not signed",
+                                                        "failed: gpufleet-scale-87 (apt): not signed"])
+    meant = run("verify", 100, 40.0, 58.0, variant="3 failing", rc=2, mismatched=["a"], stopped="b")
+    text = scale.report(results([run("play 1", 1, 12.0, 9.0), failed, meant]))
+    assert ("FAILED: play 1 on 100 nodes (tuned), rc 2: its figures are of a failed run, not comparable; failed: "
+            "gpufleet-scale-86 (apt): not signed") in text
+    assert text.count("FAILED:") == 1
 
 
 def test_a_play_left_out_has_no_rows():
