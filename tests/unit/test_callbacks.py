@@ -157,3 +157,30 @@ def test_a_real_run_prints_progress_while_a_task_runs_and_a_summary_at_the_end(t
     assert run.stdout.rstrip().splitlines()[-3:] == [
         "GPUFLEET SUMMARY", "A slow step: 1 ok", f"report smoke: {tmp_path}/smoke-result.json (verdict: pass)"]
     assert "\x1b[" not in run.stdout
+
+
+def test_forkshare_freezes_before_each_task_and_collects_what_the_run_dropped():
+    """Before a task the live heap is frozen (the workers forked next do not walk it); a cycle dropped after it was
+    frozen is still collected before the next task; the run's end thaws everything."""
+    import gc
+    import weakref
+
+    plugin = _plugin("forkshare")
+
+    class Node:
+        pass
+
+    try:
+        cycle = Node()
+        cycle.self = cycle
+        dropped = weakref.ref(cycle)
+        plugin.v2_playbook_on_task_start(_task("Gather facts"), is_conditional=False)
+        assert gc.get_freeze_count() > 0
+        del cycle
+        assert dropped() is not None  # frozen: no collection walks it
+        plugin.v2_playbook_on_handler_task_start(_task("Restart munge"))
+        assert dropped() is None and gc.get_freeze_count() > 0
+        plugin.v2_playbook_on_stats(SimpleNamespace())
+        assert gc.get_freeze_count() == 0
+    finally:
+        gc.unfreeze()
