@@ -448,7 +448,7 @@ def main(argv: list[str] | None = None) -> int:
             dist.init_process_group(backend=trainer.backend, timeout=timedelta(seconds=trainer.args.timeout),
                                     device_id=trainer.device if trainer.gpus else None)  # binds NCCL to this rank's GPU
         code = execute(trainer)
-        if dist.is_initialized():  # a rank still here in 60 s prints every thread's stack (should a hang return: docs/testing.md)
+        if dist.is_initialized():  # a rank still here 60 s on dumps its stacks (should a hang return: docs/testing.md)
             faulthandler.dump_traceback_later(60)
             dist.barrier()  # no rank tears gloo/NCCL down while another is still in a collective
         return code
