@@ -27,6 +27,26 @@
     exporter was built for is the part before the dash), or ``{}`` when
     neither names one.
 
+``source | gpufleet.fleet.driver_layout(branch, kernel, module_source, headless, fabricmanager)``
+    A driver source's package layout (an entry of roles/nvidia_driver's
+    vars/<OS>.yml ``__nvidia_driver_sources``) for one branch and kernel:
+    ``{"packages", "pin_patterns", "upgrade_blacklist", "version_package",
+    "branch_named"}``, ``{b}`` and ``{k}`` filled in. ``packages`` are the
+    signed packages (module_source ``signed``), else the headless or the full
+    ones, plus Fabric Manager's when asked; ``branch_named`` says whether the
+    layout names the branch in its packages (NVIDIA's and Canonical's Ubuntu
+    packages do, Debian's do not), so that another branch has other names.
+
+``output | gpufleet.fleet.apt_simulation(held)``
+    What a simulated apt transaction (``apt-get -s install ...``, as
+    apt_source's trial and simulate entry points print it, ending with
+    ``[simulation exit N]``) would do: ``{"ran", "ok", "exit", "installs":
+    [{package, version, old}], "removals": [{package, version}], "errors":
+    [apt's E: lines], "unmet": [the packages apt lists under "unmet
+    dependencies"], "held_in_the_way": [of ``held``, those apt would have to
+    change: listed as unmet or removed], "kernels": [linux-image-* it would
+    install]}``. ``ran`` is false for an empty output (no simulation).
+
 ``messages | gpufleet.fleet.rejection(role, host)``
     The one message a role stops a host with: ``<role> settings rejected on
     <host>: [1] ...; [2] ...``.
@@ -621,13 +641,86 @@ def signed_module_mismatches(stanzas: Any, userspace_version: Any) -> list[dict[
     return records
 
 
+def driver_layout(source: Any, branch: Any, kernel: Any = "", module_source: Any = "dkms", headless: Any = True,
+                  fabricmanager: Any = False) -> dict[str, Any]:
+    """A driver source's package layout for one branch and kernel (see the module's docstring)."""
+    layout = as_dict(source)
+    branch, kernel = str(branch), str(kernel)
+
+    def fill(names: Any) -> list[str]:
+        return [str(name).replace("{b}", branch).replace("{k}", kernel) for name in as_list(names or [])]
+
+    if str(module_source) == "signed":
+        packages = fill(layout.get("packages_signed"))
+    else:
+        packages = fill(layout.get("packages_headless" if _truthy(headless) else "packages_full"))
+    if _truthy(fabricmanager):
+        packages += fill(layout.get("packages_fabricmanager"))
+    named = [str(name) for key in ("packages_headless", "packages_full", "packages_signed", "version_package")
+             for name in as_list(layout.get(key) or [])]
+    return {"packages": packages, "pin_patterns": fill(layout.get("pin_patterns")),
+            "upgrade_blacklist": fill(layout.get("upgrade_blacklist")),
+            "version_package": fill([layout.get("version_package", "")])[0],
+            "branch_named": any("{b}" in name for name in named)}
+
+
+def _truthy(value: Any) -> bool:
+    return value if isinstance(value, bool) else str(value).strip().lower() in ("1", "true", "yes", "on", "y")
+
+
+_SIMULATED_INSTALL = re.compile(r"^Inst (?P<package>\S+) (?:\[(?P<old>[^\]]+)\] )?\((?P<version>\S+)")
+_SIMULATED_REMOVAL = re.compile(r"^Remv (?P<package>\S+)(?: \[(?P<version>[^\]]+)\])?")
+_SIMULATION_EXIT = re.compile(r"^\[simulation exit (?P<code>[0-9]+)\]$")
+_UNMET_ENTRY = re.compile(r"^ (?P<package>[^\s:]+)(?::[a-z0-9]+)? : ")
+
+
+def apt_simulation(output: Any, held: Any = ()) -> dict[str, Any]:
+    """What ``apt-get -s install`` says it would do (see the module's docstring)."""
+    lines = [] if output is None else (output.splitlines() if isinstance(output, str) else [str(line) for line in output])
+    installs: dict[str, dict[str, str]] = {}
+    removals: dict[str, dict[str, str]] = {}
+    errors, unmet, exit_code, in_unmet = [], [], None, False
+    for line in lines:
+        found = _SIMULATED_INSTALL.match(line)
+        if found:
+            installs.setdefault(found["package"], {"package": found["package"], "version": found["version"],
+                                                   "old": found["old"] or ""})
+            continue
+        found = _SIMULATED_REMOVAL.match(line)
+        if found:
+            removals.setdefault(found["package"], {"package": found["package"], "version": found["version"] or ""})
+            continue
+        found = _SIMULATION_EXIT.match(line.strip())
+        if found:
+            exit_code = int(found["code"])
+            continue
+        if line.startswith("E: "):
+            errors.append(line[3:].strip())
+        if line.startswith("The following packages have unmet dependencies"):
+            in_unmet = True
+            continue
+        if in_unmet:
+            entry = _UNMET_ENTRY.match(line)
+            if entry:
+                unmet.append(entry["package"])
+            elif not line.startswith("  "):
+                in_unmet = False
+    held_names = set(as_list(list(held or [])))
+    in_the_way = sorted(held_names & (set(unmet) | set(removals)))
+    ran = exit_code is not None or bool(lines)
+    return {"ran": ran, "ok": ran and exit_code == 0 and not errors, "exit": exit_code,
+            "installs": list(installs.values()), "removals": list(removals.values()), "errors": errors,
+            "unmet": list(dict.fromkeys(unmet)), "held_in_the_way": in_the_way,
+            "kernels": sorted(name for name in installs if name.startswith("linux-image-"))}
+
+
 class FilterModule:
     """gpufleet.fleet filters."""
 
     def filters(self) -> dict[str, Any]:
         return {"as_list": as_list, "as_dict": as_dict, "apt_policy": apt_policy, "apt_stanzas": apt_stanzas,
-                "check_entry": check_entry, "dcgm_exporter_release": dcgm_exporter_release, "debian_version_compare": debian_version_compare,
-                "delegated_facts": delegated_facts, "dkms_status": dkms_status, "failed_checks": failed_checks, "fleet_release": fleet_release, "foreign_branches": foreign_branches,
+                "apt_simulation": apt_simulation, "check_entry": check_entry, "dcgm_exporter_release": dcgm_exporter_release, "debian_version_compare": debian_version_compare,
+                "delegated_facts": delegated_facts, "dkms_status": dkms_status, "driver_layout": driver_layout, "failed_checks": failed_checks, "fleet_release": fleet_release, "foreign_branches": foreign_branches,
                 "module_version_matches": module_version_matches, "newest_build": newest_build,
                 "package_branch": package_branch, "per_message": per_message, "rejection": rejection,
                 "sections": sections, "signed_module_packages": signed_module_packages, "signed_module_version": signed_module_version,

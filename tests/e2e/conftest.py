@@ -203,7 +203,7 @@ LIGHT_NODE_MAX = 110
 # that a restarted node keeps its address as a server does: .100-.239
 # (tests/lab/vars/lab.yml), the light nodes at .130-.239.
 EXTRA_NODE_NUMBERS = {"gpufleet-e2e-fresh": 100, "gpufleet-e2e-noble": 101, "gpufleet-e2e-fault": 102,
-                      "gpufleet-e2e-small-disk": 103, **{f"gpufleet-bench-{i}": 110 + i for i in range(1, 10)},
+                      "gpufleet-e2e-small-disk": 103, "gpufleet-e2e-branch": 104, **{f"gpufleet-bench-{i}": 110 + i for i in range(1, 10)},
                       **{f"{LIGHT_NODE_PREFIX}-{i}": LIGHT_NODE_FIRST_NUMBER - 1 + i for i in range(1, LIGHT_NODE_MAX + 1)}}
 
 

@@ -103,13 +103,13 @@ def required(entry_point: str) -> set[str]:
 # --------------------------------------------------------------------------- the inputs
 
 
-def test_the_role_is_marked_internal_and_has_three_entry_points():
-    assert sorted(SPECS) == ["hold", "main", "trial"]
+def test_the_role_is_marked_internal_and_has_four_entry_points():
+    assert sorted(SPECS) == ["hold", "main", "simulate", "trial"]
     for spec in SPECS.values():
         assert spec["short_description"].startswith("Internal: ")
 
 
-@pytest.mark.parametrize("entry_point", ["main", "trial", "hold"])
+@pytest.mark.parametrize("entry_point", ["main", "trial", "hold", "simulate"])
 def test_each_entry_point_requires_the_inputs_it_cannot_work_without(entry_point):
     """What the role must be told has no default: not in defaults/main.yml, not in the spec."""
     names = required(entry_point)

@@ -13,16 +13,72 @@
 #   TRIAL_SHOW             packages whose stanzas are printed after the madison
 #                          lines, below a line "[stanzas]" ("" = none)
 #   TRIAL_SHOW_VERSION     only their versions of this upstream version ("" = all)
+#   TRIAL_SIMULATE         packages whose installation is simulated after the
+#                          trial, below a line "[simulation]" and ending with
+#                          "[simulation exit N]" ("" = none): names, or
+#                          name=<version pattern> (535.261.03-*), resolved to
+#                          the first version offered that matches
+#   TRIAL_RELEASE          installed packages whose hold the simulation lifts,
+#                          as the install does before it runs; every other
+#                          hold stays, so the simulation refuses what the
+#                          install would refuse
+#
+# The simulation sees the host's sources with this one in place of the
+# role's own file, the host's package lists with this source's fresh ones,
+# and a copy of dpkg's status (its holds but those of TRIAL_RELEASE); it
+# changes nothing. With TRIAL_SOURCES empty there is no trial: the
+# simulation alone, against the host's own sources and lists.
 #
 # Two trials: the new source alone, downloaded and verified (signature,
 # reachability, versions); and the new source beside the host's own sources,
 # parsed only, which catches what would break every apt run afterwards (two
 # sources for one URL with different Signed-By).
 set -euo pipefail
-key_url=${TRIAL_KEY_URL:-} keyring_deb_url=${TRIAL_KEYRING_DEB_URL:-} package=$TRIAL_PACKAGE
+key_url=${TRIAL_KEY_URL:-} keyring_deb_url=${TRIAL_KEYRING_DEB_URL:-} package=${TRIAL_PACKAGE:-}
 tmp=$(mktemp -d /tmp/gpufleet-repository-trial.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 mkdir -p "$tmp/parts" "$tmp/lists/partial" "$tmp/cache/archives/partial"
+
+# The simulated installation (TRIAL_SIMULATE), with the apt options given.
+simulate() {
+  local sim=("$@" -o "Dir::State::status=$tmp/status" -o "Dir::Cache=$tmp/simcache" -o "Debug::NoLocking=1")
+  mkdir -p "$tmp/simcache/archives/partial"
+  python3 - "$tmp/status" ${TRIAL_RELEASE:-} <<'PY'
+import re, sys
+release = set(sys.argv[2:])
+out = []
+with open("/var/lib/dpkg/status") as status:
+    for paragraph in status.read().split("\n\n"):
+        name = re.match(r"Package: (\S+)", paragraph)
+        if name and name.group(1) in release:
+            paragraph = re.sub(r"^Status: hold ", "Status: install ", paragraph, count=1, flags=re.M)
+        out.append(paragraph)
+with open(sys.argv[1], "w") as copy:
+    copy.write("\n\n".join(out))
+PY
+  local specs=() spec name pattern version
+  for spec in $TRIAL_SIMULATE; do
+    name=${spec%%=*} pattern=${spec#*=} version=""
+    if [ "$name" != "$spec" ]; then
+      while read -r offered; do
+        # shellcheck disable=SC2254 # the pattern is a glob on purpose
+        case "$offered" in $pattern) version=$offered; break ;; esac
+      done < <(apt-cache "${sim[@]}" madison "$name" 2>/dev/null | awk -F'|' '{gsub(/ /, "", $2); print $2}')
+      # No version matches: the bare name, apt's candidate (a package the source versions on its own).
+      spec="$name${version:+=$version}"
+    fi
+    specs+=("$spec")
+  done
+  echo "[simulation]"
+  local code=0
+  apt-get "${sim[@]}" -s install --no-install-recommends --allow-downgrades "${specs[@]}" 2>&1 || code=$?
+  echo "[simulation exit $code]"
+}
+
+if [ -z "${TRIAL_SOURCES:-}" ]; then
+  [ -z "${TRIAL_SIMULATE:-}" ] || simulate
+  exit 0
+fi
 printf '%s\n' "$TRIAL_SOURCES" > "$tmp/parts/trial.sources"
 
 fetch() {
@@ -73,4 +129,15 @@ if [ -n "${TRIAL_SHOW:-}" ]; then
         esac
       done
   done
+fi
+if [ -n "${TRIAL_SIMULATE:-}" ]; then
+  # The host's package lists, this source's fresh ones in place of the host's copy of them.
+  mkdir -p "$tmp/simlists/partial"
+  for f in /var/lib/apt/lists/*; do
+    [ -f "$f" ] && [ "${f##*/}" != lock ] && ln -s "$f" "$tmp/simlists/"
+  done
+  for f in "$tmp/lists"/*; do
+    [ -f "$f" ] && cp -f --remove-destination "$f" "$tmp/simlists/"
+  done
+  simulate -o "Dir::Etc::SourceParts=$tmp/host-parts" -o "Dir::State::Lists=$tmp/simlists"
 fi

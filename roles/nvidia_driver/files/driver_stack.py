@@ -2,8 +2,10 @@
 (Depends and Pre-Depends, virtual packages through their installed providers), whose name matches one of
 the driver source's pin patterns. Prints the names as JSON.
 
-argv[1]: JSON list of the named packages; argv[2]: JSON list of fnmatch patterns (*nvidia*, libcuda1).
-Reads dpkg's database only (dpkg-query); changes nothing.
+argv[1]: JSON list of the named packages; argv[2]: JSON list of fnmatch patterns (*nvidia*, libcuda1);
+argv[3] and argv[4], optional: the same for the branch this install replaces (NVIDIA's Ubuntu packages name the
+branch: nvidia-utils-535 goes when nvidia-utils-580 comes). Prints {"stack": [...], "replaced": [...]}, the
+replaced branch's stack without the packages of this one. Reads dpkg's database only (dpkg-query); changes nothing.
 """
 import fnmatch
 import json
@@ -39,4 +41,6 @@ def driver_stack(listing, named, patterns):
 
 if __name__ == "__main__":
     dpkg = subprocess.run(["dpkg-query", "-W", "-f=" + FORMAT], capture_output=True, text=True, check=True)
-    print(json.dumps(driver_stack(dpkg.stdout, json.loads(sys.argv[1]), json.loads(sys.argv[2]))))
+    stack = driver_stack(dpkg.stdout, json.loads(sys.argv[1]), json.loads(sys.argv[2]))
+    replaced = driver_stack(dpkg.stdout, json.loads(sys.argv[3]), json.loads(sys.argv[4])) if len(sys.argv) > 4 else []
+    print(json.dumps({"stack": stack, "replaced": [name for name in replaced if name not in stack]}))
