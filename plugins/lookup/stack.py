@@ -18,7 +18,10 @@ returns one mapping::
      "pytorch": {"release", "cuda_release", "variant", "variants", "expected_cuda", "label",
                  "torchvision", "torchaudio", "pins", "packages",
                  "source", "index_url",  # where the wheels come from (pytorch_wheel_sources)
-                 "bundled": {"cudnn", "nccl"}},  # the builds the wheels bring (see bundled_libraries)
+                 "bundled": {"cudnn", "nccl"},  # the builds the wheels bring (see bundled_libraries)
+                 "python": {"version", "origin", "releases"},  # the environment's Python (environment_python)
+                 "default": bool},  # the release is the default for that Python (none was asked for)
+     "gpus":    {"gpus": [per device ID], "warnings": [...]},  # the GPU-generation gate (gpu_generations)
      "known":   {"driver_branches", "cuda_releases", "pytorch_releases"}}
 
 Empty settings take the matrix's defaults. A part that cannot be resolved is
@@ -58,7 +61,25 @@ options:
       pypi, PyPI or a mirror of it, unlabelled); empty for pytorch.
     type: str
     default: ""
-  distribution: {description: ansible_facts.distribution of the host (driver sources differ per OS)., type: str, default: ""}
+  distribution: {description: ansible_facts.distribution of the host (driver sources and the OS's Python differ per OS)., type: str, default: ""}
+  os_version:
+    description: ansible_facts.distribution_version of the host (Ubuntu 20.04, Debian 12.5), for the OS's python3 (os_pythons).
+    type: str
+    default: ""
+  python:
+    description: >-
+      The interpreter the PyTorch environment is made with (pytorch_python); empty or /usr/bin/python3 is the OS's python3. The
+      default PyTorch release is the newest whose wheels exist for its Python, and a release without them is a reason.
+    type: str
+    default: ""
+  gpu_device_ids:
+    description: >-
+      The host's NVIDIA PCI device IDs (preflight_report.gpu_device_ids, 0x2330); judged against driver_branch and cuda_release
+      (gpu_architectures, gpu_devices), the reasons among errors, unknown IDs among gpus.warnings.
+    type: list
+    elements: str
+    default: []
+  gpu_addresses: {description: The PCI addresses of those GPUs, in the same order (for the messages)., type: list, elements: str, default: []}
   repository_os:
     description: The host's directory of NVIDIA's CUDA repository (ubuntu2204, debian12); empty for no check of it.
     type: str
@@ -181,9 +202,76 @@ def bundled_libraries(row: dict[str, Any], variant: str) -> dict[str, str]:
     return {name: _text(recorded.get(name)) or UNKNOWN for name in ("cudnn", "nccl")}
 
 
+# --- the Python the environment is made with ---------------------------------
+
+# The interpreter path that is the OS's own python3 (Debian's and Ubuntu's
+# python3 package), and the form of a versioned interpreter's name.
+OS_PYTHON3 = "/usr/bin/python3"
+_VERSIONED_PYTHON = re.compile(r"(?:^|/)python(3\.[0-9]+)$")
+
+
+def os_python(matrix: dict[str, Any], distribution: Any = "", os_version: Any = "") -> str:
+    """The OS's python3 (matrix os_pythons): Ubuntu 20.04 -> 3.8; Debian 12.5 -> its major version's, 3.11; '' unknown."""
+    pythons = {str(key): value for key, value in (matrix.get("os_pythons") or {}).items()}
+    distribution, version = _text(distribution), _text(os_version)
+    for key in (f"{distribution} {version}", f"{distribution} {version.split('.')[0]}"):
+        row = pythons.get(key)
+        if row:
+            return _text(row.get("python") if isinstance(row, dict) else row)
+    return ""
+
+
+def environment_python(matrix: dict[str, Any], interpreter: Any = "", distribution: Any = "",
+                       os_version: Any = "") -> dict[str, str]:
+    """The Python (X.Y) the environment is made with, and where that comes from; version '' when not known.
+
+    /usr/bin/python3 (or no interpreter) is the OS's python3 (os_pythons); a
+    versioned name (/usr/bin/python3.9) is that version; any other path is not
+    known before the host runs it (the wheel check of the pytorch role's
+    preflight then judges it).
+    """
+    path = _text(interpreter)
+    os_name = " ".join(part for part in (_text(distribution), _text(os_version)) if part)
+    if path in ("", OS_PYTHON3):
+        version = os_python(matrix, distribution, os_version)
+        return {"version": version, "origin": f"{OS_PYTHON3}, the python3 of {os_name or 'the OS'}"
+                + ("" if version else " (files/compatibility.yml os_pythons does not know it)")}
+    match = _VERSIONED_PYTHON.search(path)
+    return {"version": match.group(1) if match else "", "origin": path}
+
+
+def release_pythons(matrix: dict[str, Any], release: str) -> list[str]:
+    """The Pythons (X.Y) the release's wheels exist for (matrix pytorch_pythons); [] when not recorded."""
+    return [_text(p) for p in (matrix.get("pytorch_pythons") or {}).get(release) or []]
+
+
+def releases_for_python(matrix: dict[str, Any], python: str) -> list[str]:
+    """The releases (matrix order) whose wheels exist for this Python."""
+    return [str(key) for key in matrix["pytorch_releases"] if python in release_pythons(matrix, str(key))]
+
+
+def python_gap(matrix: dict[str, Any], release: str, python: str) -> bool:
+    """True when the release's Pythons are recorded and this (known) Python is not one of them."""
+    recorded = release_pythons(matrix, release)
+    return bool(python and recorded and python not in recorded)
+
+
+def default_release(matrix: dict[str, Any], python: str = "") -> str:
+    """The release gpufleet installs when none is asked for: the newest up to defaults.pytorch_release whose wheels
+    exist for this Python; defaults.pytorch_release when the Python is not known; '' when no release has it."""
+    ceiling = _text(matrix["defaults"].get("pytorch_release"))
+    if not python:
+        return ceiling
+    order = [str(key) for key in matrix["pytorch_releases"]]
+    upto = order[:order.index(ceiling) + 1] if ceiling in order else order
+    fitting = [key for key in releases_for_python(matrix, python) if key in upto]
+    return fitting[-1] if fitting else ""
+
+
 def resolve_pytorch(matrix: dict[str, Any], release: Any = "", cuda_release: Any = "", variant: Any = "",
                     torchvision: bool = True, torchaudio: bool = True, names: dict[str, str] | None = None,
-                    cuda_follows: bool = False, wheel_source: Any = "") -> dict[str, Any]:
+                    cuda_follows: bool = False, wheel_source: Any = "",
+                    python: dict[str, str] | None = None) -> dict[str, Any]:
     """The PyTorch wheels for these choices: release, variant, pins, the CUDA torch must report, where they come
     from; or reasons.
 
@@ -192,12 +280,19 @@ def resolve_pytorch(matrix: dict[str, Any], release: Any = "", cuda_release: Any
     ``wheel_source`` is a key of the matrix's pytorch_wheel_sources (empty:
     pytorch); a source without local versions (pypi) pins torch==2.3.1, not
     torch==2.3.1+cu121, and has only the build the release's row names.
+    ``python`` is the environment's Python (environment_python): an empty
+    release is the newest whose wheels exist for it, and a release without
+    wheels for it is a reason.
     """
     names = {**SETTING_NAMES, **(names or {})}
     cudas = {str(key): value for key, value in matrix["cuda_releases"].items()}
     torches = {str(key): value for key, value in matrix["pytorch_releases"].items()}
     defaults = matrix["defaults"]
-    release = _text(release) or _text(defaults.get("pytorch_release"))
+    python = dict(python or {})
+    python_version = _text(python.get("version"))
+    python_text = f"Python {python_version} ({_text(python.get('origin'))})"
+    asked_release = _text(release)
+    release = asked_release or default_release(matrix, python_version)
     cuda_release = _text(cuda_release) or _text(defaults.get("cuda_release"))
     asked = _text(variant)
     cuda_row = cudas.get(cuda_release)
@@ -211,6 +306,20 @@ def resolve_pytorch(matrix: dict[str, Any], release: Any = "", cuda_release: Any
     source_name = _text(wheel_source) or DEFAULT_WHEEL_SOURCE
     source = sources.get(source_name)
     errors: list[str] = []
+    if not release:
+        errors.append(f"no PyTorch release of files/compatibility.yml has wheels for {python_text} (they exist for "
+                      f"Python {', '.join(sorted({p for key in torches for p in release_pythons(matrix, key)}, key=_version_tuple))}"
+                      "): make the environment with such an interpreter (pytorch_python, pytorch_python_packages)")
+        return {"errors": errors}
+    if python_gap(matrix, release, python_version):
+        fitting = releases_for_python(matrix, python_version)
+        errors.append(f"{names['pytorch_release']} {release}: torch {release} has no wheels for {python_text}, only for "
+                      f"Python {', '.join(release_pythons(matrix, release))}; "
+                      + (f"choose a release whose wheels exist for Python {python_version}: {_span(fitting)} (or leave "
+                         f"{names['pytorch_release']} empty for the newest of them, {fitting[-1]})" if fitting
+                         else f"no release of files/compatibility.yml has wheels for Python {python_version}")
+                      + f", or make the environment with an interpreter torch {release} has wheels for (pytorch_python, "
+                      "pytorch_python_packages)")
     if source is None:
         errors.append(f"{names['pytorch_wheel_source']} '{source_name}' is not a wheel source gpufleet knows "
                       f"(files/compatibility.yml lists {', '.join(sources)})")
@@ -258,7 +367,10 @@ def resolve_pytorch(matrix: dict[str, Any], release: Any = "", cuda_release: Any
             "torchvision": _text(row.get("torchvision")), "torchaudio": _text(row.get("torchaudio")),
             "pins": pins, "packages": ["torch", "torchvision", "torchaudio"],
             "source": source_name, "index_url": _text(source.get("index_url")).replace("{variant}", variant),
-            "bundled": bundled_libraries(row, variant)}
+            "bundled": bundled_libraries(row, variant),
+            "python": {"version": python_version, "origin": _text(python.get("origin")),
+                       "releases": releases_for_python(matrix, python_version) if python_version else []},
+            "default": not asked_release}
 
 
 # --- driver branch lifecycle -------------------------------------------------
@@ -354,15 +466,150 @@ def repository_gap(matrix: dict[str, Any], cuda_release: str, repository_os: str
             f"({', '.join(cudas)}); CUDA {cuda_release} is published for {', '.join(published) or 'no directory'}")
 
 
+# --- the GPU-generation gate -------------------------------------------------
+
+_DEVICE_ID = re.compile(r"^(?:0[xX])?([0-9a-fA-F]{4})$")
+_DEVICE_RANGE = re.compile(r"^([0-9A-F]{4})-([0-9A-F]{4})$")
+
+
+def device_id(value: Any) -> str:
+    """A PCI device ID as the matrix keys it: 0x2330 (sysfs), 2330, 0X2330 -> '2330'; '' when it is none."""
+    match = _DEVICE_ID.match(_text(value))
+    return match.group(1).upper() if match else ""
+
+
+def gpu_device(matrix: dict[str, Any], device: str) -> dict[str, Any]:
+    """The matrix's entry for a device ID ('2330'): an exact ID first, then a range ("2900-29FF"); {} when unknown."""
+    devices = {str(key).upper(): value for key, value in (matrix.get("gpu_devices") or {}).items()}
+    if device in devices:
+        return dict(devices[device] or {})
+    for key, value in devices.items():
+        bounds = _DEVICE_RANGE.match(key)
+        if bounds and int(bounds.group(1), 16) <= int(device, 16) <= int(bounds.group(2), 16):
+            return dict(value or {})
+    return {}
+
+
+def _branch_number(branch: Any) -> int | None:
+    text = _text(branch)
+    return int(text) if text.isdigit() else None
+
+
+def _counted(name: str, device: str, architecture: str, addresses: list[str]) -> str:
+    """'the NVIDIA B200 (PCI ID 10de:2901, Blackwell; 8 GPUs: 0000:18:00.0, ...)'."""
+    where = ""
+    if addresses:
+        shown = ", ".join(addresses[:3]) + (", ..." if len(addresses) > 3 else "")
+        where = f"; {len(addresses)} GPU{'s' if len(addresses) != 1 else ''}: {shown}"
+    return f"the {name} (PCI ID 10de:{device.lower()}, {architecture}{where})"
+
+
+def gpu_generations(matrix: dict[str, Any], device_ids: Any = (), driver_branch: Any = "", cuda_release: Any = "",
+                    addresses: Any = (), names: dict[str, str] | None = None) -> dict[str, Any]:
+    """Whether the host's GPUs can run this driver branch and CUDA release: the compatibility matrix's
+    gpu_architectures / gpu_devices against the host's PCI device IDs (preflight_report.gpu_device_ids).
+
+    Returns ``{"gpus": [one entry per device ID: device_id, name, architecture, min_driver_branch,
+    last_driver_branch, min_cuda, addresses], "errors": [...], "warnings": [...]}``. An error names the GPU,
+    its architecture, the minimum (or last) branch or CUDA release and the fix; it starts with the setting
+    (``nvidia_driver_branch`` / ``cuda_release``, renamed by ``names``) so that each role gives its own. A
+    device ID the matrix does not know is a warning, not an error. An empty driver_branch or cuda_release
+    is not judged.
+    """
+    names = {**SETTING_NAMES, "driver_branch": "nvidia_driver_branch", **(names or {})}
+    ids = [_text(item) for item in (device_ids or [])]
+    places = [_text(item) for item in (addresses or [])]
+    places = places if len(places) == len(ids) else [""] * len(ids)
+    architectures = {str(key): dict(value or {}) for key, value in (matrix.get("gpu_architectures") or {}).items()}
+    published = matrix.get("gpu_published") or {}
+    branches = [str(key) for key in matrix.get("driver_branches") or {}]
+    cudas = [str(key) for key in matrix.get("cuda_releases") or {}]
+    branch, release = _text(driver_branch), _text(cuda_release)
+    branch_number = _branch_number(branch)
+
+    # One entry per device ID, in the order the host lists them.
+    seen: dict[str, dict[str, Any]] = {}
+    warnings: list[str] = []
+    for raw, place in zip(ids, places):
+        device = device_id(raw)
+        if not device:
+            warnings.append(f"GPU {place or '?'} reports PCI device ID '{raw}', which is not one (4 hex digits): "
+                            "its architecture is not checked")
+            continue
+        if device not in seen:
+            entry = gpu_device(matrix, device)
+            arch = architectures.get(_text(entry.get("architecture")), {})
+            seen[device] = {"device_id": device, "name": _text(entry.get("name")),
+                            "architecture": _text(entry.get("architecture")) if arch else "",
+                            "min_driver_branch": _text(entry.get("min_driver_branch")) or _text(arch.get("min_driver_branch")),
+                            "last_driver_branch": _text(arch.get("last_driver_branch")),
+                            "min_cuda": _text(entry.get("min_cuda")) or _text(arch.get("min_cuda")),
+                            "own_minimum": bool(_text(entry.get("min_driver_branch"))),
+                            "addresses": []}
+        if place:
+            seen[device]["addresses"].append(place)
+
+    errors: list[str] = []
+    for gpu in seen.values():
+        device, where = gpu["device_id"], gpu["addresses"]
+        if not gpu["architecture"]:
+            many = len(where) > 1
+            warnings.append(f"{f'{len(where)} GPUs' if many else 'a GPU'} with PCI ID 10de:{device.lower()}"
+                            + (f" ({', '.join(where)})" if where else "")
+                            + f" {'are' if many else 'is'} not in the compatibility matrix (files/compatibility.yml "
+                            f"gpu_devices): the driver branch and CUDA release {'they need' if many else 'it needs'}"
+                            " are not checked; add the device ID with its architecture, from NVIDIA's supported-GPU list "
+                            "of the driver release, to gpu_devices")
+            continue
+        gpu_text = _counted(gpu["name"] or "GPU", device, gpu["architecture"], where)
+        minimum = _branch_number(gpu["min_driver_branch"])
+        last = _branch_number(gpu["last_driver_branch"])
+        if branch_number is not None and minimum is not None and branch_number < minimum:
+            fits = [b for b in branches if _branch_number(b) is not None and _branch_number(b) >= minimum
+                    and (last is None or _branch_number(b) <= last)]
+            who = (f"the {gpu['name']} needs driver branch {minimum} or newer, the first whose supported-GPU list "
+                   f"names it ({_text(published.get('devices'))})" if gpu["own_minimum"]
+                   else f"{gpu['architecture']} needs driver branch {minimum} or newer "
+                        f"({_text(published.get('architectures'))})")
+            errors.append(f"{names['driver_branch']} {branch} cannot drive {gpu_text}: {who}; "
+                          + (f"set {names['driver_branch']} to {' or '.join(fits)}" if fits else
+                             f"no driver branch of the compatibility matrix ({', '.join(branches)}) drives it: leave "
+                             "this host out of the run until the matrix has a stack for it"))
+        if branch_number is not None and last is not None and branch_number > last:
+            fits = [b for b in branches if _branch_number(b) is not None and minimum is not None
+                    and minimum <= _branch_number(b) <= last]
+            errors.append(f"{names['driver_branch']} {branch} no longer drives {gpu_text}: branch {last} is the last "
+                          f"for {gpu['architecture']} ({_text(published.get('architectures'))}); "
+                          + (f"set {names['driver_branch']} to {' or '.join(fits)}" if fits else
+                             f"no driver branch of the compatibility matrix drives it"))
+        needed = gpu["min_cuda"]
+        if release and needed and _version_tuple(release) < _version_tuple(needed):
+            fits = [c for c in cudas if _version_tuple(c) >= _version_tuple(needed)]
+            errors.append(f"{names['cuda_release']} {release} does not support {gpu_text}: {gpu['architecture']} needs "
+                          f"CUDA {needed} or newer ({_text(published.get('architectures'))}), and torch's "
+                          f"cu{release.replace('.', '')} wheels are built for CUDA {release}; "
+                          + (f"set {names['cuda_release']} to {' or '.join(fits)}" if fits else
+                             f"the compatibility matrix has no such CUDA release (it lists {', '.join(cudas)}): leave "
+                             "this host out of the run until it has one"))
+    gpus = [{key: value for key, value in gpu.items() if key != "own_minimum"} for gpu in seen.values()]
+    return {"gpus": gpus, "errors": errors, "warnings": warnings}
+
+
 def resolve(matrix: dict[str, Any], driver_branch: Any = "", driver_version: Any = "", cuda_release: Any = "",
             pytorch_release: Any = "", pytorch_cuda_release: Any = "", pytorch_variant: Any = "",
             distribution: Any = "", torchvision: bool = True, torchaudio: bool = True,
             names: dict[str, str] | None = None, repository_os: Any = "", today: Any = "",
-            pytorch_wheel_source: Any = "") -> dict[str, Any]:
+            pytorch_wheel_source: Any = "", os_version: Any = "", python: Any = "",
+            gpu_device_ids: Any = (), gpu_addresses: Any = ()) -> dict[str, Any]:
     """One stack for these choices, or its reasons in ``errors``.
 
     ``names`` renames the settings in the reasons (the container role's
     container_image_torch_release is this lookup's pytorch_release).
+    ``distribution``/``os_version`` and ``python`` (the interpreter the
+    environment is made with) give the Python the default PyTorch release is
+    chosen for; ``gpu_device_ids`` (with their ``gpu_addresses``) are judged
+    against the driver branch and CUDA release (gpu_generations), its
+    reasons among ``errors``, its findings under ``gpus``.
     """
     names = {**SETTING_NAMES, **(names or {})}
     errors: list[str] = []
@@ -407,11 +654,15 @@ def resolve(matrix: dict[str, Any], driver_branch: Any = "", driver_version: Any
 
     pytorch = resolve_pytorch(matrix, pytorch_release, pytorch_cuda_release or release, pytorch_variant,
                               torchvision=torchvision, torchaudio=torchaudio, names=names,
-                              cuda_follows=not _text(pytorch_cuda_release), wheel_source=pytorch_wheel_source)
+                              cuda_follows=not _text(pytorch_cuda_release), wheel_source=pytorch_wheel_source,
+                              python=environment_python(matrix, python, distribution, os_version))
     errors += pytorch.pop("errors")
 
+    gpus = gpu_generations(matrix, gpu_device_ids, branch, release if release in cudas else "", gpu_addresses, names)
+    errors += gpus.pop("errors")
+
     return {"errors": errors, "driver": driver, "cuda": cuda, "cudnn": cudnn, "nccl": nccl, "pytorch": pytorch,
-            "known": known}
+            "gpus": gpus, "known": known}
 
 
 class LookupModule(LookupBase):
@@ -423,5 +674,5 @@ class LookupModule(LookupBase):
         choices = {name: self.get_option(name) for name in (
             "driver_branch", "driver_version", "cuda_release", "pytorch_release", "pytorch_cuda_release",
             "pytorch_variant", "distribution", "torchvision", "torchaudio", "names", "repository_os", "today",
-            "pytorch_wheel_source")}
+            "pytorch_wheel_source", "os_version", "python", "gpu_device_ids", "gpu_addresses")}
         return [resolve(matrix, **choices)]

@@ -37,7 +37,8 @@ def load_matrix(path: Path) -> dict[str, Any]:
     except ImportError:
         pass
     rows: dict[str, Any] = {}
-    for match in re.finditer(r'^\s+"([0-9.]+)": \{', text, re.M):
+    # Release keys only (X.Y.Z): gpu_devices' keys ("2330") are flow rows too.
+    for match in re.finditer(r'^\s+"([0-9]+\.[0-9]+\.[0-9]+)": \{', text, re.M):
         depth, end = 1, match.end()
         while depth and end < len(text):  # the flow mapping may span lines
             depth += {"{": 1, "}": -1}.get(text[end], 0)

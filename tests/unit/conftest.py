@@ -110,6 +110,9 @@ def preflight_report(facts: dict[str, Any], **found: Any) -> dict[str, Any]:
         "passed": True,
         "os": f"{facts['distribution']} {version}",
         "gpu_pci_addresses": [f"0000:{bus:02x}:00.0" for bus in (0x18, 0x2a, 0x3a, 0x5d, 0x9a, 0xab, 0xba, 0xdb)],
+        # An HGX H100: NVIDIA H100 80GB HBM3, PCI ID 2330 (README.md "Compatible GPUs" of
+        # github.com/NVIDIA/open-gpu-kernel-modules, tag 535.261.03), as sysfs reads it.
+        "gpu_device_ids": ["0x2330"] * 8,
         "gpu_count": 8,
         "nvswitch_count": 0,
         "secure_boot": "disabled",

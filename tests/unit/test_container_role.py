@@ -176,7 +176,11 @@ def test_arg_parser_reads_quotes_and_redeclarations(tmp_path):
 
 @pytest.mark.parametrize("host", HOSTS)
 def test_role_build_args_default_to_the_containerfile_defaults(host):
-    """With no settings the role builds with exactly the Containerfile's defaults (the same image as a plain docker build)."""
+    """With no settings the role builds with exactly the Containerfile's defaults (the same image as a plain docker build).
+
+    The image's torch is the newest release for the image's own Python (the base image's Ubuntu 22.04 python3, 3.10:
+    https://packages.ubuntu.com/jammy/python3), not the host's: 2.5.1 on an Ubuntu 20.04 host too, whose own
+    environment gets 2.4.1 (its Python 3.8 has no torch 2.5 wheel)."""
     cfg = cfg_for(host, container_build_image=True)
     assert cfg.failure is None
     args = containerfile_args()

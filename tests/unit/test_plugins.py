@@ -1191,3 +1191,41 @@ def test_check_entry_says_why_there_is_no_result(run, error):
     entry = filters.check_entry(run)
     assert entry["result"] is None and entry["error"] == error
     assert entry["unreachable"] is bool(run and run.get("unreachable"))
+
+
+# --- the environment's Python and the default PyTorch release ------------------
+# os_pythons: python3 3.8.2-0ubuntu2 (https://packages.ubuntu.com/focal/python/python3), 3.10.6-1~22.04
+# (https://packages.ubuntu.com/jammy/python3), 3.11.2-1+b1 (https://packages.debian.org/bookworm/python3);
+# pytorch_pythons from PyPI's metadata (torch 2.5.x: cp39 ... cp313, no cp38).
+
+@pytest.mark.parametrize(("interpreter", "distribution", "version", "python"), [
+    ("/usr/bin/python3", "Ubuntu", "20.04", "3.8"), ("", "Ubuntu", "22.04", "3.10"), ("/usr/bin/python3", "Debian", "12.5", "3.11"),
+    ("/usr/bin/python3.9", "Ubuntu", "20.04", "3.9"), ("/opt/conda/bin/python", "Ubuntu", "20.04", ""),
+    ("/usr/bin/python3", "Ubuntu", "24.04", "")])
+def test_the_environment_python_is_the_os_python3_or_the_interpreters_own(interpreter, distribution, version, python):
+    assert stack.environment_python(MATRIX, interpreter, distribution, version)["version"] == python
+
+
+@pytest.mark.parametrize(("python", "release"), [("3.8", "2.4.1"), ("3.10", "2.5.1"), ("3.11", "2.5.1"), ("3.13", "2.5.1"),
+                                                 ("", "2.5.1"), ("3.7", "")])
+def test_the_default_release_is_the_newest_the_python_takes(python, release):
+    assert stack.default_release(MATRIX, python) == release
+
+
+def test_the_default_never_passes_the_matrix_default():
+    """defaults.pytorch_release is the ceiling: with 2.4.1 as the default, Python 3.11 gets 2.4.1, not 2.5.1."""
+    older = {**MATRIX, "defaults": {**MATRIX["defaults"], "pytorch_release": "2.4.1"}}
+    assert stack.default_release(older, "3.11") == "2.4.1"
+
+
+def test_a_release_the_python_cannot_take_is_a_reason_naming_those_it_can():
+    resolved = stack.resolve(MATRIX, pytorch_release="2.5.0", distribution="Ubuntu", os_version="20.04",
+                             python="/usr/bin/python3")
+    assert resolved["pytorch"] == {}
+    assert resolved["errors"] == [
+        "pytorch_release 2.5.0: torch 2.5.0 has no wheels for Python 3.8 (/usr/bin/python3, the python3 of Ubuntu 20.04), "
+        "only for Python 3.9, 3.10, 3.11, 3.12, 3.13; choose a release whose wheels exist for Python 3.8: 2.1.0 ... 2.4.1 "
+        "(or leave pytorch_release empty for the newest of them, 2.4.1), or make the environment with an interpreter "
+        "torch 2.5.0 has wheels for (pytorch_python, pytorch_python_packages)"]
+    ok = stack.resolve(MATRIX, distribution="Ubuntu", os_version="20.04", python="/usr/bin/python3")
+    assert ok["errors"] == [] and ok["pytorch"]["release"] == "2.4.1" and ok["pytorch"]["default"] is True

@@ -126,16 +126,25 @@ def test_cuda_release_variant_is_its_version(cuda):
 # --- what the role resolves --------------------------------------------------
 
 
+# The default release per OS: the newest whose wheels exist for the OS's python3 (matrix pytorch_pythons, from
+# PyPI's metadata: torch 2.5.0/2.5.1 have no cp38 wheel, 2.4.1 has; os_pythons: python3 3.8.2-0ubuntu2 on focal,
+# https://packages.ubuntu.com/focal/python/python3; 3.10.6-1~22.04 on jammy, https://packages.ubuntu.com/jammy/python3;
+# 3.11.2-1+b1 on bookworm, https://packages.debian.org/bookworm/python3).
+DEFAULT_RELEASE = {"ubuntu2004": ("2.4.1", "0.19.1"), "ubuntu2204": ("2.5.1", "0.20.1"), "debian12": ("2.5.1", "0.20.1")}
+
+
 @pytest.mark.parametrize("host", list(FAKE_FACTS))
-def test_defaults_install_torch_2_5_1_cu121_from_pytorch_index(host):
-    """No settings: torch 2.5.1 for CUDA 12.1 with its torchvision and torchaudio, from PyTorch's own cu121 index."""
+def test_defaults_install_the_newest_cu121_torch_of_the_os_python_from_pytorch_index(host):
+    """No settings: the newest torch for CUDA 12.1 the OS's Python takes (2.4.1 on Ubuntu 20.04's Python 3.8, 2.5.1
+    elsewhere) with its torchvision and torchaudio, from PyTorch's own cu121 index."""
     cfg = pytorch_config(host)
     assert cfg.failure is None
-    assert cfg["__pytorch_release"] == "2.5.1"
+    torch, vision = DEFAULT_RELEASE[host]
+    assert cfg["__pytorch_release"] == torch
     assert cfg["__pytorch_cuda_release"] == "12.1"
     assert cfg["__pytorch_variant"] == "cu121"
     assert cfg["__pytorch_index_url"] == f"{INDEX}/cu121"
-    assert cfg["__pytorch_matrix_pins"] == ["torch==2.5.1+cu121", "torchvision==0.20.1+cu121", "torchaudio==2.5.1+cu121"]
+    assert cfg["__pytorch_matrix_pins"] == [f"torch=={torch}+cu121", f"torchvision=={vision}+cu121", f"torchaudio=={torch}+cu121"]
     assert cfg["__pytorch_requirements"] == cfg["__pytorch_matrix_pins"]
     # PyTorch's index mirrors torch's dependencies: no second index, no trusted host.
     assert cfg["__pytorch_pip_source_args"] == ["--index-url", f"{INDEX}/cu121"]
@@ -180,6 +189,56 @@ def test_cuda_release_follows_the_cuda_role():
     assert "cuda_release '11.8'" not in cfg.failure
     cfg = pytorch_config(cuda_release="12.1", pytorch_cuda_release="11.8")  # set apart: its own name
     assert cfg.failure is not None and "pytorch_cuda_release '11.8' is not a CUDA release gpufleet knows" in cfg.failure
+
+
+# --- the environment's Python ------------------------------------------------
+
+# Ubuntu 20.04's python3 is 3.8 (python3 3.8.2-0ubuntu2, https://packages.ubuntu.com/focal/python/python3), and
+# torch 2.5.0/2.5.1 publish no cp38 wheel (PyPI's metadata, as files/compatibility.yml pytorch_pythons records:
+# pip install --dry-run --python-version 3.8 ... torch==2.5.1 finds none; torch-2.4.1-cp38-cp38-manylinux1_x86_64.whl
+# exists).
+FOCAL_CP38 = ["2.1.0", "2.1.1", "2.1.2", "2.2.0", "2.2.1", "2.2.2", "2.3.0", "2.3.1", "2.4.0", "2.4.1"]
+
+
+def test_the_matrix_records_the_pythons_of_every_release_and_os():
+    assert list(MATRIX["pytorch_pythons"]) == list(RELEASES)
+    assert [r for r, pythons in MATRIX["pytorch_pythons"].items() if "3.8" in pythons] == FOCAL_CP38
+    assert MATRIX["os_pythons"] == {"Ubuntu 20.04": "3.8", "Ubuntu 22.04": "3.10", "Debian 12": "3.11"}
+    # Every supported OS of the preflight role has its Python recorded.
+    supported = load_trusted(REPO_ROOT / "roles" / "preflight" / "defaults" / "main.yml")["preflight_supported_os"]
+    assert {f"{o['distribution']} {o['version']}" for o in supported} == set(MATRIX["os_pythons"])
+
+
+def test_ubuntu_20_04_defaults_to_torch_2_4_1_for_its_python_3_8():
+    """Ubuntu 20.04's default run: the newest release with cp38 wheels, not the matrix's 2.5.1 (which has none)."""
+    cfg = pytorch_config("ubuntu2004")
+    assert cfg.failure is None
+    assert cfg["__pytorch_release"] == "2.4.1" == FOCAL_CP38[-1]
+    assert cfg["__pytorch_matrix_pins"] == ["torch==2.4.1+cu121", "torchvision==0.19.1+cu121", "torchaudio==2.4.1+cu121"]
+    # The bundled builds follow the release: 2.4.1's cu121 wheels pin nvidia-nccl-cu12==2.20.5 (not 2.5.1's 2.21.5).
+    assert cfg["__pytorch_stack"]["bundled"] == {"cudnn": "9.1.0.70", "nccl": "2.20.5"}
+    assert cfg["__pytorch_stack"]["python"]["version"] == "3.8"
+
+
+def test_ubuntu_20_04_refuses_torch_2_5_1_naming_the_releases_its_python_takes():
+    cfg = pytorch_config("ubuntu2004", pytorch_release="2.5.1")
+    assert cfg.failure is not None
+    assert cfg.failure.startswith(f"pytorch settings rejected on {cfg.host}: [1] pytorch_release 2.5.1: torch 2.5.1 has "
+                                  "no wheels for Python 3.8 (/usr/bin/python3, the python3 of Ubuntu 20.04), only for "
+                                  "Python 3.9, 3.10, 3.11, 3.12, 3.13; choose a release whose wheels exist for Python 3.8: "
+                                  "2.1.0 ... 2.4.1 (or leave pytorch_release empty for the newest of them, 2.4.1)")
+    assert "pytorch_python, pytorch_python_packages" in cfg.failure
+    # Every release the matrix gives Python 3.8 is accepted there.
+    assert pytorch_config("ubuntu2004", pytorch_release="2.4.1").failure is None
+
+
+def test_another_interpreter_takes_its_own_python():
+    """/usr/bin/python3.9 on Ubuntu 20.04 (the defaults' own example) takes 2.5.1; an interpreter whose version its
+    path does not say gets the matrix's default, judged by the host's probe (preflight.yml)."""
+    cfg = pytorch_config("ubuntu2004", pytorch_python="/usr/bin/python3.9", pytorch_python_packages=["python3.9-venv"])
+    assert cfg.failure is None and cfg["__pytorch_release"] == "2.5.1"
+    cfg = pytorch_config("ubuntu2004", **OWN_PYTHON)
+    assert cfg.failure is None and cfg["__pytorch_release"] == MATRIX["defaults"]["pytorch_release"]
 
 
 def write_lock(directory: Path, wheels: dict[str, bytes]) -> Path:
@@ -473,11 +532,17 @@ def test_source_check_passes_on_pytorch_index_for_python_3_11():
     assert not fired
 
 
+# An interpreter whose Python validate.yml cannot know from its path (not /usr/bin/python3, not pythonX.Y): the
+# default release is then the matrix's defaults.pytorch_release, and the host's probe of it judges the wheels.
+OWN_PYTHON = {"pytorch_python": "/opt/python/bin/python"}
+
+
 def test_source_check_stops_python_3_8_for_torch_2_5():
-    """Ubuntu 20.04's Python 3.8: torch 2.5.1 has no cp38 wheel; the message says which Pythons it has."""
-    fired, msg = _source_check("ubuntu2004", "3.8", PYTORCH_PAGES)
+    """An own interpreter that turns out to be Python 3.8: torch 2.5.1 has no cp38 wheel; the message says which
+    Pythons it has."""
+    fired, msg = _source_check("ubuntu2004", "3.8", PYTORCH_PAGES, **OWN_PYTHON)
     assert fired
-    host = preflight("ubuntu2004", "3.8", PYTORCH_PAGES).host
+    host = preflight("ubuntu2004", "3.8", PYTORCH_PAGES, **OWN_PYTHON).host
     assert msg.startswith(f"pytorch on {host}: {INDEX}/cu121 has no wheel of torch==2.5.1+cu121, torchvision==0.20.1+cu121")
     assert "for CPython 3.8 on x86_64" in msg
     assert "torch==2.5.1+cu121 is offered for cp39, cp310, cp311, cp312" in msg
@@ -699,7 +764,7 @@ VALIDATE.declare("debian12", **LAB_SOURCE)
 WITH_INSTALL.declare("ubuntu2204")
 PREFLIGHT_CASES = [
     {"host": "ubuntu2204", "python": "3.11", "pages": PYTORCH_PAGES},
-    {"host": "ubuntu2004", "python": "3.8", "pages": PYTORCH_PAGES},
+    {"host": "ubuntu2004", "python": "3.8", "pages": PYTORCH_PAGES, **OWN_PYTHON},
     {"host": "ubuntu2204", "python": "3.11", "pages": CPU_ONLY_PAGES},
     {"host": "debian12", "python": "3.11", "pages": [LAB_WHEELHOUSE_PAGE], **LAB_SOURCE},
     {"host": "debian12", "python": "3.12", "pages": [LAB_WHEELHOUSE_PAGE], **LAB_SOURCE},
