@@ -1,6 +1,6 @@
 """gpufleet's judgement of an NVIDIA driver that gpufleet did not install (a "foreign" driver).
 
-``sections | gpufleet.fleet.foreign_driver(layouts, source, branch, repository_url, fact, fact_source, mode, host)``
+``sections | gpufleet.fleet.foreign_driver(layouts, source, branch, repository_url, fact, mode, host)``
     What the driver role's probe (roles/nvidia_driver/files/foreign_driver_probe.sh, its output split by
     ``gpufleet.fleet.sections``) found, judged against the configured driver source:
     ``{foreign, packages, adopted, own, runfile, remove, uninstall, stop, message, notice}``.
@@ -11,8 +11,7 @@
       ``repository_url``; ``source``, ``branch``: the configured ones; ``repository_url``:
       nvidia_driver_repository_url (a mirror of the configured source; empty for the source's own URL);
       ``fact``: the driver fact gpufleet writes (ansible_local.nvidia_driver), ``{}`` where there is none;
-      ``fact_source``: the source of a fact that records none (gpufleet 0.3's); ``mode``:
-      nvidia_driver_foreign_driver (refuse, adopt or replace).
+      ``mode``: nvidia_driver_foreign_driver (refuse, adopt or replace).
     * The driver's packages: every installed package (dpkg status installed, unpacked, half-configured,
       half-installed or awaiting triggers; not ``rc``, config files only) whose name has ``nvidia`` in it, and
       libcuda1, libcudadebugger1, cuda-drivers, cuda-drivers-<branch>, less the NVIDIA-named packages that are
@@ -228,14 +227,13 @@ def _origin_text(fields: Mapping[str, str]) -> str:
 
 class _Judge:
     def __init__(self, sections: Mapping[str, Any], layouts: Mapping[str, Any], source: str, branch: str,
-                 repository_url: str, fact: Mapping[str, Any], fact_source: str, mode: str, host: str) -> None:
+                 repository_url: str, fact: Mapping[str, Any], mode: str, host: str) -> None:
         if mode not in MODES:
             raise AnsibleFilterError(f"foreign_driver: mode {mode!r} is none of {', '.join(MODES)}")
         if source not in layouts:
             raise AnsibleFilterError(f"foreign_driver: source {source!r} has no layout ({', '.join(layouts)})")
         self.sections, self.layouts, self.source, self.branch = sections, layouts, source, str(branch)
         self.mode, self.host, self.fact = mode, host, dict(fact or {})
-        self.fact_source = str(self.fact.get("source") or fact_source) if self.fact else ""
         url = repository_url or str(layouts[source].get("repository_url", ""))
         self.repository_url = url.rstrip("/")
         self.patterns = {name: [_pattern(str(p)) for p in layout.get("pin_patterns", [])] for name, layout in layouts.items()}
@@ -392,13 +390,12 @@ class _Judge:
 
 
 def foreign_driver(sections: Any, layouts: Mapping[str, Any], source: str, branch: Any, repository_url: str = "",
-                   fact: Mapping[str, Any] | None = None, fact_source: str = "", mode: str = "refuse",
-                   host: str = "") -> dict[str, Any]:
+                   fact: Mapping[str, Any] | None = None, mode: str = "refuse", host: str = "") -> dict[str, Any]:
     """The judgement of what the probe found (see the module)."""
     if not isinstance(sections, Mapping):
         raise AnsibleFilterError("foreign_driver: expects the probe's sections (gpufleet.fleet.sections)")
-    return _Judge(sections, layouts, str(source), str(branch), str(repository_url or ""), fact or {},
-                  str(fact_source or ""), str(mode), str(host)).verdict()
+    return _Judge(sections, layouts, str(source), str(branch), str(repository_url or ""), fact or {}, str(mode),
+                  str(host)).verdict()
 
 
 class FilterModule:
