@@ -171,7 +171,7 @@ def role_task_files() -> Iterator[Path]:
 
 def downloads(task: dict) -> bool:
     apt = task.get("ansible.builtin.apt")
-    # A removal (state absent) fetches nothing.
+    # A removal (state absent: nvidia_driver's purge of a driver gpufleet did not install) fetches nothing.
     if isinstance(apt, dict) and any(k in apt for k in ("name", "deb", "update_cache")) and apt.get("state") != "absent":
         return True
     if "ansible.builtin.get_url" in task:
