@@ -123,6 +123,7 @@ def test_each_entry_point_requires_the_inputs_it_cannot_work_without(entry_point
         "trial": {"apt_source_caller", "apt_source_name", "apt_source_description", "apt_source_url", "apt_source_suites",
                   "apt_source_keyring", "apt_source_package"},
         "hold": {"apt_source_hold_packages", "apt_source_hold"},
+        "simulate": {"apt_source_simulate_packages"},
     }
     assert names == expected[entry_point]
 

@@ -572,7 +572,7 @@ def test_the_look_runs_before_the_repository_trial_and_the_removal_before_the_in
     the removal and before the first package is installed (a run interrupted mid-install finds its own)."""
     for entry, look, trial in (
             ("probe.yml", "Look for a driver gpufleet did not install (read-only)",
-             "Check the host and try the driver repository (read-only)"),
+             "Check the host, try the driver repository and simulate the install (read-only)"),
             ("main.yml", "Look for a driver gpufleet did not install", "Check the driver can be installed on this host")):
         names = _names(ROLE / "tasks" / entry)
         assert names.index(look) < names.index(trial), entry
