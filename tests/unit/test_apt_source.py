@@ -209,6 +209,8 @@ SOURCE = {"apt_source_caller": "tester", "apt_source_name": "test", "apt_source_
           "apt_source_components": ["contrib", "non-free"], "apt_source_keyring": "/usr/share/keyrings/test.gpg"}
 FLAT = {**SOURCE, "apt_source_url": "https://mirror.example.com/cuda/debian12/x86_64", "apt_source_suites": ["/"],
         "apt_source_components": [], "apt_source_architectures": ["arm64"]}
+# Another role's use of the same repository.
+OTHER_CALLER = {"apt_source_caller": "another", "apt_source_name": "another-test", "apt_source_description": "another repository"}
 
 
 def _stanzas(text: str) -> list[dict[str, str]]:
@@ -229,7 +231,7 @@ def _stanzas(text: str) -> list[dict[str, str]]:
 
 def test_the_source_is_deb822_signed_by_the_keyring():
     text = source_text(SOURCE)
-    assert text.startswith(f"# {role_run.ansible_managed()}\n# tester: the test repository.\n")
+    assert text.startswith(f"# {role_run.ansible_managed()}\n# gpufleet's one source for this repository, shared by every")
     assert _stanzas(text) == [{"Types": "deb", "URIs": "https://mirror.example.com/debian", "Suites": "bookworm bookworm-updates",
                                "Components": "contrib non-free", "Architectures": "amd64",
                                "Signed-By": "/usr/share/keyrings/test.gpg"}]
@@ -241,10 +243,15 @@ def test_a_flat_source_has_a_trailing_slash_and_no_components():
         "Signed-By": "/usr/share/keyrings/test.gpg"}]
 
 
-def test_the_paths_follow_the_name():
+def test_the_source_file_is_the_repositorys_and_its_bytes_name_no_caller():
+    """One file per repository URL, named after it (not after the source user, apt_source_name), with the same bytes
+    whichever role writes it: the roles that install from one repository share it."""
     variables = written(SOURCE)
-    assert variables["__apt_source_sources_file"] == "/etc/apt/sources.list.d/gpufleet-test.sources"
+    assert variables["__apt_source_sources_file"] == "/etc/apt/sources.list.d/gpufleet-mirror.example.com_debian.sources"
     assert variables["__apt_source_origin"] == "mirror.example.com"
+    other = written({**SOURCE, **OTHER_CALLER})
+    assert other["__apt_source_sources_file"] == variables["__apt_source_sources_file"]
+    assert other["source"] == variables["source"]
 
 
 EXACT_PIN = {"name": "cuda", "packages": ["cuda-toolkit-12-1"], "version": "12.1.1-1"}
@@ -314,7 +321,7 @@ def test_the_build_keeps_another_origins_build_of_the_release_out(tmp_path, buil
 
 
 # The cases above, known up front: one run.
-for _inputs in (SOURCE, FLAT, {**FLAT, "apt_source_pins": [EXACT_PIN]}, {**SOURCE, "apt_source_pins": [BUILD_PIN]},
+for _inputs in (SOURCE, FLAT, {**SOURCE, **OTHER_CALLER}, {**FLAT, "apt_source_pins": [EXACT_PIN]}, {**SOURCE, "apt_source_pins": [BUILD_PIN]},
                 *({**SOURCE, "apt_source_pins": [two_origins_pin(_build)]} for _build in ("535.261.03-1~deb12u1", ""))):
     WRITTEN.declare("debian12", **_inputs)
 

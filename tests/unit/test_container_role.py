@@ -49,7 +49,12 @@ NVIDIA_REPOSITORY = "https://nvidia.github.io/libnvidia-container/stable/deb/amd
 # NVIDIA's nvidia-container-toolkit.list, as the install guide fetches it.
 NVIDIA_LIST = "deb https://nvidia.github.io/libnvidia-container/stable/deb/$(ARCH) /\n"
 NVIDIA_KEY_URL = "https://nvidia.github.io/libnvidia-container/gpgkey"
-FETCHED_KEYRING = "/etc/apt/keyrings/gpufleet-nvidia-container-toolkit.asc"
+# One apt source per repository, named after it (gpufleet_filters.apt_repository): its file, and the keyring a key
+# URL's key is fetched into.
+SOURCE_FILE = "/etc/apt/sources.list.d/gpufleet-nvidia.github.io_libnvidia--container_stable_deb_amd64.sources"
+FETCHED_KEYRING = "/etc/apt/keyrings/gpufleet-nvidia.github.io_libnvidia--container_stable_deb_amd64.asc"
+# Where releases before it fetched the key: replaced.
+PREVIOUS_KEYRING = "/etc/apt/keyrings/gpufleet-nvidia-container-toolkit.asc"
 TOOLKIT_PACKAGES = ["nvidia-container-toolkit", "nvidia-container-toolkit-base", "libnvidia-container-tools", "libnvidia-container1"]
 # Packages of NVIDIA's repository that the pin must not catch.
 OTHER_PACKAGES = ["nvidia-docker2", "nvidia-container-runtime", "libnvidia-container-dev", "libnvidia-container1-dbg", "docker.io"]
@@ -64,7 +69,7 @@ VALIDATE = role_run.Batch(FAKE_FACTS, [role_run.import_role("container")])
 WITH_SOURCE = role_run.Batch(FAKE_FACTS, [role_run.import_role("container")], after=[
     role_run.expose("apt_source", "hold"),
     role_run.apt_source_capture("container", "repository.yml", "main_", also={
-        "trial_inputs": role_run.apt_source_inputs("container", "repository.yml", "trial")}),
+        "trial_inputs": role_run.apt_source_inputs("container", "repository.yml", "trial")}, trial_file="repository.yml"),
 ])
 # ... or the arguments of the tasks that run commands, templated on the host (registered inputs as task variables).
 _TOOLKIT = role_run.role_task("container", "install.yml", "Install the NVIDIA Container Toolkit")
@@ -229,7 +234,10 @@ def test_defaults_pass_validation(host):
     assert cfg["__container_nvidia_runtimes"] == ["docker"]
     assert cfg["__container_repo_url"] == NVIDIA_REPOSITORY
     assert cfg["__container_key_url"] == NVIDIA_KEY_URL
-    assert cfg["__container_keyring"] == FETCHED_KEYRING
+    written = WITH_SOURCE.get(host)
+    assert written["main_inputs"]["apt_source_keyring"] == FETCHED_KEYRING
+    assert written["main_sources_file"] == SOURCE_FILE
+    assert written["main_inputs"]["apt_source_replaces"] == [PREVIOUS_KEYRING]
 
 
 @pytest.mark.parametrize("host", HOSTS)
@@ -252,7 +260,7 @@ def test_apt_reads_the_same_indexes_as_nvidias_list(tmp_path, host):
     """apt derives the same Packages index from the rendered source as from NVIDIA's own list (apt expands $(ARCH))."""
     (tmp_path / "ours").mkdir()
     (tmp_path / "theirs").mkdir()
-    ours = apt_index_urls(tmp_path / "ours", {"gpufleet-nvidia-container-toolkit.sources": source_text(WITH_SOURCE.get(host))})
+    ours = apt_index_urls(tmp_path / "ours", {SOURCE_FILE.rpartition("/")[2]: source_text(WITH_SOURCE.get(host))})
     theirs = apt_index_urls(tmp_path / "theirs", {"nvidia-container-toolkit.list": NVIDIA_LIST.replace("$(ARCH)", "amd64")})
     assert ours == theirs
     assert ours and all(url.startswith(NVIDIA_REPOSITORY + "/") for url in ours)
@@ -277,11 +285,20 @@ def test_mirror_with_baked_keyring():
 
 
 def test_mirror_with_its_own_key_url():
-    """A mirror re-signed with the site's key: the key is fetched to the same managed keyring path."""
+    """A mirror re-signed with the site's key: the key is fetched into the mirror repository's keyring file (one per
+    repository, whichever role fetches it), in its one source file."""
     cfg = WITH_SOURCE.get("ubuntu2204", **KEYED_MIRROR)
     assert cfg.failure is None
     assert cfg["__container_key_url"] == "https://mirror.example.com/key.asc"
-    assert one_stanza(source_text(cfg))["Signed-By"] == FETCHED_KEYRING
+    assert one_stanza(source_text(cfg))["Signed-By"] == "/etc/apt/keyrings/gpufleet-mirror.example.com_nct.asc"
+    assert cfg["main_sources_file"] == "/etc/apt/sources.list.d/gpufleet-mirror.example.com_nct.sources"
+
+
+def test_a_keyring_at_the_previous_path_is_not_replaced():
+    """A site keyring that happens to lie where earlier releases fetched the key is the source's Signed-By: kept."""
+    cfg = WITH_SOURCE.get("ubuntu2204", **{**BAKED_MIRROR, "container_nvidia_toolkit_repository_keyring": PREVIOUS_KEYRING})
+    assert one_stanza(source_text(cfg))["Signed-By"] == PREVIOUS_KEYRING
+    assert cfg["main_inputs"]["apt_source_replaces"] == []
 
 
 @pytest.mark.parametrize("host", HOSTS)
@@ -290,7 +307,7 @@ def test_the_trial_tries_the_source_repository_yml_writes(host):
     cfg = WITH_SOURCE.get(host, **MIRROR)
     trial, main = cfg["trial_inputs"], cfg["main_inputs"]
     assert {k: v for k, v in trial.items() if k in main} == {k: v for k, v in main.items() if k in trial}
-    assert set(main) - set(trial) == {"apt_source_pins"}
+    assert set(main) - set(trial) == {"apt_source_pins", "apt_source_replaces"}
     assert trial["apt_source_architectures"] == ["amd64"] and trial["apt_source_key_url"] == NVIDIA_KEY_URL
     assert (trial["apt_source_package"], trial["apt_source_version"], trial["apt_source_version_name"]) == (
         "nvidia-container-toolkit", "1.17.8-1", "container_nvidia_toolkit_version")
@@ -625,6 +642,10 @@ VALIDATE.declare("ubuntu2204", **EVERY_PROBLEM)
 VALIDATE.declare(ROCKY)
 WITH_SOURCE.declare("debian12", **BAKED_MIRROR)
 WITH_SOURCE.declare("ubuntu2204", **KEYED_MIRROR)
+WITH_SOURCE.declare("ubuntu2204", **{**BAKED_MIRROR, "container_nvidia_toolkit_repository_keyring": PREVIOUS_KEYRING})
+for _host in HOSTS:
+    WITH_SOURCE.declare(_host)
+    WITH_SOURCE.declare(_host, **MIRROR)
 for _version in ("1.17.8-1", "1.18.1-1", "1.19.0~rc.5-1"):
     WITH_SOURCE.declare("ubuntu2204", container_nvidia_toolkit_version=_version)
     WITH_TASKS.declare("ubuntu2204", container_nvidia_toolkit_version=_version)
