@@ -759,6 +759,12 @@ def _apt_source_shown(value: Any) -> str:
     return value or "none"
 
 
+def _apt_source_setting(claim: Mapping[str, Any], field: str) -> str:
+    """`` (<the settings behind the part>)``, or `` (not a setting)`` where the role fixes it."""
+    named = str((claim.get("settings") or {}).get(field) or "")
+    return f" ({named})" if named else " (not a setting)"
+
+
 def apt_source_conflict(claim: Mapping[str, Any], claims: Any, host: Any = "") -> str:
     """Why ``claim`` cannot share its repository's source file with another role's claim; "" when it can."""
     key = apt_repository(claim.get("url"))["key"]
@@ -773,21 +779,18 @@ def apt_source_conflict(claim: Mapping[str, Any], claims: Any, host: Any = "") -
             continue
         mine, theirs = claim.get("caller", "?"), other.get("caller", "?")
 
-        def setting(who: Mapping[str, Any], field: str) -> str:
-            named = str((who.get("settings") or {}).get(field) or "")
-            return f" ({named})" if named else " (not a setting)"
-
         parts = "; ".join(
-            f"{label} {_apt_source_shown(_apt_source_part(claim, field))}{setting(claim, field)} for {mine}, "
-            f"{_apt_source_shown(_apt_source_part(other, field))}{setting(other, field)} for {theirs}"
+            f"{label} {_apt_source_shown(_apt_source_part(claim, field))}{_apt_source_setting(claim, field)} for {mine}, "
+            f"{_apt_source_shown(_apt_source_part(other, field))}{_apt_source_setting(other, field)} for {theirs}"
             for field, label in differ)
+        url, other_url = _apt_source_part(claim, "url"), _apt_source_part(other, "url")
+        also = f", at {other_url}" if other_url != url else ""
         at = f" on {host}" if host else ""
-        return (f"{mine}{at}: {claim.get('description', 'its repository')} {_apt_source_part(claim, 'url')} is also "
-                f"{theirs}'s {other.get('description', 'repository')} {_apt_source_part(other, 'url')}: apt reads one "
-                f"source per repository (here {apt_repository(claim.get('url'))['sources_file']}, written for both), "
-                f"and the two roles give it differently: {parts}. Give both roles the same "
-                f"{', '.join(label for _, label in differ)} for this repository, or give each its own repository URL. "
-                f"Nothing has been changed.")
+        return (f"{mine}{at}: {claim.get('description', 'its repository')} {url} is the repository of {theirs} too "
+                f"({other.get('description', 'its repository')}{also}): apt reads one source per repository "
+                f"({apt_repository(url)['sources_file']}, written for both), and the two roles give it differently: "
+                f"{parts}. Give both roles the same {', '.join(label for _, label in differ)} for this repository, or "
+                f"give each its own repository URL. Nothing has been changed.")
     return ""
 
 
