@@ -36,7 +36,7 @@ from typing import Any
 import pytest
 import role_run
 import yaml
-from conftest import FAKE_FACTS, host_tool, load_trusted
+from conftest import FAKE_FACTS, host_tool, load_script, load_trusted
 from test_driver_rendering import _isolated_apt_options, apt_index_urls, parse_deb822
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -44,6 +44,7 @@ ROLE = REPO_ROOT / "roles" / "container"
 COMPATIBILITY_FILE = REPO_ROOT / "files" / "compatibility.yml"
 CONTAINERFILE = REPO_ROOT / "roles" / "container" / "files" / "Containerfile.train"
 MATRIX = yaml.safe_load(COMPATIBILITY_FILE.read_text())
+filters = load_script(REPO_ROOT / "plugins" / "filter" / "gpufleet_filters.py")
 
 NVIDIA_REPOSITORY = "https://nvidia.github.io/libnvidia-container/stable/deb/amd64"
 # NVIDIA's nvidia-container-toolkit.list, as the install guide fetches it.
@@ -310,7 +311,7 @@ def test_the_trial_tries_the_source_repository_yml_writes(host):
     assert set(main) - set(trial) == {"apt_source_pins", "apt_source_replaces"}
     assert trial["apt_source_architectures"] == ["amd64"] and trial["apt_source_key_url"] == NVIDIA_KEY_URL
     assert (trial["apt_source_package"], trial["apt_source_version"], trial["apt_source_version_name"]) == (
-        "nvidia-container-toolkit", "1.17.8-1", "container_nvidia_toolkit_version")
+        "nvidia-container-toolkit", "1.19.1-1", "container_nvidia_toolkit_version")
     assert trial["apt_source_url_name"] == "container_nvidia_toolkit_repository_url"
 
 
@@ -333,9 +334,35 @@ def test_pin_holds_the_four_toolkit_packages_at_the_version(version):
     assert tasks["selection_loop"] == TOOLKIT_PACKAGES
 
 
-def test_default_version_is_the_documented_one():
-    """The default is a released toolkit in NVIDIA's X.Y.Z-1 form."""
-    assert load_trusted(ROLE / "defaults" / "main.yml")["container_nvidia_toolkit_version"] == "1.17.8-1"
+def test_default_version_is_the_release_of_nvidias_latest_security_bulletin():
+    """The default is 1.19.1-1: the updated version NVIDIA's latest Container Toolkit security bulletin names
+    ("Security Bulletin: NVIDIA Container Toolkit - June 2026", CVE-2026-24260, "All versions up to and including
+    1.19.0" affected, updated version 1.19.1: github.com/NVIDIA/product-security 2026/5850/5850.md at
+    dbb4ada053156ea7f41a15229c7b85e2380b3b87; the CVE record, CVEProject cvelistV5
+    cves/2026/24xxx/CVE-2026-24260.json, says the same), with the package revision 1 of that tag
+    (github.com/NVIDIA/nvidia-container-toolkit versions.mk at v1.19.1, 09ceee5dde66ba9ce25c7cc69b1ebd5e6e3266fa:
+    LIB_VERSION 1.19.1, PACKAGE_REVISION 1). The previous default, 1.17.8-1 (the July 2025 bulletin's fix), is
+    affected."""
+    default = load_trusted(ROLE / "defaults" / "main.yml")["container_nvidia_toolkit_version"]
+    assert default == "1.19.1-1"
+    spec = yaml.safe_load((ROLE / "meta" / "argument_specs.yml").read_text())["argument_specs"]["main"]["options"]
+    assert spec["container_nvidia_toolkit_version"]["default"] == default
+    affected_up_to = "1.19.0"
+    assert filters.debian_version_compare(default, affected_up_to + "-1") > 0
+    assert filters.debian_version_compare("1.17.8-1", affected_up_to + "-9") < 0
+
+
+@pytest.mark.parametrize(("version", "flag"), [("1.17.8-1", False), ("1.18.2-1", False), ("1.19.0~rc.5-1", True),
+                                               ("1.19.1-1", True), ("1.20.0-1", True)])
+def test_cdi_spec_keeps_the_schema_the_distributions_engines_read(version, flag):
+    """From 1.19.0 (rc.4 added additional GIDs for device nodes) nvidia-ctk writes CDI spec v0.7.0 by default, which
+    podman reads from 5.1.0 and docker from 26.1.0 on (NVIDIA's release notes, Container Toolkit 1.19.1, "Known
+    Issues": github.com/NVIDIA/cloud-native-docs container-toolkit/release-notes.md at
+    52dcb7b8d956784344e241df476de17094a4574c); Debian 12's podman is 4.3. The feature flag NVIDIA names there keeps
+    the older schema; older toolkits, which have no such flag, are not given it."""
+    argv = WITH_TASKS.get("ubuntu2204", container_nvidia_toolkit_version=version)["generate_argv"]
+    assert argv[:4] == ["nvidia-ctk", "cdi", "generate", "--output=/tmp/gpufleet-cdi.x/nvidia.yaml"]
+    assert argv[4:] == (["--feature-flag=no-additional-gids-for-device-nodes"] if flag else [])
 
 
 def test_apt_accepts_the_rendered_pin(tmp_path):
@@ -426,7 +453,8 @@ def test_cdi_is_generated_only_where_the_driver_is_loaded():
     # The block's when, templated on the host (not in check mode) with the stat's result.
     assert cfg["cdi_when_True"] is True
     assert cfg["cdi_when_False"] is False
-    assert cfg["generate_argv"] == ["nvidia-ctk", "cdi", "generate", "--output=/tmp/gpufleet-cdi.x/nvidia.yaml"]
+    assert cfg["generate_argv"] == ["nvidia-ctk", "cdi", "generate", "--output=/tmp/gpufleet-cdi.x/nvidia.yaml",
+                                    "--feature-flag=no-additional-gids-for-device-nodes"]
     install = _INSTALL_CDI["ansible.builtin.copy"]
     assert cfg["cdi_dest"] == "/etc/cdi/nvidia.yaml" and install["mode"] == "0644" and install["remote_src"] is True
     cleanup = role_run.role_task("container", "configure.yml", "Remove the CDI scratch directory")
@@ -648,6 +676,8 @@ for _host in HOSTS:
     WITH_SOURCE.declare(_host, **MIRROR)
 for _version in ("1.17.8-1", "1.18.1-1", "1.19.0~rc.5-1"):
     WITH_SOURCE.declare("ubuntu2204", container_nvidia_toolkit_version=_version)
+    WITH_TASKS.declare("ubuntu2204", container_nvidia_toolkit_version=_version)
+for _version in ("1.18.2-1", "1.19.1-1", "1.20.0-1"):
     WITH_TASKS.declare("ubuntu2204", container_nvidia_toolkit_version=_version)
 for _settings in ({}, KUBERNETES, IMAGE_BUILD):
     WITH_TASKS.declare("ubuntu2204", **_settings)
