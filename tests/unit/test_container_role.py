@@ -160,17 +160,42 @@ def matrix_stack() -> dict[str, str]:
 
 
 def test_containerfile_arg_defaults_are_the_matrix_defaults():
-    """BASE_IMAGE is CUDA <toolkit> + cuDNN <major> runtime, torch is the default release from the CUDA release's index."""
+    """torch is the default release from the CUDA release's index; BASE_IMAGE is the role's default base."""
     args = containerfile_args()
     stack = matrix_stack()
     assert stack == {"torch": "2.5.1", "variant": "cu121", "toolkit": "12.1.1", "cudnn_major": "8"}
-    assert args["BASE_IMAGE"] == f"nvcr.io/nvidia/cuda:{stack['toolkit']}-cudnn{stack['cudnn_major']}-runtime-ubuntu22.04"
+    assert args["BASE_IMAGE"] == load_trusted(ROLE / "vars" / "main.yml")["__container_image_default_base"]
     assert args["TORCH_VERSION"] == stack["torch"]
     assert args["TORCH_VARIANT"] == stack["variant"]
     assert args["TORCH_INDEX_URL"] == f"https://download.pytorch.org/whl/{stack['variant']}"
     assert args["PIP_EXTRA_ARGS"] == ""
     # The default torch release is published for the default variant.
     assert stack["variant"] in MATRIX["pytorch_releases"][stack["torch"]]["variants"]
+
+
+def test_the_default_base_is_one_that_stays():
+    """Not NVIDIA's CUDA image: NVIDIA marks a CUDA image set EOL when the last driver it shipped with goes EOL and
+    deletes the EOL tags (and their layers, so a digest with them) from Docker Hub and NGC after six months (its
+    "Container Support Policy", gitlab.com/nvidia/container-images/cuda doc/support-policy.md, mirrored in
+    github.com/pranavmishra90/nvidia-container-images-cuda at 60a1c892e6b996382e182b4654e0a3f31aeedbee); its EOL chart
+    there (doc/container_tags.xlsx) marks CUDA 12.1.1 with R470 (EOL 2024-07-01) alone, and R535 went EOL on
+    2026-06-01. The default is Ubuntu 22.04, the image NVIDIA's own 12.1.1 base is built FROM (dist/12.1.1/ubuntu2204/
+    base/Dockerfile there: "FROM ubuntu:22.04"), whose standard support runs to April 2027 (ubuntu.com/about/
+    release-cycle), named in full for podman. torch's cu121 wheels bring the CUDA runtime, cuDNN and NCCL themselves
+    (the matrix's bundled builds), and the image keeps what NVIDIA's base told the container runtime (ENV
+    NVIDIA_VISIBLE_DEVICES all, NVIDIA_DRIVER_CAPABILITIES compute,utility, the same Dockerfile)."""
+    base = containerfile_args()["BASE_IMAGE"]
+    assert base == "docker.io/library/ubuntu:22.04"
+    assert not base.startswith(("nvcr.io/nvidia/cuda", "nvidia/cuda", "docker.io/nvidia/cuda"))
+    text = CONTAINERFILE.read_text()
+    assert "ENV NVIDIA_VISIBLE_DEVICES=all \\\n    NVIDIA_DRIVER_CAPABILITIES=compute,utility\n" in text
+    # torch's cu121 wheels bring the CUDA user space: the matrix records what they bundle for the default release.
+    assert MATRIX["pytorch_releases"][matrix_stack()["torch"]]["bundled"]["cu121"] == {"cudnn": "9.1.0.70", "nccl": "2.21.5"}
+    # Every stack builds on it; a CPU-only image needs no CUDA release for it either.
+    for settings in ({}, {"container_image_torch_variant": "cpu", "container_image_cuda_release": "9.9"}):
+        cfg = cfg_for("ubuntu2204", container_build_image=True, **settings)
+        assert cfg.failure is None, cfg.failure
+        assert cfg["__container_image_build_args"]["BASE_IMAGE"] == base
 
 
 def test_arg_parser_reads_quotes_and_redeclarations(tmp_path):
@@ -476,7 +501,7 @@ def test_lab_image_settings_follow_the_pytorch_role():
     cfg = cfg_for("debian12", **LAB_IMAGE)
     assert cfg.failure is None
     assert cfg["__container_image_build_args"] == {
-        "BASE_IMAGE": "nvcr.io/nvidia/cuda:12.1.1-cudnn8-runtime-ubuntu22.04",
+        "BASE_IMAGE": "docker.io/library/ubuntu:22.04",
         "TORCH_VERSION": "2.3.1",
         "TORCH_VARIANT": "",
         "TORCH_INDEX_URL": "https://pypi.org/simple",
@@ -536,7 +561,7 @@ def test_build_command_passes_every_build_arg():
                         "--label", "org.gpufleet.inputs=abc"]
     assert argv[-1] == "."
     assert "--build-arg=PIP_EXTRA_ARGS=--proxy http://proxy:3128" in argv
-    assert "--build-arg=BASE_IMAGE=nvcr.io/nvidia/cuda:12.1.1-cudnn8-runtime-ubuntu22.04" in argv
+    assert "--build-arg=BASE_IMAGE=docker.io/library/ubuntu:22.04" in argv
     assert cfg["build_chdir"] == "/opt/gpufleet/container-build"
 
 
@@ -667,6 +692,8 @@ for _overrides, _ in BAD_IMAGE_INPUT:
 VALIDATE.declare("ubuntu2204", **MERGED_IMAGE_INPUT)
 VALIDATE.declare("ubuntu2204", container_build_image=True, **MERGED_IMAGE_INPUT)
 VALIDATE.declare("ubuntu2204", **EVERY_PROBLEM)
+VALIDATE.declare("ubuntu2204", container_build_image=True)
+VALIDATE.declare("ubuntu2204", container_build_image=True, container_image_torch_variant="cpu", container_image_cuda_release="9.9")
 VALIDATE.declare(ROCKY)
 WITH_SOURCE.declare("debian12", **BAKED_MIRROR)
 WITH_SOURCE.declare("ubuntu2204", **KEYED_MIRROR)
