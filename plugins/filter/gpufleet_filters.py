@@ -141,7 +141,7 @@
     ``userspace_version`` (epoch and revision dropped on both sides); false
     when the module version is unknown.
 
-``url | gpufleet.fleet.apt_repository``
+``url | gpufleet.fleet.apt_source_files``
     The files of the one apt source gpufleet writes for a repository URL:
     ``{key, name, sources_file, keyring_file}``. ``key`` is the repository as
     apt tells repositories apart: the URL without its scheme, its user and
@@ -670,15 +670,15 @@ _APT_NAME_KEEP = re.compile(r"[A-Za-z0-9.]")
 _URL = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*):(?://(?P<authority>[^/]*))?(?P<path>.*)$")
 
 
-def _apt_repository_key(url: Any) -> str:
+def _apt_source_key(url: Any) -> str:
     """The repository as apt tells repositories apart: no scheme, no user and password, no trailing slash."""
     match = _URL.match(str(url or "").strip())
     if not match:
-        raise AnsibleFilterError(f"apt_repository: {url!r} is not a URL (scheme://host/path)")
+        raise AnsibleFilterError(f"apt_source_files: {url!r} is not a URL (scheme://host/path)")
     authority = (match["authority"] or "").rpartition("@")[2]
     key = authority + match["path"].rstrip("/")
     if not key.strip("/"):
-        raise AnsibleFilterError(f"apt_repository: {url!r} names no repository")
+        raise AnsibleFilterError(f"apt_source_files: {url!r} names no repository")
     return key
 
 
@@ -697,12 +697,12 @@ def _apt_file_name(key: str) -> str:
     return "".join(out)
 
 
-def apt_repository(url: Any) -> dict[str, str]:
+def apt_source_files(url: Any) -> dict[str, str]:
     """The files of the one apt source of the repository at ``url`` (see the module's docs)."""
-    key = _apt_repository_key(url)
+    key = _apt_source_key(url)
     name = _apt_file_name(key)
     if len(name) > _APT_NAME_MAX:
-        raise AnsibleFilterError(f"apt_repository: the repository URL {url} is too long to name its apt source file "
+        raise AnsibleFilterError(f"apt_source_files: the repository URL {url} is too long to name its apt source file "
                                  f"({len(name)} characters, at most {_APT_NAME_MAX}): use a shorter URL (a mirror's)")
     return {"key": key, "name": name, "sources_file": f"{APT_SOURCES_DIR}/gpufleet-{name}.sources",
             "keyring_file": f"{APT_KEYRINGS_DIR}/gpufleet-{name}.asc"}
@@ -710,14 +710,14 @@ def apt_repository(url: Any) -> dict[str, str]:
 
 def _same_repository(url: Any, key: str) -> bool:
     try:
-        return _apt_repository_key(url) == key
+        return _apt_source_key(url) == key
     except AnsibleFilterError:
         return False
 
 
 def apt_source_plan(probe: Any, name: Any, url: Any) -> dict[str, Any]:
     """What entry point main removes before it writes the source of ``url`` for ``name`` (see the module's docs)."""
-    repository = apt_repository(url)
+    repository = apt_source_files(url)
     target, name = repository["sources_file"], str(name)
     lines = probe.splitlines() if isinstance(probe, str) else [str(line) for line in probe or []]
     records: dict[str, str] = {}
@@ -767,7 +767,7 @@ def _apt_source_setting(claim: Mapping[str, Any], field: str) -> str:
 
 def apt_source_conflict(claim: Mapping[str, Any], claims: Any, host: Any = "") -> str:
     """Why ``claim`` cannot share its repository's source file with another role's claim; "" when it can."""
-    key = apt_repository(claim.get("url"))["key"]
+    key = apt_source_files(claim.get("url"))["key"]
     for other in as_list(claims):
         if not isinstance(other, Mapping) or other.get("name") == claim.get("name"):
             continue
@@ -788,7 +788,7 @@ def apt_source_conflict(claim: Mapping[str, Any], claims: Any, host: Any = "") -
         at = f" on {host}" if host else ""
         return (f"{mine}{at}: {claim.get('description', 'its repository')} {url} is the repository of {theirs} too "
                 f"({other.get('description', 'its repository')}{also}): apt reads one source per repository "
-                f"({apt_repository(url)['sources_file']}, written for both), and the two roles give it differently: "
+                f"({apt_source_files(url)['sources_file']}, written for both), and the two roles give it differently: "
                 f"{parts}. Give both roles the same {', '.join(label for _, label in differ)} for this repository, or "
                 f"give each its own repository URL. Nothing has been changed.")
     return ""
@@ -798,7 +798,7 @@ class FilterModule:
     """gpufleet.fleet filters."""
 
     def filters(self) -> dict[str, Any]:
-        return {"as_list": as_list, "as_dict": as_dict, "apt_policy": apt_policy, "apt_repository": apt_repository,
+        return {"as_list": as_list, "as_dict": as_dict, "apt_policy": apt_policy, "apt_source_files": apt_source_files,
                 "apt_source_conflict": apt_source_conflict, "apt_source_plan": apt_source_plan, "apt_stanzas": apt_stanzas,
                 "check_entry": check_entry, "dcgm_exporter_release": dcgm_exporter_release, "debian_version_compare": debian_version_compare,
                 "delegated_facts": delegated_facts, "dkms_status": dkms_status, "failed_checks": failed_checks, "fleet_release": fleet_release, "foreign_branches": foreign_branches,

@@ -546,7 +546,7 @@ def test_trial_claims_the_repository_and_refuses_another_roles_different_claim(t
     https = url.replace("http:", "https:")
     assert refused["failed"] == (
         f"tester on claimed-otherwise: the test repository {url}/repo is the repository of other too (the other repository,"
-        f" at {https}/repo): apt reads one source per repository ({filters.apt_repository(url + '/repo')['sources_file']},"
+        f" at {https}/repo): apt reads one source per repository ({filters.apt_source_files(url + '/repo')['sources_file']},"
         f" written for both), and the two roles give it differently: URL {url}/repo (test_repository_url) for tester,"
         f" {https}/repo (other_repository_url) for other; Signed-By {root / 'key.asc'} (test_repository_keyring) for tester,"
         f" /usr/share/keyrings/other.gpg (other_repository_keyring) for other. Give both roles the same URL, Signed-By for"
@@ -705,7 +705,7 @@ def test_every_part_of_the_one_source_must_be_alike(driver, field, value, label,
 
 
 def _decoded(name: str) -> str:
-    """apt_repository's name read back: _ is /, -- is -, -XX is a byte (the test's own reading of the rule)."""
+    """apt_source_files's name read back: _ is /, -- is -, -XX is a byte (the test's own reading of the rule)."""
     out, index = bytearray(), 0
     while index < len(name):
         char = name[index]
@@ -733,7 +733,7 @@ def _decoded(name: str) -> str:
     ("file:///srv/site-repo", "_srv_site--repo"),
 ])
 def test_the_file_is_named_after_the_repository(url, name):
-    repository = filters.apt_repository(url)
+    repository = filters.apt_source_files(url)
     assert repository["name"] == name
     assert repository["sources_file"] == f"/etc/apt/sources.list.d/gpufleet-{name}.sources"
     assert repository["keyring_file"] == f"/etc/apt/keyrings/gpufleet-{name}.asc"
@@ -760,7 +760,7 @@ def test_different_repositories_never_share_a_name():
 def test_apt_reads_a_file_of_that_name_and_http_and_https_of_one_path_are_one_repository(tmp_path):
     """A real apt reads the names this rule makes (no "ignored" notice); and it takes https and http of one path for one
     repository, refusing them with two Signed-By: hence the scheme is no part of the name."""
-    name = filters.apt_repository("http://127.0.0.1:9/repo-x_y")["sources_file"].rpartition("/")[2]
+    name = filters.apt_source_files("http://127.0.0.1:9/repo-x_y")["sources_file"].rpartition("/")[2]
     entry = "Types: deb\nURIs: {}://127.0.0.1:9/repo-x_y/\nSuites: /\nSigned-By: {}\n"
     options = ["-oDir::Etc::SourceList=/dev/null", f"-oDir::Etc::SourceParts={tmp_path}", f"-oDir::State::Lists={tmp_path}"]
     (tmp_path / name).write_text(entry.format("http", "/a.gpg"))
@@ -771,19 +771,21 @@ def test_apt_reads_a_file_of_that_name_and_http_and_https_of_one_path_are_one_re
     assert "http://127.0.0.1:9/repo-x_y/Packages" in targets.stdout.splitlines()
     (tmp_path / "other.sources").write_text(entry.format("https", "/b.gpg"))
     policy = subprocess.run(["apt-cache", *options, "policy"], capture_output=True, text=True, check=False)
-    assert "E: Conflicting values set for option Signed-By regarding source http://127.0.0.1:9/repo-x_y/ /: /a.gpg != /b.gpg" in policy.stderr
-    assert filters.apt_repository("https://127.0.0.1:9/repo-x_y")["name"] == filters.apt_repository("http://127.0.0.1:9/repo-x_y")["name"]
+    assert ("E: Conflicting values set for option Signed-By regarding source http://127.0.0.1:9/repo-x_y/ /:"
+            " /a.gpg != /b.gpg") in policy.stderr
+    https, http = (filters.apt_source_files(f"{scheme}://127.0.0.1:9/repo-x_y") for scheme in ("https", "http"))
+    assert https["name"] == http["name"]
 
 
 @pytest.mark.parametrize("url", ["", "not a url", "https://", "https:///"])
 def test_no_repository_no_name(url):
-    with pytest.raises(AnsibleFilterError, match="apt_repository: "):
-        filters.apt_repository(url)
+    with pytest.raises(AnsibleFilterError, match="apt_source_files: "):
+        filters.apt_source_files(url)
 
 
 def test_a_url_too_long_for_a_file_name_is_refused():
     with pytest.raises(AnsibleFilterError, match=r"too long to name its apt source file \(239 characters, at most 238\)"):
-        filters.apt_repository("https://" + "a" * 239)
+        filters.apt_source_files("https://" + "a" * 239)
 
 
 # --- moving a host to the new names, and a URL to a mirror
@@ -839,7 +841,7 @@ def test_a_host_of_the_old_names_moves_to_the_one_source_and_apt_never_sees_both
     (host.sources / "gpufleet-nvidia-container-toolkit.sources").write_text(f"Types: deb\nURIs: {toolkit}/\nSuites: /\n")
 
     assert host.converge("nvidia-driver", local, text) == ["gpufleet-cuda.sources", "gpufleet-nvidia-driver.sources"]
-    new = filters.apt_repository(local)["sources_file"].rpartition("/")[2]
+    new = filters.apt_source_files(local)["sources_file"].rpartition("/")[2]
     assert sorted(host.files()) == sorted([new, "gpufleet-nvidia-container-toolkit.sources"])
     rc, out, _ = _apt_update(tmp_path / "apt", {new: host.files()[new]})
     assert rc == 0 and re.findall(r"(?m)^[WEN]: .*$", out) == [], out
@@ -847,7 +849,7 @@ def test_a_host_of_the_old_names_moves_to_the_one_source_and_apt_never_sees_both
     assert host.converge("cuda", local, _served(cud["main_source"], signed_repository, keyring)) == []
     assert host.files()[new] == text
     assert host.converge("nvidia-container-toolkit", toolkit, "Types: deb\n") == ["gpufleet-nvidia-container-toolkit.sources"]
-    assert sorted(host.files()) == sorted([new, filters.apt_repository(toolkit)["sources_file"].rpartition("/")[2]])
+    assert sorted(host.files()) == sorted([new, filters.apt_source_files(toolkit)["sources_file"].rpartition("/")[2]])
     for name, url in (("nvidia-driver", local), ("cuda", local), ("nvidia-container-toolkit", toolkit)):
         assert filters.apt_source_plan(host.probe(), name, url)["remove"] == [], name
 
@@ -859,11 +861,11 @@ def test_a_url_moved_to_a_mirror_leaves_no_source_behind_unless_another_role_sti
     public, mirror = NVIDIA_UBUNTU2204, MIRROR["url"]
     for name in ("nvidia-driver", "cuda"):
         host.converge(name, public, f"URIs: {public}/\n")
-    shared = Path(filters.apt_repository(public)["sources_file"]).name
+    shared = Path(filters.apt_source_files(public)["sources_file"]).name
     assert host.converge("cuda", mirror, f"URIs: {mirror}/\n") == []
     assert shared in host.files()
     assert host.converge("nvidia-driver", mirror, f"URIs: {mirror}/\n") == [shared]
-    assert list(host.files()) == [Path(filters.apt_repository(mirror)["sources_file"]).name]
+    assert list(host.files()) == [Path(filters.apt_source_files(mirror)["sources_file"]).name]
 
     lab = Host(tmp_path / "lab")
     (lab.sources / "gpufleet-nvidia-driver.sources").write_text("URIs: http://mirror.gpufleet.lab/debian\n")

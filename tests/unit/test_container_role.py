@@ -50,7 +50,7 @@ NVIDIA_REPOSITORY = "https://nvidia.github.io/libnvidia-container/stable/deb/amd
 # NVIDIA's nvidia-container-toolkit.list, as the install guide fetches it.
 NVIDIA_LIST = "deb https://nvidia.github.io/libnvidia-container/stable/deb/$(ARCH) /\n"
 NVIDIA_KEY_URL = "https://nvidia.github.io/libnvidia-container/gpgkey"
-# One apt source per repository, named after it (gpufleet_filters.apt_repository): its file, and the keyring a key
+# One apt source per repository, named after it (gpufleet_filters.apt_source_files): its file, and the keyring a key
 # URL's key is fetched into.
 SOURCE_FILE = "/etc/apt/sources.list.d/gpufleet-nvidia.github.io_libnvidia--container_stable_deb_amd64.sources"
 FETCHED_KEYRING = "/etc/apt/keyrings/gpufleet-nvidia.github.io_libnvidia--container_stable_deb_amd64.asc"

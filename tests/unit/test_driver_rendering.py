@@ -30,7 +30,7 @@ PREVIOUS_KEYRING = "/etc/apt/keyrings/gpufleet-nvidia-driver.asc"
 
 
 def cuda_sources_file(host: str) -> str:
-    """The one source file of NVIDIA's CUDA repository for ``host`` (gpufleet_filters.apt_repository: the URL without
+    """The one source file of NVIDIA's CUDA repository for ``host`` (gpufleet_filters.apt_source_files: the URL without
     its scheme, / as _, - as --, any other character as -XX; x86_64 is x86-5f64)."""
     return f"/etc/apt/sources.list.d/gpufleet-developer.download.nvidia.com_compute_cuda_repos_{host}_x86-5f64.sources"
 UBUNTU_RELEASES = {"ubuntu2004": "focal", "ubuntu2204": "jammy"}

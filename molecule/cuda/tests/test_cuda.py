@@ -11,7 +11,7 @@ import pytest
 testinfra_hosts = ["ansible://all"]
 
 HOME = "/usr/local/cuda-12.1"
-# One apt source per repository URL, named after it (gpufleet_filters.apt_repository) : the lab's site repository,
+# One apt source per repository URL, named after it (gpufleet_filters.apt_source_files) : the lab's site repository,
 # cuda_repository_url {{ lab_mirror_url }}/site/cuda-12.1/debian12 with lab_mirror_url http://gpufleet-mirror
 # (tests/lab/lab.yml's generated.yml).
 SOURCE = "/etc/apt/sources.list.d/gpufleet-gpufleet--mirror_site_cuda--12.1_debian12.sources"

@@ -61,7 +61,7 @@ def test_unattended_upgrades_blacklist(host):
     assert 'Unattended-Upgrade::Package-Blacklist:: "libcuda1";' in dump
 
 
-# One apt source per repository URL, named after it (gpufleet_filters.apt_repository:
+# One apt source per repository URL, named after it (gpufleet_filters.apt_source_files:
 # http://mirror.gpufleet.lab/debian), and the key URL's key in the repository's keyring file.
 SOURCE = "/etc/apt/sources.list.d/gpufleet-mirror.gpufleet.lab_debian.sources"
 KEYRING = "/etc/apt/keyrings/gpufleet-mirror.gpufleet.lab_debian.asc"
