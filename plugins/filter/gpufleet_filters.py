@@ -161,6 +161,45 @@
     ``userspace_version`` (epoch and revision dropped on both sides); false
     when the module version is unknown.
 
+``url | gpufleet.fleet.apt_source_files``
+    The files of the one apt source gpufleet writes for a repository URL:
+    ``{key, name, sources_file, keyring_file}``. ``key`` is the repository as
+    apt tells repositories apart: the URL without its scheme, its user and
+    password and its trailing slashes (apt's ``URItoFileName`` drops the
+    scheme and the credentials when it names a repository's lists and matches
+    its Release file: http and https of one path are one repository to apt).
+    ``name`` is the key written with the characters apt allows in a
+    sources.list.d file name (letters, digits, ``_``, ``-``, ``.``): ``/``
+    as ``_`` (as in apt's lists names), ``-`` as ``--``, and any other byte
+    as ``-`` and two hex digits (``x86_64``: ``x86-5f64``), so that two keys
+    never share a name. ``sources_file`` is
+    ``/etc/apt/sources.list.d/gpufleet-<name>.sources``; ``keyring_file``,
+    ``/etc/apt/keyrings/gpufleet-<name>.asc``, is where a key fetched from a
+    key URL for it goes. The same URL gives the same files, whichever role
+    asks.
+
+``probe | gpufleet.fleet.apt_source_plan(name, url)``
+    What apt_source's entry point main removes before it writes the source of
+    ``url`` for source user ``name`` (apt_source_name), from the read-only
+    probe of the host (``record<TAB><name><TAB><file>`` lines: the source file
+    each user wrote last; ``source<TAB><file><TAB><URIs>`` lines: every
+    ``gpufleet-*.sources`` and its URIs): ``{sources_file, remove}``.
+    Removed: every other gpufleet source file of the same repository (the
+    files of the old per-role names, ``gpufleet-nvidia-driver.sources``,
+    ``gpufleet-cuda.sources``, whichever role wrote them, so that no apt run
+    sees one repository twice), and the file ``name`` used before (its
+    record, else its old per-role file) when that is another repository's and
+    no other user's record names it (a URL moved to a mirror leaves no
+    source behind).
+
+``claim | gpufleet.fleet.apt_source_conflict(claims, host)``
+    Why a role's source (``claim``: ``{name, caller, description, url,
+    suites, components, architectures, keyring, key_url, settings}``, ``settings`` naming the setting behind each part) cannot
+    share its repository's one source file with the claims of the other
+    roles of the run (the same ``key``): the message that names both roles,
+    each part they give differently with its setting, and the fix; "" when
+    none differs.
+
 ``run | gpufleet.fleet.check_entry``
     A node's entry for the fleet report from the registered result of its
     health-check run (gpu_verify): ``{result, error, unreachable,
@@ -714,12 +753,148 @@ def apt_simulation(output: Any, held: Any = ()) -> dict[str, Any]:
             "kernels": sorted(name for name in installs if name.startswith("linux-image-"))}
 
 
+# --------------------------------------------------------------------------- one apt source per repository
+
+APT_SOURCES_DIR = "/etc/apt/sources.list.d"
+APT_KEYRINGS_DIR = "/etc/apt/keyrings"
+# Linux's NAME_MAX, less "gpufleet-" and ".sources".
+_APT_NAME_MAX = 255 - len("gpufleet-") - len(".sources")
+_APT_NAME_KEEP = re.compile(r"[A-Za-z0-9.]")
+_URL = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*):(?://(?P<authority>[^/]*))?(?P<path>.*)$")
+
+
+def _apt_source_key(url: Any) -> str:
+    """The repository as apt tells repositories apart: no scheme, no user and password, no trailing slash."""
+    match = _URL.match(str(url or "").strip())
+    if not match:
+        raise AnsibleFilterError(f"apt_source_files: {url!r} is not a URL (scheme://host/path)")
+    authority = (match["authority"] or "").rpartition("@")[2]
+    key = authority + match["path"].rstrip("/")
+    if not key.strip("/"):
+        raise AnsibleFilterError(f"apt_source_files: {url!r} names no repository")
+    return key
+
+
+def _apt_file_name(key: str) -> str:
+    """``key`` in the characters of an apt file name, one to one: / as _, - as --, any other byte as -XX."""
+    out = []
+    for char in key:
+        if _APT_NAME_KEEP.match(char):
+            out.append(char)
+        elif char == "/":
+            out.append("_")
+        elif char == "-":
+            out.append("--")
+        else:
+            out.extend(f"-{byte:02x}" for byte in char.encode("utf-8"))
+    return "".join(out)
+
+
+def apt_source_files(url: Any) -> dict[str, str]:
+    """The files of the one apt source of the repository at ``url`` (see the module's docs)."""
+    key = _apt_source_key(url)
+    name = _apt_file_name(key)
+    if len(name) > _APT_NAME_MAX:
+        raise AnsibleFilterError(f"apt_source_files: the repository URL {url} is too long to name its apt source file "
+                                 f"({len(name)} characters, at most {_APT_NAME_MAX}): use a shorter URL (a mirror's)")
+    return {"key": key, "name": name, "sources_file": f"{APT_SOURCES_DIR}/gpufleet-{name}.sources",
+            "keyring_file": f"{APT_KEYRINGS_DIR}/gpufleet-{name}.asc"}
+
+
+def _same_repository(url: Any, key: str) -> bool:
+    try:
+        return _apt_source_key(url) == key
+    except AnsibleFilterError:
+        return False
+
+
+def apt_source_plan(probe: Any, name: Any, url: Any) -> dict[str, Any]:
+    """What entry point main removes before it writes the source of ``url`` for ``name`` (see the module's docs)."""
+    repository = apt_source_files(url)
+    target, name = repository["sources_file"], str(name)
+    lines = probe.splitlines() if isinstance(probe, str) else [str(line) for line in probe or []]
+    records: dict[str, str] = {}
+    sources: dict[str, str] = {}
+    for line in lines:
+        kind, _, rest = line.partition("\t")
+        first, _, second = rest.partition("\t")
+        if kind == "record" and first:
+            records[first] = second.strip()
+        elif kind == "source" and first:
+            # The URIs field: the first URI (gpufleet writes one).
+            sources[first] = (second.split() or [""])[0]
+    remove = {path for path, uri in sources.items() if path != target and _same_repository(uri, repository["key"])}
+    legacy = f"{APT_SOURCES_DIR}/gpufleet-{name}.sources"
+    previous = records.get(name) or (legacy if legacy in sources else "")
+    others = {path for user, path in records.items() if user != name}
+    if previous and previous != target and previous not in others:
+        remove.add(previous)
+    return {"sources_file": target, "remove": sorted(remove)}
+
+
+# The parts of a source that must be alike for two roles to share its one file: (field, how messages call it).
+_APT_SOURCE_PARTS = (("url", "URL"), ("suites", "Suites"), ("components", "Components"),
+                     ("architectures", "Architectures"), ("keyring", "Signed-By"), ("key_url", "key URL"))
+
+
+def _apt_source_part(claim: Mapping[str, Any], field: str) -> Any:
+    value = claim.get(field)
+    if field == "url":
+        return str(value or "").strip().rstrip("/")
+    if isinstance(value, (list, tuple)):
+        return [str(item) for item in value]
+    return "" if value is None else str(value)
+
+
+def _apt_source_shown(value: Any) -> str:
+    if isinstance(value, list):
+        return " ".join(value) or "none"
+    return value or "none"
+
+
+def _apt_source_setting(claim: Mapping[str, Any], field: str) -> str:
+    """`` (<the settings behind the part>)``, or `` (not a setting)`` where the role fixes it."""
+    named = str((claim.get("settings") or {}).get(field) or "")
+    return f" ({named})" if named else " (not a setting)"
+
+
+def apt_source_conflict(claim: Mapping[str, Any], claims: Any, host: Any = "") -> str:
+    """Why ``claim`` cannot share its repository's source file with another role's claim; "" when it can."""
+    key = apt_source_files(claim.get("url"))["key"]
+    for other in as_list(claims):
+        if not isinstance(other, Mapping) or other.get("name") == claim.get("name"):
+            continue
+        if not _same_repository(other.get("url"), key):
+            continue
+        differ = [(field, label) for field, label in _APT_SOURCE_PARTS
+                  if _apt_source_part(claim, field) != _apt_source_part(other, field)]
+        if not differ:
+            continue
+        mine, theirs = claim.get("caller", "?"), other.get("caller", "?")
+
+        parts = "; ".join(
+            f"{label} {_apt_source_shown(_apt_source_part(claim, field))}{_apt_source_setting(claim, field)} for {mine}, "
+            f"{_apt_source_shown(_apt_source_part(other, field))}{_apt_source_setting(other, field)} for {theirs}"
+            for field, label in differ)
+        url, other_url = _apt_source_part(claim, "url"), _apt_source_part(other, "url")
+        also = f", at {other_url}" if other_url != url else ""
+        at = f" on {host}" if host else ""
+        return (f"{mine}{at}: {claim.get('description', 'its repository')} {url} is the repository of {theirs} too "
+                f"({other.get('description', 'its repository')}{also}): apt reads one source per repository "
+                f"({apt_source_files(url)['sources_file']}, written for both), and the two roles give it differently: "
+                f"{parts}. Give both roles the same {', '.join(label for _, label in differ)} for this repository, or "
+                f"give each its own repository URL. Nothing has been changed.")
+    return ""
+
+
 class FilterModule:
     """gpufleet.fleet filters."""
 
     def filters(self) -> dict[str, Any]:
-        return {"as_list": as_list, "as_dict": as_dict, "apt_policy": apt_policy, "apt_stanzas": apt_stanzas,
-                "apt_simulation": apt_simulation, "check_entry": check_entry, "dcgm_exporter_release": dcgm_exporter_release, "debian_version_compare": debian_version_compare,
+        return {"as_list": as_list, "as_dict": as_dict, "apt_policy": apt_policy, "apt_simulation": apt_simulation,
+                "apt_source_files": apt_source_files, "apt_source_conflict": apt_source_conflict,
+                "apt_source_plan": apt_source_plan, "apt_stanzas": apt_stanzas,
+                "check_entry": check_entry, "dcgm_exporter_release": dcgm_exporter_release, "debian_version_compare": debian_version_compare,
                 "delegated_facts": delegated_facts, "dkms_status": dkms_status, "driver_layout": driver_layout, "failed_checks": failed_checks, "fleet_release": fleet_release, "foreign_branches": foreign_branches,
                 "module_version_matches": module_version_matches, "newest_build": newest_build,
                 "package_branch": package_branch, "per_message": per_message, "rejection": rejection,

@@ -15,7 +15,7 @@ checks (which read the CUDA build and say "no GPU" for the rest); their
 JSON results are asserted. The image is
 removed at the end.
 
-What needs NVIDIA's servers or a GPU (the CUDA base image, the NVIDIA Container Toolkit, nvidia-ctk, CDI) is covered by
+What needs outside servers or a GPU (the default Ubuntu base, the NVIDIA Container Toolkit, nvidia-ctk, CDI) is covered by
 tests/unit/test_container_role.py on the rendered configuration.
 """
 

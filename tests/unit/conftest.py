@@ -138,8 +138,29 @@ DRIVER = role_run.Batch(FAKE_FACTS, [
         **role_run.names("nvidia_driver_fabricmanager", "nvidia_driver_kernel_release", "nvidia_driver_module_source",
                          "__nvidia_driver_cuda_keyring", "__nvidia_driver_cuda_keyring_deb"),
         "unattended-upgrades.j2": role_run.template("nvidia_driver", "unattended-upgrades.j2"),
-        "trial_inputs": role_run.apt_source_inputs("nvidia_driver", "preflight.yml", "trial")}),
+        "trial_inputs": role_run.apt_source_inputs("nvidia_driver", "preflight.yml", "trial")}, trial_file="preflight.yml"),
 ])
+
+# The facts roles/cuda reads.
+CUDA_FACTS: dict[str, dict[str, Any]] = {
+    "ubuntu2004": {"distribution": "Ubuntu", "distribution_version": "20.04", "distribution_major_version": "20"},
+    "ubuntu2204": {"distribution": "Ubuntu", "distribution_version": "22.04", "distribution_major_version": "22"},
+    "debian12": {"distribution": "Debian", "distribution_version": "12.7", "distribution_major_version": "12"},
+}
+# roles/cuda's probe.yml on each case's host, then what source.yml gives apt_source's trial and main (and what
+# apt_source writes).
+CUDA = role_run.Batch(CUDA_FACTS, [role_run.import_role("cuda", "probe", skip_apt_source=True)], after=[
+    role_run.expose("apt_source", "hold"),
+    role_run.apt_source_capture("cuda", "source.yml", "main_", also={
+        **role_run.names("__cuda_public_repository_url", "__cuda_repo_os", "__cuda_supported_os"),
+        "trial_inputs": role_run.apt_source_inputs("cuda", "source.yml", "trial")}, trial_file="source.yml"),
+])
+
+
+def cuda_config(host: str, **settings: Any) -> role_run.Outcome:
+    """What roles/cuda resolved on fake host ``host`` (a CUDA_FACTS key; or the message it stopped with); ``settings``:
+    inventory variables."""
+    return CUDA.get(host, **settings)
 
 
 def _driver_case(host: str, source: str = "", preflight: dict[str, Any] | None = None, **overrides: Any) -> dict[str, Any]:

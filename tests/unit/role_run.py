@@ -313,24 +313,38 @@ def apt_source_inputs(role: str, task_file: str, entry_point: str) -> dict:
     return inputs
 
 
-def apt_source_capture(role: str, task_file: str, prefix: str, also: Mapping[str, Any] | None = None) -> dict:
+def apt_source_capture(role: str, task_file: str, prefix: str, also: Mapping[str, Any] | None = None,
+                       trial_file: str | None = None) -> dict:
     """A capture of what roles/<role>/tasks/<task_file> gives apt_source's entry point main, and what main writes.
 
     Captured, templated with the include's ``vars`` as task variables (after
     ``expose("apt_source", ...)``, for apt_source's defaults and vars):
     ``<prefix>inputs`` (each input of the include), ``<prefix>source`` (the
     deb822 source main writes; the trial compares the host's copy with the
-    same template) and ``<prefix>pins``: [{name, text}] of the pins main
-    writes, selected by the loop of its own template task. ``also``: more
-    values to capture in the same task (one task less per host), not
-    reading the include's names.
+    same template), ``<prefix>sources_file`` (its path: one per repository)
+    and ``<prefix>pins``: [{name, text}] of the pins main writes, selected by
+    the loop of its own template task. ``trial_file``: the task file of the
+    role's include of entry point trial, whose ``vars`` join main's (the
+    inputs both take must be given alike, checked): ``trial_claim`` is then
+    the claim the trial makes on the repository (the ``vars`` of trial.yml's
+    task that refuses another role's different claim), templated as there.
+    ``also``: more values to capture in the same task (one task less per
+    host), not reading the include's names.
     """
     include = apt_source_include(role, task_file, "main")
+    task_vars = dict(include["vars"])
     read = " ".join(_strings(also or {}))
     assert not any(name in read for name in include["vars"]), "also's values would see the include's vars"
     values: dict[str, Any] = {**(also or {}), f"{prefix}inputs": names(*include["vars"]),
-                              f"{prefix}source": template("apt_source", "source.sources.j2"), f"{prefix}pins": apt_source_pins()}
-    return capture(values, vars=include["vars"], name=f"Capture what {role} gives apt_source")
+                              f"{prefix}source": template("apt_source", "source.sources.j2"), f"{prefix}pins": apt_source_pins(),
+                              f"{prefix}sources_file": "{{ __apt_source_sources_file }}"}
+    if trial_file is not None:
+        trial_vars = apt_source_include(role, trial_file, "trial")["vars"]
+        differ = [name for name in set(trial_vars) & set(task_vars) if trial_vars[name] != task_vars[name]]
+        assert differ == [], f"roles/{role} gives apt_source's trial and main these inputs differently: {differ}"
+        task_vars.update(trial_vars)
+        values["trial_claim"] = role_task("apt_source", "trial.yml", "Stop when another role")["vars"]["__apt_source_claim"]
+    return capture(values, vars=task_vars, name=f"Capture what {role} gives apt_source")
 
 
 def _strings(value: Any) -> Iterable[str]:

@@ -30,6 +30,7 @@ import functools
 import http.server
 import json
 import os
+import re
 import subprocess
 import threading
 from pathlib import Path
@@ -38,7 +39,8 @@ from typing import Any
 import pytest
 import role_run
 import yaml
-from conftest import FAKE_FACTS, REPO_ROOT, ROLES_DIR, host_tool, load_trusted
+from ansible.errors import AnsibleFilterError
+from conftest import CUDA, FAKE_FACTS, REPO_ROOT, ROLES_DIR, cuda_config, declare_driver, host_tool, load_script, load_trusted
 
 ROLE = ROLES_DIR / "apt_source"
 SPECS = yaml.safe_load((ROLE / "meta" / "argument_specs.yml").read_text())["argument_specs"]
@@ -210,6 +212,8 @@ SOURCE = {"apt_source_caller": "tester", "apt_source_name": "test", "apt_source_
           "apt_source_components": ["contrib", "non-free"], "apt_source_keyring": "/usr/share/keyrings/test.gpg"}
 FLAT = {**SOURCE, "apt_source_url": "https://mirror.example.com/cuda/debian12/x86_64", "apt_source_suites": ["/"],
         "apt_source_components": [], "apt_source_architectures": ["arm64"]}
+# Another role's use of the same repository.
+OTHER_CALLER = {"apt_source_caller": "another", "apt_source_name": "another-test", "apt_source_description": "another repository"}
 
 
 def _stanzas(text: str) -> list[dict[str, str]]:
@@ -230,7 +234,7 @@ def _stanzas(text: str) -> list[dict[str, str]]:
 
 def test_the_source_is_deb822_signed_by_the_keyring():
     text = source_text(SOURCE)
-    assert text.startswith(f"# {role_run.ansible_managed()}\n# tester: the test repository.\n")
+    assert text.startswith(f"# {role_run.ansible_managed()}\n# gpufleet's one source for this repository, shared by every")
     assert _stanzas(text) == [{"Types": "deb", "URIs": "https://mirror.example.com/debian", "Suites": "bookworm bookworm-updates",
                                "Components": "contrib non-free", "Architectures": "amd64",
                                "Signed-By": "/usr/share/keyrings/test.gpg"}]
@@ -242,10 +246,15 @@ def test_a_flat_source_has_a_trailing_slash_and_no_components():
         "Signed-By": "/usr/share/keyrings/test.gpg"}]
 
 
-def test_the_paths_follow_the_name():
+def test_the_source_file_is_the_repositorys_and_its_bytes_name_no_caller():
+    """One file per repository URL, named after it (not after the source user, apt_source_name), with the same bytes
+    whichever role writes it: the roles that install from one repository share it."""
     variables = written(SOURCE)
-    assert variables["__apt_source_sources_file"] == "/etc/apt/sources.list.d/gpufleet-test.sources"
+    assert variables["__apt_source_sources_file"] == "/etc/apt/sources.list.d/gpufleet-mirror.example.com_debian.sources"
     assert variables["__apt_source_origin"] == "mirror.example.com"
+    other = written({**SOURCE, **OTHER_CALLER})
+    assert other["__apt_source_sources_file"] == variables["__apt_source_sources_file"]
+    assert other["source"] == variables["source"]
 
 
 EXACT_PIN = {"name": "cuda", "packages": ["cuda-toolkit-12-1"], "version": "12.1.1-1"}
@@ -315,7 +324,7 @@ def test_the_build_keeps_another_origins_build_of_the_release_out(tmp_path, buil
 
 
 # The cases above, known up front: one run.
-for _inputs in (SOURCE, FLAT, {**FLAT, "apt_source_pins": [EXACT_PIN]}, {**SOURCE, "apt_source_pins": [BUILD_PIN]},
+for _inputs in (SOURCE, FLAT, {**SOURCE, **OTHER_CALLER}, {**FLAT, "apt_source_pins": [EXACT_PIN]}, {**SOURCE, "apt_source_pins": [BUILD_PIN]},
                 *({**SOURCE, "apt_source_pins": [two_origins_pin(_build)]} for _build in ("535.261.03-1~deb12u1", ""))):
     WRITTEN.declare("debian12", **_inputs)
 
@@ -366,6 +375,13 @@ def signed_repository(tmp_path_factory):
         server.shutdown()
 
 
+def _claim(url: str, keyring: str) -> dict[str, Any]:
+    """Another role's claim on a flat repository, as its trial makes it (trial.yml)."""
+    return {"name": "other-test", "caller": "other", "description": "the other repository", "url": url, "suites": ["/"],
+            "components": [], "architectures": ["amd64"], "keyring": keyring, "key_url": "",
+            "settings": {"url": "other_repository_url", "keyring": "other_repository_keyring"}}
+
+
 def _installed(package: str) -> str:
     return subprocess.run(["dpkg-query", "-W", "-f=${Version}", package], capture_output=True, text=True, check=True).stdout
 
@@ -381,6 +397,7 @@ def trials(signed_repository, tmp_path_factory):
             "apt_source_key_url": "", "apt_source_managed": True,
             "apt_source_package": "gpufleet-test-tool", "apt_source_version": "2.0.1", "apt_source_version_name": "test_version",
             "apt_source_show_packages": [],
+            "apt_source_setting_names": {"url": "test_repository_url", "keyring": "test_repository_keyring"},
             # Where the host's copy of the source would be; none, but for the converged case.
             "__apt_source_sources_file": str(root / "absent.sources")}
     # The converged host's copy of the source: the bytes entry point main would write (the same template action).
@@ -401,11 +418,19 @@ def trials(signed_repository, tmp_path_factory):
         "stanzas-all-versions": {"apt_source_show_packages": ["gpufleet-test-tool"], "apt_source_version": ""},
         "converged-stanzas": {"apt_source_package": "apt", "apt_source_version": _installed("apt"),
                               "__apt_source_sources_file": str(written), "apt_source_show_packages": ["apt"]},
+        # Another role of the run claimed this repository: alike, or with another Signed-By (and another scheme).
+        "claimed-alike": {},
+        "claimed-otherwise": {},
+    }
+    claims = {
+        "claimed-alike": [_claim(f"{url}/repo/", str(root / "key.asc"))],
+        "claimed-otherwise": [_claim(f"{url.replace('http:', 'https:')}/repo", "/usr/share/keyrings/other.gpg")],
     }
     out = tmp_path_factory.mktemp("trials")
     inventory = out / "inventory.yml"
     inventory.write_text(yaml.safe_dump({"all": {"hosts": {
-        case: {"ansible_connection": "local", "ansible_python_interpreter": "/usr/bin/python3", "trial_case": {**base, **given}}
+        case: {"ansible_connection": "local", "ansible_python_interpreter": "/usr/bin/python3", "trial_case": {**base, **given},
+               **({"apt_source_claims": claims[case]} if case in claims else {})}
         for case, given in cases.items()}}}))
     plays = [{"name": "Trials", "hosts": "all", "gather_facts": False, "tasks": [
         {"name": "Write the source as entry point main would", "ansible.builtin.template": {
@@ -414,10 +439,12 @@ def trials(signed_repository, tmp_path_factory):
         {"name": "Try the case", "block": [
             {"name": "Include the trial", "ansible.builtin.include_role": {"name": "apt_source", "tasks_from": "trial"},
              "vars": {key: "{{ trial_case['%s'] }}" % key for key in base}},
-            {"name": "Record the trial", "ansible.builtin.set_fact": {"trial_result": {"fact": "{{ apt_source_trial }}", "failed": ""}}},
+            {"name": "Record the trial", "ansible.builtin.set_fact": {"trial_result": {
+                "fact": "{{ apt_source_trial }}", "failed": "", "claims": "{{ apt_source_claims | default([]) }}"}}},
         ], "rescue": [
             {"name": "Record the failure", "ansible.builtin.set_fact": {"trial_result": {
-                "fact": "{{ apt_source_trial | default({}) }}", "failed": "{{ ansible_failed_result.msg }}"}}},
+                "fact": "{{ apt_source_trial | default({}) }}", "failed": "{{ ansible_failed_result.msg }}",
+                "claims": "{{ apt_source_claims | default([]) }}"}}},
         ]},
         {"name": "Write the results", "run_once": True, "ansible.builtin.copy": {
             "content": "{{ dict(ansible_play_hosts_all | zip(ansible_play_hosts_all | map('extract', hostvars, 'trial_result'))) | to_json }}",
@@ -495,7 +522,380 @@ def test_trial_asks_the_host_on_a_converged_host_and_for_the_hosts_own_source(tr
 def test_every_reason_is_said_when_not_ok(trials):
     for case, result in trials.items():
         fact = result["fact"]
+        if case == "claimed-otherwise":
+            continue  # stopped by its claim, before the trial (test_trial_refuses_...)
         assert fact["ok"] is (fact["reason"] == ""), case
         assert (result["failed"] == "") is (fact["message"] == ""), case
         if result["failed"]:
             assert result["failed"] == fact["message"] and result["failed"].startswith(f"tester on {case}: "), case
+
+
+def test_trial_claims_the_repository_and_refuses_another_roles_different_claim(trials, signed_repository):
+    """Each trial of a written source claims its repository for the run (apt_source_claims); a claim of another role on
+    the same repository (https and http of one path are one repository to apt) that gives it otherwise stops the host
+    before the trial reads anything, naming both roles' settings; a claim alike is no problem."""
+    url, root = signed_repository["url"], signed_repository["root"]
+    own = trials["ok"]["claims"]
+    assert [(c["name"], c["caller"], c["url"], c["keyring"]) for c in own] == [
+        ("gpufleet-unit-test", "tester", f"{url}/repo", str(root / "key.asc"))]
+    alike = trials["claimed-alike"]
+    assert alike["failed"] == "" and alike["fact"]["ok"] is True
+    assert sorted(c["name"] for c in alike["claims"]) == ["gpufleet-unit-test", "other-test"]
+    refused = trials["claimed-otherwise"]
+    assert refused["fact"] == {}  # the trial did not run
+    assert [c["name"] for c in refused["claims"]] == ["other-test"]  # and claimed nothing
+    https = url.replace("http:", "https:")
+    assert refused["failed"] == (
+        f"tester on claimed-otherwise: the test repository {url}/repo is the repository of other too (the other repository,"
+        f" at {https}/repo): apt reads one source per repository ({filters.apt_source_files(url + '/repo')['sources_file']},"
+        f" written for both), and the two roles give it differently: URL {url}/repo (test_repository_url) for tester,"
+        f" {https}/repo (other_repository_url) for other; Signed-By {root / 'key.asc'} (test_repository_keyring) for tester,"
+        f" /usr/share/keyrings/other.gpg (other_repository_keyring) for other. Give both roles the same URL, Signed-By for"
+        f" this repository, or give each its own repository URL. Nothing has been changed.")
+
+
+# --------------------------------------------------------------------------- one source per repository URL
+#
+# apt keeps one Release index per repository and refuses two entries of one
+# repository that disagree on an option; a target configured twice it reads
+# twice, with a warning. Published in apt's source (Debian/apt, tag 2.4.0,
+# the apt of Ubuntu 22.04, commit 409ee5821500f140896715a516ec8ffa008de789):
+# apt-pkg/deb/debmetaindex.cc line 354, "Target %s (%s) is configured multiple
+# times in %s and %s" (a warning); line 805, "Conflicting values set for option
+# %s regarding source %s %s: %s != %s" for Signed-By (an error); lines
+# 1171-1208, GetDebReleaseIndexBy: two entries are one repository when
+# URItoFileName of their Release URIs is equal; apt-pkg/contrib/strutl.cc
+# lines 548-565, URItoFileName drops the scheme, the user and the password.
+# The same messages as users meet them: github.com/debops/debops/issues/2381
+# (W: Target Packages (main/binary-amd64/Packages) is configured multiple
+# times ...), github.com/microsoft/linux-package-repositories/issues/69 and
+# github.com/gantsign/ansible-role-visual-studio-code/issues/263 (E:
+# Conflicting values set for option Signed-By regarding source ...: ... != ...,
+# then E: The list of sources could not be read.). File names in
+# sources.list.d: doc/sources.list.5.xml lines 52-56 of the same tag ("may only
+# contain letters (a-z and A-Z), digits (0-9), underscore (_), hyphen (-) and
+# period (.) characters", else apt ignores the file with a notice).
+
+filters = load_script(REPO_ROOT / "plugins" / "filter" / "gpufleet_filters.py")
+NVIDIA_UBUNTU2204 = "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2204/x86_64"
+UBUNTU2204_SOURCE_FILE = ("/etc/apt/sources.list.d/"
+                          "gpufleet-developer.download.nvidia.com_compute_cuda_repos_ubuntu2204_x86-5f64.sources")
+SITE_KEYRING = "/usr/share/keyrings/site-cuda-archive-keyring.gpg"
+MIRROR = {"url": "https://mirror.example.com/cuda/ubuntu2204/x86_64", "key": "https://mirror.example.com/site.asc"}
+
+
+def _apt_update(tmp_path: Path, files: dict[str, str]) -> tuple[int, str, list[str]]:
+    """A real ``apt-get update`` of these sources.list.d files ({name: text}) alone, in a scratch apt state (nothing of
+    this machine's apt is read or written): (exit status, stdout and stderr, the apt options)."""
+    host_tool("apt-get")
+    for part in ("parts", "empty", "lists/partial", "cache/archives/partial"):
+        (tmp_path / part).mkdir(parents=True)
+    for name, text in files.items():
+        (tmp_path / "parts" / name).write_text(text)
+    options = ["-oDir::Etc::SourceList=/dev/null", f"-oDir::Etc::SourceParts={tmp_path / 'parts'}",
+               f"-oDir::State::Lists={tmp_path / 'lists'}", f"-oDir::Cache={tmp_path / 'cache'}", "-oDir::State::status=/dev/null",
+               "-oDir::Etc::Preferences=/dev/null", f"-oDir::Etc::PreferencesParts={tmp_path / 'empty'}",
+               "-oDebug::NoLocking=1", "-oAPT::Sandbox::User=root"]
+    run = subprocess.run(["apt-get", *options, "update"], capture_output=True, text=True, check=False)
+    return run.returncode, run.stdout + run.stderr, options
+
+
+def _served(text: str, repository: dict[str, Any], keyring: str | None = None) -> str:
+    """A rendered source of NVIDIA's ubuntu2204 repository pointed at the signed repository on 127.0.0.1 (and, given
+    ``keyring``, Signed-By it); nothing else of the text changes."""
+    served = text.replace(f"URIs: {NVIDIA_UBUNTU2204}/\n", f"URIs: {repository['url']}/repo/\n")
+    assert served != text, text
+    return re.sub(r"(?m)^Signed-By: .*$", f"Signed-By: {keyring}", served) if keyring else served
+
+
+def test_the_ubuntu_defaults_of_driver_and_cuda_are_one_source_for_a_real_apt(driver, signed_repository, tmp_path):
+    """Ubuntu 22.04's defaults: nvidia_driver (source nvidia) and cuda both install from NVIDIA's CUDA repository
+    ubuntu2204/x86_64, each through apt_source. Rendered the way the roles render them (their includes of apt_source,
+    on fake hosts), pointed at the signed repository on 127.0.0.1 and read by a real apt-get update.
+
+    The regression this guards (issue 27, item 5): one file per role, the names before this release, for one
+    repository makes apt warn on every run that each target is configured twice. Now both roles name one file, with
+    the same bytes, and apt reads the repository once, without a warning."""
+    drv, cud = driver("ubuntu2204", "nvidia"), cuda_config("ubuntu2204")
+    assert drv.failure is None and cud.failure is None
+    assert drv["main_inputs"]["apt_source_url"] == cud["main_inputs"]["apt_source_url"] == NVIDIA_UBUNTU2204
+    assert drv["main_sources_file"] == cud["main_sources_file"] == UBUNTU2204_SOURCE_FILE
+    assert drv["main_source"] == cud["main_source"]
+    keyring = str(signed_repository["root"] / "key.asc")
+
+    # Before: one file per role.
+    before = {"gpufleet-nvidia-driver.sources": _served(drv["main_source"], signed_repository, keyring),
+              "gpufleet-cuda.sources": _served(cud["main_source"], signed_repository, keyring)}
+    rc, out, _ = _apt_update(tmp_path / "before", before)
+    assert rc == 0, out
+    assert re.search(r"(?m)^W: Target Packages \(Packages\) is configured multiple times in \S+/gpufleet-cuda\.sources:1"
+                     r" and \S+/gpufleet-nvidia-driver\.sources:1$", out), out
+
+    # Now: the repository's one file.
+    rc, out, options = _apt_update(tmp_path / "now", {Path(UBUNTU2204_SOURCE_FILE).name: _served(drv["main_source"], signed_repository,
+                                                                                                keyring)})
+    assert rc == 0, out
+    assert re.findall(r"(?m)^[WEN]: .*$", out) == [], out
+    offered = subprocess.run(["apt-cache", *options, "madison", "gpufleet-test-tool"], capture_output=True, text=True, check=True)
+    assert sorted(line.split("|")[1].strip() for line in offered.stdout.splitlines()) == ["2.0.1-1", "2.1.0-1"]
+
+
+def test_two_signed_by_for_one_repository_break_apt_and_are_refused_in_play_1(driver, signed_repository, tmp_path):
+    """The driver keeps cuda-keyring's keyring, cuda is given a site keyring (cuda_repository_keyring): one file per
+    role made every apt run fail (apt's error, read here from a real apt-get update); one file per repository cannot
+    hold both, and the trial's claims stop the host in play 1 instead, naming both roles' settings and the fix."""
+    drv, cud = driver("ubuntu2204", "nvidia"), cuda_config("ubuntu2204", cuda_repository_keyring=SITE_KEYRING)
+    before = {"gpufleet-nvidia-driver.sources": _served(drv["main_source"], signed_repository),
+              "gpufleet-cuda.sources": _served(cud["main_source"], signed_repository)}
+    rc, out, _ = _apt_update(tmp_path, before)
+    assert rc != 0
+    # apt reads gpufleet-cuda.sources first (sources.list.d in name order).
+    assert (f"E: Conflicting values set for option Signed-By regarding source {signed_repository['url']}/repo/ /: "
+            f"{SITE_KEYRING} != /usr/share/keyrings/cuda-archive-keyring.gpg\n") in out, out
+    assert "E: The list of sources could not be read." in out
+
+    assert cud["main_sources_file"] == drv["main_sources_file"]
+    message = filters.apt_source_conflict(cud["trial_claim"], [drv["trial_claim"]], "node1")
+    assert message == (
+        f"cuda on node1: NVIDIA's CUDA repository {NVIDIA_UBUNTU2204} is the repository of nvidia_driver too (the driver"
+        f" repository): apt reads one source per repository ({UBUNTU2204_SOURCE_FILE}, written for both), and the two"
+        f" roles give it differently: Signed-By {SITE_KEYRING} (cuda_repository_keyring, cuda_repository_key_url) for cuda,"
+        f" /usr/share/keyrings/cuda-archive-keyring.gpg (nvidia_driver_repository_keyring, nvidia_driver_repository_key_url)"
+        f" for nvidia_driver. Give both roles the same Signed-By for this repository, or give each its own repository URL."
+        f" Nothing has been changed.")
+    # The driver's trial runs first in play 1; had cuda's, the driver's would say the same from its side.
+    assert filters.apt_source_conflict(drv["trial_claim"], [cud["trial_claim"]]).startswith("nvidia_driver: the driver repository ")
+
+
+def test_the_roles_defaults_and_a_shared_mirror_with_one_key_url_claim_alike(driver):
+    """No refusal where the roles agree: Ubuntu's defaults; one mirror for both with one key URL (the key goes to the
+    repository's keyring file, whichever role fetches it); the lab's two repositories (two URLs, two files)."""
+    drv, cud = driver("ubuntu2204", "nvidia"), cuda_config("ubuntu2204")
+    assert filters.apt_source_conflict(cud["trial_claim"], [drv["trial_claim"]]) == ""
+    drv = driver("ubuntu2204", "nvidia", nvidia_driver_repository_url=MIRROR["url"], nvidia_driver_repository_key_url=MIRROR["key"])
+    cud = cuda_config("ubuntu2204", cuda_repository_url=MIRROR["url"] + "/", cuda_repository_key_url=MIRROR["key"])
+    keyring = "/etc/apt/keyrings/gpufleet-mirror.example.com_cuda_ubuntu2204_x86-5f64.asc"
+    assert drv["trial_claim"]["keyring"] == cud["trial_claim"]["keyring"] == keyring
+    assert drv["main_source"] == cud["main_source"] and f"\nSigned-By: {keyring}\n" in drv["main_source"]
+    assert filters.apt_source_conflict(cud["trial_claim"], [drv["trial_claim"]]) == ""
+    other_key = cuda_config("ubuntu2204", cuda_repository_url=MIRROR["url"], cuda_repository_key_url="https://mirror.example.com/other.asc")
+    message = filters.apt_source_conflict(other_key["trial_claim"], [drv["trial_claim"]], "node1")
+    assert ("the two roles give it differently: key URL https://mirror.example.com/other.asc (cuda_repository_key_url) for cuda,"
+            f" {MIRROR['key']} (nvidia_driver_repository_key_url) for nvidia_driver. Give both roles the same key URL") in message
+    lab_driver = driver("debian12", "debian_nonfree", nvidia_driver_repository_url="http://mirror.gpufleet.lab/debian")
+    lab_cuda = cuda_config("debian12", cuda_repository_url="http://mirror.gpufleet.lab/site/cuda-12.1/debian12")
+    assert lab_driver["main_sources_file"] != lab_cuda["main_sources_file"]
+    assert filters.apt_source_conflict(lab_cuda["trial_claim"], [lab_driver["trial_claim"]]) == ""
+
+
+@pytest.mark.parametrize(("field", "value", "label", "setting"), [
+    ("suites", ["jammy"], "Suites", "nvidia_driver_repository_suites"),
+    ("components", ["main"], "Components", "nvidia_driver_repository_components"),
+    ("architectures", ["arm64"], "Architectures", "not a setting"),
+])
+def test_every_part_of_the_one_source_must_be_alike(driver, field, value, label, setting):
+    """Suites, components and architectures are the file's too: a difference in any is refused, naming its setting."""
+    drv, cud = driver("ubuntu2204", "nvidia"), cuda_config("ubuntu2204")
+    changed = {**drv["trial_claim"], field: value}
+    message = filters.apt_source_conflict(changed, [cud["trial_claim"]])
+    assert f"differently: {label} {' '.join(value)} ({setting}) for nvidia_driver, " in message, message
+    assert f"Give both roles the same {label} for this repository" in message
+
+
+# --- the file's name
+
+
+def _decoded(name: str) -> str:
+    """apt_source_files's name read back: _ is /, -- is -, -XX is a byte (the test's own reading of the rule)."""
+    out, index = bytearray(), 0
+    while index < len(name):
+        char = name[index]
+        if char == "_":
+            out += b"/"
+            index += 1
+        elif char == "-" and name[index + 1] == "-":
+            out += b"-"
+            index += 2
+        elif char == "-":
+            out.append(int(name[index + 1:index + 3], 16))
+            index += 3
+        else:
+            out += char.encode()
+            index += 1
+    return out.decode("utf-8")
+
+
+@pytest.mark.parametrize(("url", "name"), [
+    (NVIDIA_UBUNTU2204, "developer.download.nvidia.com_compute_cuda_repos_ubuntu2204_x86-5f64"),
+    ("https://nvidia.github.io/libnvidia-container/stable/deb/amd64/", "nvidia.github.io_libnvidia--container_stable_deb_amd64"),
+    ("http://mirror.gpufleet.lab/site/cuda-12.1/debian12", "mirror.gpufleet.lab_site_cuda--12.1_debian12"),
+    # apt's identity of a repository: no scheme, no credentials (never in a file name), no trailing slash.
+    ("http://user:secret@10.0.0.5:8080/debian//", "10.0.0.5-3a8080_debian"),
+    ("file:///srv/site-repo", "_srv_site--repo"),
+])
+def test_the_file_is_named_after_the_repository(url, name):
+    repository = filters.apt_source_files(url)
+    assert repository["name"] == name
+    assert repository["sources_file"] == f"/etc/apt/sources.list.d/gpufleet-{name}.sources"
+    assert repository["keyring_file"] == f"/etc/apt/keyrings/gpufleet-{name}.asc"
+    assert re.fullmatch(r"[A-Za-z0-9_.-]+", name)
+    assert _decoded(name) == repository["key"]
+
+
+def test_different_repositories_never_share_a_name():
+    """The name is the key written one to one (read back, it is the key again), so two keys never meet in one name:
+    keys that swap / and _ or - and /, and arbitrary ones."""
+    import random
+
+    keys = ["a.example/b_c", "a.example/b/c", "a.example_b/c", "a.example/b-c", "a.example/b--c", "a.example/b-2dc",
+            "a.example/b%2dc", "a.example/x86_64", "a.example/x86-5f64", "a.example:81/r", "a.example/81/r"]
+    generator = random.Random(27)
+    keys += ["".join(generator.choice("ab/_-.:%~9é") for _ in range(generator.randint(1, 12))) for _ in range(3000)]
+    names = {}
+    for key in set(keys):
+        name = filters._apt_file_name(key)
+        assert _decoded(name) == key
+        assert names.setdefault(name, key) == key, (key, names[name])
+
+
+def test_apt_reads_a_file_of_that_name_and_http_and_https_of_one_path_are_one_repository(tmp_path):
+    """A real apt reads the names this rule makes (no "ignored" notice); and it takes https and http of one path for one
+    repository, refusing them with two Signed-By: hence the scheme is no part of the name."""
+    name = filters.apt_source_files("http://127.0.0.1:9/repo-x_y")["sources_file"].rpartition("/")[2]
+    entry = "Types: deb\nURIs: {}://127.0.0.1:9/repo-x_y/\nSuites: /\nSigned-By: {}\n"
+    options = ["-oDir::Etc::SourceList=/dev/null", f"-oDir::Etc::SourceParts={tmp_path}", f"-oDir::State::Lists={tmp_path}"]
+    (tmp_path / name).write_text(entry.format("http", "/a.gpg"))
+    targets = subprocess.run([host_tool("apt-get"), *options, "indextargets", "--no-release-info", "--format", "$(URI)"],
+                             capture_output=True,
+                             text=True, check=False)
+    assert targets.returncode == 0 and targets.stderr == "", targets.stderr
+    assert "http://127.0.0.1:9/repo-x_y/Packages" in targets.stdout.splitlines()
+    (tmp_path / "other.sources").write_text(entry.format("https", "/b.gpg"))
+    policy = subprocess.run(["apt-cache", *options, "policy"], capture_output=True, text=True, check=False)
+    assert ("E: Conflicting values set for option Signed-By regarding source http://127.0.0.1:9/repo-x_y/ /:"
+            " /a.gpg != /b.gpg") in policy.stderr
+    https, http = (filters.apt_source_files(f"{scheme}://127.0.0.1:9/repo-x_y") for scheme in ("https", "http"))
+    assert https["name"] == http["name"]
+
+
+@pytest.mark.parametrize("url", ["", "not a url", "https://", "https:///"])
+def test_no_repository_no_name(url):
+    with pytest.raises(AnsibleFilterError, match="apt_source_files: "):
+        filters.apt_source_files(url)
+
+
+def test_a_url_too_long_for_a_file_name_is_refused():
+    with pytest.raises(AnsibleFilterError, match=r"too long to name its apt source file \(239 characters, at most 238\)"):
+        filters.apt_source_files("https://" + "a" * 239)
+
+
+# --- moving a host to the new names, and a URL to a mirror
+
+
+PLAN_PROBE = role_run.role_task("apt_source", "plan.yml", "Read gpufleet's apt source files")["ansible.builtin.shell"]
+
+
+class Host:
+    """A host's apt source files and apt_source's records, in a scratch directory: plan.yml's probe runs there for real
+    (its paths moved into the directory), apt_source_plan reads it, and the plan is applied as main applies it."""
+
+    def __init__(self, root: Path) -> None:
+        self.root, self.sources, self.records = root, root / "sources.list.d", root / "records"
+        self.sources.mkdir(parents=True)
+        self.records.mkdir()
+
+    def probe(self) -> str:
+        command = PLAN_PROBE.replace("{{ __apt_source_records_dir }}", str(self.records)).replace(
+            "/etc/apt/sources.list.d", str(self.sources))
+        assert "{{" not in command
+        out = subprocess.run(["bash", "-c", command], capture_output=True, text=True, check=True).stdout
+        return out.replace(str(self.sources), "/etc/apt/sources.list.d")
+
+    def files(self) -> dict[str, str]:
+        return {path.name: path.read_text() for path in sorted(self.sources.iterdir())}
+
+    def converge(self, name: str, url: str, text: str) -> list[str]:
+        """Entry point main's steps on the files for source user ``name``: remove what the plan says, write the
+        repository's file, record it. The removed file names."""
+        plan = filters.apt_source_plan(self.probe(), name, url)
+        for path in plan["remove"]:
+            (self.sources / Path(path).name).unlink()
+        (self.sources / Path(plan["sources_file"]).name).write_text(text)
+        (self.records / name).write_text(plan["sources_file"] + "\n")
+        return [Path(path).name for path in plan["remove"]]
+
+
+def test_a_host_of_the_old_names_moves_to_the_one_source_and_apt_never_sees_both(driver, signed_repository, tmp_path):
+    """A host converged by the release before: gpufleet-nvidia-driver.sources and gpufleet-cuda.sources for NVIDIA's
+    ubuntu2204 repository (and the Container Toolkit's own file). The driver's main, which runs first, removes both
+    before it writes the repository's file, so its index refresh reads the repository once (a real apt-get update of
+    the files as they are then); cuda's main then changes nothing; the toolkit's own file moves to its repository's
+    name; a second run removes nothing."""
+    drv, cud = driver("ubuntu2204", "nvidia"), cuda_config("ubuntu2204")
+    keyring = str(signed_repository["root"] / "key.asc")
+    text = _served(drv["main_source"], signed_repository, keyring)
+    local = f"{signed_repository['url']}/repo"
+    toolkit = "https://nvidia.github.io/libnvidia-container/stable/deb/amd64"
+    host = Host(tmp_path / "host")
+    (host.sources / "gpufleet-nvidia-driver.sources").write_text(text)
+    (host.sources / "gpufleet-cuda.sources").write_text(_served(cud["main_source"], signed_repository, keyring))
+    (host.sources / "gpufleet-nvidia-container-toolkit.sources").write_text(f"Types: deb\nURIs: {toolkit}/\nSuites: /\n")
+
+    assert host.converge("nvidia-driver", local, text) == ["gpufleet-cuda.sources", "gpufleet-nvidia-driver.sources"]
+    new = filters.apt_source_files(local)["sources_file"].rpartition("/")[2]
+    assert sorted(host.files()) == sorted([new, "gpufleet-nvidia-container-toolkit.sources"])
+    rc, out, _ = _apt_update(tmp_path / "apt", {new: host.files()[new]})
+    assert rc == 0 and re.findall(r"(?m)^[WEN]: .*$", out) == [], out
+
+    assert host.converge("cuda", local, _served(cud["main_source"], signed_repository, keyring)) == []
+    assert host.files()[new] == text
+    assert host.converge("nvidia-container-toolkit", toolkit, "Types: deb\n") == ["gpufleet-nvidia-container-toolkit.sources"]
+    assert sorted(host.files()) == sorted([new, filters.apt_source_files(toolkit)["sources_file"].rpartition("/")[2]])
+    for name, url in (("nvidia-driver", local), ("cuda", local), ("nvidia-container-toolkit", toolkit)):
+        assert filters.apt_source_plan(host.probe(), name, url)["remove"] == [], name
+
+
+def test_a_url_moved_to_a_mirror_leaves_no_source_behind_unless_another_role_still_uses_it(tmp_path):
+    """Both roles on NVIDIA's repository; cuda moves to a mirror: the shared file stays (the driver's record names it);
+    then the driver moves too: the old file goes. The lab's two repositories: neither role touches the other's file."""
+    host = Host(tmp_path / "host")
+    public, mirror = NVIDIA_UBUNTU2204, MIRROR["url"]
+    for name in ("nvidia-driver", "cuda"):
+        host.converge(name, public, f"URIs: {public}/\n")
+    shared = Path(filters.apt_source_files(public)["sources_file"]).name
+    assert host.converge("cuda", mirror, f"URIs: {mirror}/\n") == []
+    assert shared in host.files()
+    assert host.converge("nvidia-driver", mirror, f"URIs: {mirror}/\n") == [shared]
+    assert list(host.files()) == [Path(filters.apt_source_files(mirror)["sources_file"]).name]
+
+    lab = Host(tmp_path / "lab")
+    (lab.sources / "gpufleet-nvidia-driver.sources").write_text("URIs: http://mirror.gpufleet.lab/debian\n")
+    (lab.sources / "gpufleet-cuda.sources").write_text("URIs: http://mirror.gpufleet.lab/site/cuda-12.1/debian12/\n")
+    assert lab.converge("cuda", "http://mirror.gpufleet.lab/site/cuda-12.1/debian12", "x") == ["gpufleet-cuda.sources"]
+    assert "gpufleet-nvidia-driver.sources" in lab.files()
+    assert lab.converge("nvidia-driver", "http://mirror.gpufleet.lab/debian", "x") == ["gpufleet-nvidia-driver.sources"]
+
+
+def test_main_removes_the_plan_before_it_writes_and_records_what_it_wrote():
+    """Entry point main's order: the plan (plan.yml), the removal of the caller's replaced files and the plan's, the
+    one source, its record; the index refresh comes after all of them."""
+    names = [task["name"] for task in role_run.tasks_of(load_trusted(ROLE / "tasks" / "main.yml"))]
+    order = ["Plan the files the source replaces", "Remove the files the source replaces", "Write the source",
+             "Record the source file of this source user", "Refresh the package index"]
+    assert [name for name in names if name in order] == order
+    remove = role_run.role_task("apt_source", "main.yml", "Remove the files the source replaces")
+    assert remove["loop"] == "{{ apt_source_replaces + (__apt_source_plan.remove if apt_source_managed | bool else []) }}"
+    record = role_run.role_task("apt_source", "main.yml", "Record the source file of this source user")["ansible.builtin.copy"]
+    assert (record["content"], record["dest"]) == ("{{ __apt_source_sources_file }}\n", "{{ __apt_source_records_dir }}/{{ apt_source_name }}")
+    assert load_trusted(ROLE / "vars" / "main.yml")["__apt_source_records_dir"] == "/var/lib/gpufleet/apt-sources"
+    assert filters.APT_SOURCES_DIR == "/etc/apt/sources.list.d" and f"{filters.APT_SOURCES_DIR}/gpufleet-*.sources" in PLAN_PROBE
+
+
+for _settings in ({}, {"cuda_repository_keyring": SITE_KEYRING},
+                  {"cuda_repository_url": MIRROR["url"] + "/", "cuda_repository_key_url": MIRROR["key"]},
+                  {"cuda_repository_url": MIRROR["url"], "cuda_repository_key_url": "https://mirror.example.com/other.asc"}):
+    CUDA.declare("ubuntu2204", **_settings)
+CUDA.declare("debian12", cuda_repository_url="http://mirror.gpufleet.lab/site/cuda-12.1/debian12")
+declare_driver("ubuntu2204", "nvidia")
+declare_driver("ubuntu2204", "nvidia", nvidia_driver_repository_url=MIRROR["url"], nvidia_driver_repository_key_url=MIRROR["key"])
+declare_driver("debian12", "debian_nonfree", nvidia_driver_repository_url="http://mirror.gpufleet.lab/debian")

@@ -36,7 +36,7 @@ from typing import Any
 import pytest
 import role_run
 import yaml
-from conftest import FAKE_FACTS, host_tool, load_trusted
+from conftest import FAKE_FACTS, host_tool, load_script, load_trusted
 from test_driver_rendering import _isolated_apt_options, apt_index_urls, parse_deb822
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -44,12 +44,18 @@ ROLE = REPO_ROOT / "roles" / "container"
 COMPATIBILITY_FILE = REPO_ROOT / "files" / "compatibility.yml"
 CONTAINERFILE = REPO_ROOT / "roles" / "container" / "files" / "Containerfile.train"
 MATRIX = yaml.safe_load(COMPATIBILITY_FILE.read_text())
+filters = load_script(REPO_ROOT / "plugins" / "filter" / "gpufleet_filters.py")
 
 NVIDIA_REPOSITORY = "https://nvidia.github.io/libnvidia-container/stable/deb/amd64"
 # NVIDIA's nvidia-container-toolkit.list, as the install guide fetches it.
 NVIDIA_LIST = "deb https://nvidia.github.io/libnvidia-container/stable/deb/$(ARCH) /\n"
 NVIDIA_KEY_URL = "https://nvidia.github.io/libnvidia-container/gpgkey"
-FETCHED_KEYRING = "/etc/apt/keyrings/gpufleet-nvidia-container-toolkit.asc"
+# One apt source per repository, named after it (gpufleet_filters.apt_source_files): its file, and the keyring a key
+# URL's key is fetched into.
+SOURCE_FILE = "/etc/apt/sources.list.d/gpufleet-nvidia.github.io_libnvidia--container_stable_deb_amd64.sources"
+FETCHED_KEYRING = "/etc/apt/keyrings/gpufleet-nvidia.github.io_libnvidia--container_stable_deb_amd64.asc"
+# Where releases before it fetched the key: replaced.
+PREVIOUS_KEYRING = "/etc/apt/keyrings/gpufleet-nvidia-container-toolkit.asc"
 TOOLKIT_PACKAGES = ["nvidia-container-toolkit", "nvidia-container-toolkit-base", "libnvidia-container-tools", "libnvidia-container1"]
 # Packages of NVIDIA's repository that the pin must not catch.
 OTHER_PACKAGES = ["nvidia-docker2", "nvidia-container-runtime", "libnvidia-container-dev", "libnvidia-container1-dbg", "docker.io"]
@@ -64,7 +70,7 @@ VALIDATE = role_run.Batch(FAKE_FACTS, [role_run.import_role("container")])
 WITH_SOURCE = role_run.Batch(FAKE_FACTS, [role_run.import_role("container")], after=[
     role_run.expose("apt_source", "hold"),
     role_run.apt_source_capture("container", "repository.yml", "main_", also={
-        "trial_inputs": role_run.apt_source_inputs("container", "repository.yml", "trial")}),
+        "trial_inputs": role_run.apt_source_inputs("container", "repository.yml", "trial")}, trial_file="repository.yml"),
 ])
 # ... or the arguments of the tasks that run commands, templated on the host (registered inputs as task variables).
 _TOOLKIT = role_run.role_task("container", "install.yml", "Install the NVIDIA Container Toolkit")
@@ -154,17 +160,42 @@ def matrix_stack() -> dict[str, str]:
 
 
 def test_containerfile_arg_defaults_are_the_matrix_defaults():
-    """BASE_IMAGE is CUDA <toolkit> + cuDNN <major> runtime, torch is the default release from the CUDA release's index."""
+    """torch is the default release from the CUDA release's index; BASE_IMAGE is the role's default base."""
     args = containerfile_args()
     stack = matrix_stack()
     assert stack == {"torch": "2.5.1", "variant": "cu121", "toolkit": "12.1.1", "cudnn_major": "8"}
-    assert args["BASE_IMAGE"] == f"nvcr.io/nvidia/cuda:{stack['toolkit']}-cudnn{stack['cudnn_major']}-runtime-ubuntu22.04"
+    assert args["BASE_IMAGE"] == load_trusted(ROLE / "vars" / "main.yml")["__container_image_default_base"]
     assert args["TORCH_VERSION"] == stack["torch"]
     assert args["TORCH_VARIANT"] == stack["variant"]
     assert args["TORCH_INDEX_URL"] == f"https://download.pytorch.org/whl/{stack['variant']}"
     assert args["PIP_EXTRA_ARGS"] == ""
     # The default torch release is published for the default variant.
     assert stack["variant"] in MATRIX["pytorch_releases"][stack["torch"]]["variants"]
+
+
+def test_the_default_base_is_one_that_stays():
+    """Not NVIDIA's CUDA image: NVIDIA marks a CUDA image set EOL when the last driver it shipped with goes EOL and
+    deletes the EOL tags (and their layers, so a digest with them) from Docker Hub and NGC after six months (its
+    "Container Support Policy", gitlab.com/nvidia/container-images/cuda doc/support-policy.md, mirrored in
+    github.com/pranavmishra90/nvidia-container-images-cuda at 60a1c892e6b996382e182b4654e0a3f31aeedbee); its EOL chart
+    there (doc/container_tags.xlsx) marks CUDA 12.1.1 with R470 (EOL 2024-07-01) alone, and R535 went EOL on
+    2026-06-01. The default is Ubuntu 22.04, the image NVIDIA's own 12.1.1 base is built FROM (dist/12.1.1/ubuntu2204/
+    base/Dockerfile there: "FROM ubuntu:22.04"), whose standard support runs to April 2027 (ubuntu.com/about/
+    release-cycle), named in full for podman. torch's cu121 wheels bring the CUDA runtime, cuDNN and NCCL themselves
+    (the matrix's bundled builds), and the image keeps what NVIDIA's base told the container runtime (ENV
+    NVIDIA_VISIBLE_DEVICES all, NVIDIA_DRIVER_CAPABILITIES compute,utility, the same Dockerfile)."""
+    base = containerfile_args()["BASE_IMAGE"]
+    assert base == "docker.io/library/ubuntu:22.04"
+    assert not base.startswith(("nvcr.io/nvidia/cuda", "nvidia/cuda", "docker.io/nvidia/cuda"))
+    text = CONTAINERFILE.read_text()
+    assert "ENV NVIDIA_VISIBLE_DEVICES=all \\\n    NVIDIA_DRIVER_CAPABILITIES=compute,utility\n" in text
+    # torch's cu121 wheels bring the CUDA user space: the matrix records what they bundle for the default release.
+    assert MATRIX["pytorch_releases"][matrix_stack()["torch"]]["bundled"]["cu121"] == {"cudnn": "9.1.0.70", "nccl": "2.21.5"}
+    # Every stack builds on it; a CPU-only image needs no CUDA release for it either.
+    for settings in ({}, {"container_image_torch_variant": "cpu", "container_image_cuda_release": "9.9"}):
+        cfg = cfg_for("ubuntu2204", container_build_image=True, **settings)
+        assert cfg.failure is None, cfg.failure
+        assert cfg["__container_image_build_args"]["BASE_IMAGE"] == base
 
 
 def test_arg_parser_reads_quotes_and_redeclarations(tmp_path):
@@ -233,7 +264,10 @@ def test_defaults_pass_validation(host):
     assert cfg["__container_nvidia_runtimes"] == ["docker"]
     assert cfg["__container_repo_url"] == NVIDIA_REPOSITORY
     assert cfg["__container_key_url"] == NVIDIA_KEY_URL
-    assert cfg["__container_keyring"] == FETCHED_KEYRING
+    written = WITH_SOURCE.get(host)
+    assert written["main_inputs"]["apt_source_keyring"] == FETCHED_KEYRING
+    assert written["main_sources_file"] == SOURCE_FILE
+    assert written["main_inputs"]["apt_source_replaces"] == [PREVIOUS_KEYRING]
 
 
 @pytest.mark.parametrize("host", HOSTS)
@@ -256,7 +290,7 @@ def test_apt_reads_the_same_indexes_as_nvidias_list(tmp_path, host):
     """apt derives the same Packages index from the rendered source as from NVIDIA's own list (apt expands $(ARCH))."""
     (tmp_path / "ours").mkdir()
     (tmp_path / "theirs").mkdir()
-    ours = apt_index_urls(tmp_path / "ours", {"gpufleet-nvidia-container-toolkit.sources": source_text(WITH_SOURCE.get(host))})
+    ours = apt_index_urls(tmp_path / "ours", {SOURCE_FILE.rpartition("/")[2]: source_text(WITH_SOURCE.get(host))})
     theirs = apt_index_urls(tmp_path / "theirs", {"nvidia-container-toolkit.list": NVIDIA_LIST.replace("$(ARCH)", "amd64")})
     assert ours == theirs
     assert ours and all(url.startswith(NVIDIA_REPOSITORY + "/") for url in ours)
@@ -281,11 +315,20 @@ def test_mirror_with_baked_keyring():
 
 
 def test_mirror_with_its_own_key_url():
-    """A mirror re-signed with the site's key: the key is fetched to the same managed keyring path."""
+    """A mirror re-signed with the site's key: the key is fetched into the mirror repository's keyring file (one per
+    repository, whichever role fetches it), in its one source file."""
     cfg = WITH_SOURCE.get("ubuntu2204", **KEYED_MIRROR)
     assert cfg.failure is None
     assert cfg["__container_key_url"] == "https://mirror.example.com/key.asc"
-    assert one_stanza(source_text(cfg))["Signed-By"] == FETCHED_KEYRING
+    assert one_stanza(source_text(cfg))["Signed-By"] == "/etc/apt/keyrings/gpufleet-mirror.example.com_nct.asc"
+    assert cfg["main_sources_file"] == "/etc/apt/sources.list.d/gpufleet-mirror.example.com_nct.sources"
+
+
+def test_a_keyring_at_the_previous_path_is_not_replaced():
+    """A site keyring that happens to lie where earlier releases fetched the key is the source's Signed-By: kept."""
+    cfg = WITH_SOURCE.get("ubuntu2204", **{**BAKED_MIRROR, "container_nvidia_toolkit_repository_keyring": PREVIOUS_KEYRING})
+    assert one_stanza(source_text(cfg))["Signed-By"] == PREVIOUS_KEYRING
+    assert cfg["main_inputs"]["apt_source_replaces"] == []
 
 
 @pytest.mark.parametrize("host", HOSTS)
@@ -294,10 +337,10 @@ def test_the_trial_tries_the_source_repository_yml_writes(host):
     cfg = WITH_SOURCE.get(host, **MIRROR)
     trial, main = cfg["trial_inputs"], cfg["main_inputs"]
     assert {k: v for k, v in trial.items() if k in main} == {k: v for k, v in main.items() if k in trial}
-    assert set(main) - set(trial) == {"apt_source_pins"}
+    assert set(main) - set(trial) == {"apt_source_pins", "apt_source_replaces"}
     assert trial["apt_source_architectures"] == ["amd64"] and trial["apt_source_key_url"] == NVIDIA_KEY_URL
     assert (trial["apt_source_package"], trial["apt_source_version"], trial["apt_source_version_name"]) == (
-        "nvidia-container-toolkit", "1.17.8-1", "container_nvidia_toolkit_version")
+        "nvidia-container-toolkit", "1.19.1-1", "container_nvidia_toolkit_version")
     assert trial["apt_source_url_name"] == "container_nvidia_toolkit_repository_url"
 
 
@@ -320,9 +363,35 @@ def test_pin_holds_the_four_toolkit_packages_at_the_version(version):
     assert tasks["selection_loop"] == TOOLKIT_PACKAGES
 
 
-def test_default_version_is_the_documented_one():
-    """The default is a released toolkit in NVIDIA's X.Y.Z-1 form."""
-    assert load_trusted(ROLE / "defaults" / "main.yml")["container_nvidia_toolkit_version"] == "1.17.8-1"
+def test_default_version_is_the_release_of_nvidias_latest_security_bulletin():
+    """The default is 1.19.1-1: the updated version NVIDIA's latest Container Toolkit security bulletin names
+    ("Security Bulletin: NVIDIA Container Toolkit - June 2026", CVE-2026-24260, "All versions up to and including
+    1.19.0" affected, updated version 1.19.1: github.com/NVIDIA/product-security 2026/5850/5850.md at
+    dbb4ada053156ea7f41a15229c7b85e2380b3b87; the CVE record, CVEProject cvelistV5
+    cves/2026/24xxx/CVE-2026-24260.json, says the same), with the package revision 1 of that tag
+    (github.com/NVIDIA/nvidia-container-toolkit versions.mk at v1.19.1, 09ceee5dde66ba9ce25c7cc69b1ebd5e6e3266fa:
+    LIB_VERSION 1.19.1, PACKAGE_REVISION 1). The previous default, 1.17.8-1 (the July 2025 bulletin's fix), is
+    affected."""
+    default = load_trusted(ROLE / "defaults" / "main.yml")["container_nvidia_toolkit_version"]
+    assert default == "1.19.1-1"
+    spec = yaml.safe_load((ROLE / "meta" / "argument_specs.yml").read_text())["argument_specs"]["main"]["options"]
+    assert spec["container_nvidia_toolkit_version"]["default"] == default
+    affected_up_to = "1.19.0"
+    assert filters.debian_version_compare(default, affected_up_to + "-1") > 0
+    assert filters.debian_version_compare("1.17.8-1", affected_up_to + "-9") < 0
+
+
+@pytest.mark.parametrize(("version", "flag"), [("1.17.8-1", False), ("1.18.2-1", False), ("1.19.0~rc.5-1", True),
+                                               ("1.19.1-1", True), ("1.20.0-1", True)])
+def test_cdi_spec_keeps_the_schema_the_distributions_engines_read(version, flag):
+    """From 1.19.0 (rc.4 added additional GIDs for device nodes) nvidia-ctk writes CDI spec v0.7.0 by default, which
+    podman reads from 5.1.0 and docker from 26.1.0 on (NVIDIA's release notes, Container Toolkit 1.19.1, "Known
+    Issues": github.com/NVIDIA/cloud-native-docs container-toolkit/release-notes.md at
+    52dcb7b8d956784344e241df476de17094a4574c); Debian 12's podman is 4.3. The feature flag NVIDIA names there keeps
+    the older schema; older toolkits, which have no such flag, are not given it."""
+    argv = WITH_TASKS.get("ubuntu2204", container_nvidia_toolkit_version=version)["generate_argv"]
+    assert argv[:4] == ["nvidia-ctk", "cdi", "generate", "--output=/tmp/gpufleet-cdi.x/nvidia.yaml"]
+    assert argv[4:] == (["--feature-flag=no-additional-gids-for-device-nodes"] if flag else [])
 
 
 def test_apt_accepts_the_rendered_pin(tmp_path):
@@ -413,7 +482,8 @@ def test_cdi_is_generated_only_where_the_driver_is_loaded():
     # The block's when, templated on the host (not in check mode) with the stat's result.
     assert cfg["cdi_when_True"] is True
     assert cfg["cdi_when_False"] is False
-    assert cfg["generate_argv"] == ["nvidia-ctk", "cdi", "generate", "--output=/tmp/gpufleet-cdi.x/nvidia.yaml"]
+    assert cfg["generate_argv"] == ["nvidia-ctk", "cdi", "generate", "--output=/tmp/gpufleet-cdi.x/nvidia.yaml",
+                                    "--feature-flag=no-additional-gids-for-device-nodes"]
     install = _INSTALL_CDI["ansible.builtin.copy"]
     assert cfg["cdi_dest"] == "/etc/cdi/nvidia.yaml" and install["mode"] == "0644" and install["remote_src"] is True
     cleanup = role_run.role_task("container", "configure.yml", "Remove the CDI scratch directory")
@@ -435,7 +505,7 @@ def test_lab_image_settings_follow_the_pytorch_role():
     cfg = cfg_for("debian12", **LAB_IMAGE)
     assert cfg.failure is None
     assert cfg["__container_image_build_args"] == {
-        "BASE_IMAGE": "nvcr.io/nvidia/cuda:12.1.1-cudnn8-runtime-ubuntu22.04",
+        "BASE_IMAGE": "docker.io/library/ubuntu:22.04",
         "TORCH_VERSION": "2.3.1",
         "TORCH_VARIANT": "",
         "TORCH_INDEX_URL": "https://pypi.org/simple",
@@ -495,7 +565,7 @@ def test_build_command_passes_every_build_arg():
                         "--label", "org.gpufleet.inputs=abc"]
     assert argv[-1] == "."
     assert "--build-arg=PIP_EXTRA_ARGS=--proxy http://proxy:3128" in argv
-    assert "--build-arg=BASE_IMAGE=nvcr.io/nvidia/cuda:12.1.1-cudnn8-runtime-ubuntu22.04" in argv
+    assert "--build-arg=BASE_IMAGE=docker.io/library/ubuntu:22.04" in argv
     assert cfg["build_chdir"] == "/opt/gpufleet/container-build"
 
 
@@ -626,11 +696,19 @@ for _overrides, _ in BAD_IMAGE_INPUT:
 VALIDATE.declare("ubuntu2204", **MERGED_IMAGE_INPUT)
 VALIDATE.declare("ubuntu2204", container_build_image=True, **MERGED_IMAGE_INPUT)
 VALIDATE.declare("ubuntu2204", **EVERY_PROBLEM)
+VALIDATE.declare("ubuntu2204", container_build_image=True)
+VALIDATE.declare("ubuntu2204", container_build_image=True, container_image_torch_variant="cpu", container_image_cuda_release="9.9")
 VALIDATE.declare(ROCKY)
 WITH_SOURCE.declare("debian12", **BAKED_MIRROR)
 WITH_SOURCE.declare("ubuntu2204", **KEYED_MIRROR)
+WITH_SOURCE.declare("ubuntu2204", **{**BAKED_MIRROR, "container_nvidia_toolkit_repository_keyring": PREVIOUS_KEYRING})
+for _host in HOSTS:
+    WITH_SOURCE.declare(_host)
+    WITH_SOURCE.declare(_host, **MIRROR)
 for _version in ("1.17.8-1", "1.18.1-1", "1.19.0~rc.5-1"):
     WITH_SOURCE.declare("ubuntu2204", container_nvidia_toolkit_version=_version)
+    WITH_TASKS.declare("ubuntu2204", container_nvidia_toolkit_version=_version)
+for _version in ("1.18.2-1", "1.19.1-1", "1.20.0-1"):
     WITH_TASKS.declare("ubuntu2204", container_nvidia_toolkit_version=_version)
 for _settings in ({}, KUBERNETES, IMAGE_BUILD):
     WITH_TASKS.declare("ubuntu2204", **_settings)

@@ -17,31 +17,19 @@ from pathlib import Path
 import pytest
 import role_run
 import yaml
+from conftest import CUDA, CUDA_FACTS, cuda_config
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MATRIX = yaml.safe_load((REPO_ROOT / "files" / "compatibility.yml").read_text())
 CUDA_ROLE = REPO_ROOT / "roles" / "cuda"
 CUDA_RELEASES = MATRIX["cuda_releases"]
 
-FACTS = {
-    "ubuntu2004": {"distribution": "Ubuntu", "distribution_version": "20.04", "distribution_major_version": "20"},
-    "ubuntu2204": {"distribution": "Ubuntu", "distribution_version": "22.04", "distribution_major_version": "22"},
-    "debian12": {"distribution": "Debian", "distribution_version": "12.7", "distribution_major_version": "12"},
-}
-
-
-# probe.yml on each case's host, then what source.yml gives apt_source's trial and main (and what apt_source writes).
-CUDA = role_run.Batch(FACTS, [role_run.import_role("cuda", "probe", skip_apt_source=True)], after=[
-    role_run.expose("apt_source", "hold"),
-    role_run.apt_source_capture("cuda", "source.yml", "main_", also={
-        **role_run.names("__cuda_public_repository_url", "__cuda_repo_os", "__cuda_supported_os"),
-        "trial_inputs": role_run.apt_source_inputs("cuda", "source.yml", "trial")}),
-])
+FACTS = CUDA_FACTS
 
 
 def cuda(host: str, **settings) -> role_run.Outcome:
     """What roles/cuda resolved on fake host ``host`` (or the message it stopped with); ``settings``: inventory variables."""
-    return CUDA.get(host, **settings)
+    return cuda_config(host, **settings)
 
 
 # NVIDIA publishes no CUDA 12.1 for Debian 12 (its debian12 directory starts
@@ -138,6 +126,8 @@ def test_sources_file_is_flat_and_signed(host):
 
 KEYED = {"cuda_repository_url": "https://mirror.example.com/cuda", "cuda_repository_key_url": "https://mirror.example.com/k.asc"}
 BAKED = {"cuda_repository_keyring": "/usr/share/keyrings/mirror.gpg"}
+KEYED_KEYRING = "/etc/apt/keyrings/gpufleet-mirror.example.com_cuda.asc"
+PREVIOUS_KEYRING = "/etc/apt/keyrings/gpufleet-cuda.asc"
 
 
 @pytest.mark.parametrize("host", list(FACTS))
@@ -145,9 +135,11 @@ def test_the_keyring_package_signs_unless_a_key_or_keyring_is_given(host):
     url = SITE_URL if host == "debian12" else cuda(host)["__cuda_public_repository_url"]
     inputs = cuda_inputs(host, **usable(host))
     assert inputs["apt_source_keyring_deb_url"] == f"{url}/cuda-keyring_1.1-1_all.deb"
-    assert inputs["apt_source_replaces"] == [f"/etc/apt/sources.list.d/cuda-{host}-x86_64.list"]
+    # cuda-keyring's own list for the repository, and where earlier releases fetched a key URL's key.
+    assert inputs["apt_source_replaces"] == [f"/etc/apt/sources.list.d/cuda-{host}-x86_64.list", PREVIOUS_KEYRING]
+    # A key URL's key goes to the repository's keyring file (one per repository, whichever role fetches it).
     keyed = cuda_inputs(host, **KEYED)
-    assert (keyed["apt_source_keyring_deb_url"], keyed["apt_source_keyring"]) == ("", "/etc/apt/keyrings/gpufleet-cuda.asc")
+    assert (keyed["apt_source_keyring_deb_url"], keyed["apt_source_keyring"]) == ("", KEYED_KEYRING)
     baked = cuda_inputs(host, **BAKED, **usable(host))
     assert (baked["apt_source_keyring_deb_url"], baked["apt_source_keyring"]) == ("", "/usr/share/keyrings/mirror.gpg")
 

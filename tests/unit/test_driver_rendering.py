@@ -25,6 +25,14 @@ from conftest import FAKE_FACTS, declare_driver, host_tool
 VERSION = "535.261.03"
 CUDA_REPOS = "https://developer.download.nvidia.com/compute/cuda/repos"
 CUDA_KEYRING = "/usr/share/keyrings/cuda-archive-keyring.gpg"
+# Where releases before one apt source per repository fetched a key URL's key: replaced.
+PREVIOUS_KEYRING = "/etc/apt/keyrings/gpufleet-nvidia-driver.asc"
+
+
+def cuda_sources_file(host: str) -> str:
+    """The one source file of NVIDIA's CUDA repository for ``host`` (gpufleet_filters.apt_source_files: the URL without
+    its scheme, / as _, - as --, any other character as -XX; x86_64 is x86-5f64)."""
+    return f"/etc/apt/sources.list.d/gpufleet-developer.download.nvidia.com_compute_cuda_repos_{host}_x86-5f64.sources"
 UBUNTU_RELEASES = {"ubuntu2004": "focal", "ubuntu2204": "jammy"}
 
 # Every (fake host, nvidia_driver_source) combination files/compatibility.yml supports.
@@ -341,8 +349,11 @@ def test_nvidia_repository_layout(driver, host):
     # What repository.yml has apt_source download and which of cuda-keyring's files it replaces.
     inputs = driver_inputs(cfg)
     assert inputs["apt_source_keyring_deb_url"] == f"{url}/cuda-keyring_1.1-1_all.deb"
-    assert inputs["apt_source_replaces"] == [f"/etc/apt/sources.list.d/cuda-{host}-x86_64.list"]
+    # cuda-keyring's own list, and where earlier releases fetched a key URL's key (now the repository's keyring file).
+    assert inputs["apt_source_replaces"] == [f"/etc/apt/sources.list.d/cuda-{host}-x86_64.list", PREVIOUS_KEYRING]
     assert inputs["apt_source_key_url"] == "" and inputs["apt_source_keyring"] == CUDA_KEYRING
+    # One source per repository, named after it: the file the cuda role writes for the same URL.
+    assert cfg["main_sources_file"] == cuda_sources_file(host)
 
 
 @pytest.mark.parametrize("host", ["ubuntu2004", "ubuntu2204", "debian12"])
@@ -367,7 +378,7 @@ def test_nvidia_sources_file_is_a_flat_repository(driver, host):
 def test_nvidia_sources_file_reads_as_the_real_index_url(driver, host, tmp_path):
     """apt derives from the rendered file the one index NVIDIA really publishes, e.g. .../ubuntu2204/x86_64/Packages."""
     cfg = driver(host, "nvidia")
-    urls = apt_index_urls(tmp_path, {"gpufleet-nvidia-driver.sources": source_text(cfg)})
+    urls = apt_index_urls(tmp_path, {Path(cfg["main_sources_file"]).name: source_text(cfg)})
     assert urls == [f"{CUDA_REPOS}/{host}/x86_64/Packages"]
 
 
@@ -456,13 +467,15 @@ def test_canonical_mirror_gets_a_managed_source(driver):
 @pytest.mark.parametrize(
     ("overrides", "keyring"),
     [
-        ({"nvidia_driver_repository_key_url": "https://mirror.example.com/gpg.asc"}, "/etc/apt/keyrings/gpufleet-nvidia-driver.asc"),
+        ({"nvidia_driver_repository_key_url": "https://mirror.example.com/gpg.asc"},
+         "/etc/apt/keyrings/gpufleet-mirror.example.com_debian.asc"),
         ({"nvidia_driver_repository_keyring": "/usr/share/keyrings/corp-archive-keyring.gpg"}, "/usr/share/keyrings/corp-archive-keyring.gpg"),
     ],
     ids=["key-url", "baked-keyring"],
 )
 def test_mirror_key_settings_choose_signed_by(driver, overrides, keyring):
-    """A mirror key URL is fetched into /etc/apt/keyrings; a keyring already on the host is used as it is."""
+    """A mirror key URL is fetched into /etc/apt/keyrings, to the mirror repository's keyring file (one per repository,
+    whichever role fetches it); a keyring already on the host is used as it is."""
     cfg = driver("debian12", "debian_nonfree", nvidia_driver_repository_url="https://mirror.example.com/debian", **overrides)
     assert cfg.failure is None
     assert sources_stanza(cfg)["Signed-By"] == keyring
@@ -478,7 +491,7 @@ def test_mirror_key_without_mirror_url_is_rejected(driver):
 def test_canonical_mirror_reads_as_the_real_index_urls(driver, tmp_path):
     """apt derives restricted/binary-amd64 indexes of all three pockets from the rendered mirror source."""
     cfg = driver("ubuntu2204", "ubuntu", nvidia_driver_repository_url="http://mirror.example.com/ubuntu/")
-    urls = apt_index_urls(tmp_path, {"gpufleet-nvidia-driver.sources": source_text(cfg)})
+    urls = apt_index_urls(tmp_path, {Path(cfg["main_sources_file"]).name: source_text(cfg)})
     assert [u for u in urls if "binary-amd64" in u] == sorted(
         f"http://mirror.example.com/ubuntu/dists/{suite}/restricted/binary-amd64/Packages"
         for suite in ("jammy", "jammy-updates", "jammy-security")
@@ -747,7 +760,7 @@ def test_debian_source_beside_the_installer_sources_list(driver, tmp_path):
     apt only warns that non-free-firmware is now configured twice.
     """
     cfg = driver("debian12", "debian_nonfree")
-    urls = apt_index_urls(tmp_path, {"gpufleet-nvidia-driver.sources": source_text(cfg)},
+    urls = apt_index_urls(tmp_path, {Path(cfg["main_sources_file"]).name: source_text(cfg)},
                           sources_list=DEBIAN_INSTALLER_SOURCES_LIST)
     assert "http://deb.debian.org/debian/dists/bookworm/non-free/binary-amd64/Packages" in urls
 

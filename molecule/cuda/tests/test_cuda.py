@@ -11,6 +11,10 @@ import pytest
 testinfra_hosts = ["ansible://all"]
 
 HOME = "/usr/local/cuda-12.1"
+# One apt source per repository URL, named after it (gpufleet_filters.apt_source_files) : the lab's site repository,
+# cuda_repository_url {{ lab_mirror_url }}/site/cuda-12.1/debian12 with lab_mirror_url http://gpufleet-mirror
+# (tests/lab/lab.yml's generated.yml).
+SOURCE = "/etc/apt/sources.list.d/gpufleet-gpufleet--mirror_site_cuda--12.1_debian12.sources"
 
 
 def test_toolkit_metapackage_pinned_and_held(host):
@@ -31,11 +35,15 @@ def test_never_the_cuda_metapackage_nor_a_driver(host):
 def test_repository_signed_by_cuda_keyring(host):
     assert host.package("cuda-keyring").is_installed
     assert host.file("/usr/share/keyrings/cuda-archive-keyring.gpg").exists
-    src = host.file("/etc/apt/sources.list.d/gpufleet-cuda.sources").content_string
+    src = host.file(SOURCE).content_string
+    assert "URIs: http://gpufleet-mirror/site/cuda-12.1/debian12/" in src
     assert "Suites: /" in src
     assert "Signed-By: /usr/share/keyrings/cuda-archive-keyring.gpg" in src
-    # cuda-keyring's own list (the fixture's, for the site repository) is replaced by the managed source.
+    # cuda-keyring's own list (the fixture's, for the site repository) is replaced by the managed source, and so is
+    # the file name of earlier releases.
     assert not host.file("/etc/apt/sources.list.d/cuda-debian12-x86_64.list").exists
+    assert not host.file("/etc/apt/sources.list.d/gpufleet-cuda.sources").exists
+    assert host.file("/var/lib/gpufleet/apt-sources/cuda").content_string == SOURCE + "\n"
 
 
 def test_usr_local_cuda_is_the_12_1_alternative(host):

@@ -61,15 +61,25 @@ def test_unattended_upgrades_blacklist(host):
     assert 'Unattended-Upgrade::Package-Blacklist:: "libcuda1";' in dump
 
 
+# One apt source per repository URL, named after it (gpufleet_filters.apt_source_files:
+# http://mirror.gpufleet.lab/debian), and the key URL's key in the repository's keyring file.
+SOURCE = "/etc/apt/sources.list.d/gpufleet-mirror.gpufleet.lab_debian.sources"
+KEYRING = "/etc/apt/keyrings/gpufleet-mirror.gpufleet.lab_debian.asc"
+
+
 def test_repository_is_signed_by_fetched_key(host):
-    src = host.file("/etc/apt/sources.list.d/gpufleet-nvidia-driver.sources").content_string
+    src = host.file(SOURCE).content_string
     assert "URIs: http://mirror.gpufleet.lab/debian" in src
     assert "Components: contrib non-free non-free-firmware" in src
-    assert "Signed-By: /etc/apt/keyrings/gpufleet-nvidia-driver.asc" in src
+    assert f"Signed-By: {KEYRING}" in src
     assert "trusted" not in src
-    key = host.file("/etc/apt/keyrings/gpufleet-nvidia-driver.asc")
+    key = host.file(KEYRING)
     assert key.user == "root" and key.mode == 0o644
     assert "BEGIN PGP PUBLIC KEY BLOCK" in key.content_string
+    # The names of earlier releases are gone, and the record says which file the driver wrote.
+    assert not host.file("/etc/apt/sources.list.d/gpufleet-nvidia-driver.sources").exists
+    assert not host.file("/etc/apt/keyrings/gpufleet-nvidia-driver.asc").exists
+    assert host.file("/var/lib/gpufleet/apt-sources/nvidia-driver").content_string == SOURCE + "\n"
 
 
 def test_nouveau_blacklisted(host):

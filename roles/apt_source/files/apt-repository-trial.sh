@@ -9,7 +9,9 @@
 #   TRIAL_KEY_URL          a key to fetch and sign with ("" = the source's Signed-By)
 #   TRIAL_KEYRING_DEB_URL  a cuda-keyring .deb whose keyring signs ("" = none)
 #   TRIAL_PACKAGE          the package whose offered versions are printed
-#   TRIAL_OWN_FILE         the role's own source file, left out of the host's
+#   TRIAL_OWN_FILE         the source's own file, left out of the host's
+#   TRIAL_REPLACED         the files the source replaces (space-separated),
+#                          left out of the host's too ("" = none)
 #   TRIAL_SHOW             packages whose stanzas are printed after the madison
 #                          lines, below a line "[stanzas]" ("" = none)
 #   TRIAL_SHOW_VERSION     only their versions of this upstream version ("" = all)
@@ -105,7 +107,9 @@ fi
 # Beside the host's own sources: apt parses them all (nothing is downloaded).
 mkdir -p "$tmp/host-parts"
 for f in /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources; do
-  [ -e "$f" ] && [ "$f" != "${TRIAL_OWN_FILE:-}" ] && cp "$f" "$tmp/host-parts/"
+  [ -e "$f" ] && [ "$f" != "${TRIAL_OWN_FILE:-}" ] || continue
+  case " ${TRIAL_REPLACED:-} " in *" $f "*) continue ;; esac
+  cp "$f" "$tmp/host-parts/"
 done
 cp "$tmp/parts/trial.sources" "$tmp/host-parts/$(basename "${TRIAL_OWN_FILE:-gpufleet.sources}")"
 out=$(apt-cache -o "Dir::Etc::SourceParts=$tmp/host-parts" -o "Dir::State::Lists=$tmp/lists" policy 2>&1 >/dev/null) || true
