@@ -154,6 +154,21 @@
     from the document, never from the exit code. ``metrics_not_written``:
     the stderr lines that say the metrics file could not be written.
 
+``result | gpufleet.fleet.wheel_plan(context)``
+    Play 1's wheel plan of one node judged: ``result`` is the registered
+    result of roles/pytorch/files/pytorch_wheel_plan.py (pip's ``--dry-run
+    --report`` of the install and a HEAD of each file and index URL),
+    ``context`` the role's settings as ``{source, source_setting,
+    hashes_file, matrix_packages, requirements}``. Returns ``{problems,
+    warnings, files, hosts, summary}``: one problem per host that does not
+    answer (its files, the requirement that needs each), per file the source
+    does not offer or that answers 404 (read from pip's own messages when
+    the resolution stopped there, as pip 25.3 words them), per dependency
+    the hash lock lacks, each with its fix (allow the host, mirror the file,
+    change the pin); ``files``: ``{name, version, url, host, final_host,
+    status, needed_by}`` of the resolved set; a plan that could not run, or
+    a source pip would have to download a whole wheel from, is a warning.
+
 """
 
 from __future__ import annotations
