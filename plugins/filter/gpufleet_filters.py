@@ -824,15 +824,28 @@ class _Plan:
                 found = True
                 requirement, chain = last
                 name = _canonical(_REQ_NAME.match(requirement)[1]) if requirement else ""
-                self.problems.append(
-                    f"{http['url']} answers HTTP {http['code']} ({http['reason']}): {_file_name(http['url'])}"
-                    f"{', the wheel of ' + requirement if requirement else ''}{self.needed_by(name, chain)}, is listed but gone. "
-                    f"{self.mirror(True)}, or {self.change_pin(name, chain)}")
-        if not found:
-            errors = [line for line in stderr if line.startswith("ERROR:")] or stderr[-3:]
+                what = f"{_file_name(http['url'])}{', the wheel of ' + requirement if requirement else ''}{self.needed_by(name, chain)}"
+                if http["code"] in ("404", "410"):
+                    self.problems.append(f"{http['url']} answers HTTP {http['code']} ({http['reason']}): {what}, is listed but gone. "
+                                         f"{self.mirror(True)}, or {self.change_pin(name, chain)}")
+                else:
+                    host = _netloc(http["url"])
+                    self.problems.append(f"{host} answers HTTP {http['code']} ({http['reason']}) for {what}. Allow {host} through the "
+                                         f"site's firewall or proxy (and its credentials), or {self.mirror()}")
+        if not found and any(line.startswith("ERROR: ResolutionImpossible") for line in stderr):
+            # pip's account of the conflict is on stdout: "The conflict is caused by:" and one line per cause.
+            stdout = [line.strip() for line in pip.get("stdout") or []]
+            start = stdout.index("The conflict is caused by:") + 1 if "The conflict is caused by:" in stdout else len(stdout)
+            causes = stdout[start:stdout.index("", start) if "" in stdout[start:] else len(stdout)]
             self.problems.append(
-                f"pip cannot resolve the pinned wheel set (rc {pip.get('rc')}): {_SPACE.sub(' ', ' '.join(errors))[:600]}. "
-                "Change the pins (pytorch_release, pytorch_extra_packages, pytorch_hashes_file)")
+                f"pip cannot install the pins together: {'; '.join(causes) or 'ResolutionImpossible'}. Change the pins "
+                f"({'pytorch_hashes_file' if self.ctx.get('hashes_file') else 'pytorch_release, pytorch_extra_packages'})")
+        elif not found:
+            # Not a verdict on the source: the install may well work (or fail the same way); play 1 says so and goes on.
+            errors = [line for line in stderr if line.startswith("ERROR:")] or stderr[-3:]
+            self.warnings.append(
+                f"pip could not resolve the wheel set on this host (rc {pip.get('rc')}: {_SPACE.sub(' ', ' '.join(errors))[:400]}); "
+                "the wheels' hosts were not checked")
 
     def lock(self) -> None:
         lines = self.ctx.get("requirements") or []
