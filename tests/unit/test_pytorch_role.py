@@ -726,7 +726,8 @@ def _plan_case(recorded: str = "", pip: dict | None = None, python_rc: int = 0) 
 
 PLAN_CASES = {"second-host": _plan_case("second-host-closed"), "happy": _plan_case("happy"),
               "old-pip": _plan_case(pip={**PLAN_PIP, "path": "", "version": "23.2.1", "problem": "the controller's pip is 23.2.1 (...)"}),
-              "no-python": _plan_case(python_rc=2)}
+              "no-python": _plan_case(python_rc=2),
+              "switched-off": {**_plan_case("second-host-closed"), "pytorch_wheel_plan": False}}
 
 
 def test_play_1_stops_a_host_that_cannot_fetch_a_wheel_naming_the_host_the_file_and_the_requirement():
@@ -738,6 +739,12 @@ def test_play_1_stops_a_host_that_cannot_fetch_a_wheel_naming_the_host_the_file_
                     r"gpufleet_demo_pinned-2\.0-py3-none-any\.whl from it", cfg.failure), cfg.failure
     assert "for gpufleet-demo-pinned==2.0 (needed by gpufleet-demo-top==1.0)" in cfg.failure
     assert f"or mirror the file into {INDEX}/cu121 (pytorch_index_url)" in cfg.failure
+
+
+def test_pytorch_wheel_plan_false_leaves_the_plan_out():
+    cfg = PLAN_CHECK.get(**PLAN_CASES["switched-off"])
+    assert cfg.failure is None and "__pytorch_wheel_plan" not in cfg.facts
+    assert load_trusted(ROLE / "defaults" / "main.yml")["pytorch_wheel_plan"] is True
 
 
 def test_a_fetchable_wheel_set_passes_and_says_where_it_comes_from():
