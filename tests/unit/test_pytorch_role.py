@@ -746,6 +746,90 @@ def test_pip_compile_style_continuations_and_comments_are_read(locked):
         "torch==2.5.1+cu121 --hash=sha256:" + "b" * 64 + " --hash=sha256:" + "c" * 64]
 
 
+# --- play 1's wheel plan (preflight.yml, files/pytorch_wheel_plan.py; its parts: tests/unit/test_wheel_plan.py) --------
+
+def test_the_wheel_plan_gives_pip_the_install_source_and_options():
+    """pip resolves what the install would install, from where: the same source and extra options (a proxy, a CA), its
+    timeout, at most one retry (a probe), the pins."""
+    cfg = pytorch_config()
+    assert cfg["__pytorch_plan_requirements"] == cfg["__pytorch_requirements"]
+    assert cfg["__pytorch_plan_pip_args"] == ["--index-url", f"{INDEX}/cu121", "--timeout", "60", "--retries", "1"]
+    assert cfg["__pytorch_plan_context"] == {"source": f"{INDEX}/cu121", "source_setting": "pytorch_index_url", "hashes_file": "",
+                                             "matrix_packages": ["torch", "torchvision", "torchaudio"]}
+    cfg = pytorch_config(**PLAN_MIRROR)
+    assert cfg["__pytorch_plan_pip_args"] == cfg["__pytorch_pip_source_args"] + ["--cert", "/etc/ssl/certs/corp-ca.pem", "--timeout", "20",
+                                                                                "--retries", "0"]
+
+
+def test_the_wheel_plan_of_a_locked_wheelhouse_resolves_the_lock_without_its_hashes(locked):
+    """pip reads only metadata when no hash is required (pip 25.3 prepare.py: "Metadata-only fetching is not used as hash
+    checking is required"): the lock's pins go without their hashes, every pin a requirement, so that a dependency the
+    lock lacks shows in the plan."""
+    cfg, lock = locked["offline"]
+    assert cfg["__pytorch_plan_requirements"] == [line.split()[0] for line in cfg["__pytorch_hash_lines"]]
+    assert cfg["__pytorch_plan_pip_args"][:3] == ["--no-index", "--find-links", "http://mirror.corp/wheels/"]
+    assert cfg["__pytorch_plan_context"]["source_setting"] == "pytorch_wheelhouse_url"
+    assert cfg["__pytorch_plan_context"]["hashes_file"] == str(lock)
+
+
+WHEEL_PLAN_RECORDED = json.loads((REPO_ROOT / "tests" / "unit" / "data" / "wheel_plan.json").read_text())["cases"]
+# The judge and the stop of preflight.yml (copies), after validate.yml, on a host without the environment.
+PLAN_CHECK = role_run.Batch(FAKE_FACTS, [role_run.import_role("pytorch")] + [
+    role_run.role_task("pytorch", "preflight.yml", name)
+    for name in ("Decide what must be installed", "Judge the wheel plan", "cannot fetch a wheel it needs")])
+PLAN_PIP = {"path": "/home/ops/.ansible/tmp/ansible-local-1/gpufleet-pip-25.3.pyz", "version": "25.3", "min_python": "3.9", "problem": ""}
+PLAN_MIRROR = {**INTERNAL_MIRROR, "pytorch_pip_extra_args": ["--cert", "/etc/ssl/certs/corp-ca.pem"], "pytorch_pip_timeout": 20,
+               "pytorch_pip_retries": 0}
+
+
+def _plan_case(recorded: str = "", pip: dict | None = None, python_rc: int = 0) -> dict:
+    """The host variables of a wheel-plan case: the probes' results, the pip the lookup gave, the plan's recorded output."""
+    return {**NO_VENV, "__pytorch_python_probe": {"rc": python_rc, "stdout_lines": ["3.11", "x86_64"] if python_rc == 0 else []},
+            "__pytorch_plan_pip": pip or PLAN_PIP,
+            **({"__pytorch_plan": WHEEL_PLAN_RECORDED[recorded]["result"]} if recorded else {})}
+
+
+PLAN_CASES = {"second-host": _plan_case("second-host-closed"), "happy": _plan_case("happy"),
+              "old-pip": _plan_case(pip={**PLAN_PIP, "path": "", "version": "23.2.1", "problem": "the controller's pip is 23.2.1 (...)"}),
+              "no-python": _plan_case(python_rc=2),
+              "switched-off": {**_plan_case("second-host-closed"), "pytorch_wheel_plan": False}}
+
+
+def test_play_1_stops_a_host_that_cannot_fetch_a_wheel_naming_the_host_the_file_and_the_requirement():
+    """The recorded plan of a dependency on a second host that does not answer (pip 25.3, test_wheel_plan.py)."""
+    cfg = PLAN_CHECK.get(**PLAN_CASES["second-host"])
+    assert cfg.failed_task is not None and "cannot fetch a wheel it needs" in cfg.failed_task
+    assert re.match(rf"pytorch on {cfg.host}: pip resolved the pinned wheel set on this host, and the install cannot fetch all of it "
+                    r"\(nothing has been changed\): \[1\] 127\.0\.0\.1:\d+ does not answer \(connection refused\): pip fetches "
+                    r"gpufleet_demo_pinned-2\.0-py3-none-any\.whl from it", cfg.failure), cfg.failure
+    assert "for gpufleet-demo-pinned==2.0 (needed by gpufleet-demo-top==1.0)" in cfg.failure
+    assert f"or mirror the file into {INDEX}/cu121 (pytorch_index_url)" in cfg.failure
+
+
+def test_pytorch_wheel_plan_false_leaves_the_plan_out():
+    cfg = PLAN_CHECK.get(**PLAN_CASES["switched-off"])
+    assert cfg.failure is None and "__pytorch_wheel_plan" not in cfg.facts
+    assert load_trusted(ROLE / "defaults" / "main.yml")["pytorch_wheel_plan"] is True
+
+
+def test_a_fetchable_wheel_set_passes_and_says_where_it_comes_from():
+    cfg = PLAN_CHECK.get(**PLAN_CASES["happy"])
+    assert cfg.failure is None
+    assert cfg["__pytorch_wheel_plan"]["problems"] == [] and cfg["__pytorch_wheel_plan"]["warnings"] == []
+    assert re.fullmatch(r"3 wheels for CPython 3\.\d+\.\d+ on x86_64, from 127\.0\.0\.1:\d+ \(3\)", cfg["__pytorch_wheel_plan"]["summary"])
+
+
+@pytest.mark.parametrize(("case", "why"), [
+    ("old-pip", "the wheel set was not resolved: the controller's pip is 23.2.1 (...); play 1 checked the listings of the pinned "
+                "wheels only, not the wheels they need nor the hosts those come from"),
+    ("no-python", "the wheel set was not resolved: /usr/bin/python3 does not run yet; play 1 checked the listings"),
+])
+def test_a_plan_that_cannot_run_warns_and_does_not_stop(case, why):
+    cfg = PLAN_CHECK.get(**PLAN_CASES[case])
+    assert cfg.failure is None
+    assert cfg["__pytorch_wheel_plan"]["problems"] == [] and cfg["__pytorch_wheel_plan"]["warnings"][0].startswith(why)
+
+
 # --- the cases known up front: one run for validate.yml, one for preflight.yml's checks ----------------------------
 
 for _host in FAKE_FACTS:
@@ -762,6 +846,9 @@ for _settings in [{"cuda_release": "12.1"}, {"cuda_release": "11.8"}, INTERNAL_M
     VALIDATE.declare(**_settings)
 VALIDATE.declare("debian12", **LAB_SOURCE)
 WITH_INSTALL.declare("ubuntu2204")
+VALIDATE.declare(**PLAN_MIRROR)
+for _case in PLAN_CASES.values():
+    PLAN_CHECK.declare(**_case)
 PREFLIGHT_CASES = [
     {"host": "ubuntu2204", "python": "3.11", "pages": PYTORCH_PAGES},
     {"host": "ubuntu2004", "python": "3.8", "pages": PYTORCH_PAGES, **OWN_PYTHON},
