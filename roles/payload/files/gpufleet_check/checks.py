@@ -84,8 +84,7 @@ JSON report (``--json``, or ``--output PATH``)
      "checks": [{"name", "verdict", "value", "unit", "threshold", "detail", ...}],
      "training": {...}}                                 # the payload's result, --train only
 
-Checks may carry more keys: ``reboot_required`` (driver_version, nvidia_smi, and
-the health checks where a finding asks for a reboot: a pending row remap),
+Checks may carry more keys: ``reboot_required`` (driver_version, nvidia_smi),
 ``per_gpu`` (gemm: per GPU the measured, datasheet and achievable TFLOP/s,
 ``of_achievable``, the measured share of the achievable figure, and the
 floor), ``algbw_gbps``/``world_size``/``size_mib``/``fabric``
@@ -94,7 +93,9 @@ own version, the expected one and the comparison's outcome, "match",
 "differs", "no CUDA", "not compared"; and the system's packages),
 ``log_tail`` and ``failures`` (training), ``traceback`` (a
 check that raised), ``findings`` (the health checks: ``[{"gpu", "verdict",
-"action", "evidence"}]``, each failure or warning with its evidence) and
+"action", "evidence"}]``, each failure or warning with its evidence; a
+pending row remap's action is "reboot", which the report's reboot_required
+does not take in yet) and
 ``per_gpu``/``ports``/``tests``/``ignored`` with what they read. Each entry of "gpus" also carries
 ``gemm_of_achievable``. Non-finite numbers are written as null.
 

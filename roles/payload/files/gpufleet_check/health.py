@@ -21,8 +21,7 @@ into findings, each ``{"gpu", "verdict": "fail" | "warn", "action",
                       dynamic-page-retirement/): a retired page takes effect when
                       the driver reloads. Azure's check_gpu_ecc fails a pending
                       remap outright (customTests/azure_gpu_ecc.nhc, NHC2007); here
-                      it asks for a reboot, which verdict "warn" plus
-                      reboot_required carries.
+                      it asks for a reboot: verdict "warn", action "reboot".
 ``judge_pcie``        link width below the SKU's floor (or the GPU's own maximum
                       when the SKU is unknown) -> fail; generation below maximum
                       -> warn only (``gen_policy="fail"`` to fail): an idle GPU

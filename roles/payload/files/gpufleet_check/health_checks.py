@@ -134,12 +134,12 @@ def kernel_log(args: argparse.Namespace, now: datetime) -> tuple[str | None, str
 
 def findings_result(name: str, found: list[dict[str, Any]], summary: str, value: Any = None,
                     unit: str | None = None, threshold: Any = None, **extra: Any) -> dict[str, Any]:
-    """A check's result from its findings: fail / warn / pass, the findings first in the detail."""
+    """A check's result from its findings: fail / warn / pass, the findings first in the detail. A finding
+    whose action is "reboot" (a pending row remap or retired page) says so in its action; the report's
+    reboot_required (and its metric) stays the driver's until the report step takes these findings in."""
     verdict = health.verdict_of(found)
     detail = "; ".join(part for part in (health.describe(found), summary) if part)
-    reboot = any(f["action"].startswith("reboot") for f in found)
-    return check_result(name, verdict, detail, value=value, unit=unit, threshold=threshold, findings=found,
-                        reboot_required=reboot, **extra)
+    return check_result(name, verdict, detail, value=value, unit=unit, threshold=threshold, findings=found, **extra)
 
 
 def needs_smi(name: str, probe: Any) -> tuple[list[dict[str, Any]] | None, dict[str, Any] | None]:
