@@ -38,7 +38,9 @@ if str(PAYLOAD_DIR) not in sys.path:
 
 from gpufleet_check import checks, cli, common, facts, launcher, metrics  # noqa: E402  (after the sys.path entry)
 
-GPU_CHECKS = ("driver_version", "nvidia_smi", "libraries", "gemm", "allreduce_busbw", "p2p_topology")
+# The passive health checks and DCGM's diagnostic (health_checks; tests/unit/test_gpu_health.py)
+HEALTH_CHECKS = ("gpu_errors", "pcie", "clocks", "nvlink", "xid", "interconnect", "dcgm")
+GPU_CHECKS = ("driver_version", "nvidia_smi", "libraries", "gemm", "allreduce_busbw", "p2p_topology", *HEALTH_CHECKS)
 REPORT_KEYS = {"schema", "host", "started", "duration_s", "verdict", "reasons", "reboot_required",
                "versions", "gpus", "gpu_count_pci", "checks", "notes"}
 CHECK_KEYS = {"name", "verdict", "value", "unit", "threshold", "detail"}
@@ -773,7 +775,7 @@ def test_cli_without_gpu_passes_what_it_checked(driver_only: FakeHost) -> None:
     assert [report["versions"][key] for key in ("driver_requested", "driver_pinned", "driver_source")] == [None] * 3
     checks = by_name(report)
     assert list(checks) == ["driver_version", "nvidia_smi", "torch_cuda", "libraries", "gemm",
-                            "allreduce_busbw", "p2p_topology"]
+                            "allreduce_busbw", "p2p_topology", *HEALTH_CHECKS]
     assert all(CHECK_KEYS <= check.keys() for check in report["checks"])
     assert checks["driver_version"]["verdict"] == "pass"
     for name in GPU_CHECKS[1:]:
@@ -788,7 +790,7 @@ def test_cli_nothing_checked_is_not_a_pass(host: FakeHost) -> None:
     assert proc.returncode == 1, explain(proc)
     report = json.loads(proc.stdout)
     assert report["verdict"] == "fail"
-    assert report["reasons"] == ["nothing was checked: no GPU (7 checks skipped)"]
+    assert report["reasons"] == ["nothing was checked: no GPU (14 checks skipped)"]
     assert {c["verdict"] for c in report["checks"]} == {"skipped"}
 
 
@@ -849,8 +851,8 @@ def test_cli_summary_and_output_file(host: FakeHost) -> None:
     assert lines[0] == "SKIP driver_version: no GPU (no NVIDIA driver installed)"
     assert "SKIP gemm: no GPU" in lines and "SKIP torch_cuda: by request" in lines
     # Issue 16, item 1: 0 passed checks never read PASS; the summary says what was checked
-    assert lines[-2].startswith("verdict: FAIL on ") and "0 pass, 0 warn, 7 skipped, 0 fail" in lines[-2]
-    assert lines[-1] == "nothing was checked: no GPU (7 checks skipped)"
+    assert lines[-2].startswith("verdict: FAIL on ") and "0 pass, 0 warn, 14 skipped, 0 fail" in lines[-2]
+    assert lines[-1] == "nothing was checked: no GPU (14 checks skipped)"
     assert json.loads(output.read_text())["verdict"] == "fail"
     assert sorted(p.name for p in output.parent.iterdir()) == ["report.json"]
 

@@ -39,18 +39,25 @@ PAYLOAD_DIR = REPO_ROOT / "roles" / "payload" / "files"
 PACKAGE_DIR = PAYLOAD_DIR / "gpufleet_check"
 PYZ = PAYLOAD_DIR / "gpufleet_check.pyz"
 BUILDER = PAYLOAD_DIR / "build_pyz.py"
-MODULES = ("checks", "cli", "common", "facts", "launcher", "metrics")
+MODULES = ("checks", "cli", "common", "dcgm", "facts", "health", "health_checks", "launcher", "metrics", "profiles",
+           "xid")
 # Each module's imports within the package (the package docstring draws them).
 PACKAGE_IMPORTS = {
     "common": set(),
     "facts": {"common"},
     "launcher": {"common"},
     "metrics": set(),
-    "checks": {"common", "facts", "launcher"},
-    "cli": {"checks", "common", "launcher", "metrics"},
+    "profiles": {"common"},
+    "health": {"common", "profiles"},
+    "xid": set(),
+    "dcgm": set(),
+    "health_checks": {"common", "dcgm", "facts", "health", "profiles", "xid"},
+    "checks": {"common", "facts", "health_checks", "launcher", "profiles"},
+    "cli": {"checks", "common", "launcher", "metrics", "profiles"},
     "__init__": {"facts"},
     "__main__": {"cli"},
 }
+HEALTH_CHECKS = ("gpu_errors", "pcie", "clocks", "nvlink", "xid", "interconnect", "dcgm")
 TORCH_MISSING = "torch_cuda: torch is not installed in this environment"
 
 
@@ -105,8 +112,8 @@ def assert_torch_reported_missing(proc: subprocess.CompletedProcess[str]) -> Non
     assert report["versions"]["torch"] is None
     checks = {check["name"]: check for check in report["checks"]}
     assert list(checks) == ["driver_version", "nvidia_smi", "torch_cuda", "libraries", "gemm", "allreduce_busbw",
-                            "p2p_topology"]
-    for name in ("driver_version", "nvidia_smi", "gemm", "allreduce_busbw", "p2p_topology"):
+                            "p2p_topology", *HEALTH_CHECKS]
+    for name in ("driver_version", "nvidia_smi", "gemm", "allreduce_busbw", "p2p_topology", *HEALTH_CHECKS):
         assert checks[name]["verdict"] == "skipped" and checks[name]["detail"].startswith("no GPU"), checks[name]
     assert checks["libraries"]["detail"] == "no GPU (torch is not installed)"
 

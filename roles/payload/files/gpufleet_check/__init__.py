@@ -2,7 +2,10 @@
 
 The checks judge the NVIDIA driver (loaded module against installed
 userspace), nvidia-smi's inventory, torch's CUDA and its libraries, GEMM
-TFLOP/s, all-reduce bus bandwidth and the GPU topology, and report one JSON
+TFLOP/s, all-reduce bus bandwidth and the GPU topology, the passive health
+signals (remapped rows, ECC, PCIe links, clock event reasons, NVLink and
+Fabric Manager, kernel-log Xids, InfiniBand/RoCE ports) and DCGM's
+diagnostic, and report one JSON
 document; ``--train`` and the ``train`` subcommand also run the DDP payload
 (train.py) under torchrun. Standard library only to start: torch is imported
 when a check needs it, so the checks run, and report torch as missing, under
@@ -10,12 +13,20 @@ a python without torch.
 
 Modules (each reads on its own; the arrows are their imports)::
 
-    common     small shared helpers: exit codes, check_result, read_text, ...
-    facts      host facts without torch: PCI bus, driver versions, nvidia-smi, topology   -> common
-    launcher   train.py under torchrun, process-tree cleanup, the `train` subcommand      -> common
-    checks     the checks, the JSON report and its summary                                -> common, facts, launcher
-    metrics    the report as Prometheus metrics, written atomically                       (standard library only)
-    cli        options and main()                                                        -> checks, launcher, metrics, common
+    common         small shared helpers: exit codes, check_result, no_gpu, read_text, ...
+    facts          host facts without torch: PCI bus, driver versions, nvidia-smi, topology   -> common
+    launcher       train.py under torchrun, process-tree cleanup, the `train` subcommand      -> common
+    profiles       per-SKU thresholds, each with its source; site overrides                    -> common
+    health         nvidia-smi -q / -q -x, nvlink and sysfs InfiniBand parsers and judgements  -> common, profiles
+    xid            kernel-log Xid/SXid parser and NVIDIA's Xid catalog                        (standard library only)
+    dcgm           dcgmi diag -j JSON (DCGM 3 and 4) parser and judgement                     (standard library only)
+    health_checks  the passive health checks and dcgm: their inputs and verdicts              -> common, facts, health,
+                                                                                                 profiles, xid, dcgm
+    checks         the checks, the JSON report and its summary                                -> common, facts, launcher,
+                                                                                                 health_checks, profiles
+    metrics        the report as Prometheus metrics, written atomically                       (standard library only)
+    cli            options and main()                                                        -> checks, launcher, metrics,
+                                                                                                 common, profiles
 
 A node receives one file: roles/payload/files/gpufleet_check.pyz, a zipapp of this
 package built reproducibly by roles/payload/files/build_pyz.py (``make

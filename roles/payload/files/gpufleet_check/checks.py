@@ -23,6 +23,15 @@ Each check measures one thing and judges it against a threshold. In order:
 ``allreduce_busbw``  NCCL all-reduce bus bandwidth over all GPUs of the node,
                      against a floor for NVLink/NVSwitch or for PCIe machines.
 ``p2p_topology``     ``nvidia-smi topo -m`` links and CUDA peer access per pair.
+``gpu_errors``       remapped rows, retired pages, ECC (``nvidia-smi -q -x``)
+``pcie``             each GPU's PCIe link width and generation
+``clocks``           active clock event (throttle) reasons, temperature, MIG mode
+``nvlink``           NVLink status and error counters, Fabric Manager's state
+``xid``              Xid / SXid events of the kernel log in a recent window
+``interconnect``     InfiniBand/RoCE ports (sysfs), nvidia_peermem
+``dcgm``             ``dcgmi diag -r <level> -j`` under a time limit
+                     (the last seven: health_checks, with their parsers in
+                     health, xid, dcgm and their per-SKU figures in profiles)
 ``training``         (``--train`` only) the DDP payload train.py under torchrun
                      on every GPU of the machine (launcher.run_training).
 
@@ -83,7 +92,11 @@ floor), ``algbw_gbps``/``world_size``/``size_mib``/``fabric``
 own version, the expected one and the comparison's outcome, "match",
 "differs", "no CUDA", "not compared"; and the system's packages),
 ``log_tail`` and ``failures`` (training), ``traceback`` (a
-check that raised). Each entry of "gpus" also carries
+check that raised), ``findings`` (the health checks: ``[{"gpu", "verdict",
+"action", "evidence"}]``, each failure or warning with its evidence; a
+pending row remap's action is "reboot", which the report's reboot_required
+does not take in yet) and
+``per_gpu``/``ports``/``tests``/``ignored`` with what they read. Each entry of "gpus" also carries
 ``gemm_of_achievable``. Non-finite numbers are written as null.
 
 ``--driver-fact PATH`` (gpu_verify passes /etc/ansible/facts.d/nvidia_driver.fact)
@@ -114,8 +127,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Callable
 
-from . import launcher
-from .common import check_result, finite_or_none, first_lines, read_text
+from . import health_checks, launcher, profiles
+from .common import check_result, finite_or_none, first_lines, model_pattern, no_gpu, read_text
 from .facts import (USERSPACE_LIBRARIES, SmiInventory, all_pairs_nvlink, count_pci_gpus, gpu_pairs,
                     installed_driver_version, is_nvlink, loaded_module_version, parse_topology,
                     query_nvidia_smi, read_driver_fact, run_nvidia_smi, system_library_versions)
@@ -219,11 +232,6 @@ def format_nccl_version(version: Any) -> str | None:
         major_unit = 10000 if version >= 20900 else 1000
         version = (version // major_unit, version % major_unit // 100, version % 100)
     return ".".join(str(part) for part in version)
-
-
-def model_pattern(model: str) -> str:
-    """Each word of the model as a whole word, in order, anything between them."""
-    return ".*".join(rf"(?<![A-Za-z0-9]){re.escape(word)}(?![A-Za-z0-9])" for word in model.split())
 
 
 def reference_tflops(gpu_name: str) -> tuple[str, float] | None:
@@ -352,6 +360,17 @@ class Probe:
             return None, str(exc)
 
     @cached_property
+    def smi_details(self) -> tuple[list[dict[str, Any]] | None, str, str]:
+        """(GPU records of nvidia-smi -q -x or --smi-query-file, "", source) or (None, why not, source)."""
+        return health_checks.smi_details(self.args)
+
+    @cached_property
+    def profile_table(self) -> dict[str, dict[str, Any]]:
+        """The per-SKU table with --profile-overrides laid over it (checked by the CLI before any check)."""
+        path = getattr(self.args, "profile_overrides", None)
+        return profiles.load_overrides(str(path)) if path else profiles.PROFILES
+
+    @cached_property
     def system_libraries(self) -> dict[str, str | None]:
         """The system's cuDNN and NCCL packages (dpkg), which torch's CUDA wheels do not use."""
         return system_library_versions()
@@ -371,14 +390,6 @@ class Probe:
     def cuda_device_count(self) -> int:
         torch = self.torch
         return torch.cuda.device_count() if torch is not None and torch.cuda.is_available() else 0
-
-
-def no_gpu(name: str, probe: Probe, note: str = "") -> dict[str, Any]:
-    """Skipped "no GPU", or failed with --require-gpus."""
-    detail = "no GPU" + (f" ({note})" if note else "")
-    if probe.args.require_gpus:
-        return check_result(name, "fail", f"{detail}; --require-gpus")
-    return check_result(name, "skipped", detail)
 
 
 def gpu_prerequisite(name: str, probe: Probe, min_gpus: int = 1) -> dict[str, Any] | None:
@@ -871,6 +882,7 @@ CHECKS: dict[str, Callable[[Probe], dict[str, Any]]] = {
     "gemm": check_gemm,
     "allreduce_busbw": check_allreduce_busbw,
     "p2p_topology": check_p2p_topology,
+    **health_checks.HEALTH_CHECKS,  # gpu_errors, pcie, clocks, nvlink, xid, interconnect, dcgm
     "training": check_training,
 }
 

@@ -26,7 +26,13 @@ before the checks run and changes neither the report nor the exit code. The
 124 on timeout).
 
 Options for tests: ``--sysfs-pci-dir``, ``--module-version-file``,
-``--driver-proc-file``, ``--driver-lib-dir`` and the nvidia-smi found on PATH.
+``--driver-proc-file``, ``--driver-lib-dir`` and the nvidia-smi found on PATH;
+for the health checks ``--smi-query-file``, ``--nvlink-status-file``,
+``--nvlink-errors-file``, ``--kernel-log-file``, ``--dcgm-json-file``,
+``--sysfs-infiniband-dir`` and ``--sysfs-module-dir`` (a saved output is judged
+as the live one would be, also on a machine without GPUs: a support bundle's
+``nvidia-smi -q`` for one). ``--profile-overrides FILE`` that cannot be read or
+names an unknown profile or field is a usage error before any check runs.
 ``--driver-fact PATH`` reads the nvidia_driver role's local fact (see checks).
 """
 
@@ -45,6 +51,7 @@ from .checks import (ALLREDUCE_MIB, CHECKS, GEMM_MIN_FRACTION, GEMM_SIZE, QUICK_
 from .common import (EXIT_FAIL, EXIT_PASS, EXIT_USAGE, check_writable, fraction, non_negative_float,
                      non_negative_int, positive_int, program_name, write_atomically)
 from .metrics import write_metrics
+from .profiles import load_overrides
 
 DESCRIPTION = "GPU health checks for gpufleet nodes: a library of small checks and a CLI."
 
@@ -58,6 +65,13 @@ def major_minor(text: str) -> str:
 def library_version(text: str) -> str:
     if not re.fullmatch(r"\d+\.\d+\.\d+(\.\d+)?", text):
         raise argparse.ArgumentTypeError(f"expected MAJOR.MINOR.PATCH like 2.21.5 or 9.1.0.70, got {text!r}")
+    return text
+
+
+def xid_codes(text: str) -> str:
+    """Comma- or space-separated Xid codes ("48,79 119"), kept as given once checked."""
+    if not re.fullmatch(r"\s*(\d+[\s,]*)*", text):
+        raise argparse.ArgumentTypeError(f"expected Xid codes like 48,79,119, got {text!r}")
     return text
 
 
@@ -96,6 +110,37 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    help="least bus bandwidth, GB/s, when all GPU pairs are NVLink/NVSwitch (default 100)")
     p.add_argument("--busbw-min-pcie", type=non_negative_float, default=5.0, metavar="GBPS",
                    help="least bus bandwidth, GB/s, otherwise (default 5)")
+    health = p.add_argument_group("health checks (gpu_errors, pcie, clocks, nvlink, xid, interconnect, dcgm)")
+    health.add_argument("--max-corrected-ecc", type=non_negative_int, metavar="N",
+                        help="warn above this many corrected (volatile) ECC errors per GPU (default: not judged); "
+                             "uncorrected ones: --max-ecc-errors")
+    health.add_argument("--pcie-gen-policy", choices=("warn", "fail"), default="warn",
+                        help="a PCIe generation below the GPU's maximum: warn (default: an idle GPU lowers it) or fail")
+    health.add_argument("--expect-mig", choices=("any", "enabled", "disabled"), default="any",
+                        help="MIG mode every GPU must be in (default: any, not judged)")
+    health.add_argument("--nvlink-max-errors", type=non_negative_int, default=0, metavar="N",
+                        help="warn when an NVLink error counter (nvidia-smi nvlink -e) is above N (default 0)")
+    health.add_argument("--xid-window-hours", type=non_negative_float, default=24.0, metavar="H",
+                        help="judge the Xid/SXid events of the last H hours of the kernel log (default 24; 0: all)")
+    health.add_argument("--xid-drain", type=xid_codes, default="", metavar="CODES",
+                        help="Xid codes that drain whatever NVIDIA's catalog says (comma-separated)")
+    health.add_argument("--xid-ignore", type=xid_codes, default="", metavar="CODES",
+                        help="Xid codes to ignore whatever NVIDIA's catalog says (comma-separated)")
+    health.add_argument("--expect-ib-ports", type=non_negative_int, default=0, metavar="N",
+                        help="fail with fewer InfiniBand/RoCE ports ACTIVE at --ib-min-rate (default 0: not judged)")
+    health.add_argument("--ib-min-rate", type=non_negative_float, default=0.0, metavar="GBITS",
+                        help="least port rate, Gb/s, e.g. 400 for NDR (default 0)")
+    health.add_argument("--ib-link-layer", choices=("any", "InfiniBand", "Ethernet"), default="any",
+                        help="count InfiniBand or Ethernet (RoCE) ports only (default any)")
+    health.add_argument("--expect-peermem", action="store_true",
+                        help="fail when nvidia_peermem (GPUDirect RDMA) is not loaded")
+    health.add_argument("--dcgm-level", type=int, choices=(0, 1, 2, 3), default=1,
+                        help="dcgmi diag run level: 1 seconds, 2 about 2 min, 3 about 15 min; 0: not run (default 1)")
+    health.add_argument("--dcgm-timeout", type=positive_int, metavar="S",
+                        help="seconds before dcgmi diag is stopped (default: 300, 900, 2700 for levels 1, 2, 3)")
+    health.add_argument("--profile-overrides", type=Path, metavar="FILE",
+                        help='JSON object of per-SKU figures laid over the table, {"H200": '
+                             '{"allreduce_8gpu_busbw_gbps": 440}}; unknown names are refused')
     p.add_argument("--train", action="store_true", help="also run the training payload on every GPU")
     p.add_argument("--train-nproc", type=positive_int, metavar="N",
                    help=f"training processes (default: one per GPU, {TRAIN_CPU_NPROC} without GPUs)")
@@ -116,6 +161,21 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                             "(default: not read)")
     where.add_argument("--driver-lib-dir", action="append", metavar="DIR",
                        help="look for libnvidia-ml/libcuda here instead of asking ldconfig (repeatable)")
+    where.add_argument("--smi-query-file", metavar="PATH",
+                       help="a saved nvidia-smi -q -x (or -q) output to judge instead of running nvidia-smi -q -x")
+    where.add_argument("--nvlink-status-file", metavar="PATH",
+                       help="a saved nvidia-smi nvlink --status output instead of running it")
+    where.add_argument("--nvlink-errors-file", metavar="PATH",
+                       help="a saved nvidia-smi nvlink -e output (with --nvlink-status-file)")
+    where.add_argument("--kernel-log-file", metavar="PATH",
+                       help="a saved kernel log (journalctl -k -o short-iso, dmesg --time-format iso, ...) instead "
+                            "of journalctl -k / dmesg")
+    where.add_argument("--dcgm-json-file", metavar="PATH", help="a saved dcgmi diag -j output instead of running dcgmi")
+    where.add_argument("--sysfs-infiniband-dir", default="/sys/class/infiniband", metavar="DIR",
+                       help="InfiniBand/RoCE devices, each with ports/<n>/{state,phys_state,rate,link_layer} "
+                            "(default %(default)s)")
+    where.add_argument("--sysfs-module-dir", default="/sys/module", metavar="DIR",
+                       help="loaded kernel modules, for nvidia_peermem (default %(default)s)")
     return p.parse_args(argv)
 
 
@@ -128,6 +188,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if problem:  # before any check runs: a report that cannot be kept is a usage error
         print(f"{program_name()}: --output {args.output}: cannot be written ({problem})", file=sys.stderr, flush=True)
         return EXIT_USAGE
+    if args.profile_overrides is not None:
+        try:
+            load_overrides(str(args.profile_overrides))
+        except ValueError as exc:  # before any check runs, like a bad option
+            print(f"{program_name()}: --profile-overrides {exc}", file=sys.stderr, flush=True)
+            return EXIT_USAGE
     metrics_file = args.metrics_file
     if metrics_file is not None and (problem := metrics_problem(metrics_file)):
         print(f"gpufleet_check: metrics not written to {metrics_file}: {problem}", file=sys.stderr, flush=True)

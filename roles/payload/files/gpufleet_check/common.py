@@ -1,5 +1,6 @@
-"""Small helpers the other modules share: exit codes, the dict a check returns,
-JSON-safe numbers, file reading, version sorting and argparse types.
+"""Small helpers the other modules share: exit codes, the dict a check returns (and the
+"no GPU" one), JSON-safe numbers, file reading, GPU model matching, version sorting and
+argparse types.
 
 Standard library only, and nothing else of the package: every other module
 may import this one.
@@ -44,6 +45,20 @@ def read_text(path: str | Path) -> str | None:
         return Path(path).read_text().strip()
     except (OSError, UnicodeDecodeError):
         return None
+
+
+def model_pattern(model: str) -> str:
+    """Each word of the model as a whole word, in order, anything between them ("A100 PCIe" matches
+    "A100-PCIE-40GB" and "A100 80GB PCIe"; "A10" does not match "A100")."""
+    return ".*".join(rf"(?<![A-Za-z0-9]){re.escape(word)}(?![A-Za-z0-9])" for word in model.split())
+
+
+def no_gpu(name: str, probe: Any, note: str = "") -> dict[str, Any]:
+    """Skipped "no GPU", or failed with --require-gpus (probe: anything with ``args.require_gpus``)."""
+    detail = "no GPU" + (f" ({note})" if note else "")
+    if probe.args.require_gpus:
+        return check_result(name, "fail", f"{detail}; --require-gpus")
+    return check_result(name, "skipped", detail)
 
 
 def version_key(version: str) -> tuple[int, ...]:
