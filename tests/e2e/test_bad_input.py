@@ -1,6 +1,8 @@
 """Bad input, as a new user would give it: the play stops before any change,
 on a never-provisioned node, with a message naming the variable or host."""
 
+import shutil
+
 import pytest
 import yaml
 
@@ -85,7 +87,35 @@ SOURCE_CASES = [
     pytest.param({"pytorch_wheelhouse_url": "http://gpufleet-mirror/no-such-wheels/"},
                  "the wheel source is not usable from this host: http://gpufleet-mirror/no-such-wheels/ answered HTTP 404",
                  id="wheel-source"),
+    # Play 1's wheel plan (roles/pytorch/files/pytorch_wheel_plan.py): the wheelhouse answers, but a wheel the
+    # install needs is not there, or is served by a second host that does not answer (mirror_listings below).
+    pytest.param({"pytorch_wheelhouse_url": "http://gpufleet-mirror/wheels-without-one/"},
+                 "offers no wheel of nvidia-nccl-cu12==2.20.5", id="wheelhouse-without-a-wheel"),
+    pytest.param({"pytorch_wheelhouse_url": "http://gpufleet-mirror/wheels-second-host/"},
+                 "gpufleet-mirror:8099 does not answer", id="wheel-on-a-second-host"),
 ]
+
+# The wheel the two listings leave out, or serve from a second host: NCCL, a dependency of torch 2.3.1.
+MISSING_WHEEL = "nvidia_nccl_cu12-2.20.5-py3-none-manylinux2014_x86_64.whl"
+
+
+def mirror_listings() -> list:
+    """Two find-links pages on the lab's mirror beside its wheelhouse (/wheels/): one without the NCCL wheel, one
+    that links it on port 8099 of the mirror, where nothing listens (a second host the site's firewall drops)."""
+    root = REPO / ".lab" / "mirror"
+    wheels = sorted(p.name for p in (root / "wheels").glob("*.whl"))
+    assert MISSING_WHEEL in wheels, wheels
+    pages = {"wheels-without-one": [f"../wheels/{w}" for w in wheels if w != MISSING_WHEEL],
+             "wheels-second-host": [f"http://gpufleet-mirror{':8099' if w == MISSING_WHEEL else ''}/wheels/{w}"
+                                    for w in wheels]}
+    made = []
+    for name, links in pages.items():
+        directory = root / name
+        directory.mkdir(exist_ok=True)
+        (directory / "index.html").write_text("<html><body>\n" + "".join(
+            f'<a href="{link}">{link.rsplit("/", 1)[1]}</a><br>\n' for link in links) + "</body></html>\n")
+        made.append(directory)
+    return made
 
 
 def alias(case_id: str) -> str:
@@ -105,10 +135,15 @@ def bad_input_run(tmp_path_factory, fresh_node):
     inventory = tmp_path_factory.mktemp("inv-bad-input")
     (inventory / "group_vars").symlink_to(LAB_INVENTORY / "group_vars")
     (inventory / "hosts.yml").write_text(yaml.safe_dump(hosts))
+    listings = mirror_listings()
     before = fresh_node.state()
-    # Every name is the same sshd: at most 8 connections at once, below its MaxStartups (10 unauthenticated
-    # connections; more are reset at random, "kex_exchange_identification: Connection reset by peer").
-    run = run_playbook(tmp_path_factory.mktemp("bad-input"), "site.yml", inventory, envvars={"ANSIBLE_FORKS": "8"})
+    try:
+        # Every name is the same sshd: at most 8 connections at once, below its MaxStartups (10 unauthenticated
+        # connections; more are reset at random, "kex_exchange_identification: Connection reset by peer").
+        run = run_playbook(tmp_path_factory.mktemp("bad-input"), "site.yml", inventory, envvars={"ANSIBLE_FORKS": "8"})
+    finally:
+        for directory in listings:
+            shutil.rmtree(directory, ignore_errors=True)
     after = fresh_node.state()
     return run, before, after
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -53,6 +54,10 @@ def test_last_rehearsal_passed_within_the_budget(record):
 
 
 def test_last_rehearsal_covers_every_stage_of_today(record):
+    if os.environ.get("STAGES_RECORD") == "1":
+        # The rehearsal that records the stages of today (STAGES_RECORD=1 CI=true bash .ci/run): its own record,
+        # written when it has passed, is what this test then reads; the one committed before it cannot know them.
+        pytest.skip("this run is the rehearsal that records today's stages")
     assert [s["name"] for s in record["stages"]] == [s.name for s in stages.plan()], (
         "the stages changed since the last rehearsal: rehearse again and record it")
     modules = {m for s in record["stages"] if s["name"].startswith("e2e") for m, _secs, _tests in s["detail"]}

@@ -20,6 +20,11 @@
 #                          "[simulation exit N]" ("" = none): names, or
 #                          name=<version pattern> (535.261.03-*), resolved to
 #                          the first version offered that matches
+#   TRIAL_PREFERENCES      apt preferences the install will have (the pins entry
+#                          point main writes), in place of the host's files
+#                          TRIAL_OWN_PREFERENCES (space-separated paths), for the
+#                          simulation: a release older than the newest offered
+#                          is then the candidate of the driver's dependencies too
 #   TRIAL_RELEASE          installed packages whose hold the simulation lifts,
 #                          as the install does before it runs; every other
 #                          hold stays, so the simulation refuses what the
@@ -143,5 +148,14 @@ if [ -n "${TRIAL_SIMULATE:-}" ]; then
   for f in "$tmp/lists"/*; do
     [ -f "$f" ] && cp -f --remove-destination "$f" "$tmp/simlists/"
   done
-  simulate -o "Dir::Etc::SourceParts=$tmp/host-parts" -o "Dir::State::Lists=$tmp/simlists"
+  # The host's preferences, the pins this source will write in place of its own files.
+  mkdir -p "$tmp/prefs"
+  for f in /etc/apt/preferences.d/*; do
+    [ -f "$f" ] || continue
+    case " ${TRIAL_OWN_PREFERENCES:-} " in *" $f "*) continue ;; esac
+    cp "$f" "$tmp/prefs/"
+  done
+  [ -z "${TRIAL_PREFERENCES:-}" ] || printf '%s\n' "$TRIAL_PREFERENCES" > "$tmp/prefs/gpufleet-simulation.pref"
+  simulate -o "Dir::Etc::SourceParts=$tmp/host-parts" -o "Dir::State::Lists=$tmp/simlists" \
+    -o "Dir::Etc::PreferencesParts=$tmp/prefs"
 fi
