@@ -1049,6 +1049,7 @@ def role_command_line(**settings: Any) -> list[str]:
                         "gpufleet.fleet.as_list": list})
     values = {"__gpu_verify_check_script": "/tmp/gpufleet_check.pyz", "__gpu_verify_cuda": "12.1",
               "__gpu_verify_torch_cudnn": "", "__gpu_verify_torch_nccl": "",
+              "__gpu_verify_dcgm": {"level": 1, "timeout": 300}, "__gpu_verify_profile_overrides": "",
               "gpu_verify_module_version_file": "/sys/module/nvidia/version", "gpu_verify_metrics_file": "",
               "__gpu_verify_launcher": "launch", "gpu_verify_python": "/opt/gpufleet/venv/bin/python",
               "__gpu_verify_fallback_python": "/usr/bin/python3",
