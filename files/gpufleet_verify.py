@@ -47,6 +47,7 @@ playbook's PATH, so that cron's bare PATH still finds ansible-playbook.
 from __future__ import annotations
 
 import argparse
+import importlib
 import importlib.util
 import json
 import os
@@ -61,16 +62,37 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PLAYBOOK = REPO_ROOT / "playbooks" / "verify.yml"
 ANSIBLE_CONFIG = REPO_ROOT / "ansible.cfg"
-FLEET_REPORT_SCRIPT = REPO_ROOT / "roles" / "gpu_verify" / "files" / "fleet_report.py"
 DEFAULT_REPORT_DIR = "reports/verify"
 # Set from --report-dir; the role's other variables may come from -e.
 REPORT_DIR_VARIABLE = "gpu_verify_report_dir"
 VARIABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# The fleet report's code, the one the play's action gpufleet.fleet.fleet_report writes with.
+FLEET_REPORT_MODULE = "ansible_collections.gpufleet.fleet.plugins.module_utils.fleet_report"
 
 
-def load_fleet_report() -> ModuleType:
-    """The role's report builder (roles/gpu_verify/files/fleet_report.py), for its schema and table."""
-    spec = importlib.util.spec_from_file_location("fleet_report", FLEET_REPORT_SCRIPT)
+def collection_root(repo_root: Path = REPO_ROOT) -> Path | None:
+    """The directory holding ansible_collections/gpufleet/fleet that is this checkout or installed
+    collection: the installed collection's own collections path, else the checkout's link
+    (.ansible/collections, made by `make venv`; ansible.cfg's collections_path); None without either."""
+    candidates = [repo_root.parents[2]] if len(repo_root.parents) > 2 else []
+    candidates.append(repo_root / ".ansible" / "collections")
+    for root in candidates:
+        link = root / "ansible_collections" / "gpufleet" / "fleet"
+        if link.is_dir() and link.resolve() == repo_root.resolve():
+            return root
+    return None
+
+
+def load_fleet_report(repo_root: Path = REPO_ROOT) -> ModuleType:
+    """The fleet report's module (plugins/module_utils/fleet_report.py), imported through the collection
+    gpufleet.fleet; by its path where this checkout has no collection link yet."""
+    root = collection_root(repo_root)
+    if root is not None:
+        if str(root) not in sys.path:
+            sys.path.append(str(root))
+        return importlib.import_module(FLEET_REPORT_MODULE)
+    spec = importlib.util.spec_from_file_location(
+        "gpufleet_fleet_report", repo_root / "plugins" / "module_utils" / "fleet_report.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

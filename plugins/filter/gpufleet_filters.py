@@ -203,15 +203,25 @@
 ``run | gpufleet.fleet.check_entry``
     A node's entry for the fleet report from the registered result of its
     health-check run (gpu_verify): ``{result, error, unreachable,
-    metrics_not_written}``. ``result`` is the JSON document the checks
-    printed (schema ``gpufleet-check/1``), else None with ``error`` saying
-    why there is none: ``no answer: <ssh's message>`` for an unreachable
-    node (Ansible's ``Task failed:`` prefix dropped), ``the checks gave no
-    result (killed by signal <n>: the node stopped, or ran out of memory)``
-    for an exit status above 128, else ``(rc <n>)``, each followed by the
-    last line of stderr (or of the module's message). The verdict is read
-    from the document, never from the exit code. ``metrics_not_written``:
-    the stderr lines that say the metrics file could not be written.
+    metrics_not_written}``, the JSON document the checks printed or why
+    there is none. The fleet report's own code, in
+    plugins/module_utils/fleet_report.py (``check_entry``); the report itself
+    is written by the action ``gpufleet.fleet.fleet_report``.
+
+``overrides | gpufleet.fleet.profile_overrides_problem``
+    Why gpu_verify_profile_overrides (per-SKU figures laid over
+    gpufleet_check's table, ``{"H200": {"allreduce_8gpu_busbw_gbps": 440}}``)
+    would be refused by gpufleet_check, in its own validator's words
+    (``profiles.merge_overrides`` of the payload's gpufleet_check), or ""
+    when it is fine. Play 1 runs it, so a wrong override stops the host
+    before any change, not every node's checks with a usage error.
+
+``level | gpufleet.fleet.dcgm_level``
+    gpu_verify_dcgm_level (``none``, ``quick``, ``r2``, ``r3``) as dcgmi diag's
+    run level for gpufleet_check's ``--dcgm-level`` (0, 1, 2, 3) and its
+    time limit: ``{"level", "timeout"}``, the timeout gpufleet_check's own
+    default for the level (``dcgm.DEFAULT_TIMEOUT_S``: 300, 900, 2700 s) unless
+    ``timeout`` (gpu_verify_dcgm_timeout) is above 0.
 
 ``result | gpufleet.fleet.wheel_plan(context)``
     Play 1's wheel plan of one node judged: ``result`` is the registered
@@ -240,6 +250,8 @@ from typing import Any
 
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.common.validation import check_type_dict, check_type_list
+from ansible_collections.gpufleet.fleet.plugins.module_utils.fleet_report import check_entry
+from ansible_collections.gpufleet.fleet.plugins.module_utils.gpufleet_check import gpufleet_check_module
 
 _SPACE = re.compile(r"\s+")
 # One line of `dkms status`: "module/version" (dkms 2.8.6 on) or "module, version" (before), then ", kernel, arch"
@@ -248,40 +260,6 @@ _DKMS_LINE = re.compile(r"^(?P<module>[^\s,/:]+)(?:/|,\s*)(?P<version>[^\s,:]+)"
                         r"(?:,\s*(?P<kernel>[^\s,:]+),\s*(?P<arch>[^\s,:]+))?:\s*(?P<state>[^\s(]+)(?P<rest>.*)$")
 _POLICY_LINE = re.compile(r"^\s*(Installed|Candidate):\s*(\S+)\s*$", re.MULTILINE)
 _RELEASE = re.compile(r"^(?:[0-9]+:)?([0-9]+\.[0-9]+)")
-
-
-_CHECK_SCHEMA = "gpufleet-check/1"
-_TASK_FAILED = re.compile(r"^Task failed:\s*")
-
-
-def check_entry(run: Any) -> dict[str, Any]:
-    """A node's fleet-report entry from its registered health-check run (see the module's docs)."""
-    run = run if isinstance(run, Mapping) else {}
-    stdout = str(run.get("stdout") or "").strip()
-    document: Any = None
-    if stdout.startswith("{"):
-        try:
-            document = json.loads(stdout)
-        except ValueError:
-            document = None
-    stderr_lines = [str(line) for line in (run.get("stderr_lines") or str(run.get("stderr") or "").splitlines())]
-    metrics = [line for line in stderr_lines if "metrics not written" in line]
-    unreachable = bool(run.get("unreachable", False))
-    if isinstance(document, Mapping) and document.get("schema") == _CHECK_SCHEMA:
-        return {"result": dict(document), "error": None, "unreachable": unreachable, "metrics_not_written": metrics}
-    message = _TASK_FAILED.sub("", str(run.get("msg") or "").strip())
-    if unreachable:
-        error = f"no answer: {message}"
-    else:
-        try:
-            rc = int(run.get("rc", -1))
-        except (TypeError, ValueError):
-            rc = -1
-        cause = f"killed by signal {rc - 128}: the node stopped, or ran out of memory" if rc > 128 else f"rc {rc}"
-        stderr = str(run.get("stderr") or run.get("module_stderr") or "").strip()
-        last = stderr.splitlines()[-1].strip() if stderr else ""
-        error = f"the checks gave no result ({cause}): {last or message}"
-    return {"result": None, "error": error, "unreachable": unreachable, "metrics_not_written": metrics}
 
 
 def as_list(value: Any) -> list[Any]:
@@ -1187,6 +1165,38 @@ def wheel_plan(result: Any, context: Mapping[str, Any] | None = None) -> dict[st
 
 
 
+def profile_overrides_problem(overrides: Any) -> str:
+    """Why gpufleet_check would refuse these per-SKU overrides (its profiles.merge_overrides), or ""."""
+    if overrides is None or overrides == "" or overrides == {}:
+        return ""
+    try:
+        site = json.loads(json.dumps(overrides))  # plain JSON types, as the checks will read them
+    except (TypeError, ValueError) as error:
+        return f"not JSON data: {error}"
+    try:
+        gpufleet_check_module("profiles").merge_overrides(site)
+    except ValueError as error:
+        return str(error)
+    return ""
+
+
+_DCGM_LEVELS = {"none": 0, "quick": 1, "r2": 2, "r3": 3}
+
+
+def dcgm_level(tier: Any, timeout: Any = 0) -> dict[str, int]:
+    """gpu_verify_dcgm_level as dcgmi diag's run level and its time limit (see the module's docs)."""
+    if str(tier) not in _DCGM_LEVELS:
+        raise AnsibleFilterError(f"dcgm_level: {tier!r} is not one of {', '.join(_DCGM_LEVELS)}")
+    level = _DCGM_LEVELS[str(tier)]
+    try:
+        seconds = int(timeout or 0)
+    except (TypeError, ValueError) as error:
+        raise AnsibleFilterError(f"dcgm_level: timeout {timeout!r} is not a number of seconds") from error
+    if level == 0:
+        return {"level": 0, "timeout": 0}
+    return {"level": level, "timeout": seconds if seconds > 0 else int(gpufleet_check_module("dcgm").DEFAULT_TIMEOUT_S[level])}
+
+
 class FilterModule:
     """gpufleet.fleet filters."""
 
@@ -1194,9 +1204,10 @@ class FilterModule:
         return {"as_list": as_list, "as_dict": as_dict, "apt_policy": apt_policy, "apt_simulation": apt_simulation,
                 "apt_source_files": apt_source_files, "apt_source_conflict": apt_source_conflict,
                 "apt_source_plan": apt_source_plan, "apt_stanzas": apt_stanzas,
-                "check_entry": check_entry, "dcgm_exporter_release": dcgm_exporter_release, "debian_version_compare": debian_version_compare,
+                "check_entry": check_entry, "dcgm_exporter_release": dcgm_exporter_release, "dcgm_level": dcgm_level, "debian_version_compare": debian_version_compare,
                 "delegated_facts": delegated_facts, "dkms_status": dkms_status, "driver_layout": driver_layout, "failed_checks": failed_checks, "fleet_release": fleet_release, "foreign_branches": foreign_branches,
                 "module_version_matches": module_version_matches, "newest_build": newest_build,
-                "package_branch": package_branch, "per_message": per_message, "rejection": rejection,
+                "package_branch": package_branch, "per_message": per_message,
+                "profile_overrides_problem": profile_overrides_problem, "rejection": rejection,
                 "sections": sections, "signed_module_packages": signed_module_packages, "signed_module_version": signed_module_version,
                 "signed_module_mismatches": signed_module_mismatches, "unknown_settings": unknown_settings, "wheel_plan": wheel_plan}

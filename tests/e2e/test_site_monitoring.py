@@ -33,7 +33,9 @@ PROMETHEUS_API = "http://localhost:9090/api/v1/"
 RULES_TEST_FILE = REPO / "roles" / "monitoring" / "files" / "gpufleet-alerts.test.yml"
 RULES_FILE = yaml.safe_load((REPO / "roles" / "monitoring" / "vars" / "main.yml").read_text())["__monitoring_rules_file"]
 ALERTS = {"GpufleetVerificationFailed", "GpufleetRebootRequired", "GpufleetUncorrectedEccErrors", "GpufleetVerificationStale",
-          "GpufleetVerificationMissing", "GpufleetNodeExporterDown", "GpufleetDcgmExporterDown"}
+          "GpufleetVerificationMissing", "GpufleetNodeExporterDown", "GpufleetDcgmExporterDown",
+          "GpufleetGpuXid", "GpufleetRowRemapPending", "GpufleetRowRemapFailure", "GpufleetNvlinkDown",
+          "GpufleetNvlinkErrors", "GpufleetGpuThrottled", "GpufleetPcieDowntrained"}
 MISMATCH_ALERTS = {"GpufleetRebootRequired", "GpufleetVerificationFailed"}
 WAIT_S = 60  # scrape and evaluation every 5 s, alerts without a "for": a few cycles are plenty
 

@@ -46,10 +46,9 @@ BUILDER = shutil.which("ansible-builder", path=os.pathsep.join([str(BIN), os.env
 pytestmark = pytest.mark.skipif(BUILDER is None,
                                 reason="ansible-builder is not installed (requirements/dev.txt pins it: make venv)")
 
-# Where the controller runs Python of gpufleet's own: the plugins, the cron/CI entry point, and the
-# fleet report script that gpu_verify runs on the controller with ansible_playbook_python.
-CONTROLLER_PYTHON = [*sorted((REPO / "plugins").rglob("*.py")), REPO / "files/gpufleet_verify.py",
-                     REPO / "roles/gpu_verify/files/fleet_report.py"]
+# Where the controller runs Python of gpufleet's own: the plugins (the fleet report's module_utils included)
+# and the cron/CI entry point.
+CONTROLLER_PYTHON = [*sorted((REPO / "plugins").rglob("*.py")), REPO / "files/gpufleet_verify.py"]
 # The distribution that provides an imported top-level module.
 PROVIDES = {"ansible": "ansible-core", "ansible_runner": "ansible-runner", "yaml": "pyyaml", "jinja2": "jinja2"}
 # Where the roles and playbooks name modules and plugins: a task's module (a key), and in
@@ -60,6 +59,7 @@ _NAME = r"([a-z][a-z0-9_]*\.[a-z][a-z0-9_]*)\.[a-z][a-z0-9_]*"
 _FQCN = [re.compile(rf"^[ \t]*(?:- )?{_NAME}:", re.M),
          re.compile(rf"(?:\b(?:lookup|query|q)\(\s*['\"]|\|\s*|\bis\s+(?:not\s+)?){_NAME}\b")]
 TARBALL = "ee/gpufleet-fleet.tar.gz"
+OWN_COLLECTION = f"ansible_collections.{GALAXY['namespace']}.{GALAXY['name']}."
 
 
 def dev_pins() -> dict:
@@ -194,7 +194,8 @@ def _imported(path: Path) -> set:
         if isinstance(node, ast.Import):
             names |= {alias.name.split(".")[0] for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module != "__future__":
-            names.add(node.module.split(".")[0])
+            if not node.module.startswith(OWN_COLLECTION):  # gpufleet's own module_utils: the collection itself
+                names.add(node.module.split(".")[0])
     return names - set(sys.stdlib_module_names)
 
 

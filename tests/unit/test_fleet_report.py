@@ -1,9 +1,12 @@
-"""roles/gpu_verify/files/fleet_report.py: the fleet report from the nodes' check results (JSON, Markdown, JUnit)."""
+"""plugins/module_utils/fleet_report.py: the fleet report from the nodes' check results (JSON, Markdown, JUnit),
+imported through the collection as the action plugin gpufleet.fleet.fleet_report, the filter check_entry and
+files/gpufleet_verify.py import it; its command line run as a script."""
 
 from __future__ import annotations
 
 import copy
 import json
+import os
 import re
 import subprocess
 import sys
@@ -13,20 +16,13 @@ from typing import Any
 
 import pytest
 
-from conftest import load_script
+from ansible_collections.gpufleet.fleet.plugins.module_utils import fleet_report
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = REPO_ROOT / "roles" / "gpu_verify" / "files" / "fleet_report.py"
+SCRIPT = REPO_ROOT / "plugins" / "module_utils" / "fleet_report.py"
 H100 = "NVIDIA H100 80GB HBM3"
 A100 = "NVIDIA A100-SXM4-80GB"
 MISMATCH = "driver_version: loaded module 535.261.03, installed 535.309.01: driver/library mismatch, reboot required"
-
-
-def load_fleet_report():
-    return load_script(SCRIPT)
-
-
-fleet_report = load_fleet_report()
 
 
 def check(name: str, verdict: str = "pass", value: Any = None, unit: str | None = None,
@@ -115,6 +111,7 @@ def test_passing_node_is_summarised_from_its_result():
         "gpus": 8, "gpu_model": H100, "tflops_min": 694.3, "busbw_gbps": 362.75,
         "checks": {"driver_version": "pass", "nvidia_smi": "pass", "torch_cuda": "pass", "libraries": "pass",
                    "gemm": "pass", "allreduce_busbw": "pass", "p2p_topology": "pass"},
+        "findings": [], "actions": [],
         "result": result,
     }
 
@@ -540,3 +537,167 @@ def test_one_pinned_build_and_failures_lead_in_order():
         "node-1": pinned_result("node-1", "535.261.03"), "node-2": failing_result("node-2")}))
     assert report["warnings"] == []
     assert fleet_report.lead_lines(report) == ["1 node: reboot required (node-2)"]
+
+
+# --- the health checks' evidence and the work it asks for (issue 28) -----------------------------
+
+def health_result(tmp_path: Path, host: str, *args: str) -> dict[str, Any]:
+    """gpufleet_check.pyz's real document for saved outputs (tests/unit/data/gpu, each with its source) judged
+    on a machine without GPUs (test_gpu_health.run_cli), as a node of the fleet would print it."""
+    from test_gpu_health import run_cli
+
+    work = tmp_path / host
+    work.mkdir()
+    proc, _ = run_cli(work, "--xid-window-hours", "0", *args)
+    result = json.loads(proc.stdout)
+    result["host"] = host
+    return result
+
+
+def xid_and_remap_doc(tmp_path: Path) -> dict[str, Any]:
+    """node-1: the H100 Xid 48 (double-bit ECC) kernel log; node-2: a pending row remap on GPU 0 only (its
+    checks warn: it passes); node-3: a driver/library mismatch."""
+    from test_gpu_health import DATA
+
+    xid48 = health_result(tmp_path, "node-1", "--kernel-log-file", str(DATA / "xid" / "dmesg-iso-h100-xid48-63-94.log"),
+                          "--skip", "torch_cuda", "--skip", "clocks", "--skip", "nvlink")
+    remap = health_result(tmp_path, "node-2", "--smi-query-file",
+                          str(DATA / "smi-text" / "h100-8gpu-535.183.01-gpu0-remap-pending.txt"),
+                          "--skip", "torch_cuda", "--skip", "clocks", "--skip", "nvlink")
+    remap["checks"].append(check("driver_version", "pass", "535.183.01"))  # a node that passes on what it checked
+    remap.update(verdict="pass", reasons=[])
+    return document(**{"node-1": xid48, "node-2": remap, "node-3": failing_result("node-3")})
+
+
+def test_findings_and_their_action_classes_are_in_the_node_entry(tmp_path):
+    report = fleet_report.build_report(xid_and_remap_doc(tmp_path))
+    xid_node, remap_node = node_of(report, "node-1"), node_of(report, "node-2")
+    [xid48] = [f for f in xid_node["findings"] if f["check"] == "xid" and f["verdict"] == "fail"]
+    assert (xid48["gpu"], xid48["signal"], xid48["action"], xid48["action_class"]) == (
+        "PCI:0000:19:00", "xid", "drain: WORKFLOW_XID_48", "drain")
+    assert xid48["evidence"].startswith("Xid 48 ROBUST_CHANNEL_GPU_ECC_DBE x1, last 2024-11-15T12:02:03")
+    assert xid_node["actions"] == ["drain"] and xid_node["verdict"] == "fail"
+    assert remap_node["verdict"] == "pass" and remap_node["actions"] == ["reboot"]
+    assert node_of(report, "node-3")["actions"] == [] and node_of(report, "node-3")["findings"] == []
+    assert json.loads(json.dumps(report)) == report
+
+
+def test_lead_names_the_nodes_per_action_class(tmp_path):
+    report = fleet_report.build_report(xid_and_remap_doc(tmp_path))
+    assert fleet_report.lead_lines(report) == ["1 node: failed xid (node-1)", "1 node: reboot required (node-3)",
+                                               "1 node to drain and investigate: node-1", "1 node to reboot: node-2"]
+    assert fleet_report.render_terminal(report).splitlines()[3:5] == [
+        "  1 node to drain and investigate: node-1", "  1 node to reboot: node-2"]
+
+
+def test_markdown_shows_each_failed_checks_evidence_by_failure_reason(tmp_path):
+    markdown = fleet_report.render_markdown(fleet_report.build_report(xid_and_remap_doc(tmp_path)))
+    section = markdown[markdown.index("**Evidence, by failure reason**"):]
+    assert markdown.index("| Node") < markdown.index("**Evidence, by failure reason**")
+    lines = section.splitlines()
+    assert lines[2] == "- 1 node: failed xid (node-1)"
+    assert lines[3].startswith("  - node-1: xid, PCI:0000:19:00: Xid 48 ROBUST_CHANNEL_GPU_ECC_DBE x1, last ")
+    assert lines[3].endswith("(catalog: WORKFLOW_XID_48) [drain: WORKFLOW_XID_48] → drain and investigate")
+    assert "Xid 94" not in section  # watched, not a failure: in the table's reason, not the evidence
+    assert lines[4] == "- 1 node: reboot required (node-3)"
+    assert lines[5] == "  - node-3: driver_version: loaded module 535.261.03, installed 535.309.01"
+    assert lines[6] == "- 1 node passed with findings that ask for work (node-2)"
+    assert lines[7] == ("  - node-2: gpu_errors, GPU 0 (00000000:53:00.0): row remap pending: takes effect at the next "
+                        "GPU reset (0 uncorrectable, 0 correctable rows) [reboot] → reboot")
+
+
+def test_markdown_evidence_of_unreachable_and_many_findings():
+    result = failing_result("busy")
+    result["checks"].append({**check("xid", "fail"), "findings": [
+        {"gpu": f"PCI:0000:{i:02x}:00", "verdict": "fail", "action": "drain: RESET_GPU", "evidence": f"Xid 119 x{i}",
+         "signal": "xid", "action_class": "reboot"} for i in range(1, 13)]})
+    report = fleet_report.build_report(document(busy=result, gone="no answer: ssh: connect to host gone port 22"))
+    section = fleet_report.render_markdown(report).split("**Evidence, by failure reason**")[1]
+    assert "  - gone: no answer: ssh: connect to host gone port 22" in section
+    assert section.count("  - busy: xid, PCI:") == fleet_report.EVIDENCE_MAX_FINDINGS
+    assert "  - busy: xid: and 2 more findings (fleet-report.json)" in section
+    assert "PCI:0000:01:00: Xid 119 x1 [drain: RESET_GPU] → reboot" in section
+
+
+def test_a_result_without_findings_or_with_odd_ones_reads_as_none():
+    result = passing_result("n")
+    result["checks"].append({**check("xid", "warn"), "findings": [
+        "not a finding", {"gpu": 3, "verdict": "warn", "action": "x", "evidence": "y", "action_class": "explode"}]})
+    node = node_of(fleet_report.build_report(document(n=result)), "n")
+    assert node["findings"] == [{"check": "xid", "gpu": "3", "verdict": "warn", "signal": None, "action": "x",
+                                 "evidence": "y", "action_class": None}]
+    assert node["actions"] == []
+
+
+# --- from the registered runs to the document (the action plugin's input) -------------------------
+
+def registered(result: dict[str, Any] | None, **fields: Any) -> dict[str, Any]:
+    """What `register` keeps of gpu_verify's "Run the health checks" (ansible.builtin.command)."""
+    run = {"rc": 0 if result is None or result["verdict"] == "pass" else 1, "changed": False,
+           "stdout": json.dumps(result, indent=2) if result is not None else "", "stderr": "", "stderr_lines": []}
+    return {**run, **fields}
+
+
+def test_collect_document_from_the_runs_and_the_nodes_gone():
+    runs = {"node-2": registered(failing_result("node-2"), stderr_lines=[
+                "gpufleet_check: metrics not written to /x/gpufleet.prom: no directory /x"]),
+            "node-1": registered(passing_result("node-1")),
+            "node-3": {"unreachable": True, "msg": "Task failed: Failed to connect to the host via ssh: timed out"}}
+    doc = fleet_report.collect_document(runs, ["node-4", "node-1"], "inventory/prod", "verify", "2026-12-03T10:00:00Z")
+    assert doc["generated"] == "2026-12-03T10:00:00Z" and doc["inventory"] == "inventory/prod"
+    assert doc["hosts"]["node-1"]["result"]["verdict"] == "pass"  # a node that ran is not "gone"
+    assert doc["hosts"]["node-3"] == {"result": None, "error": "no answer: Failed to connect to the host via ssh: timed out",
+                                      "unreachable": True, "metrics_not_written": []}
+    assert doc["hosts"]["node-4"] == {"result": None, "error": fleet_report.GONE_ERROR}
+    report = fleet_report.build_report(doc)
+    assert [(n["host"], n["verdict"]) for n in report["nodes"]] == [
+        ("node-1", "pass"), ("node-2", "fail"), ("node-3", "unreachable"), ("node-4", "unreachable")]
+    assert fleet_report.metrics_not_written(runs) == {
+        "node-2": ["gpufleet_check: metrics not written to /x/gpufleet.prom: no directory /x"]}
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", fleet_report.collect_document({})["generated"])
+    with pytest.raises(fleet_report.InputError):
+        fleet_report.collect_document(["node-1"])
+
+
+def test_the_role_writes_the_report_through_the_action(tmp_path):
+    """roles/gpu_verify/tasks/report.yml as the role runs it, in a real ansible-playbook on this machine: each
+    node's registered run set as the role's check.yml leaves it, then the action writes the three files."""
+    runs = {"node-1": registered(passing_result("node-1")), "node-2": registered(failing_result("node-2")),
+            "node-3": {"unreachable": True, "msg": "Task failed: Failed to connect to the host via ssh"}}
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(yaml_hosts(["node-1", "node-2", "node-3"]))
+    (tmp_path / "runs.json").write_text(json.dumps(runs))
+    playbook = tmp_path / "report.yml"
+    playbook.write_text(f"""---
+- name: The fleet report of registered runs
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: Leave the run the checks would have left
+      ansible.builtin.set_fact:
+        __gpu_verify_run: "{{{{ (lookup('ansible.builtin.file', '{tmp_path}/runs.json') | from_json)[inventory_hostname] }}}}"
+    - name: Write the report as gpu_verify does
+      ansible.builtin.include_role:
+        name: gpufleet.fleet.gpu_verify
+        tasks_from: report
+      vars:
+        gpu_verify_report_dir: "{tmp_path}/reports"
+""")
+    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO_ROOT / "ansible.cfg"),
+           "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.default", "ANSIBLE_LOCAL_TEMP": str(tmp_path / "tmp"),
+           "ANSIBLE_CACHE_PLUGIN": "memory"}
+    proc = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory), str(playbook)],
+                          cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads((tmp_path / "reports" / "fleet-report.json").read_text())
+    assert [(n["host"], n["verdict"]) for n in report["nodes"]] == [
+        ("node-1", "pass"), ("node-2", "fail"), ("node-3", "unreachable")]
+    assert report["nodes"][2]["reasons"] == ["no answer: Failed to connect to the host via ssh"]
+    assert (tmp_path / "reports" / "fleet-report.md").read_text() == fleet_report.render_markdown(report)
+    assert ET.parse(tmp_path / "reports" / "fleet-report.xml").getroot().get("name") == "gpufleet-verify"
+    assert "FAIL: 3 nodes: 1 passed, 1 failed, 1 unreachable" in proc.stdout
+    assert "changed=0" in proc.stdout and "changed=1" not in proc.stdout
+
+
+def yaml_hosts(hosts: list[str]) -> str:
+    return "all:\n  hosts:\n" + "".join(f"    {host}:\n      ansible_connection: local\n" for host in hosts)

@@ -52,7 +52,7 @@ PACKAGE_IMPORTS = {
     "xid": set(),
     "dcgm": set(),
     "health_checks": {"common", "dcgm", "facts", "health", "profiles", "xid"},
-    "checks": {"common", "facts", "health_checks", "launcher", "profiles"},
+    "checks": {"common", "facts", "health", "health_checks", "launcher", "profiles"},
     "cli": {"checks", "common", "launcher", "metrics", "profiles"},
     "__init__": {"facts"},
     "__main__": {"cli"},

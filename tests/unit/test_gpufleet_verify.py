@@ -282,4 +282,29 @@ def test_missing_ansible_runner_exits_2(monkeypatch, main, capsys):
 
 
 def test_the_playbook_and_config_it_runs_exist():
-    assert verify.PLAYBOOK.is_file() and verify.ANSIBLE_CONFIG.is_file() and verify.FLEET_REPORT_SCRIPT.is_file()
+    assert verify.PLAYBOOK.is_file() and verify.ANSIBLE_CONFIG.is_file()
+
+
+def test_the_report_module_is_the_collections_one():
+    """The report's code is plugins/module_utils/fleet_report.py, imported through the collection gpufleet.fleet
+    (the checkout's .ansible/collections link, as ansible.cfg's collections_path has it), the action plugin's."""
+    assert verify.fleet_report.__name__ == verify.FLEET_REPORT_MODULE
+    assert Path(verify.fleet_report.__file__).resolve() == REPO_ROOT / "plugins" / "module_utils" / "fleet_report.py"
+    assert verify.collection_root() == REPO_ROOT / ".ansible" / "collections"
+
+
+def test_an_installed_collection_is_found_as_its_own_root(tmp_path):
+    """Installed (ansible-galaxy collection install): <path>/ansible_collections/gpufleet/fleet is the root's."""
+    installed = tmp_path / "collections" / "ansible_collections" / "gpufleet" / "fleet"
+    installed.mkdir(parents=True)
+    assert verify.collection_root(installed) == tmp_path / "collections"
+    assert verify.collection_root(tmp_path / "clone-without-link") is None
+
+
+def test_a_checkout_without_the_link_loads_the_module_by_path(tmp_path):
+    clone = tmp_path / "clone"
+    (clone / "plugins" / "module_utils").mkdir(parents=True)
+    (clone / "plugins" / "module_utils" / "fleet_report.py").write_text(
+        (REPO_ROOT / "plugins" / "module_utils" / "fleet_report.py").read_text())
+    module = verify.load_fleet_report(clone)
+    assert module.REPORT_SCHEMA == "gpufleet-fleet-report/1" and module.__file__ == str(clone / "plugins" / "module_utils" / "fleet_report.py")

@@ -43,7 +43,10 @@ NODES = ["gpufleet-node-1", "gpufleet-node-2", "gpufleet-node-3"]
 HEAD = "gpufleet-head"
 ALERTS = {"GpufleetVerificationFailed", "GpufleetRebootRequired", "GpufleetUncorrectedEccErrors",
           "GpufleetVerificationStale", "GpufleetVerificationMissing", "GpufleetNodeExporterDown",
-          "GpufleetDcgmExporterDown"}
+          "GpufleetDcgmExporterDown",
+          # the passive health checks' findings (issue 28)
+          "GpufleetGpuXid", "GpufleetRowRemapPending", "GpufleetRowRemapFailure", "GpufleetNvlinkDown",
+          "GpufleetNvlinkErrors", "GpufleetGpuThrottled", "GpufleetPcieDowntrained"}
 # What tests/lab/inventory sets (the e2e contract).
 LAB_SETTINGS = {"gpufleet_monitoring": True, "monitoring_scrape_interval": "5s", "monitoring_evaluation_interval": "5s",
                 "monitoring_alert_for": "0s"}
@@ -280,6 +283,15 @@ def test_alert_rules_with_the_defaults() -> None:
     assert rules["GpufleetVerificationStale"]["expr"] == "time() - gpufleet_verify_timestamp_seconds > 93600"  # 26h
     assert rules["GpufleetNodeExporterDown"]["expr"] == 'up{job="node"} == 0'
     assert rules["GpufleetDcgmExporterDown"]["expr"] == 'up{job="dcgm"} == 0'
+    assert rules["GpufleetGpuXid"]["expr"] == 'gpufleet_xid_events{verdict="fail"} > 0'
+    assert rules["GpufleetRowRemapPending"]["expr"] == 'gpufleet_health_finding{signal="row_remap_pending"} == 1'
+    assert rules["GpufleetRowRemapFailure"]["expr"] == 'gpufleet_health_finding{signal="row_remap_failure"} == 1'
+    assert rules["GpufleetNvlinkDown"]["expr"] == 'gpufleet_health_finding{check="nvlink", verdict="fail"} == 1'
+    assert rules["GpufleetNvlinkErrors"]["expr"] == 'gpufleet_health_finding{signal="nvlink_errors"} == 1'
+    assert rules["GpufleetGpuThrottled"]["expr"] == 'gpufleet_health_finding{signal="clock_event", verdict="fail"} == 1'
+    assert rules["GpufleetPcieDowntrained"]["expr"] == 'gpufleet_health_finding{signal="pcie_width", verdict="fail"} == 1'
+    assert {name for name, rule in rules.items() if rule["labels"]["severity"] == "warning"} >= {
+        "GpufleetRowRemapPending", "GpufleetNvlinkErrors"}
     assert {rules[n]["labels"]["severity"] for n in ("GpufleetVerificationFailed", "GpufleetUncorrectedEccErrors",
                                                      "GpufleetNodeExporterDown")} == {"critical"}
 
@@ -312,7 +324,8 @@ def test_rules_use_only_metrics_the_writer_emits(writer: ModuleType) -> None:
     assert queries, "the annotations query the failed checks"
     used = set().union(*(metric_names(rule["expr"]) for rule in rules), *(metric_names(q) for q in queries))
     assert used == {"gpufleet_verify_passed", "gpufleet_reboot_required", "gpufleet_gpu_ecc_uncorrected_errors",
-                    "gpufleet_verify_timestamp_seconds", "gpufleet_check_status"}
+                    "gpufleet_verify_timestamp_seconds", "gpufleet_check_status", "gpufleet_xid_events",
+                    "gpufleet_health_finding"}
     assert used <= set(writer.METRICS), used - set(writer.METRICS)
 
     # ... and the writer really emits them, with the labels the rules read.
@@ -320,14 +333,28 @@ def test_rules_use_only_metrics_the_writer_emits(writer: ModuleType) -> None:
               "host": "gpufleet-node-1", "versions": {}, "gpu_count_pci": 1,
               "gpus": [{"index": 0, "name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-0", "ecc_uncorrected": 2,
                         "gemm_tflops": 700.0}],
-              "checks": [{"name": "driver_version", "verdict": "fail"}]}
+              "checks": [{"name": "driver_version", "verdict": "fail"},
+                         {"name": "xid", "verdict": "fail", "findings": [
+                             {"gpu": "PCI:0000:19:00", "verdict": "fail", "action": "drain: WORKFLOW_XID_48", "evidence": "Xid 48",
+                              "signal": "xid", "action_class": "drain", "code": 48, "kind": "xid", "count": 1}]},
+                         {"name": "gpu_errors", "verdict": "warn", "findings": [
+                             {"gpu": "GPU 0 (00000000:53:00.0)", "verdict": "warn", "action": "reboot", "evidence": "row remap pending",
+                              "signal": "row_remap_pending", "action_class": "reboot"}]}]}
     emitted = writer.metrics_text(report)
     for name in used:
         assert re.search(rf"^{name}[{{ ]", emitted, re.MULTILINE), f"the writer emits no {name}"
     assert 'gpufleet_gpu_ecc_uncorrected_errors{gpu="0",model="NVIDIA H100 80GB HBM3",uuid="GPU-0"} 2' in emitted
     assert 'gpufleet_check_status{check="driver_version",status="fail"} 1' in emitted
+    assert 'gpufleet_xid_events{kind="xid",code="48",device="PCI:0000:19:00",verdict="fail"} 1' in emitted
+    assert ('gpufleet_health_finding{check="gpu_errors",signal="row_remap_pending",subject="GPU 0 (00000000:53:00.0)",'
+            'verdict="warn",action_class="reboot"} 1') in emitted
     labels_read = set(re.findall(r"\$labels\.([a-z_]+)", rendered)) | set(re.findall(r"\.Labels\.([a-z_]+)", rendered))
-    assert labels_read == {"node", "instance", "gpu", "model", "uuid", "check"}
+    assert labels_read == {"node", "instance", "gpu", "model", "uuid", "check", "kind", "code", "device", "subject", "signal"}
+    # the values the rules select on are the ones gpufleet_check gives (health.finding's signals, xid's verdicts)
+    selected = set(re.findall(r'signal="([a-z_]+)"', rendered)) | set(re.findall(r'check="([a-z_]+)"', rendered))
+    assert selected == {"row_remap_pending", "row_remap_failure", "nvlink_errors", "clock_event", "pcie_width", "nvlink"}
+    health = (METRICS_WRITER.parent / "health.py").read_text()
+    assert all(f'signal="{signal}"' in health for signal in selected - {"nvlink"}), "a signal the checks never give"
 
 
 def test_rules_read_the_jobs_and_labels_prometheus_scrapes() -> None:

@@ -1193,6 +1193,46 @@ def test_check_entry_says_why_there_is_no_result(run, error):
     assert entry["unreachable"] is bool(run and run.get("unreachable"))
 
 
+def test_check_entry_is_the_fleet_reports():
+    """One home: the filter is plugins/module_utils/fleet_report.py's check_entry, not a copy."""
+    from ansible_collections.gpufleet.fleet.plugins.module_utils import fleet_report
+
+    assert filters.check_entry is fleet_report.check_entry
+
+
+# --- profile_overrides_problem, dcgm_level (gpu_verify's settings, judged by gpufleet_check's own rules) ----
+
+@pytest.mark.parametrize(("overrides", "problem"), [
+    ({}, ""), (None, ""), ("", ""),
+    ({"H200": {"allreduce_8gpu_busbw_gbps": 440}}, ""),
+    ({"GB200": {"device_ids": ["2941"], "nvlink_links": 18}}, ""),
+    ({"H200": {"allreduce_8gpu_busbw_gbpss": 440}}, "profile overrides: 'H200': unknown field(s) allreduce_8gpu_busbw_gbpss"),
+    ({"B300": {"h2d_gbps": 50}}, "profile overrides: 'B300' is not a known profile"),
+    ({"H200": {"nvlink_links": 17.5}}, "profile overrides: 'H200': nvlink_links must be a whole number, got 17.5"),
+    ({"H200": {"nvswitch_fabric": "yes"}}, "profile overrides: 'H200': nvswitch_fabric must be true or false"),
+    ({"H200": 440}, "profile overrides: 'H200' must be an object of fields, got int"),
+    (["H200"], "profile overrides must be a JSON object of profiles, got list"),
+])
+def test_profile_overrides_problem_is_gpufleet_checks_own_validator(overrides, problem):
+    found = filters.profile_overrides_problem(overrides)
+    assert found.startswith(problem) and bool(found) == bool(problem), found
+
+
+def test_dcgm_level_and_its_time_limit_are_gpufleet_checks():
+    """dcgmi diag -r 1/2/3 (dcgmi-diag(1): seconds, about 2 minutes, about 15 minutes); the limits are
+    gpufleet_check's dcgm.DEFAULT_TIMEOUT_S, one place."""
+    from ansible_collections.gpufleet.fleet.plugins.module_utils.gpufleet_check import gpufleet_check_module
+
+    limits = gpufleet_check_module("dcgm").DEFAULT_TIMEOUT_S
+    assert filters.dcgm_level("none") == {"level": 0, "timeout": 0}
+    assert filters.dcgm_level("quick") == {"level": 1, "timeout": limits[1]} == {"level": 1, "timeout": 300}
+    assert filters.dcgm_level("r2") == {"level": 2, "timeout": 900}
+    assert filters.dcgm_level("r3", 0) == {"level": 3, "timeout": 2700}
+    assert filters.dcgm_level("r3", "3600") == {"level": 3, "timeout": 3600}
+    with pytest.raises(AnsibleFilterError, match="'r4' is not one of none, quick, r2, r3"):
+        filters.dcgm_level("r4")
+
+
 # --- the environment's Python and the default PyTorch release ------------------
 # os_pythons: python3 3.8.2-0ubuntu2 (https://packages.ubuntu.com/focal/python/python3), 3.10.6-1~22.04
 # (https://packages.ubuntu.com/jammy/python3), 3.11.2-1+b1 (https://packages.debian.org/bookworm/python3);

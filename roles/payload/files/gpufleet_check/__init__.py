@@ -23,7 +23,8 @@ Modules (each reads on its own; the arrows are their imports)::
     health_checks  the passive health checks and dcgm: their inputs and verdicts              -> common, facts, health,
                                                                                                  profiles, xid, dcgm
     checks         the checks, the JSON report and its summary                                -> common, facts, launcher,
-                                                                                                 health_checks, profiles
+                                                                                                 health, health_checks,
+                                                                                                 profiles
     metrics        the report as Prometheus metrics, written atomically                       (standard library only)
     cli            options and main()                                                        -> checks, launcher, metrics,
                                                                                                  common, profiles

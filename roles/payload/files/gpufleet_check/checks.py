@@ -20,8 +20,15 @@ Each check measures one thing and judges it against a threshold. In order:
 ``gemm``             square bf16 matmul TFLOP/s on every GPU (fp16 before Ampere)
                      against ``--gemm-min-fraction`` (default 0.85) x the
                      model's achievable figure (GEMM_ACHIEVABLE_TFLOPS).
-``allreduce_busbw``  NCCL all-reduce bus bandwidth over all GPUs of the node,
-                     against a floor for NVLink/NVSwitch or for PCIe machines.
+``allreduce_busbw``  NCCL all-reduce bus bandwidth over all GPUs of the node.
+                     On NVLink/NVSwitch nodes whose GPUs' profile has a floor for
+                     their count (8 x H100 460, H200 431, A100 228 GB/s: Azure's,
+                     profiles), against that floor at its message size (16 GiB
+                     for those; the run uses it unless ``--allreduce-mib`` or
+                     ``--quick`` says less); otherwise (unknown model, another
+                     GPU count, a smaller message, PCIe) against the flat
+                     ``--busbw-min-nvlink`` / ``--busbw-min-pcie`` floor, and
+                     the detail says why.
 ``p2p_topology``     ``nvidia-smi topo -m`` links and CUDA peer access per pair.
 ``gpu_errors``       remapped rows, retired pages, ECC (``nvidia-smi -q -x``)
 ``pcie``             each GPU's PCIe link width and generation
@@ -64,7 +71,9 @@ JSON report (``--json``, or ``--output PATH``)
      "duration_s": float, "verdict": "pass" | "fail",
      "reasons": ["<check name>: <detail>", ...],        # one per failed check, or the one
                                                         # "nothing was checked: ..." when none passed
-     "reboot_required": bool,
+     "reboot_required": bool,                           # the driver's: loaded module is not the installed one
+     "actions": {"replace": int, "drain": int,          # findings of the health checks that ask for each
+                 "reboot": int, "configure": int},      # kind of work (a pending row remap: reboot)
      "versions": {"driver_installed", "driver_loaded", "cuda", "torch", "cudnn",
                   "nccl", "python",                     # str or null each; cudnn and
                   "system_cudnn", "system_nccl",        # nccl are torch's own, system_*
@@ -93,10 +102,13 @@ own version, the expected one and the comparison's outcome, "match",
 "differs", "no CUDA", "not compared"; and the system's packages),
 ``log_tail`` and ``failures`` (training), ``traceback`` (a
 check that raised), ``findings`` (the health checks: ``[{"gpu", "verdict",
-"action", "evidence"}]``, each failure or warning with its evidence; a
-pending row remap's action is "reboot", which the report's reboot_required
-does not take in yet) and
-``per_gpu``/``ports``/``tests``/``ignored`` with what they read. Each entry of "gpus" also carries
+"action", "evidence", "signal", "action_class"}]``, each failure or warning
+with its evidence, what was read and the kind of work it asks for: reboot,
+drain, replace, configure, or null to watch; health's docstring. A pending
+row remap's action class is "reboot"; the report's reboot_required stays the
+driver's, the fleet report and the metrics take the findings' classes in)
+and ``per_gpu``/``ports``/``tests``/``ignored``/``error_counters`` (nvlink:
+``[{"gpu", "link", "counter", "value"}]``) with what they read. Each entry of "gpus" also carries
 ``gemm_of_achievable``. Non-finite numbers are written as null.
 
 ``--driver-fact PATH`` (gpu_verify passes /etc/ansible/facts.d/nvidia_driver.fact)
@@ -127,7 +139,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Callable
 
-from . import health_checks, launcher, profiles
+from . import health, health_checks, launcher, profiles
 from .common import check_result, finite_or_none, first_lines, model_pattern, no_gpu, read_text
 from .facts import (USERSPACE_LIBRARIES, SmiInventory, all_pairs_nvlink, count_pci_gpus, gpu_pairs,
                     installed_driver_version, is_nvlink, loaded_module_version, parse_topology,
@@ -367,7 +379,9 @@ class Probe:
     @cached_property
     def profile_table(self) -> dict[str, dict[str, Any]]:
         """The per-SKU table with --profile-overrides laid over it (checked by the CLI before any check)."""
-        path = getattr(self.args, "profile_overrides", None)
+        path, text = getattr(self.args, "profile_overrides", None), getattr(self.args, "profile_overrides_json", None)
+        if text is not None:
+            return profiles.parse_overrides(text)
         return profiles.load_overrides(str(path)) if path else profiles.PROFILES
 
     @cached_property
@@ -787,24 +801,51 @@ def measure_allreduce(world_size: int, nbytes: int, timeout: float = ALLREDUCE_T
         return json.loads(Path(result_file).read_text())
 
 
+def sku_allreduce_floor(probe: Probe, world: int) -> tuple[dict[str, Any] | None, str]:
+    """({"floor", "size_mib", "profile", "source"}, "") of the GPUs' per-SKU all-reduce floor for world GPUs
+    (profiles: Azure's 8-GPU figures, each at its message size), or (None, why there is none). The model
+    is read from nvidia-smi -q -x (PCI device ID, then name), else from nvidia-smi's names."""
+    records = probe.smi_details[0] or [{"name": gpu.get("name"), "pci_device_id": None} for gpu in probe.smi.gpus]
+    keys = sorted({profiles.find_profile(gpu.get("name"), gpu.get("pci_device_id"), probe.profile_table)[0]
+                   for gpu in records})
+    if not keys or keys == [profiles.DEFAULT_PROFILE]:
+        return None, "unknown model: no per-SKU floor"
+    if len(keys) > 1:
+        return None, f"mixed models ({', '.join(keys)}): no per-SKU floor"
+    key = keys[0]
+    profile = profiles.figures(probe.profile_table[key])
+    floor, size = profiles.allreduce_floor(profile, world), profiles.allreduce_size_mib(profile, world)
+    if floor is None or size is None:
+        return None, f"the {key} profile has no all-reduce floor for {world} GPUs"
+    return {"floor": floor[0], "size_mib": size[0], "profile": key, "source": floor[1]}, ""
+
+
 def check_allreduce_busbw(probe: Probe) -> dict[str, Any]:
-    """NCCL all-reduce bus bandwidth over every GPU of the machine."""
+    """NCCL all-reduce bus bandwidth over every GPU of the machine, against the GPUs' per-SKU floor at its
+    message size where the profile has one (NVLink/NVSwitch nodes), else the flat --busbw-min-* floor."""
     name, args = "allreduce_busbw", probe.args
     skip = gpu_prerequisite(name, probe, min_gpus=2)
     if skip:
         return skip
     world = probe.cuda_device_count
-    mib = args.allreduce_mib or (QUICK_ALLREDUCE_MIB if args.quick else ALLREDUCE_MIB)
-    nbytes = mib * 2**20
     links, topology_error = probe.topology
     nvlink = links is not None and len(links) == world and all_pairs_nvlink(links)
-    threshold = args.busbw_min_nvlink if nvlink else args.busbw_min_pcie
     fabric = "nvlink" if nvlink else "pcie"
+    sku, no_sku = sku_allreduce_floor(probe, world) if nvlink else (None, "PCIe: no per-SKU floor")
+    mib = args.allreduce_mib or (QUICK_ALLREDUCE_MIB if args.quick else (sku["size_mib"] if sku else ALLREDUCE_MIB))
+    if sku and mib >= sku["size_mib"]:  # bus bandwidth grows with the message: the floor holds at its size and above
+        threshold, basis = sku["floor"], f"the {sku['profile']} floor at {sku['size_mib']} MiB ({sku['source']})"
+    else:
+        threshold = args.busbw_min_nvlink if nvlink else args.busbw_min_pcie
+        why = (f"the {sku['profile']} floor {sku['floor']:g} holds at {sku['size_mib']} MiB, this run is {mib} MiB"
+               if sku else no_sku)
+        basis = f"the flat {'NVLink/NVSwitch' if nvlink else 'PCIe'} floor ({why})"
+    nbytes = mib * 2**20
 
     timing = measure_allreduce(world, nbytes)
     busbw = bus_bandwidth_gbps(nbytes, timing["seconds"], world)
     summary = (f"{busbw:.1f} GB/s bus bandwidth, {world} GPUs, {mib} MiB float32, "
-               f"threshold {threshold:g} ({'NVLink/NVSwitch' if nvlink else 'PCIe'})")
+               f"threshold {threshold:g}: {basis}")
     if topology_error:
         summary += f"; topology unknown: {topology_error}"
     if not timing["correct"]:
@@ -813,7 +854,7 @@ def check_allreduce_busbw(probe: Probe) -> dict[str, Any]:
         verdict, detail = ("pass" if busbw >= threshold else "fail"), summary
     return check_result(name, verdict, detail, value=busbw, unit="GB/s", threshold=threshold,
                         algbw_gbps=nbytes / timing["seconds"] / 1e9, world_size=world, size_mib=mib,
-                        fabric=fabric)
+                        fabric=fabric, floor_profile=sku["profile"] if sku and threshold == sku["floor"] else None)
 
 
 def peer_access(probe: Probe, count: int) -> tuple[list[list[bool | None]] | None, str]:
@@ -958,6 +999,12 @@ def nothing_passed(checks: list[dict[str, Any]]) -> str:
     return f"nothing was checked: {why} ({counts['skipped']} checks skipped)"
 
 
+def finding_actions(checks: list[dict[str, Any]]) -> dict[str, int]:
+    """{action class: findings of the checks that ask for it}, every class of health.ACTION_CLASSES."""
+    counts = Counter(f.get("action_class") for c in checks for f in c.get("findings") or [])
+    return {klass: counts[klass] for klass in health.ACTION_CLASSES}
+
+
 def build_report(args: argparse.Namespace) -> dict[str, Any]:
     """Run the selected checks and assemble the JSON report (see the module docstring)."""
     started, clock = datetime.now(timezone.utc), time.perf_counter()
@@ -975,6 +1022,7 @@ def build_report(args: argparse.Namespace) -> dict[str, Any]:
         "verdict": "fail" if reasons else "pass",
         "reasons": reasons,
         "reboot_required": any(c.get("reboot_required") for c in checks),
+        "actions": finding_actions(checks),
         "versions": report_versions(probe),
         "gpus": report_gpus(probe, checks),
         "gpu_count_pci": probe.pci_gpu_count,

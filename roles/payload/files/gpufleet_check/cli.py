@@ -31,8 +31,9 @@ for the health checks ``--smi-query-file``, ``--nvlink-status-file``,
 ``--nvlink-errors-file``, ``--kernel-log-file``, ``--dcgm-json-file``,
 ``--sysfs-infiniband-dir`` and ``--sysfs-module-dir`` (a saved output is judged
 as the live one would be, also on a machine without GPUs: a support bundle's
-``nvidia-smi -q`` for one). ``--profile-overrides FILE`` that cannot be read or
-names an unknown profile or field is a usage error before any check runs.
+``nvidia-smi -q`` for one). ``--profile-overrides FILE`` (or the same JSON
+object inline, ``--profile-overrides-json``) that cannot be read or names an
+unknown profile or field is a usage error before any check runs.
 ``--driver-fact PATH`` reads the nvidia_driver role's local fact (see checks).
 """
 
@@ -51,7 +52,7 @@ from .checks import (ALLREDUCE_MIB, CHECKS, GEMM_MIN_FRACTION, GEMM_SIZE, QUICK_
 from .common import (EXIT_FAIL, EXIT_PASS, EXIT_USAGE, check_writable, fraction, non_negative_float,
                      non_negative_int, positive_int, program_name, write_atomically)
 from .metrics import write_metrics
-from .profiles import load_overrides
+from .profiles import load_overrides, parse_overrides
 
 DESCRIPTION = "GPU health checks for gpufleet nodes: a library of small checks and a CLI."
 
@@ -105,9 +106,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    help="least fraction (above 0, at most 1) of the GPU model's achievable TFLOP/s, measured "
                         f"figures where published (default {GEMM_MIN_FRACTION})")
     p.add_argument("--allreduce-mib", type=positive_int, metavar="MIB",
-                   help=f"all-reduce size in MiB (default {ALLREDUCE_MIB})")
+                   help=f"all-reduce size in MiB (default: the per-SKU floor's size, else {ALLREDUCE_MIB})")
     p.add_argument("--busbw-min-nvlink", type=non_negative_float, default=100.0, metavar="GBPS",
-                   help="least bus bandwidth, GB/s, when all GPU pairs are NVLink/NVSwitch (default 100)")
+                   help="least bus bandwidth, GB/s, when all GPU pairs are NVLink/NVSwitch and the GPUs' profile "
+                        "has no floor for their count and message size (default 100)")
     p.add_argument("--busbw-min-pcie", type=non_negative_float, default=5.0, metavar="GBPS",
                    help="least bus bandwidth, GB/s, otherwise (default 5)")
     health = p.add_argument_group("health checks (gpu_errors, pcie, clocks, nvlink, xid, interconnect, dcgm)")
@@ -138,9 +140,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help="dcgmi diag run level: 1 seconds, 2 about 2 min, 3 about 15 min; 0: not run (default 1)")
     health.add_argument("--dcgm-timeout", type=positive_int, metavar="S",
                         help="seconds before dcgmi diag is stopped (default: 300, 900, 2700 for levels 1, 2, 3)")
-    health.add_argument("--profile-overrides", type=Path, metavar="FILE",
-                        help='JSON object of per-SKU figures laid over the table, {"H200": '
-                             '{"allreduce_8gpu_busbw_gbps": 440}}; unknown names are refused')
+    overrides = health.add_mutually_exclusive_group()
+    overrides.add_argument("--profile-overrides", type=Path, metavar="FILE",
+                           help='JSON object of per-SKU figures laid over the table, {"H200": '
+                                '{"allreduce_8gpu_busbw_gbps": 440}}; unknown names are refused')
+    overrides.add_argument("--profile-overrides-json", metavar="JSON",
+                           help="the same object given on the command line (gpu_verify passes it so)")
     p.add_argument("--train", action="store_true", help="also run the training payload on every GPU")
     p.add_argument("--train-nproc", type=positive_int, metavar="N",
                    help=f"training processes (default: one per GPU, {TRAIN_CPU_NPROC} without GPUs)")
@@ -188,11 +193,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if problem:  # before any check runs: a report that cannot be kept is a usage error
         print(f"{program_name()}: --output {args.output}: cannot be written ({problem})", file=sys.stderr, flush=True)
         return EXIT_USAGE
-    if args.profile_overrides is not None:
+    if args.profile_overrides is not None or args.profile_overrides_json is not None:
+        option = "--profile-overrides" if args.profile_overrides is not None else "--profile-overrides-json"
         try:
-            load_overrides(str(args.profile_overrides))
+            if args.profile_overrides is not None:
+                load_overrides(str(args.profile_overrides))
+            else:
+                parse_overrides(args.profile_overrides_json)
         except ValueError as exc:  # before any check runs, like a bad option
-            print(f"{program_name()}: --profile-overrides {exc}", file=sys.stderr, flush=True)
+            print(f"{program_name()}: {option} {exc}", file=sys.stderr, flush=True)
             return EXIT_USAGE
     metrics_file = args.metrics_file
     if metrics_file is not None and (problem := metrics_problem(metrics_file)):

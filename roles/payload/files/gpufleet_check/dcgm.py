@@ -126,7 +126,8 @@ def parse_dcgm_json(text: str) -> dict[str, Any]:
 
 
 def judge_dcgm(parsed: dict[str, Any]) -> dict[str, Any]:
-    """{"verdict", "findings": [{"gpu", "verdict", "action", "evidence", "test"}], "tests": {name: status},
+    """{"verdict", "findings": [{"gpu", "verdict", "action", "evidence", "test", "signal": "dcgm_test",
+    "action_class": "drain" for a Fail, None}], "tests": {name: status},
     "counts": {status: n}}: a Fail fails, a Warn warns (see the module docstring)."""
     findings, statuses, counts = [], {}, {}
     for test in parsed["tests"]:
@@ -143,12 +144,15 @@ def judge_dcgm(parsed: dict[str, Any]) -> dict[str, Any]:
         for result in test["results"]:
             if result["status"] in ("Fail", "Warn"):
                 why = "; ".join(result["warnings"] or result["info"]) or "no message"
+                failed = result["status"] == "Fail"
                 findings.append({"gpu": f"GPU {result['gpu']}", "verdict": result["status"].lower(),
-                                 "action": "drain: see the DCGM error" if result["status"] == "Fail" else "watch",
-                                 "evidence": f"{test['name']}: {result['status']}: {why[:300]}", "test": test["name"]})
+                                 "action": "drain: see the DCGM error" if failed else "watch",
+                                 "evidence": f"{test['name']}: {result['status']}: {why[:300]}", "test": test["name"],
+                                 "signal": "dcgm_test", "action_class": "drain" if failed else None})
         if test["summary"] in ("Fail", "Warn") and not any(r["status"] == test["summary"] for r in test["results"]):
             findings.append({"gpu": "all", "verdict": test["summary"].lower(), "action": "see the DCGM log",
-                             "evidence": f"{test['name']}: test summary {test['summary']}", "test": test["name"]})
+                             "evidence": f"{test['name']}: test summary {test['summary']}", "test": test["name"],
+                             "signal": "dcgm_test", "action_class": "drain" if test["summary"] == "Fail" else None})
     verdicts = {f["verdict"] for f in findings}
     unknown = [name for name, status in statuses.items() if status not in ("Pass", "Fail", "Warn", "Skip", "Not Run")]
     verdict = "fail" if "fail" in verdicts else "warn" if "warn" in verdicts or unknown else "pass"

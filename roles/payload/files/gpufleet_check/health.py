@@ -3,7 +3,24 @@
 ``parse_smi_query`` reads ``nvidia-smi -q -x`` (XML) or ``nvidia-smi -q``
 (text) into one record per GPU (``GPU_KEYS``); the judgements turn records
 into findings, each ``{"gpu", "verdict": "fail" | "warn", "action",
-"evidence"}``:
+"evidence", "signal", "action_class"}``: ``action`` says what to do in words,
+``signal`` what was read, in one word a metric and an alert can select on
+(``row_remap_pending``, ``pcie_width``, ``clock_event``, ``nvlink_errors``,
+...), and ``action_class`` the kind of work it asks for, one of
+``ACTION_CLASSES``, or None for a finding to watch:
+
+``reboot``     a GPU reset or a reboot clears it (a pending row remap or retired
+               page, a pending MIG change, a fabric that needs a reset; NVIDIA,
+               Error Recovery and Response Flags: "Reset ... reset the GPU using
+               nvidia-smi -r", "Reboot ... Reboot the operating system");
+``drain``      take the node out of service and investigate (uncorrected ECC, an
+               inactive or slow NVLink, a downtrained PCIe link, HW slowdown,
+               missing InfiniBand ports);
+``replace``    the GPU is to be replaced (a row remapping failure: NVIDIA's RMA
+               policy for row remapping);
+``configure``  the site's configuration is wrong (MIG mode, Fabric Manager not
+               running, nvidia_peermem not loaded, a slot or BIOS that caps the
+               PCIe generation).
 
 ``judge_gpu_errors``  ECC (volatile/aggregate, corrected/uncorrected), retired
                       pages (pre-Ampere), remapped rows (Ampere and later):
@@ -80,6 +97,8 @@ from typing import Any, Iterable
 from . import profiles
 from .common import read_text
 
+# The kinds of work a finding asks for (the module docstring), in the order the report lists them.
+ACTION_CLASSES = ("replace", "drain", "reboot", "configure")
 NOT_A_VALUE = ("", "n/a", "[n/a]", "not supported", "[not supported]", "unknown error", "none")
 CLOCK_REASONS = ("gpu_idle", "applications_clocks_setting", "sw_power_cap", "hw_slowdown", "hw_thermal_slowdown",
                  "hw_power_brake_slowdown", "sync_boost", "sw_thermal_slowdown", "display_clocks_setting")
@@ -137,9 +156,13 @@ def gpu_label(gpu: dict[str, Any]) -> str:
     return f"GPU {gpu['index']} ({gpu['bus_id']})"
 
 
-def finding(gpu: dict[str, Any] | str, verdict: str, action: str, evidence: str) -> dict[str, Any]:
+def finding(gpu: dict[str, Any] | str, verdict: str, action: str, evidence: str, *, signal: str,
+            action_class: str | None) -> dict[str, Any]:
+    """One finding (see the module docstring); signal and action_class are named at every call."""
+    if action_class is not None and action_class not in ACTION_CLASSES:
+        raise ValueError(f"action class {action_class!r} is not one of {', '.join(ACTION_CLASSES)}")
     return {"gpu": gpu_label(gpu) if isinstance(gpu, dict) else gpu, "verdict": verdict, "action": action,
-            "evidence": evidence}
+            "evidence": evidence, "signal": signal, "action_class": action_class}
 
 
 # --------------------------------------------------------------------------- nvidia-smi -q -x (XML)
@@ -389,25 +412,29 @@ def judge_gpu_errors(gpus: list[dict[str, Any]], max_uncorrected: int = 0,
             if rows["failure"]:
                 found.append(finding(gpu, "fail", "replace GPU",
                                      f"row remapping failure (remapped rows: {rows['correctable']} correctable, "
-                                     f"{rows['uncorrectable']} uncorrectable)"))
+                                     f"{rows['uncorrectable']} uncorrectable)",
+                                     signal="row_remap_failure", action_class="replace"))
             if rows["pending"]:
                 found.append(finding(gpu, "warn", "reboot",
                                      "row remap pending: takes effect at the next GPU reset "
-                                     f"({rows['uncorrectable']} uncorrectable, {rows['correctable']} correctable rows)"))
+                                     f"({rows['uncorrectable']} uncorrectable, {rows['correctable']} correctable rows)",
+                                     signal="row_remap_pending", action_class="reboot"))
         pages = gpu["retired_pages"]
         if pages is not None and pages["pending"]:
             found.append(finding(gpu, "warn", "reboot",
                                  f"retired page pending: takes effect when the driver reloads "
-                                 f"({pages['single_bit']} single-bit, {pages['double_bit']} double-bit pages retired)"))
+                                 f"({pages['single_bit']} single-bit, {pages['double_bit']} double-bit pages retired)",
+                                 signal="retired_pages_pending", action_class="reboot"))
         volatile, aggregate = gpu["ecc"]["volatile"], gpu["ecc"]["aggregate"]
         if volatile["uncorrected"] is not None and volatile["uncorrected"] > max_uncorrected:
             found.append(finding(gpu, "fail", "drain",
                                  f"{volatile['uncorrected']} uncorrected volatile ECC error(s), max {max_uncorrected} "
-                                 f"(aggregate {aggregate['uncorrected']})"))
+                                 f"(aggregate {aggregate['uncorrected']})",
+                                 signal="ecc_uncorrected", action_class="drain"))
         if max_corrected is not None and volatile["corrected"] is not None and volatile["corrected"] > max_corrected:
             found.append(finding(gpu, "warn", "watch",
                                  f"{volatile['corrected']} corrected volatile ECC error(s), max {max_corrected} "
-                                 f"(aggregate {aggregate['corrected']})"))
+                                 f"(aggregate {aggregate['corrected']})", signal="ecc_corrected", action_class=None))
     return found
 
 
@@ -428,23 +455,28 @@ def judge_pcie(gpus: list[dict[str, Any]], table: dict[str, dict[str, Any]] | No
         if width is not None:
             if floor is not None and width < floor:
                 found.append(finding(gpu, "fail", "reseat or replace (downtrained PCIe link)",
-                                     f"PCIe x{width}, below the {key} floor x{floor} (max x{width_max})"))
+                                     f"PCIe x{width}, below the {key} floor x{floor} (max x{width_max})",
+                                     signal="pcie_width", action_class="drain"))
             elif floor is None and width_max is not None and width < width_max:
                 found.append(finding(gpu, "fail", "reseat or replace (downtrained PCIe link)",
-                                     f"PCIe x{width} of max x{width_max} ({key}: no per-SKU floor)"))
+                                     f"PCIe x{width} of max x{width_max} ({key}: no per-SKU floor)",
+                                     signal="pcie_width", action_class="drain"))
             elif width_max is not None and width < width_max:
                 found.append(finding(gpu, "warn", "watch",
-                                     f"PCIe x{width} of max x{width_max} (the {key} floor x{floor} is met)"))
+                                     f"PCIe x{width} of max x{width_max} (the {key} floor x{floor} is met)",
+                                     signal="pcie_width", action_class=None))
         gen, gen_max = link["gen_current"], link["gen_max"]
         expected = profiles.figure(profile, "pcie_gen")
         if gen is not None and gen_max is not None and gen < gen_max:
             idle = gpu["clock_reasons"].get("gpu_idle")
             note = "; the GPU is idle: an idle GPU lowers its link generation" if idle else ""
             found.append(finding(gpu, "fail" if gen_policy == "fail" else "warn", "check under load",
-                                 f"PCIe Gen {gen} of max Gen {gen_max}{note}"))
+                                 f"PCIe Gen {gen} of max Gen {gen_max}{note}",
+                                 signal="pcie_generation", action_class="drain" if gen_policy == "fail" else None))
         if expected is not None and gen_max is not None and gen_max < expected:
             found.append(finding(gpu, "warn", "check the slot / BIOS",
-                                 f"PCIe max Gen {gen_max}, the {key} links at Gen {expected}"))
+                                 f"PCIe max Gen {gen_max}, the {key} links at Gen {expected}",
+                                 signal="pcie_max_generation", action_class="configure"))
     return found
 
 
@@ -456,22 +488,27 @@ def judge_clocks(gpus: list[dict[str, Any]], expect_mig: str = "any") -> list[di
         reasons = gpu["clock_reasons"]
         failing = [text for reason, text in FAIL_REASONS.items() if reasons.get(reason)]
         for text in failing:
-            found.append(finding(gpu, "fail", "drain: check cooling and power", f"active {text}"))
+            found.append(finding(gpu, "fail", "drain: check cooling and power", f"active {text}",
+                                 signal="clock_event", action_class="drain"))
         if not failing:
             for reason, text in WARN_REASONS.items():
                 if reasons.get(reason):
-                    found.append(finding(gpu, "warn", "watch", f"active {text}"))
+                    found.append(finding(gpu, "warn", "watch", f"active {text}",
+                                         signal="clock_event", action_class=None))
         temp = gpu["temperature"]
         if temp["gpu"] is not None and temp["slowdown"] is not None and temp["gpu"] >= temp["slowdown"]:
             found.append(finding(gpu, "warn", "check cooling",
-                                 f"{temp['gpu']:g} C, at or past its slowdown threshold {temp['slowdown']:g} C"))
+                                 f"{temp['gpu']:g} C, at or past its slowdown threshold {temp['slowdown']:g} C",
+                                 signal="temperature", action_class=None))
         mig = gpu["mig"]
         if expect_mig != "any" and mig["current"] is not None and mig["current"].lower() != expect_mig:
             found.append(finding(gpu, "fail", f"set MIG mode {expect_mig}",
-                                 f"MIG mode {mig['current']}, the site expects {expect_mig}"))
+                                 f"MIG mode {mig['current']}, the site expects {expect_mig}",
+                                 signal="mig_mode", action_class="configure"))
         if mig["current"] and mig["pending"] and mig["current"] != mig["pending"]:
             found.append(finding(gpu, "warn", "reset the GPU",
-                                 f"MIG mode {mig['current']}, {mig['pending']} pending (takes effect at a GPU reset)"))
+                                 f"MIG mode {mig['current']}, {mig['pending']} pending (takes effect at a GPU reset)",
+                                 signal="mig_pending", action_class="reboot"))
     return found
 
 
@@ -485,10 +522,11 @@ def judge_fabric(gpus: list[dict[str, Any]], table: dict[str, dict[str, Any]] | 
         if state.lower() != "completed":
             found.append(finding(gpu, "fail", "start nvidia-fabricmanager / reset the fabric",
                                  f"Fabric Manager state {state!r} (status {status}): the GPU is not registered "
-                                 "with the NVLink fabric"))
+                                 "with the NVLink fabric", signal="fabric_manager", action_class="configure"))
         elif (status or "").lower() != "success":
             found.append(finding(gpu, "fail", "reset the fabric",
-                                 f"Fabric Manager state Completed with status {status!r}"))
+                                 f"Fabric Manager state Completed with status {status!r}",
+                                 signal="fabric_manager", action_class="reboot"))
     return found
 
 
@@ -549,23 +587,24 @@ def judge_nvlink(status: list[dict[str, Any]], errors: dict[int, dict[int, dict[
         links = gpu["links"]
         if gpu["all_inactive"]:
             found.append(finding(label, "fail", "drain: reset the GPU, then check the NVLink/NVSwitch",
-                                 "all NVLinks inactive"))
+                                 "all NVLinks inactive", signal="nvlink_inactive", action_class="drain"))
             continue
         inactive = sorted(n for n, speed in links.items() if speed is None)
         if inactive:
             found.append(finding(label, "fail", "drain: reset the GPU, then check the NVLink/NVSwitch",
                                  f"NVLink {', '.join(map(str, inactive))} inactive ({len(links) - len(inactive)} "
-                                 f"of {len(links)} up)"))
+                                 f"of {len(links)} up)", signal="nvlink_inactive", action_class="drain"))
         if expected_links is not None and len(links) < expected_links:
             found.append(finding(label, "fail", "drain: check the NVLink/NVSwitch",
-                                 f"{len(links)} NVLinks listed, the {key} has {expected_links}"))
+                                 f"{len(links)} NVLinks listed, the {key} has {expected_links}",
+                                 signal="nvlink_links", action_class="drain"))
         slow = sorted(n for n, speed in links.items() if speed is not None and expected_speed is not None
                       and speed < expected_speed * 0.999)
         if slow:
             speeds = sorted({links[n] for n in slow})
             found.append(finding(label, "fail", "drain: check the NVLink/NVSwitch",
                                  f"NVLink {', '.join(map(str, slow))} at {', '.join(f'{s:g}' for s in speeds)} GB/s, "
-                                 f"the {key} runs {expected_speed:g}"))
+                                 f"the {key} runs {expected_speed:g}", signal="nvlink_speed", action_class="drain"))
     for gpu, per_link in sorted((errors or {}).items()):
         label = f"GPU {gpu}" + (f" ({by_index[gpu]['bus_id']})" if gpu in by_index else "")
         high = [(link, name, count) for link, named in sorted(per_link.items()) for name, count in named.items()
@@ -574,7 +613,8 @@ def judge_nvlink(status: list[dict[str, Any]], errors: dict[int, dict[int, dict[
             shown = ", ".join(f"link {link} {name} {count}" for link, name, count in high[:6])
             more = f" and {len(high) - 6} more" if len(high) > 6 else ""
             found.append(finding(label, "warn", "watch (counters since the driver loaded)",
-                                 f"NVLink error counters above {max_errors}: {shown}{more}"))
+                                 f"NVLink error counters above {max_errors}: {shown}{more}",
+                                 signal="nvlink_errors", action_class=None))
     return found
 
 
@@ -622,14 +662,17 @@ def judge_ib_ports(ports: list[dict[str, Any]], expect_ports: int = 0, min_rate_
             counted.append(port)
         elif layer_ok and not up:
             found.append(finding(name, "warn", "check the cable / switch port",
-                                 f"{port['link_layer']} port {port['state']} / {port['phys_state']} ({port['rate']})"))
+                                 f"{port['link_layer']} port {port['state']} / {port['phys_state']} ({port['rate']})",
+                                 signal="ib_port", action_class=None))
         elif layer_ok and not fast:
             found.append(finding(name, "warn", "check the cable / switch port",
-                                 f"{port['link_layer']} port at {port['rate']}, below {min_rate_gbps:g} Gb/s"))
+                                 f"{port['link_layer']} port at {port['rate']}, below {min_rate_gbps:g} Gb/s",
+                                 signal="ib_port", action_class=None))
     if expect_ports and len(counted) < expect_ports:
         found.append(finding("node", "fail", "drain: check the NICs, cables and switch ports",
                              f"{len(counted)} {link_layer if link_layer != 'any' else 'InfiniBand/RoCE'} port(s) ACTIVE "
-                             f"at >= {min_rate_gbps:g} Gb/s, expected {expect_ports}"))
+                             f"at >= {min_rate_gbps:g} Gb/s, expected {expect_ports}",
+                             signal="ib_ports", action_class="drain"))
     return found, counted
 
 

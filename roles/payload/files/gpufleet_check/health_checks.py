@@ -135,8 +135,9 @@ def kernel_log(args: argparse.Namespace, now: datetime) -> tuple[str | None, str
 def findings_result(name: str, found: list[dict[str, Any]], summary: str, value: Any = None,
                     unit: str | None = None, threshold: Any = None, **extra: Any) -> dict[str, Any]:
     """A check's result from its findings: fail / warn / pass, the findings first in the detail. A finding
-    whose action is "reboot" (a pending row remap or retired page) says so in its action; the report's
-    reboot_required (and its metric) stays the driver's until the report step takes these findings in."""
+    whose action class is "reboot" (a pending row remap or retired page) says so in its action_class, which
+    the report counts in its "actions" (and the metric gpufleet_action_required); the report's
+    reboot_required (and gpufleet_reboot_required) stays the driver's."""
     verdict = health.verdict_of(found)
     detail = "; ".join(part for part in (health.describe(found), summary) if part)
     return check_result(name, verdict, detail, value=value, unit=unit, threshold=threshold, findings=found, **extra)
@@ -235,13 +236,15 @@ def check_nvlink(probe: Any) -> dict[str, Any]:
                 key, profile = health.gpu_profile(gpu, probe.profile_table)
                 found.append(health.finding(gpu, "fail", "drain: check the NVLink/NVSwitch",
                                             f"nvidia-smi nvlink --status lists no NVLink, the {key} has "
-                                            f"{profiles.figure(profile, 'nvlink_links')}"))
+                                            f"{profiles.figure(profile, 'nvlink_links')}",
+                                            signal="nvlink_links", action_class="drain"))
     fabric = sorted({str(g["fabric"]["state"]) for g in smi_gpus})
     if status_text is None:
         if not found and not expects:
             return check_result(name, "skipped", f"{error} (see nvidia_smi)")
         found.append(health.finding("node", "fail" if expects else "warn", "check nvidia-smi",
-                                    f"NVLink status unreadable: {error}"))
+                                    f"NVLink status unreadable: {error}",
+                                    signal="nvlink_status", action_class="drain" if expects else None))
     links = sum(len(g["links"]) for g in status)
     if status_text is not None and not links and not expects and not found:
         return check_result(name, "skipped", f"no NVLink on these GPUs ({len(status)} GPU(s) listed, none with links)",
@@ -250,8 +253,12 @@ def check_nvlink(probe: Any) -> dict[str, Any]:
     summary = (f"{up}/{links} NVLinks up on {len(status)} GPU(s)"
                + (f"; error counters read for {len(errors)} GPU(s)" if errors else "; no error counters")
                + f"; Fabric Manager state: {', '.join(fabric) if smi_gpus else 'not read'}")
+    counters = [{"gpu": gpu, "link": link, "counter": counter, "value": count}
+                for gpu, per_link in sorted(errors.items()) for link, named in sorted(per_link.items())
+                for counter, count in named.items()]
     return findings_result(name, found, summary, value=up, unit="links", threshold=args.nvlink_max_errors,
-                           per_gpu=[{"gpu": g["index"], "name": g["name"], "links": g["links"]} for g in status])
+                           per_gpu=[{"gpu": g["index"], "name": g["name"], "links": g["links"]} for g in status],
+                           error_counters=counters)
 
 
 def integer_list(text: str) -> list[int]:
@@ -303,7 +310,7 @@ def check_interconnect(probe: Any) -> dict[str, Any]:
     if args.expect_peermem and not peermem:
         found.append(health.finding("node", "fail", "load nvidia_peermem (modprobe nvidia-peermem)",
                                     f"nvidia_peermem not loaded (no {os.path.join(args.sysfs_module_dir, 'nvidia_peermem')}): "
-                                    "no GPUDirect RDMA"))
+                                    "no GPUDirect RDMA", signal="peermem", action_class="configure"))
     rates = ", ".join(sorted({f"{p['link_layer']} {p['rate']}" for p in counted})) or "none"
     summary = (f"{len(counted)} of {len(ports)} port(s) ACTIVE at >= {args.ib_min_rate:g} Gb/s ({rates}); "
                f"nvidia_peermem {'loaded' if peermem else 'not loaded'}"

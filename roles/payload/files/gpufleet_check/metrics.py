@@ -19,6 +19,19 @@ alert on ``gpufleet_verify_timestamp_seconds`` catches it)::
     gpufleet_gemm_flops_per_second{gpu, model, uuid}   measured dense bf16/fp16 GEMM (TFLOP/s x 1e12)
     gpufleet_gpu_ecc_uncorrected_errors{gpu, model, uuid}   volatile uncorrected ECC errors
     gpufleet_allreduce_busbw_bytes_per_second{fabric}  all-reduce bus bandwidth (GB/s x 1e9)
+    gpufleet_health_finding{check, signal, subject, verdict, action_class}   1 per finding of the health checks
+    gpufleet_action_required{action_class}          findings that ask for it (replace, drain, reboot, configure)
+    gpufleet_xid_events{kind, code, device, verdict}   Xid / SXid events in the xid check's window
+    gpufleet_nvlink_error_count{gpu, link, counter}    NVLink error counters (nvidia-smi nvlink -e)
+    gpufleet_dcgm_test_status{test, status, level}  1 for each DCGM diagnostic test's status
+
+A finding's labels: ``check`` (gpu_errors, pcie, clocks, nvlink, xid,
+interconnect, dcgm), ``signal`` (what was read: row_remap_pending,
+row_remap_failure, pcie_width, clock_event, nvlink_inactive, nvlink_errors,
+xid, ...; health's docstring), ``subject`` (the finding's "gpu": a GPU with its
+bus ID, a PCI address for an Xid, an InfiniBand port, "node"), ``verdict``
+(fail, warn) and ``action_class`` (empty for a finding to watch). The finding's
+evidence is in the report, not in a label.
 
 A version that is unknown is an empty label; a figure that was not measured
 (no GPU, check skipped) is left out rather than written as 0.
@@ -55,7 +68,18 @@ METRICS: dict[str, tuple[str, str]] = {
     "gpufleet_gemm_flops_per_second": ("gauge", "Measured dense bf16 (fp16 before Ampere) matmul FLOP/s of each GPU."),
     "gpufleet_gpu_ecc_uncorrected_errors": ("gauge", "Volatile uncorrected ECC errors of each GPU."),
     "gpufleet_allreduce_busbw_bytes_per_second": ("gauge", "All-reduce bus bandwidth over every GPU of the node, bytes/s."),
+    "gpufleet_health_finding": ("gauge", "1 for each finding of gpufleet's health checks (check, signal read, subject, "
+                                         "verdict fail or warn, action class: replace, drain, reboot, configure, "
+                                         "empty to watch)."),
+    "gpufleet_action_required": ("gauge", "Findings of gpufleet's health checks that ask for this kind of work."),
+    "gpufleet_xid_events": ("gauge", "Xid / SXid events of the kernel log in the xid check's window (verdict: fail "
+                                     "drains, warn to watch)."),
+    "gpufleet_nvlink_error_count": ("gauge", "NVLink error counters since the driver loaded (nvidia-smi nvlink -e)."),
+    "gpufleet_dcgm_test_status": ("gauge", "1 for the status of each DCGM diagnostic test of the dcgm check "
+                                           "(level: dcgmi diag -r)."),
 }
+# The kinds of work a finding asks for (health.ACTION_CLASSES; this module imports nothing of the package).
+ACTION_CLASSES = ("replace", "drain", "reboot", "configure")
 CHECK_VERDICTS = ("pass", "fail", "warn", "skipped")
 METRICS_FILE_MODE = 0o644
 
@@ -115,11 +139,36 @@ def metric_samples(report: dict[str, Any]) -> dict[str, list[tuple[dict[str, Any
             samples["gpufleet_gemm_flops_per_second"].append((labels, float(gpu["gemm_tflops"]) * 1e12))
         if gpu.get("ecc_uncorrected") is not None:
             samples["gpufleet_gpu_ecc_uncorrected_errors"].append((labels, int(gpu["ecc_uncorrected"])))
-    allreduce = next((c for c in report.get("checks") or [] if c.get("name") == "allreduce_busbw"), {})
+    checks = {c.get("name"): c for c in report.get("checks") or [] if isinstance(c, dict)}
+    allreduce = checks.get("allreduce_busbw", {})
     if isinstance(allreduce.get("value"), (int, float)) and not isinstance(allreduce.get("value"), bool):
         samples["gpufleet_allreduce_busbw_bytes_per_second"].append(
             ({"fabric": allreduce.get("fabric")}, float(allreduce["value"]) * 1e9))
+    health_samples(report, checks, samples)
     return samples
+
+
+def health_samples(report: dict[str, Any], checks: dict[str, dict[str, Any]],
+                   samples: dict[str, list[tuple[dict[str, Any], float | int | bool]]]) -> None:
+    """The health checks' findings, the work they ask for, Xid events, NVLink counters and DCGM's tests."""
+    for name, check in checks.items():
+        for found in check.get("findings") or []:
+            samples["gpufleet_health_finding"].append(({
+                "check": name, "signal": found.get("signal"), "subject": found.get("gpu"),
+                "verdict": found.get("verdict"), "action_class": found.get("action_class")}, 1))
+    actions = report.get("actions") if isinstance(report.get("actions"), dict) else {}
+    for action_class in ACTION_CLASSES:
+        samples["gpufleet_action_required"].append(({"action_class": action_class}, int(actions.get(action_class) or 0)))
+    for found in (checks.get("xid") or {}).get("findings") or []:
+        samples["gpufleet_xid_events"].append(({"kind": found.get("kind"), "code": found.get("code"),
+                                                "device": found.get("gpu"), "verdict": found.get("verdict")},
+                                               int(found.get("count") or 0)))
+    for counter in (checks.get("nvlink") or {}).get("error_counters") or []:
+        samples["gpufleet_nvlink_error_count"].append(({"gpu": counter.get("gpu"), "link": counter.get("link"),
+                                                        "counter": counter.get("counter")}, int(counter.get("value") or 0)))
+    dcgm = checks.get("dcgm") or {}
+    for test, status in (dcgm.get("tests") or {}).items():
+        samples["gpufleet_dcgm_test_status"].append(({"test": test, "status": status, "level": dcgm.get("threshold")}, 1))
 
 
 def metrics_text(report: dict[str, Any]) -> str:

@@ -27,6 +27,10 @@ Fields (``FIELDS``), each a (value, source) pair in the table:
 ``p2p_gbps``                  device<->device copy floor per pair, GB/s (nvbandwidth's
                               device_to_device_memcpy_read_ce)
 ``allreduce_8gpu_busbw_gbps`` NCCL all-reduce bus bandwidth floor of an 8-GPU node, GB/s
+``allreduce_8gpu_size_mib``   the message size that floor is measured at, MiB (Azure's
+                              ``check_nccl_allreduce`` third argument, nccl-tests'
+                              ``-b``/``-e``: "16G" is 16 GiB, nccl-tests ``parsesize``,
+                              NVIDIA/nccl-tests src/common.cu @ a0b82b22)
 
 Sources (cited per figure below):
 
@@ -35,7 +39,7 @@ Sources (cited per figure below):
 - Azure/azurehpc-health-checks @ 0e0a1ac26a64b32ac4dd7632a529638505d3314a: ``conf/nd96asr_v4.conf``
   (8 x A100 40GB), ``conf/nd96amsr_a100_v4.conf`` (8 x A100 80GB), ``conf/nd96isr_h100_v5.conf``
   (8 x H100), ``conf/nd96isr_h200_v5.conf`` (8 x H200), ``conf/nd40rs_v2.conf`` (8 x V100 32GB):
-  ``check_nccl_allreduce <GB/s>`` and ``check_gpu_bw <h2d GB/s> <p2p GB/s>``
+  ``check_nccl_allreduce <GB/s> <repeats> <message size>`` and ``check_gpu_bw <h2d GB/s> <p2p GB/s>``
   (customTests/azure_gpu_bandwidth.nhc: nvbandwidth, those are the failure thresholds).
 - Device IDs: NVIDIA/open-gpu-kernel-modules README.md @ df1c9a3de2be4b130f4fc7680f7198193d8ac6ad
   (the supported-GPU table), and DCGM's diag-skus ids for Volta.
@@ -83,7 +87,9 @@ PROFILES: dict[str, dict[str, Any]] = {
         "memory_bandwidth_gbps": (1905.0, f"{DCGM_SKUS}: 2330 minimum_bandwidth 1905000 MB/s"),
         "h2d_gbps": (48.0, f"{AZURE} conf/nd96isr_h100_v5.conf: check_gpu_bw 48 335"),
         "p2p_gbps": (335.0, f"{AZURE} conf/nd96isr_h100_v5.conf: check_gpu_bw 48 335"),
-        "allreduce_8gpu_busbw_gbps": (460.0, f"{AZURE} conf/nd96isr_h100_v5.conf: check_nccl_allreduce 460.0"),
+        "allreduce_8gpu_busbw_gbps": (460.0, f"{AZURE} conf/nd96isr_h100_v5.conf: check_nccl_allreduce 460.0 1 16G"),
+        "allreduce_8gpu_size_mib": (16384, f"{AZURE} conf/nd96isr_h100_v5.conf: check_nccl_allreduce 460.0 1 16G "
+                                         "(nccl-tests -b 16G -e 16G)"),
     },
     "H200": {  # H200 SXM 141GB; the NVL (233B) is its own profile
         "device_ids": ("2335",),
@@ -98,7 +104,9 @@ PROFILES: dict[str, dict[str, Any]] = {
                                           "entry is 1000 x below its neighbours' MB/s)"),
         "h2d_gbps": (48.0, f"{AZURE} conf/nd96isr_h200_v5.conf: check_gpu_bw 48 335"),
         "p2p_gbps": (335.0, f"{AZURE} conf/nd96isr_h200_v5.conf: check_gpu_bw 48 335"),
-        "allreduce_8gpu_busbw_gbps": (431.0, f"{AZURE} conf/nd96isr_h200_v5.conf: check_nccl_allreduce 431.0"),
+        "allreduce_8gpu_busbw_gbps": (431.0, f"{AZURE} conf/nd96isr_h200_v5.conf: check_nccl_allreduce 431.0 1 16G"),
+        "allreduce_8gpu_size_mib": (16384, f"{AZURE} conf/nd96isr_h200_v5.conf: check_nccl_allreduce 431.0 1 16G "
+                                         "(nccl-tests -b 16G -e 16G)"),
     },
     "H200 NVL": {
         "device_ids": ("233B",),
@@ -129,7 +137,9 @@ PROFILES: dict[str, dict[str, Any]] = {
         "memory_bandwidth_gbps": (1173.0, f"{DCGM_SKUS}: 20b2 minimum_bandwidth 1173000.0 MB/s"),
         "h2d_gbps": (21.0, f"{AZURE} conf/nd96amsr_a100_v4.conf: check_gpu_bw 21 238"),
         "p2p_gbps": (238.0, f"{AZURE} conf/nd96amsr_a100_v4.conf: check_gpu_bw 21 238"),
-        "allreduce_8gpu_busbw_gbps": (228.0, f"{AZURE} conf/nd96amsr_a100_v4.conf: check_nccl_allreduce 228.0"),
+        "allreduce_8gpu_busbw_gbps": (228.0, f"{AZURE} conf/nd96amsr_a100_v4.conf: check_nccl_allreduce 228.0 1 16G"),
+        "allreduce_8gpu_size_mib": (16384, f"{AZURE} conf/nd96amsr_a100_v4.conf: check_nccl_allreduce 228.0 1 16G "
+                                         "(nccl-tests -b 16G -e 16G)"),
     },
     "A100-SXM4-40GB": {
         "device_ids": ("20B0",),
@@ -139,7 +149,9 @@ PROFILES: dict[str, dict[str, Any]] = {
         # DCGM's 20b0 entry reads 137500 MB/s, an eighth of the 80GB part's: not taken as a floor.
         "h2d_gbps": (21.0, f"{AZURE} conf/nd96asr_v4.conf: check_gpu_bw 21 235"),
         "p2p_gbps": (235.0, f"{AZURE} conf/nd96asr_v4.conf: check_gpu_bw 21 235"),
-        "allreduce_8gpu_busbw_gbps": (228.0, f"{AZURE} conf/nd96asr_v4.conf: check_nccl_allreduce 228.0"),
+        "allreduce_8gpu_busbw_gbps": (228.0, f"{AZURE} conf/nd96asr_v4.conf: check_nccl_allreduce 228.0 1 8G"),
+        "allreduce_8gpu_size_mib": (8192, f"{AZURE} conf/nd96asr_v4.conf: check_nccl_allreduce 228.0 1 8G "
+                                         "(nccl-tests -b 8G -e 8G)"),
     },
     "A100 80GB PCIe": {
         "device_ids": ("20B5",),
@@ -192,7 +204,9 @@ PROFILES: dict[str, dict[str, Any]] = {
         "pcie_min_width": (16, f"{DCGM_SKUS}: 1db1/1db5 min_pci_width 16"),
         "memory_bandwidth_gbps": (607.5, f"{DCGM_SKUS}: 1db1/1db5 minimum_bandwidth 607500.0 MB/s"),
         "h2d_gbps": (9.0, f"{AZURE} conf/nd40rs_v2.conf: check_gpu_bw 9"),
-        "allreduce_8gpu_busbw_gbps": (110.0, f"{AZURE} conf/nd40rs_v2.conf: check_nccl_allreduce 110.0"),
+        "allreduce_8gpu_busbw_gbps": (110.0, f"{AZURE} conf/nd40rs_v2.conf: check_nccl_allreduce 110.0 1 8G"),
+        "allreduce_8gpu_size_mib": (8192, f"{AZURE} conf/nd40rs_v2.conf: check_nccl_allreduce 110.0 1 8G "
+                                         "(nccl-tests -b 8G -e 8G)"),
     },
 }
 
@@ -201,7 +215,7 @@ DEFAULT_PROFILE = "unknown model"
 FIELDS: dict[str, type] = {
     "nvlink_links": int, "nvlink_link_gbps": float, "nvswitch_fabric": bool, "pcie_gen": int,
     "pcie_min_width": int, "memory_bandwidth_gbps": float, "h2d_gbps": float, "p2p_gbps": float,
-    "allreduce_8gpu_busbw_gbps": float,
+    "allreduce_8gpu_busbw_gbps": float, "allreduce_8gpu_size_mib": int,
 }
 MATCH_KEYS = ("device_ids", "names")
 SITE_SOURCE = "site override"
@@ -255,6 +269,15 @@ def allreduce_floor(profile: dict[str, tuple[Any, str]], world_size: int) -> tup
     return float(entry[0]), entry[1]
 
 
+def allreduce_size_mib(profile: dict[str, tuple[Any, str]], world_size: int) -> tuple[int, str] | None:
+    """(message size MiB, source) that the 8-GPU all-reduce floor is measured at; None where there is
+    no floor for world_size GPUs or no size beside it."""
+    if allreduce_floor(profile, world_size) is None or "allreduce_8gpu_size_mib" not in profile:
+        return None
+    value, source = profile["allreduce_8gpu_size_mib"]
+    return int(value), source
+
+
 def merge_overrides(site: Any, table: dict[str, dict[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
     """The table with a site's figures laid over it: ``{"<profile>": {"<field>": value}}``; a profile
     the table lacks may be added with ``"device_ids"`` (a list of 4-hex-digit IDs) and/or ``"names"``.
@@ -304,6 +327,15 @@ def check_value(key: str, field: str, value: Any) -> Any:
             raise ValueError(f"profile overrides: {key!r}: {field} must be a whole number, got {value!r}")
         return int(value)
     return float(value)
+
+
+def parse_overrides(text: str) -> dict[str, dict[str, Any]]:
+    """merge_overrides of a JSON text (the CLI's --profile-overrides-json); ValueError when it is wrong."""
+    try:
+        site = json.loads(text)
+    except ValueError as exc:
+        raise ValueError(f"not JSON ({exc})") from exc
+    return merge_overrides(site)
 
 
 def load_overrides(path: str) -> dict[str, dict[str, Any]]:

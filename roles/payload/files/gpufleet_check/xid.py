@@ -186,6 +186,17 @@ WATCH_BUCKETS = frozenset(("RESTART_APP", "WORKFLOW_XID_45", "CHECK_UVM", ""))
 IGNORE_BUCKETS = frozenset(("IGNORE",))
 PRE_AMPERE = frozenset(("kepler", "maxwell", "pascal", "volta", "turing"))
 SEVERITY_VERDICT = {"drain": "fail", "watch": "warn", "ignore": "pass"}
+# The kind of work a drain bucket asks for (health.ACTION_CLASSES): a GPU reset or a restart of the
+# machine (the catalog's RESET_GPU, RESTART_BM, RESTART_VM; RESET_FABRIC, the SXid's) is "reboot"; a
+# workflow to follow, a mechanical check or support is "drain" (drain and investigate); a software or
+# firmware update is "configure". A drain code of the site's without a bucket is "drain".
+BUCKET_ACTION_CLASS = {"RESET_GPU": "reboot", "RESTART_BM": "reboot", "RESTART_VM": "reboot",
+                       "RESET_FABRIC": "reboot", "WORKFLOW_XID_48": "drain", "WORKFLOW_NVLINK_ERR": "drain",
+                       "WORKFLOW_NVLINK5_ERR": "drain", "CHECK_MECHANICALS": "drain", "CONTACT_SUPPORT": "drain",
+                       "UPDATE_SWFW": "configure"}
+# Xid 154's recovery actions in its own words (NVIDIA, Error Recovery and Response Flags: Reset, Reboot,
+# Drain P2P, Drain and Reset; NVML's nvmlDeviceGpuRecoveryAction_t adds bus reset, system reboot).
+RECOVERY_ACTION_CLASS = (("drain", "drain"), ("reset", "reboot"), ("reboot", "reboot"))
 
 XID_LINE = re.compile(r"NVRM: Xid \((?:PCI:)?(?P<device>[0-9A-Fa-f:.]+)\): (?P<code>\d+), (?P<rest>.*)$")
 SXID_LINE = re.compile(r"(?P<switch>nvidia-nvswitch\d+): SXid \((?:PCI:)?(?P<device>[0-9A-Fa-f:.]+)\): "
@@ -318,7 +329,8 @@ def judge_events(events: list[dict[str, Any]], now: datetime, window_hours: floa
                  ignore_codes: Iterable[int] = ()) -> dict[str, Any]:
     """The events of the window, grouped by (kind, code, device) and classed: {"findings": [...] (one per
     drain or watch group), "ignored": [...], "in_window": n, "outside_window": n, "undated": n}. A
-    finding: {"gpu", "verdict", "action", "evidence", "code", "kind", "count", "first", "last"}."""
+    finding: {"gpu", "verdict", "action", "evidence", "signal" ("xid" or "sxid"), "action_class" (action_class),
+    "code", "kind", "count", "first", "last"}."""
     start = now - timedelta(hours=window_hours) if window_hours else None
     architectures = architectures or {}
     kept, outside, undated = [], 0, 0
@@ -361,11 +373,23 @@ def judge_events(events: list[dict[str, Any]], now: datetime, window_hours: floa
         entry = {"gpu": where, "verdict": SEVERITY_VERDICT[cls["severity"]],
                  "action": {"drain": f"drain: {cls['bucket'] or 'contact support'}", "watch": "watch",
                             "ignore": "none"}[cls["severity"]],
-                 "evidence": evidence, "code": code, "kind": kind, "count": len(members), "first": first,
-                 "last": last}
+                 "evidence": evidence, "signal": kind, "action_class": action_class(cls),
+                 "code": code, "kind": kind, "count": len(members), "first": first, "last": last}
         (ignored if cls["severity"] == "ignore" else findings).append(entry)
     return {"findings": findings, "ignored": ignored, "in_window": len(kept) - undated,
             "outside_window": outside, "undated": undated}
+
+
+def action_class(cls: dict[str, Any]) -> str | None:
+    """The kind of work a classed event asks for: None unless it drains; else by its bucket
+    (BUCKET_ACTION_CLASS), Xid 154's by the words of its recovery action, "drain" otherwise."""
+    if cls["severity"] != "drain":
+        return None
+    bucket = cls["bucket"] or ""
+    if bucket in BUCKET_ACTION_CLASS:
+        return BUCKET_ACTION_CLASS[bucket]
+    words = bucket.lower()
+    return next((klass for word, klass in RECOVERY_ACTION_CLASS if word in words), "drain")
 
 
 SEVERITY_RANK = {"ignore": 0, "watch": 1, "drain": 2}

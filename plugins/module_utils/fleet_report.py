@@ -1,40 +1,57 @@
 #!/usr/bin/env python3
-"""Build the fleet report of a verification run from every node's check result.
+"""The fleet report of a verification run, in one place: from every node's health-check run to the files.
 
-playbooks/verify.yml collects what each node's health checks printed (one
-"gpufleet-check/1" JSON document per node) and pipes one document to this
-script on stdin::
+Everything about the report lives here, for every caller:
+
+* the action plugin ``gpufleet.fleet.fleet_report`` (plugins/action/fleet_report.py),
+  which roles/gpu_verify/tasks/report.yml runs once on the controller with every
+  node's registered run: ``collect_document``, ``build_report``, ``write_reports``,
+  ``render_terminal``, ``metrics_not_written``;
+* the filter ``gpufleet.fleet.check_entry`` (a node's entry from its run, for the
+  role's ``gpu_verify_result``): ``check_entry``;
+* files/gpufleet_verify.py (cron, CI), which imports this module through the
+  collection for the schema, the failure lines and the table: ``render_terminal``,
+  ``REPORT_SCHEMA``, ``natural_key``, ``DEFAULT_BASENAME``;
+* this file as a command, which writes the report of a saved collector document
+  (below).
+
+The collector's document, one per run (``collect_document`` makes it from the
+registered runs; a node whose checks never ran is named with why)::
 
     {"generated": "2026-11-29T22:40:00Z", "inventory": "tests/lab/inventory", "playbook": "verify",
      "hosts": {"node-1": {"result": {...gpufleet-check/1...}, "error": null},
-               "node-2": {"result": null, "error": "unreachable: ..."}}}
+               "node-2": {"result": null, "error": "no answer: ..."}}}
 
-and the script writes, each file atomically (temporary file, then rename):
+and the report files, each written atomically (temporary file, then rename):
 
 * ``<out-dir>/fleet-report.json``: the machine-readable report
   ("gpufleet-fleet-report/1"): the fleet verdict, counts, warnings, and one
   summary per node (versions, GPU count and model, slowest GEMM, all-reduce
-  bandwidth, each check's verdict) with the node's raw result;
-* ``<out-dir>/fleet-report.md``: a title, the verdict line and one table to
-  read at a glance, plus a note on the checks that were skipped;
+  bandwidth, each check's verdict, the health checks' findings with their
+  evidence and action class, the classes of work the node needs) with the
+  node's raw result;
+* ``<out-dir>/fleet-report.md``: a title, the verdict line, the failed nodes
+  grouped by cause and the work the findings ask for, one table to read at a
+  glance, the evidence of each failed check grouped by failure reason, the
+  findings on nodes that passed, and a note on the checks that were skipped;
 * ``<out-dir>/fleet-report.xml``: JUnit XML for CI dashboards, one testcase
   per node and check.
 
-It prints the Markdown table and exits 0 once the files are written, whatever
-the nodes' verdicts (the caller decides from the JSON); 2 when stdin is not
-the document above (nothing is written); 1 when the files cannot be written.
 A node without a result is UNREACHABLE with the collector's error as its
-reason; a result that is not a gpufleet-check/1 document is a FAIL that says
-what is wrong with it. Usage::
+reason (FAIL when the collector says it was reached); a result that is not a
+gpufleet-check/1 document is a FAIL that says what is wrong with it.
 
-    fleet_report.py --out-dir DIR [--basename fleet-report] < document.json
-
-Standard library only: it runs with the controller's Ansible Python. The
-functions are importable (build_report, render_markdown, render_junit,
-write_reports); the command and files/gpufleet_verify.py print render_terminal:
-the verdict, the failed nodes grouped by cause ("2 nodes: reboot required
-(gpu-node-17, gpu-node-63)"), the fleet's warnings, then one line per node.
-The Markdown report leads the same way.
+The evidence: gpufleet_check's passive health checks (gpu_errors, pcie,
+clocks, nvlink, xid, interconnect, dcgm) give each failure or warning as a
+finding ``{"gpu", "verdict", "action", "evidence", "signal",
+"action_class"}``; the action class is the kind of work it asks for:
+``replace`` (replace the GPU), ``drain`` (drain and investigate), ``reboot``,
+``configure`` (fix the configuration), or none (watch). The Markdown report
+lists, per failure reason, each failed check of each node with its evidence
+line (its findings, else the check's detail) and the action class; the lead
+names the nodes per action class ("1 node to reboot: node-5"), passed or not.
+The driver's ``reboot_required`` (a loaded module that is not the installed
+driver) stays its own cause, "reboot required".
 
 The driver: each node's entry carries driver_requested and driver_pinned, what
 the operator asked the nvidia_driver role for ("latest", an exact version,
@@ -45,6 +62,18 @@ default was asked. A fleet must never mix builds: when the nodes' pinned
 versions differ, the report's "warnings" say so ("2 driver builds pinned
 across the fleet: 535.261.03 (node-1), 535.309.01 (node-2)"), shown under the
 verdict line; the nodes' verdicts and the fleet's are not changed by it.
+
+As a command (a saved document on stdin)::
+
+    python3 plugins/module_utils/fleet_report.py --out-dir DIR [--basename fleet-report] < document.json
+
+it prints render_terminal and exits 0 once the files are written, whatever the
+nodes' verdicts; 2 when stdin is not the document above (nothing is written);
+1 when the files cannot be written.
+
+Standard library only: it runs with the controller's Ansible Python and
+imports nothing of Ansible, so that the action plugin, the filter, the cron
+entry point and the tests share this one copy.
 """
 
 from __future__ import annotations
@@ -58,6 +87,8 @@ import sys
 import tempfile
 import xml.etree.ElementTree as ET
 from collections import Counter, defaultdict
+from collections.abc import Mapping
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -79,8 +110,79 @@ NOTE_MAX_HOSTS = 8
 XML_INVALID_CHARACTERS = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 
+# The kinds of work a finding asks for (gpufleet_check's health.ACTION_CLASSES), in the report's order, and
+# how the report says them.
+ACTION_LABELS = {"replace": "replace the GPU", "drain": "drain and investigate", "reboot": "reboot",
+                 "configure": "fix the configuration"}
+# Findings the evidence section shows per check of a node, then "and N more".
+EVIDENCE_MAX_FINDINGS = 10
+# What a node that left the play before its checks ran is reported with.
+GONE_ERROR = "left the play before its checks ran (a task above failed on it)"
+_TASK_FAILED = re.compile(r"^Task failed:\s*")
+
+
 class InputError(ValueError):
     """The document on stdin is not the collector's document."""
+
+
+# --- from the nodes' runs to the collector's document -------------------------------------------
+
+def check_entry(run: Any) -> dict[str, Any]:
+    """A node's entry for the fleet report from the registered result of its health-check run (gpu_verify):
+    ``{result, error, unreachable, metrics_not_written}``.
+
+    ``result`` is the JSON document the checks printed (schema gpufleet-check/1), else None with ``error``
+    saying why there is none: ``no answer: <ssh's message>`` for an unreachable node (Ansible's ``Task
+    failed:`` prefix dropped), ``the checks gave no result (killed by signal <n>: the node stopped, or ran
+    out of memory)`` for an exit status above 128, else ``(rc <n>)``, each followed by the last line of
+    stderr (or of the module's message). The verdict is read from the document, never from the exit code.
+    ``metrics_not_written``: the stderr lines that say the metrics file could not be written.
+    """
+    run = run if isinstance(run, Mapping) else {}
+    stdout = str(run.get("stdout") or "").strip()
+    document: Any = None
+    if stdout.startswith("{"):
+        try:
+            document = json.loads(stdout)
+        except ValueError:
+            document = None
+    stderr_lines = [str(line) for line in (run.get("stderr_lines") or str(run.get("stderr") or "").splitlines())]
+    metrics = [line for line in stderr_lines if "metrics not written" in line]
+    unreachable = bool(run.get("unreachable", False))
+    if isinstance(document, Mapping) and document.get("schema") == CHECK_SCHEMA:
+        return {"result": dict(document), "error": None, "unreachable": unreachable, "metrics_not_written": metrics}
+    message = _TASK_FAILED.sub("", str(run.get("msg") or "").strip())
+    if unreachable:
+        error = f"no answer: {message}"
+    else:
+        try:
+            rc = int(run.get("rc", -1))
+        except (TypeError, ValueError):
+            rc = -1
+        cause = f"killed by signal {rc - 128}: the node stopped, or ran out of memory" if rc > 128 else f"rc {rc}"
+        stderr = str(run.get("stderr") or run.get("module_stderr") or "").strip()
+        last = stderr.splitlines()[-1].strip() if stderr else ""
+        error = f"the checks gave no result ({cause}): {last or message}"
+    return {"result": None, "error": error, "unreachable": unreachable, "metrics_not_written": metrics}
+
+
+def collect_document(runs: Mapping[str, Any], gone: Any = (), inventory: str = "", playbook: str = "verify",
+                     generated: str | None = None) -> dict[str, Any]:
+    """The collector's document from every node's registered run (``runs``: host -> the registered result of
+    gpu_verify's "Run the health checks") and the nodes that left the play before their checks ran."""
+    if not isinstance(runs, Mapping):
+        raise InputError(f"runs must be a mapping of host to its registered run, got {type(runs).__name__}")
+    hosts: dict[str, Any] = {str(host): check_entry(run) for host, run in runs.items()}
+    for host in gone or ():
+        hosts.setdefault(str(host), {"result": None, "error": GONE_ERROR})
+    return {"generated": generated or datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "inventory": inventory, "playbook": playbook, "hosts": hosts}
+
+
+def metrics_not_written(runs: Mapping[str, Any]) -> dict[str, list[str]]:
+    """{host: the lines in which its checks say the metrics file was not written}, only the hosts with some."""
+    lines = {str(host): check_entry(run)["metrics_not_written"] for host, run in runs.items()}
+    return {host: found for host, found in sorted(lines.items(), key=lambda item: natural_key(item[0])) if found}
 
 
 # --- the report ---------------------------------------------------------------------------------
@@ -158,6 +260,7 @@ def node_summary(host: str, verdict: str, reasons: list[str], result: Any) -> di
     versions = data.get("versions") if isinstance(data.get("versions"), dict) else {}
     gpus = [gpu for gpu in data["gpus"] if isinstance(gpu, dict)] if isinstance(data.get("gpus"), list) else None
     check_values = {check["name"]: check.get("value") for check in valid_checks(result)}
+    findings = node_findings(result)
     return {
         "host": host,
         "verdict": verdict,
@@ -178,8 +281,25 @@ def node_summary(host: str, verdict: str, reasons: list[str], result: Any) -> di
         "tflops_min": finite_number(check_values.get("gemm")),
         "busbw_gbps": finite_number(check_values.get("allreduce_busbw")),
         "checks": {check["name"]: check["verdict"] for check in valid_checks(result)},
+        "findings": findings,
+        "actions": [klass for klass in ACTION_LABELS if any(f["action_class"] == klass for f in findings)],
         "result": result,
     }
+
+
+def node_findings(result: Any) -> list[dict[str, Any]]:
+    """The health checks' findings of a result, each with its check: {"check", "gpu", "verdict", "signal",
+    "action", "action_class", "evidence"} (strings, None where absent; an unknown action class is None)."""
+    found = []
+    for check in valid_checks(result):
+        for finding in check.get("findings") if isinstance(check.get("findings"), list) else []:
+            if not isinstance(finding, dict):
+                continue
+            klass = finding.get("action_class")
+            found.append({"check": check["name"], **{key: version_text(finding.get(key)) for key in
+                                                     ("gpu", "verdict", "signal", "action", "evidence")},
+                          "action_class": klass if klass in ACTION_LABELS else None})
+    return found
 
 
 def document_problems(result: Any) -> list[str]:
@@ -269,6 +389,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         "",
         render_table(report),
     ]
+    lines.extend(evidence_section(report))
     lines.extend(skipped_checks_note(report))
     return "\n".join(lines) + "\n"
 
@@ -320,9 +441,76 @@ def warning_lines(report: dict[str, Any]) -> list[str]:
     return [f"warning: {warning}" for warning in warnings] if isinstance(warnings, list) else []
 
 
+def action_lines(report: dict[str, Any]) -> list[str]:
+    """'1 node to reboot: node-5': per action class (ACTION_LABELS' order), the nodes whose findings ask for
+    it, passed or failed; none for a class no finding asks for."""
+    lines = []
+    for klass, label in ACTION_LABELS.items():
+        hosts = [str(node.get("host", MISSING)) for node in report.get("nodes", []) if klass in (node.get("actions") or [])]
+        if hosts:
+            lines.append(f"{len(hosts)} node{'' if len(hosts) == 1 else 's'} to {label}: {named_hosts(hosts)}")
+    return lines
+
+
 def lead_lines(report: dict[str, Any]) -> list[str]:
-    """What follows the verdict line: the failures grouped by cause, then the fleet's warnings."""
-    return failure_lines(report) + warning_lines(report)
+    """What follows the verdict line: the failures grouped by cause, the work the findings ask for, then the
+    fleet's warnings."""
+    return failure_lines(report) + action_lines(report) + warning_lines(report)
+
+
+def evidence_section(report: dict[str, Any]) -> list[str]:
+    """Per failure reason (failure_groups' order), each node's failed checks with their evidence line: each
+    finding ("GPU 0 (bus): evidence [action] (action class)") or, for a check without findings, its detail;
+    a node without a failed check, its reasons. Then the findings of the nodes that passed, when they ask for
+    work (a pending row remap: reboot)."""
+    nodes = {str(node.get("host", MISSING)): node for node in report.get("nodes", [])}
+    lines: list[str] = []
+    for cause, hosts in failure_groups(report):
+        lines.append(f"- {len(hosts)} node{'' if len(hosts) == 1 else 's'}: {cause} ({', '.join(hosts)})")
+        for host in hosts:
+            lines += [f"  - {host}: {line}" for line in node_evidence(nodes[host])]
+    passed = [(host, [f for f in node.get("findings") or [] if f.get("action_class")])
+              for host, node in nodes.items() if node.get("verdict") == "pass"]
+    passed = [(host, found) for host, found in passed if found]
+    if passed:
+        lines.append(f"- {len(passed)} node{'' if len(passed) == 1 else 's'} passed with findings that ask for work "
+                     f"({', '.join(host for host, _ in passed)})")
+        for host, found in passed:
+            lines += [f"  - {host}: {finding['check']}, {finding_line(finding)}" for finding in found]
+    return ["", "**Evidence, by failure reason**", "", *lines] if lines else []
+
+
+def node_evidence(node: dict[str, Any]) -> list[str]:
+    """The evidence lines of a node that did not pass (see evidence_section), then its other findings that ask
+    for work (a pending row remap beside a failed Xid check), marked with their check's verdict."""
+    failed = [check for check in valid_checks(node.get("result")) if check["verdict"] == "fail"]
+    lines = [] if failed else [one_line(reason) for reason in node.get("reasons") or ["no reason given"]]
+    for check in failed:
+        found = [f for f in node.get("findings") or [] if f["check"] == check["name"] and f.get("verdict") == "fail"]
+        if not found:
+            lines.append(f"{check['name']}: {one_line(check.get('detail') or 'failed')}")
+            continue
+        lines += [f"{check['name']}, {finding_line(finding)}" for finding in found[:EVIDENCE_MAX_FINDINGS]]
+        if len(found) > EVIDENCE_MAX_FINDINGS:
+            lines.append(f"{check['name']}: and {len(found) - EVIDENCE_MAX_FINDINGS} more findings (fleet-report.json)")
+    shown = {check["name"] for check in failed}
+    lines += [f"{finding['check']} ({finding.get('verdict') or MISSING}), {finding_line(finding)}"
+              for finding in node.get("findings") or []
+              if finding.get("action_class") and (finding["check"] not in shown or finding.get("verdict") != "fail")]
+    return lines
+
+
+def finding_line(finding: dict[str, Any]) -> str:
+    """'GPU 0 (00000000:53:00.0): row remap pending: ... [reboot] → reboot': subject, evidence, action, class."""
+    klass = finding.get("action_class")
+    text = f"{finding.get('gpu') or MISSING}: {finding.get('evidence') or MISSING}"
+    if finding.get("action"):
+        text += f" [{finding['action']}]"
+    return one_line(text + (f" → {ACTION_LABELS[klass]}" if klass in ACTION_LABELS else ""))
+
+
+def one_line(text: Any) -> str:
+    return " ".join(str(text).split())
 
 
 def render_terminal(report: dict[str, Any]) -> str:
