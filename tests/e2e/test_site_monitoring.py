@@ -180,3 +180,56 @@ def test_promtool_unit_tests_of_the_deployed_rules(head):
     rules = {rule["name"]: rule for group in groups if group["file"] == RULES_FILE for rule in group["rules"]}
     assert set(rules) == ALERTS
     assert all(rule["health"] == "ok" and rule["duration"] == 0 for rule in rules.values()), rules
+
+
+# LAB FIXTURE (README, "what is tested where"): a container has no kernel log of its own, so the xid check reads
+# this file (gpu_verify_kernel_log_file, the setting for nodes whose kernel messages go to /var/log/kern.log).
+# Its line is a real one: leptonai/gpud pkg/dmesg/testdata/dmesg-time-format-iso.log (line 11 of
+# tests/unit/data/gpu/xid/dmesg-iso-h100-xid48-63-94.log, its source in the .source file beside it); the window is
+# the whole log (gpu_verify_xid_window_hours 0), since the line is dated 2024.
+KERNEL_LOG_FIXTURE = "/run/gpufleet-lab/kern.log"
+XID_LINE = (REPO / "tests" / "unit" / "data" / "gpu" / "xid" / "dmesg-iso-h100-xid48-63-94.log").read_text().splitlines()[10]
+XID_ALERTS = {"GpufleetGpuXid", "GpufleetVerificationFailed"}
+
+
+def test_an_xid_in_the_kernel_log_reaches_the_report_the_metric_and_its_alert(tmp_path, head, lab_hosts):
+    """Xid 48 (a double-bit ECC error, drain by NVIDIA's catalog) in one node's kernel log: verify.yml fails that
+    node with the xid check, the report names the GPU, the line and the action, the node's metrics carry it, and
+    GpufleetGpuXid fires for that node and for no other; gone from the log, everything resolves."""
+    node = lab_hosts[0]
+    assert "Xid (PCI:0000:19:00): 48," in XID_LINE, XID_LINE
+    extravars = {"gpu_verify_kernel_log_file": KERNEL_LOG_FIXTURE, "gpu_verify_xid_window_hours": 0}
+    try:
+        for host in lab_hosts:
+            text = XID_LINE + "\n" if host == node else ""
+            podman("exec", host, "sh", "-c", f'mkdir -p /run/gpufleet-lab && printf %s "$1" > {KERNEL_LOG_FIXTURE}', "sh", text)
+        reports = tmp_path / "verify-xid"
+        run = run_playbook(tmp_path, "playbooks/verify.yml", LAB_INVENTORY,
+                           extravars={**extravars, "gpu_verify_report_dir": str(reports)})
+        assert run.status == "failed" and set(run.failures()) == {node}, run.failures()
+
+        report = {n["host"]: n for n in json.loads((reports / "fleet-report.json").read_text())["nodes"]}
+        checks = {c["name"]: c for c in report[node]["checks"]}
+        assert checks["xid"]["verdict"] == "fail", checks["xid"]
+        findings = [f for f in report[node]["findings"] if f.get("signal") == "xid"]
+        assert any(f.get("gpu") == "PCI:0000:19:00" and f.get("action_class") == "drain" for f in findings), findings
+        assert report[node]["actions"] == ["drain"], report[node]["actions"]
+        for other in set(lab_hosts) - {node}:
+            assert report[other]["verdict"] == "pass", report[other]
+        markdown = (reports / "fleet-report.md").read_text()
+        assert f"failed xid ({node})" in markdown and f"1 node to drain and investigate: {node}" in markdown, markdown
+
+        events = eventually(lambda: by_node(head, 'gpufleet_xid_events{code="48",verdict="fail"}'),
+                            lambda got: set(got) == {node}, f"gpufleet_xid_events of Xid 48 for {node} only")
+        assert events[node]["value"] == 1.0, events
+        alerts = eventually(lambda: firing(head), lambda got: all(node in got.get(a, set()) for a in XID_ALERTS),
+                            f"{sorted(XID_ALERTS)} firing for {node}")
+        assert alerts["GpufleetGpuXid"] == {node}, alerts
+        assert by_node(head, 'gpufleet_action_required{action_class="drain"}')[node]["value"] == 1.0
+    finally:
+        for host in lab_hosts:
+            podman("exec", host, "rm", "-f", KERNEL_LOG_FIXTURE, check=False)
+        restored = verify(tmp_path, "verify-after-xid")
+        assert restored.status == "successful", restored.failures()
+        eventually(lambda: firing(head), lambda got: not any(node in got.get(a, set()) for a in XID_ALERTS),
+                   f"{sorted(XID_ALERTS)} resolved for {node}")
