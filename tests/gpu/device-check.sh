@@ -5,6 +5,13 @@
 # GPU paths (DDP/bf16, fp16 with GradScaler, DataParallel, gradient
 # accumulation, profiler traces), and writes each JSON result to OUTDIR,
 # with stack.json: the torch build it ran and how it differs from the matrix.
+# The raw tool outputs the health checks parse are saved under OUTDIR/raw
+# (nvidia-smi -q -x and -q, nvlink status and error counters, topology, the
+# remapped-rows query, kernel-log Xid lines, dcgmi diag -r 1 -j where DCGM is
+# installed, the InfiniBand ports in sysfs), with raw/STACK.txt naming the
+# driver, GPUs and kernel they came from: test inputs for tests/unit/data/gpu/
+# (each file there cites its source; these would cite "the H200 of
+# tests/gpu/device-check.sh, <date>", with STACK.txt).
 #
 #   tests/gpu/device-check.sh [PYTHON] [OUTDIR]
 set -uo pipefail
@@ -30,6 +37,24 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 # Which stack this run measured, and whether it is the matrix's (a machine
 # without network access may have another torch): $out/stack.json.
 "$py" "$here/tests/gpu/stack_record.py" "$here/files/compatibility.yml" "$out/stack.json" || status=1
+
+raw=$out/raw
+mkdir -p "$raw"
+{ date -u +%FT%TZ; uname -r; nvidia-smi --query-gpu=name,pci.device_id,driver_version,vbios_version --format=csv,noheader
+  cat /proc/driver/nvidia/version 2>/dev/null; dcgmi --version 2>/dev/null | head -n 3; } > "$raw/STACK.txt" 2>&1
+capture() {  # capture FILE COMMAND...: its stdout and stderr, and its exit status at the end of the .rc file
+  local file=$1; shift
+  timeout 300 "$@" > "$raw/$file" 2>&1; echo $? > "$raw/$file.rc"
+}
+capture nvidia-smi-q.xml nvidia-smi -q -x
+capture nvidia-smi-q.txt nvidia-smi -q
+capture nvlink-status.txt nvidia-smi nvlink --status
+capture nvlink-errors.txt nvidia-smi nvlink -e
+capture topo.txt nvidia-smi topo -m
+capture remapped-rows.csv nvidia-smi --query-remapped-rows=gpu_bus_id,remapped_rows.correctable,remapped_rows.uncorrectable,remapped_rows.pending,remapped_rows.failure --format=csv
+capture xid.log sh -c 'journalctl -k --no-pager -o short-iso 2>/dev/null | grep -E "NVRM: Xid|SXid" || dmesg --time-format iso 2>/dev/null | grep -E "NVRM: Xid|SXid"; true'
+command -v dcgmi >/dev/null && capture dcgmi-diag-r1.json dcgmi diag -r 1 -j
+capture infiniband.txt sh -c 'for p in /sys/class/infiniband/*/ports/*; do [ -d "$p" ] || continue; for f in state phys_state rate link_layer; do printf "%s/%s: %s\n" "$p" "$f" "$(cat "$p/$f" 2>/dev/null)"; done; done; true'
 
 step check "$py" "$payload/gpufleet_check.pyz" --require-gpus --train --json --output "$out/check.json"
 "$py" "$payload/gpufleet_check.pyz" --require-gpus --quick --skip gemm 2>/dev/null | tail -n 12
