@@ -46,7 +46,11 @@ ALERTS = {"GpufleetVerificationFailed", "GpufleetRebootRequired", "GpufleetUncor
           "GpufleetDcgmExporterDown",
           # the passive health checks' findings (issue 28)
           "GpufleetGpuXid", "GpufleetRowRemapPending", "GpufleetRowRemapFailure", "GpufleetNvlinkDown",
-          "GpufleetNvlinkErrors", "GpufleetGpuThrottled", "GpufleetPcieDowntrained"}
+          "GpufleetNvlinkErrors", "GpufleetGpuThrottled", "GpufleetPcieDowntrained",
+          # Slurm's health check (roles/slurm, issue 29)
+          "GpufleetNodeDrainedByHealthCheck"}
+# Slurm's health check program writes its own metrics file (gpufleet-slurm-health.prom).
+SLURM_HEALTH = REPO_ROOT / "roles" / "slurm" / "files" / "gpufleet_slurm_health.py"
 # What tests/lab/inventory sets (the e2e contract).
 LAB_SETTINGS = {"gpufleet_monitoring": True, "monitoring_scrape_interval": "5s", "monitoring_evaluation_interval": "5s",
                 "monitoring_alert_for": "0s"}
@@ -64,6 +68,16 @@ def writer() -> Iterator[ModuleType]:
     module = load_script(METRICS_WRITER, "gpufleet_metrics_for_monitoring")
     yield module
     del sys.modules[module.__name__]
+
+
+def slurm_health_metrics() -> set[str]:
+    """The metric names Slurm's health check program writes (both of its states: drained by gpufleet, not)."""
+    module = load_script(SLURM_HEALTH, "gpufleet_slurm_health_for_monitoring")
+    try:
+        text = module.metrics_text(False, "gpufleet: x: y", 0.0) + module.metrics_text(True, "", 0.0)
+    finally:
+        del sys.modules[module.__name__]
+    return {line.split("{")[0].split()[0] for line in text.splitlines() if line and not line.startswith("#")}
 
 
 def fleet(groups: dict[str, list[str]], hostvars: dict[str, dict[str, Any]], targeted: str = "") -> list[role_run.Host]:
@@ -325,8 +339,8 @@ def test_rules_use_only_metrics_the_writer_emits(writer: ModuleType) -> None:
     used = set().union(*(metric_names(rule["expr"]) for rule in rules), *(metric_names(q) for q in queries))
     assert used == {"gpufleet_verify_passed", "gpufleet_reboot_required", "gpufleet_gpu_ecc_uncorrected_errors",
                     "gpufleet_verify_timestamp_seconds", "gpufleet_check_status", "gpufleet_xid_events",
-                    "gpufleet_health_finding"}
-    assert used <= set(writer.METRICS), used - set(writer.METRICS)
+                    "gpufleet_health_finding", "gpufleet_slurm_drained"}
+    assert used - slurm_health_metrics() <= set(writer.METRICS), used - set(writer.METRICS)
 
     # ... and the writer really emits them, with the labels the rules read.
     report = {"verdict": "fail", "reboot_required": True, "started": "2024-01-01T00:00:00Z", "duration_s": 2.0,
@@ -341,15 +355,22 @@ def test_rules_use_only_metrics_the_writer_emits(writer: ModuleType) -> None:
                              {"gpu": "GPU 0 (00000000:53:00.0)", "verdict": "warn", "action": "reboot", "evidence": "row remap pending",
                               "signal": "row_remap_pending", "action_class": "reboot"}]}]}
     emitted = writer.metrics_text(report)
-    for name in used:
+    for name in used - slurm_health_metrics():
         assert re.search(rf"^{name}[{{ ]", emitted, re.MULTILINE), f"the writer emits no {name}"
     assert 'gpufleet_gpu_ecc_uncorrected_errors{gpu="0",model="NVIDIA H100 80GB HBM3",uuid="GPU-0"} 2' in emitted
     assert 'gpufleet_check_status{check="driver_version",status="fail"} 1' in emitted
     assert 'gpufleet_xid_events{kind="xid",code="48",device="PCI:0000:19:00",verdict="fail"} 1' in emitted
+    # Slurm's health check program writes the one the drain alert reads, with its reason label.
+    module = load_script(SLURM_HEALTH, "gpufleet_slurm_health_for_monitoring")
+    try:
+        assert 'gpufleet_slurm_drained{reason="gpufleet: a: b"} 1' in module.metrics_text(False, "gpufleet: a: b", 0.0)
+    finally:
+        del sys.modules[module.__name__]
     assert ('gpufleet_health_finding{check="gpu_errors",signal="row_remap_pending",subject="GPU 0 (00000000:53:00.0)",'
             'verdict="warn",action_class="reboot"} 1') in emitted
     labels_read = set(re.findall(r"\$labels\.([a-z_]+)", rendered)) | set(re.findall(r"\.Labels\.([a-z_]+)", rendered))
-    assert labels_read == {"node", "instance", "gpu", "model", "uuid", "check", "kind", "code", "device", "subject", "signal"}
+    assert labels_read == {"node", "instance", "gpu", "model", "uuid", "check", "kind", "code", "device", "subject", "signal",
+                           "reason"}  # reason: gpufleet_slurm_drained's (above)
     # the values the rules select on are the ones gpufleet_check gives (health.finding's signals, xid's verdicts)
     selected = set(re.findall(r'signal="([a-z_]+)"', rendered)) | set(re.findall(r'check="([a-z_]+)"', rendered))
     assert selected == {"row_remap_pending", "row_remap_failure", "nvlink_errors", "clock_event", "pcie_width", "nvlink"}
@@ -374,7 +395,7 @@ def test_promtool_tests_cover_every_alert(writer: ModuleType) -> None:
     firing = {case["alertname"] for group in tests["tests"] for case in group["alert_rule_test"] if case["exp_alerts"]}
     assert firing == ALERTS, "each alert is shown firing once"
     series = {s["series"].split("{")[0] for group in tests["tests"] for s in group["input_series"]}
-    assert series - {"up"} <= set(writer.METRICS), series - {"up"} - set(writer.METRICS)
+    assert series - {"up"} <= set(writer.METRICS) | slurm_health_metrics(), series - {"up"} - set(writer.METRICS)
 
 
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool is not installed here (the e2e test runs it)")

@@ -78,7 +78,7 @@ POLICY = {
 # A node's probes as each OS boots by default, Ubuntu 22.04 with cgroup v1 (systemd.unified_cgroup_hierarchy=0, the fix the
 # role names): the clusters of the rendering tests, whose files are those of a confined cluster.
 BOOTED = {"debian12": CGROUP_V2, "ubuntu2204": CGROUP_V1, "ubuntu2004": CGROUP_V1}
-TEMPLATES = ["slurm.conf.j2", "gres.conf.j2", "cgroup.conf.j2", "gpufleet-train.sbatch.j2"]
+TEMPLATES = ["slurm.conf.j2", "gres.conf.j2", "cgroup.conf.j2", "gpufleet-train.sbatch.j2", "gpufleet-slurm-health-check.j2"]
 
 
 def node_facts(name: str, cpus: int = 128) -> dict:
@@ -249,6 +249,49 @@ def test_job_script_runs_one_torchrun_per_node_with_rendezvous_on_the_first():
         subprocess.run(["bash", "-n"], input=script, text=True, check=True)
 
 
+# --------------------------------------------------------------------------- the health check
+
+# slurm.conf(5) of Slurm 19.05.5, 21.08.5 and 22.05.8 (Ubuntu 20.04, 22.04, Debian 12) has HealthCheckProgram,
+# HealthCheckInterval ("The interval in seconds between executions of HealthCheckProgram") and HealthCheckNodeState
+# (ALLOC, ANY, CYCLE, IDLE, MIXED): https://github.com/SchedMD/slurm/blob/slurm-19-05-5-1/doc/man/man5/slurm.conf.5,
+# .../slurm-21-08-5-1/..., .../slurm-22-05-8-1/doc/man/man5/slurm.conf.5. The program is named by its path alone:
+# slurmd runs it without arguments (src/slurmd/slurmd/slurmd.c, run_script_health_check), so the settings travel in
+# the wrapper the role writes.
+HEALTH_PROGRAM = "/usr/local/sbin/gpufleet-slurm-health-check"
+
+
+@pytest.mark.parametrize("host", ["ubuntu2004", "ubuntu2204", "debian12"])
+def test_slurm_conf_runs_gpufleet_s_health_check(host):
+    flat = {k: val for line in conf(render("slurm.conf.j2", cluster(host))) for k, val in line.items()}
+    assert (flat["HealthCheckProgram"], flat["HealthCheckInterval"], flat["HealthCheckNodeState"]) == (HEALTH_PROGRAM, "300", "IDLE")
+
+
+def test_health_check_settings_and_off():
+    text = render("slurm.conf.j2", cluster(slurm_health_check_interval=10, slurm_health_check_node_state=["idle", "cycle"]))
+    flat = {k: val for line in conf(text) for k, val in line.items()}
+    assert (flat["HealthCheckInterval"], flat["HealthCheckNodeState"]) == ("10", "IDLE,CYCLE")
+    assert "HealthCheck" not in render("slurm.conf.j2", cluster(slurm_health_check=False))
+
+
+def test_health_check_wrapper_passes_the_settings_to_the_program():
+    script = render("gpufleet-slurm-health-check.j2", cluster())
+    assert script.startswith("#!/bin/sh\n")
+    command = " ".join(line.rstrip("\\").strip() for line in script.splitlines() if not line.startswith("#"))
+    assert command == ("exec /usr/bin/python3 /usr/local/lib/gpufleet/gpufleet_slurm_health.py"
+                       " --zipapp /opt/gpufleet/payload/gpufleet_check.pyz --python /opt/gpufleet/venv/bin/python --timeout 40"
+                       " --textfile-dir /var/lib/prometheus/node-exporter"
+                       " -- --quick --dcgm-level 0 --module-version-file /sys/module/nvidia/version --require-gpus"), command
+    lab = render("gpufleet-slurm-health-check.j2", cluster(
+        slurm_health_check_require_gpus=False, slurm_health_check_skip=["torch_cuda", "libraries"],
+        nvidia_driver_module_version_file="/run/gpufleet-lab/nvidia-module-version",
+        slurm_health_check_args=["--expect-gpus", 8, "--xid-drain", "48,79"], slurm_health_check_textfile_dir=""))
+    assert lab.rstrip().endswith("--textfile-dir '' \\\n  -- --quick --dcgm-level 0 --module-version-file "
+                                 "/run/gpufleet-lab/nvidia-module-version --skip=torch_cuda --skip=libraries --expect-gpus 8 "
+                                 "--xid-drain 48,79"), lab
+    if shutil.which("sh"):
+        subprocess.run(["sh", "-n"], input=script, text=True, check=True)
+
+
 BAD_SETTINGS = [
     ({"slurm_cluster_name": "GPU Fleet"}, "slurm_cluster_name"),
     ({"slurm_partition_name": "gpu nodes"}, "slurm_partition_name"),
@@ -260,6 +303,17 @@ BAD_SETTINGS = [
     ({"slurm_rendezvous_port": 80}, "slurm_rendezvous_port"),
     ({"slurm_job_cpu_nproc_per_node": 0}, "slurm_job_cpu_nproc_per_node"),
     ({"slurm_register_timeout": "soon"}, "slurm_register_timeout"),
+    ({"slurm_health_check_interval": 0}, "slurm_health_check_interval"),
+    ({"slurm_health_check_interval": "5m"}, "slurm_health_check_interval"),
+    ({"slurm_health_check_timeout": 60}, "slurm_health_check_timeout"),  # Slurm kills the program at 60 s
+    ({"slurm_health_check_timeout": 0}, "slurm_health_check_timeout"),
+    ({"slurm_health_check_node_state": ["CYCLE"]}, "slurm_health_check_node_state"),
+    ({"slurm_health_check_node_state": []}, "slurm_health_check_node_state"),
+    ({"slurm_health_check_node_state": ["IDLE", "DRAINED"]}, "slurm_health_check_node_state"),
+    ({"slurm_health_check_zipapp": "gpufleet_check.pyz"}, "slurm_health_check_zipapp"),
+    ({"slurm_health_check_python": "python3"}, "slurm_health_check_python"),
+    ({"slurm_health_check_textfile_dir": "node-exporter"}, "slurm_health_check_textfile_dir"),
+    ({"slurm_extra_config": {"HealthCheckProgram": "/usr/sbin/nhc"}}, "slurm_extra_config"),
     ({"controllers": 0}, "slurm_controller_group"),  # no host in the controller group
     ({"controllers": 2}, "slurm_controller_group"),
 ]
@@ -273,6 +327,9 @@ def test_each_bad_setting_is_rejected_naming_the_variable(overrides, variable):
 
 def test_defaults_pass_validation():
     assert rejections() == []
+    # Without gpufleet's health check, a site's own (NHC) through slurm_extra_config.
+    assert rejections(slurm_health_check=False, slurm_extra_config={"HealthCheckProgram": "/usr/sbin/nhc"}) == []
+    assert rejections(slurm_health_check_node_state=["cycle", "idle"], slurm_health_check_textfile_dir="") == []
     assert rejections(slurm_proctrack_type="proctrack/linuxproc", slurm_task_plugins=["task/affinity"]) == []
 
 
