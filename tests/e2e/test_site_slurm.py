@@ -1,7 +1,12 @@
 """Slurm in the lab, after test_site.py ran site.yml (gpufleet_slurm is on in
 tests/lab/inventory): slurmctld on the head node, slurmd on every GPU node, one
 munge key, every node idle, the DDP payload submitted with sbatch across all
-nodes, and the munge key never in Ansible's output, even at -vvv --diff."""
+nodes, and the munge key never in Ansible's output, even at -vvv --diff.
+
+Slurm's own health check (slurm_health_check, every 10 s in the lab): a
+driver/library mismatch forged on one node (the lab's loaded-module fixture)
+is drained by slurmd's health check alone, with no playbook run, and resumed
+once the fault is gone; an administrator's drain is left alone."""
 
 from __future__ import annotations
 
@@ -14,6 +19,7 @@ import pytest
 import yaml
 
 from conftest import LAB_INVENTORY, podman, run_playbook
+from test_site_monitoring import firing
 
 HEAD = "gpufleet-head"
 JOB_SCRIPT = "/opt/gpufleet/slurm/gpufleet-train.sbatch"
@@ -35,9 +41,22 @@ def test_daemons_run_and_every_node_is_idle(lab_hosts):
     assert on(HEAD, "systemctl", "is-enabled", "slurmctld").strip() == "enabled"
     for host in lab_hosts:
         assert on(host, "systemctl", "is-active", "munge", "slurmd").split() == ["active", "active"], host
-    assert sinfo() == {host: "idle" for host in lab_hosts}
+    # A node an earlier module forged a fault on (test_site_monitoring.py) is back within a health check or two.
+    wait_for(lambda: sinfo(), lambda got: got == {host: "idle" for host in lab_hosts}, "every node idle", 60)
     partitions = on(HEAD, "sinfo", "--noheader", "--format", "%P %D").split()
     assert partitions == ["gpu*", str(len(lab_hosts))]
+
+
+def wait_for(probe, done, what: str, timeout: float):
+    """probe() every 2 s until done(result); fails naming what and the last result after timeout seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = probe()
+        if done(result):
+            return result
+        if time.monotonic() > deadline:
+            pytest.fail(f"after {timeout:.0f} s, still not {what}: {result}")
+        time.sleep(2)
 
 
 def test_one_munge_key_private_to_munge_and_trusted_across_hosts(lab_hosts):
@@ -154,3 +173,103 @@ def test_unreachable_hosts_do_not_stop_the_others(tmp_path, lab_hosts):
     summary = "\n".join(lines[lines.index("GPUFLEET SUMMARY"):])
     assert all(f"unreachable: {ghost} " in summary for ghost in ghosts), summary
     assert f"report verify: {reports / 'verify' / 'fleet-report.md'} (verdict: " in summary, summary
+
+
+# --------------------------------------------------------------------------- Slurm's own health check
+
+# slurm.conf(5) (https://github.com/SchedMD/slurm/blob/slurm-22-05-8-1/doc/man/man5/slurm.conf.5, Debian 12's 22.05):
+# HealthCheckProgram runs "periodically on all compute nodes that are not in the NOT_RESPONDING state", every
+# HealthCheckInterval seconds (10 in tests/lab/inventory), on the nodes of HealthCheckNodeState (IDLE: a drained idle
+# node is idle too), and is killed after 60 s. The drain and the resume are the program's own scontrol calls.
+HEALTH_WAIT_S = 120  # a few 10 s intervals, each check a couple of seconds
+MODULE_FIXTURE = "/run/gpufleet-lab/nvidia-module-version"  # the lab's loaded-module fixture (tests/lab/files)
+HEALTH_METRICS = "/var/lib/prometheus/node-exporter/gpufleet-slurm-health.prom"
+GPUFLEET_REASON = "gpufleet: driver_version [reboot]: "
+ADMIN_REASON = "admin: maintenance"
+DRAIN_ALERT = "GpufleetNodeDrainedByHealthCheck"
+PROMETHEUS_HOST = HEAD  # the lab's monitoring_server
+
+
+def node_state(host: str) -> tuple[str, str]:
+    """The node's state (%t: idle, drain, drng, ...) and reason (%E) as the controller sees them."""
+    state, reason = on(HEAD, "sinfo", "--noheader", "--Node", "--nodes", host, "--format", "%t|%E").strip().split("|", 1)
+    return state, reason
+
+
+def health_metrics(host: str) -> dict[str, str]:
+    """The node's gpufleet-slurm-health.prom, series -> value."""
+    text = on(host, "cat", HEALTH_METRICS, check=False)
+    return dict(line.rsplit(" ", 1) for line in text.splitlines() if line and not line.startswith("#"))
+
+
+def forge_mismatch(host: str) -> str | None:
+    """The loaded module's version set to one the installed driver is not; returns the fixture as it was."""
+    saved = podman("exec", host, "cat", MODULE_FIXTURE, check=False)
+    podman("exec", host, "sh", "-c", f"printf '535.1.0\\n' > {MODULE_FIXTURE}")
+    return saved.stdout if saved.returncode == 0 else None
+
+
+def restore(host: str, original: str | None) -> None:
+    if original is None:
+        podman("exec", host, "rm", "-f", MODULE_FIXTURE)
+    else:
+        podman("exec", host, "sh", "-c", f'printf %s "$1" > {MODULE_FIXTURE}', "sh", original)
+
+
+def test_a_forged_fault_is_drained_by_slurms_health_check_and_resumed_once_removed(lab_hosts):
+    """No playbook runs here: slurmd's own health check drains the node with gpufleet's reason, naming the failed
+    check and its action class, writes the metric the drain alert reads, and resumes the node once the fault is gone."""
+    node, others = lab_hosts[0], lab_hosts[1:]
+    wait_for(lambda: sinfo(), lambda got: got == {host: "idle" for host in lab_hosts}, "every node idle", 60)
+    original = forge_mismatch(node)
+    try:
+        state, reason = wait_for(lambda: node_state(node), lambda got: got[0].startswith("drain") and got[1].startswith(GPUFLEET_REASON),
+                                 f"{node} drained by the health check", HEALTH_WAIT_S)
+        assert "535.1.0" in reason, reason
+        assert all(node_state(host)[0] == "idle" for host in others), sinfo()
+        series = wait_for(lambda: health_metrics(node), lambda got: any(k.startswith("gpufleet_slurm_drained{") and v == "1"
+                                                                        for k, v in got.items()), "the drain metric", 30)
+        assert series[f'gpufleet_slurm_drained{{reason="{reason}"}}'] == "1", series
+        assert series["gpufleet_slurm_health_check_passed"] == "0"
+        # Prometheus (the head node, every 5 s in the lab) fires the drain alert for that node alone.
+        alerts = wait_for(lambda: firing(PROMETHEUS_HOST), lambda got: node in got.get(DRAIN_ALERT, set()),
+                          f"{DRAIN_ALERT} firing for {node}", 60)
+        assert alerts[DRAIN_ALERT] == {node}, alerts
+    finally:
+        restore(node, original)
+    wait_for(lambda: node_state(node), lambda got: got[0] == "idle", f"{node} resumed by the health check", HEALTH_WAIT_S)
+    series = wait_for(lambda: health_metrics(node), lambda got: got.get('gpufleet_slurm_drained{reason=""}') == "0",
+                      "the drain metric back to 0", 30)
+    assert series["gpufleet_slurm_health_check_passed"] == "1"
+    assert sinfo() == {host: "idle" for host in lab_hosts}
+
+
+def test_an_administrators_drain_is_left_alone_by_the_health_check(lab_hosts):
+    """A node an administrator drained stays drained, with the administrator's reason, through health checks that pass
+    and one that fails; the test resumes it itself."""
+    node = lab_hosts[-1]
+    on(HEAD, "scontrol", "update", f"NodeName={node}", "State=DRAIN", f"Reason={ADMIN_REASON}")
+    forged, original = False, None
+    try:
+        def checked_after(stamp: float):
+            return lambda got: float(got.get("gpufleet_slurm_health_check_timestamp_seconds", "0")) > stamp
+
+        first = float(health_metrics(node).get("gpufleet_slurm_health_check_timestamp_seconds", "0"))
+        seen = wait_for(lambda: health_metrics(node), checked_after(first), "a health check after the drain", HEALTH_WAIT_S)
+        seen = wait_for(lambda: health_metrics(node), checked_after(float(seen["gpufleet_slurm_health_check_timestamp_seconds"])),
+                        "a second health check", HEALTH_WAIT_S)
+        assert seen["gpufleet_slurm_health_check_passed"] == "1", seen  # passed twice...
+        assert node_state(node) == ("drain", ADMIN_REASON)  # ... and the node stays the administrator's
+        assert seen['gpufleet_slurm_drained{reason=""}'] == "0"
+
+        original, forged = forge_mismatch(node), True  # a failing check does not take the node over either
+        wait_for(lambda: health_metrics(node), lambda got: got.get("gpufleet_slurm_health_check_passed") == "0",
+                 "a failed health check", HEALTH_WAIT_S)
+        assert node_state(node) == ("drain", ADMIN_REASON)
+    finally:
+        if forged:
+            restore(node, original)
+            wait_for(lambda: health_metrics(node), lambda got: got.get("gpufleet_slurm_health_check_passed") == "1",
+                     "a passing health check again", HEALTH_WAIT_S)
+        on(HEAD, "scontrol", "update", f"NodeName={node}", "State=RESUME")
+    wait_for(lambda: sinfo(), lambda got: got == {host: "idle" for host in lab_hosts}, "every node idle", 60)
