@@ -21,6 +21,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -160,14 +161,23 @@ def test_a_new_failure_replaces_gpufleet_s_own_older_reason(host):
     assert slurm.drain_reason.startswith("gpufleet: driver_version [reboot]: ")
 
 
-def test_a_check_that_hangs_is_stopped_within_the_budget_and_drains(host):
+def test_a_check_that_hangs_is_stopped_within_the_budget_with_its_children_and_drains(host):
+    """A check hung in a child (nvidia-smi that does not answer): timeout(1) stops its whole process group."""
     hang = host["root"] / "hang.py"
-    hang.write_text("import time\ntime.sleep(60)\n")
+    pid_file = host["root"] / "child.pid"
+    hang.write_text("import subprocess, sys, time\n"
+                    f"child = subprocess.Popen(['sleep', '60'])\nopen({str(pid_file)!r}, 'w').write(str(child.pid))\n"
+                    "child.wait()\n")
     slurm = FakeSlurm()
-    clock = __import__("time").monotonic()
+    began = time.monotonic()
     assert run(host, slurm, hang, 1) == 0
-    assert __import__("time").monotonic() - clock < 10
+    assert time.monotonic() - began < 10
     assert slurm.drain_reason == "gpufleet: health check timed out after 1 s"
+    status = Path(f"/proc/{pid_file.read_text()}/status")
+    deadline = time.monotonic() + 5
+    while status.exists() and "State:\tZ" not in status.read_text() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not status.exists() or "State:\tZ" in status.read_text(), "the hung child outlived the budget"
 
 
 def test_a_check_that_crashes_drains_with_its_last_error_line(host):
