@@ -267,7 +267,7 @@ def test_slurm_conf_runs_gpufleet_s_health_check(host):
 
 
 def test_health_check_settings_and_off():
-    text = render("slurm.conf.j2", cluster(slurm_health_check_interval=10, slurm_health_check_node_state=["idle", "cycle"]))
+    text = render("slurm.conf.j2", cluster(slurm_health_check_interval=10, slurm_health_check_node_state=["IDLE", "CYCLE"]))
     flat = {k: val for line in conf(text) for k, val in line.items()}
     assert (flat["HealthCheckInterval"], flat["HealthCheckNodeState"]) == ("10", "IDLE,CYCLE")
     assert "HealthCheck" not in render("slurm.conf.j2", cluster(slurm_health_check=False))
@@ -329,7 +329,7 @@ def test_defaults_pass_validation():
     assert rejections() == []
     # Without gpufleet's health check, a site's own (NHC) through slurm_extra_config.
     assert rejections(slurm_health_check=False, slurm_extra_config={"HealthCheckProgram": "/usr/sbin/nhc"}) == []
-    assert rejections(slurm_health_check_node_state=["cycle", "idle"], slurm_health_check_textfile_dir="") == []
+    assert rejections(slurm_health_check_node_state=["CYCLE", "IDLE"], slurm_health_check_textfile_dir="") == []
     assert rejections(slurm_proctrack_type="proctrack/linuxproc", slurm_task_plugins=["task/affinity"]) == []
 
 
