@@ -57,8 +57,10 @@ class FakeRunner:
         if self.hosts is not None:
             doc = {"generated": "2026-11-29T22:40:00Z", "inventory": str(run.inventory), "playbook": "verify",
                    "hosts": self.hosts}
-            report = verify.fleet_report.build_report(doc)
-            verify.fleet_report.write_reports(report, Path(run.extravars["gpu_verify_report_dir"]))
+            # What the play's action does (roles/gpu_verify/tasks/report.yml), with the settings the options gave.
+            settings = {option: run.extravars[variable] for option, variable in verify.REPORT_OPTIONS.items()
+                        if variable in run.extravars}
+            verify.fleet_report.write_run_report(doc, Path(run.extravars["gpu_verify_report_dir"]), **settings)
         stats = recap(self.hosts or {}) if self.stats is None else self.stats
         return verify.RunOutcome(status=self.status, rc=self.rc, stats=stats)
 
