@@ -590,8 +590,8 @@ def read_history(path: Path) -> tuple[list[dict[str, Any]], str | None]:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return [], None
-    except UnicodeDecodeError as error:
-        return [], f"not UTF-8 text ({error.reason})"
+    except UnicodeDecodeError:
+        return [], "not UTF-8 text"
     runs, problems = [], []
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
