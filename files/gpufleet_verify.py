@@ -226,6 +226,13 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
     except SystemExit as stop:  # argparse exits on --help (0) and on wrong arguments (2)
         return int(stop.code or 0)
+    try:  # the options' combination, as the role's validation would judge it (defaults for the options not given)
+        fleet_report.check_history_settings(
+            fleet_report.DEFAULT_HISTORY_KEEP if args.history_keep is None else args.history_keep,
+            fleet_report.DEFAULT_REPEAT_FAILURES if args.repeat_failures is None else args.repeat_failures,
+            fleet_report.DEFAULT_REPEAT_RUNS if args.repeat_runs is None else args.repeat_runs)
+    except fleet_report.InputError as error:
+        return fail_without_report(f"{error} (--history-keep, --repeat-failures, --repeat-runs)")
     inventory = args.inventory.resolve()
     if not inventory.exists():
         return fail_without_report(f"the inventory {args.inventory} does not exist")
