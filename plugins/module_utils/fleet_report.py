@@ -63,6 +63,22 @@ versions differ, the report's "warnings" say so ("2 driver builds pinned
 across the fleet: 535.261.03 (node-1), 535.309.01 (node-2)"), shown under the
 verdict line; the nodes' verdicts and the fleet's are not changed by it.
 
+The history and the comparison (issue 29; docs/gpu.md, "The fleet's memory"):
+``write_run_report`` is a run's whole report for every caller. It keeps the run
+in ``<out-dir>/history/fleet-history.jsonl`` (``record_history``: one JSON line
+per run, "gpufleet-fleet-history/1", the last ``history_keep``, rewritten
+atomically under a lock; a file that is not a history is set aside and named
+in the warnings), names the **repeat offenders** (``repeat_offenders``: the
+nodes that did not pass in k of their last n runs, each failing run's reasons,
+"replace" or "drain" as the work) and the **outliers** (``outliers``: a figure
+of ``FIGURES`` more than a fraction below the median of the nodes with the
+same GPU model; "drain"), as the JSON's ``repeat_offenders``, ``outliers``,
+``outlier_rule`` and ``history``, a section each in the Markdown and the
+terminal text, and per node ``history_metrics`` (gpufleet_repeat_failures,
+gpufleet_repeat_offender) for the play to write beside its gpufleet.prom.
+The JUnit file is unchanged by them (an outlier or a repeat offender that
+passed is not a failed testcase).
+
 As a command (a saved document on stdin)::
 
     python3 plugins/module_utils/fleet_report.py --out-dir DIR [--basename fleet-report] [--history-keep N]
