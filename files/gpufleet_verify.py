@@ -4,7 +4,8 @@
 Usage::
 
     gpufleet_verify.py -i INVENTORY [--limit PATTERN] [--report-dir DIR] [--check]
-                       [-e KEY=VALUE ...] [--quiet]
+                       [--history-keep N] [--repeat-failures K] [--repeat-runs N]
+                       [--outlier-fraction F] [-e KEY=VALUE ...] [--quiet]
 
 It runs playbooks/verify.yml of this checkout (the directory above files/)
 through ansible-runner with this checkout's ansible.cfg, the report directory
@@ -12,6 +13,16 @@ passed as gpu_verify_report_dir (default ./reports/verify), then reads the
 fleet-report.json the play wrote there, cross-checks it with the run's
 per-host stats, and prints the report's Markdown table. The files beside it:
 fleet-report.md (the same table for people) and fleet-report.xml (JUnit).
+
+Each run is kept in the report's history (DIR/history/fleet-history.jsonl,
+the last --history-keep runs): what it prints names the repeat offenders,
+nodes that failed in --repeat-failures of their last --repeat-runs runs,
+with each failing run's reasons, and the outliers, nodes more than
+--outlier-fraction below their GPU model's fleet median (the gpu_verify
+role's settings gpu_verify_history_keep, gpu_verify_repeat_failures,
+gpu_verify_repeat_runs, gpu_verify_outlier_fraction; unset: the role's
+defaults). A repeat offender or an outlier that passed does not change the
+exit status: cron mails the output, a CI job shows it.
 
 Exit status:
 
@@ -65,6 +76,9 @@ ANSIBLE_CONFIG = REPO_ROOT / "ansible.cfg"
 DEFAULT_REPORT_DIR = "reports/verify"
 # Set from --report-dir; the role's other variables may come from -e.
 REPORT_DIR_VARIABLE = "gpu_verify_report_dir"
+# The options for the report's history and outlier rule, and the role's variables they set.
+REPORT_OPTIONS = {"history_keep": "gpu_verify_history_keep", "repeat_failures": "gpu_verify_repeat_failures",
+                  "repeat_runs": "gpu_verify_repeat_runs", "outlier_fraction": "gpu_verify_outlier_fraction"}
 VARIABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # The fleet report's code, the one the play's action gpufleet.fleet.fleet_report writes with.
 FLEET_REPORT_MODULE = "ansible_collections.gpufleet.fleet.plugins.module_utils.fleet_report"
@@ -107,7 +121,7 @@ class PlaybookRun:
 
     inventory: Path
     limit: str | None
-    extravars: dict[str, str]
+    extravars: dict[str, Any]
     check_mode: bool
     quiet: bool
 
@@ -155,7 +169,32 @@ def extra_variable(text: str) -> tuple[str, str]:
         raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE with KEY a variable name")
     if key == REPORT_DIR_VARIABLE:
         raise argparse.ArgumentTypeError(f"set {REPORT_DIR_VARIABLE} with --report-dir, not -e")
+    options = {variable: option for option, variable in REPORT_OPTIONS.items()}
+    if key in options:
+        raise argparse.ArgumentTypeError(f"set {key} with --{options[key].replace('_', '-')}, not -e")
     return key, value
+
+
+def runs(text: str) -> int:
+    """argparse type for a number of runs (0 or more)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of runs (0 or more)")
+    return value
+
+
+def fraction(text: str) -> float:
+    """argparse type for the outlier fraction (above 0, below 1)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a fraction (above 0, below 1)")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -171,6 +210,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--check", action="store_true", help="run the playbook in check mode")
     parser.add_argument("-e", "--extra-var", dest="extra_vars", action="append", default=[], type=extra_variable,
                         metavar="KEY=VALUE", help="a variable for the play, e.g. gpu_verify_quick=true (repeatable)")
+    parser.add_argument("--history-keep", metavar="N", type=runs,
+                        help="runs the report's history keeps in DIR/history (0: none; default: the role's, 20)")
+    parser.add_argument("--repeat-failures", metavar="K", type=runs,
+                        help="a node that failed in K of its last --repeat-runs runs is a repeat offender (default 2)")
+    parser.add_argument("--repeat-runs", metavar="N", type=runs, help="the runs the repeat-offender rule looks at (default 3)")
+    parser.add_argument("--outlier-fraction", metavar="F", type=fraction,
+                        help="name nodes more than F below their GPU model's fleet median (default 0.1)")
     parser.add_argument("--quiet", action="store_true", help="hide the playbook's output")
     return parser
 
@@ -180,6 +226,13 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
     except SystemExit as stop:  # argparse exits on --help (0) and on wrong arguments (2)
         return int(stop.code or 0)
+    try:  # the options' combination, as the role's validation would judge it (defaults for the options not given)
+        fleet_report.check_history_settings(
+            fleet_report.DEFAULT_HISTORY_KEEP if args.history_keep is None else args.history_keep,
+            fleet_report.DEFAULT_REPEAT_FAILURES if args.repeat_failures is None else args.repeat_failures,
+            fleet_report.DEFAULT_REPEAT_RUNS if args.repeat_runs is None else args.repeat_runs)
+    except fleet_report.InputError as error:
+        return fail_without_report(f"{error} (--history-keep, --repeat-failures, --repeat-runs)")
     inventory = args.inventory.resolve()
     if not inventory.exists():
         return fail_without_report(f"the inventory {args.inventory} does not exist")
@@ -189,7 +242,9 @@ def main(argv: list[str] | None = None) -> int:
     run = PlaybookRun(
         inventory=inventory,
         limit=args.limit,
-        extravars={**dict(args.extra_vars), REPORT_DIR_VARIABLE: str(report_dir)},
+        extravars={**dict(args.extra_vars), REPORT_DIR_VARIABLE: str(report_dir),
+                   **{variable: getattr(args, option) for option, variable in REPORT_OPTIONS.items()
+                      if getattr(args, option) is not None}},
         check_mode=args.check,
         quiet=args.quiet,
     )

@@ -63,9 +63,26 @@ versions differ, the report's "warnings" say so ("2 driver builds pinned
 across the fleet: 535.261.03 (node-1), 535.309.01 (node-2)"), shown under the
 verdict line; the nodes' verdicts and the fleet's are not changed by it.
 
+The history and the comparison (issue 29; docs/gpu.md, "The fleet's memory"):
+``write_run_report`` is a run's whole report for every caller. It keeps the run
+in ``<out-dir>/history/fleet-history.jsonl`` (``record_history``: one JSON line
+per run, "gpufleet-fleet-history/1", the last ``history_keep``, rewritten
+atomically under a lock; a file that is not a history is set aside and named
+in the warnings), names the **repeat offenders** (``repeat_offenders``: the
+nodes that did not pass in k of their last n runs, each failing run's reasons,
+"replace" or "drain" as the work) and the **outliers** (``outliers``: a figure
+of ``FIGURES`` more than a fraction below the median of the nodes with the
+same GPU model; "drain"), as the JSON's ``repeat_offenders``, ``outliers``,
+``outlier_rule`` and ``history``, a section each in the Markdown and the
+terminal text, and per node ``history_metrics`` (gpufleet_repeat_failures,
+gpufleet_repeat_offender) for the play to write beside its gpufleet.prom.
+The JUnit file is unchanged by them (an outlier or a repeat offender that
+passed is not a failed testcase).
+
 As a command (a saved document on stdin)::
 
-    python3 plugins/module_utils/fleet_report.py --out-dir DIR [--basename fleet-report] < document.json
+    python3 plugins/module_utils/fleet_report.py --out-dir DIR [--basename fleet-report] [--history-keep N]
+        [--repeat-failures K] [--repeat-runs N] [--outlier-fraction F] < document.json
 
 it prints render_terminal and exits 0 once the files are written, whatever the
 nodes' verdicts; 2 when stdin is not the document above (nothing is written);
@@ -79,10 +96,13 @@ entry point and the tests share this one copy.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import json
 import math
 import os
 import re
+import statistics
 import sys
 import tempfile
 import xml.etree.ElementTree as ET
@@ -90,7 +110,7 @@ from collections import Counter, defaultdict
 from collections.abc import Mapping
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 CHECK_SCHEMA = "gpufleet-check/1"
 REPORT_SCHEMA = "gpufleet-fleet-report/1"
@@ -114,6 +134,10 @@ XML_INVALID_CHARACTERS = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-
 # how the report says them.
 ACTION_LABELS = {"replace": "replace the GPU", "drain": "drain and investigate", "reboot": "reboot",
                  "configure": "fix the configuration"}
+# A node more than this fraction below its model's median is an outlier (gpu_verify_outlier_fraction;
+# docs/gpu.md, "Outliers", says why 0.1), judged among at least this many nodes of the model with the figure.
+DEFAULT_OUTLIER_FRACTION = 0.1
+OUTLIER_MIN_NODES = 3
 # Findings the evidence section shows per check of a node, then "and N more".
 EVIDENCE_MAX_FINDINGS = 10
 # What a node that left the play before its checks ran is reported with.
@@ -187,16 +211,25 @@ def metrics_not_written(runs: Mapping[str, Any]) -> dict[str, list[str]]:
 
 # --- the report ---------------------------------------------------------------------------------
 
-def build_report(doc: Any) -> dict[str, Any]:
-    """Summarise the collector's document: the fleet verdict, the counts and one entry per node.
+def build_report(doc: Any, outlier_fraction: float = DEFAULT_OUTLIER_FRACTION,
+                 extra_figures: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
+    """Summarise the collector's document: the fleet verdict, the counts, one entry per node, and the nodes
+    whose measured figures are more than ``outlier_fraction`` below their model's fleet median (``outliers``;
+    ``extra_figures``: more figures per host, see node_figures).
 
-    Raises InputError when ``doc`` has no "hosts" object; a bad node entry or
-    result only fails that node.
+    Raises InputError when ``doc`` has no "hosts" object, or the fraction is not one; a bad node entry or
+    result only fails that node. The history's fields (``history``, ``repeat_offenders``) are added by
+    apply_history.
     """
     if not isinstance(doc, dict) or not isinstance(doc.get("hosts"), dict):
         raise InputError('expected a JSON object with a "hosts" object (inventory hostname: {"result", "error"})')
+    check_fraction(outlier_fraction)
     hosts = sorted(doc["hosts"].items(), key=lambda item: natural_key(item[0]))
     nodes = [build_node(host, entry) for host, entry in hosts]
+    for node in nodes:
+        node["figures"].update(extra_figure_entries((extra_figures or {}).get(node["host"])))
+    judged = outliers([{"host": node["host"], "model": node["gpu_model"], "gpus": node["gpus"],
+                        "figures": node["figures"]} for node in nodes], outlier_fraction)
     verdicts = Counter(node["verdict"] for node in nodes)
     return {
         "schema": REPORT_SCHEMA,
@@ -212,6 +245,11 @@ def build_report(doc: Any) -> dict[str, Any]:
             "unreachable": verdicts["unreachable"],
         },
         "warnings": fleet_warnings(nodes),
+        "outliers": judged["outliers"],
+        "outlier_rule": {"fraction": outlier_fraction, "min_nodes": OUTLIER_MIN_NODES,
+                         "not_judged": judged["not_judged"]},
+        "repeat_offenders": [],
+        "history": None,
         "nodes": nodes,
     }
 
@@ -283,6 +321,8 @@ def node_summary(host: str, verdict: str, reasons: list[str], result: Any) -> di
         "checks": {check["name"]: check["verdict"] for check in valid_checks(result)},
         "findings": findings,
         "actions": [klass for klass in ACTION_LABELS if any(f["action_class"] == klass for f in findings)],
+        "figures": node_figures(result),
+        "recent_runs": None,  # apply_history: {"failed", "runs", "window"} of the node's last runs
         "result": result,
     }
 
@@ -375,6 +415,352 @@ def natural_key(name: str) -> list[Any]:
     return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", name) if part]
 
 
+# --- measured figures and outliers --------------------------------------------------------------
+
+# The figures the outlier rule compares, read from a node's checks: name -> the check whose "value" it is,
+# its unit, how the report says it, and what two nodes must share, besides their GPU model, to be compared
+# (``basis``: fields of the check, or "gpus", the node's GPU count). Only a check that passed or warned gives
+# a figure (a failed one is a failure already, and would pull its peers' median down). Memory bandwidth and
+# host<->device copy are not measured by any check yet (profiles.py holds their floors, for a check to come):
+# a check that measures one adds its line here. Figures from outside the node's checks (the smoke training's
+# per-node throughput) come as build_report's ``extra_figures``.
+FIGURES: dict[str, dict[str, Any]] = {
+    "gemm_tflops": {"check": "gemm", "unit": "TFLOP/s", "label": "GEMM of the slowest GPU", "basis": ()},
+    "allreduce_busbw_gbps": {"check": "allreduce_busbw", "unit": "GB/s", "label": "all-reduce bus bandwidth",
+                             "basis": ("world_size", "size_mib")},
+    "training_samples_per_s": {"check": "training", "unit": "samples/s", "label": "training throughput",
+                               "basis": ("gpus",)},
+}
+BASIS_WORDS = {"world_size": "{} GPUs", "size_mib": "{} MiB", "gpus": "{} GPUs"}
+OUTLIER_ACTION = "drain"
+
+
+def check_fraction(fraction: Any) -> None:
+    if not isinstance(fraction, (int, float)) or isinstance(fraction, bool) or not 0 < fraction < 1:
+        raise InputError(f"gpu_verify_outlier_fraction (--outlier-fraction) {fraction!r} is not a fraction below the "
+                         f"median (above 0, below 1; default {DEFAULT_OUTLIER_FRACTION})")
+
+
+def node_figures(result: Any) -> dict[str, dict[str, Any]]:
+    """{figure: {"value", "unit", "label", "basis"}} of a node's result, per FIGURES: the checks that passed or
+    warned with a finite value; ``basis`` is what a peer must share ("8 GPUs, 256 MiB"; "" for none)."""
+    data = result if isinstance(result, dict) else {}
+    gpus = len(data["gpus"]) if isinstance(data.get("gpus"), list) else None
+    checks = {check["name"]: check for check in valid_checks(result)}
+    figures = {}
+    for name, spec in FIGURES.items():
+        check = checks.get(spec["check"])
+        value = finite_number(check.get("value")) if check and check["verdict"] in ("pass", "warn") else None
+        if value is None:
+            continue
+        parts = [(key, gpus if key == "gpus" else check.get(key)) for key in spec["basis"]]
+        figures[name] = {"value": value, "unit": check.get("unit") or spec["unit"], "label": spec["label"],
+                         "basis": ", ".join(BASIS_WORDS[key].format(part) for key, part in parts if part is not None)}
+    return figures
+
+
+def extra_figure_entries(entries: Any) -> dict[str, dict[str, Any]]:
+    """Figures given from outside the checks, {name: {"value", "unit", "label", "basis"}}: those with a finite
+    value, the others' fields as text ("" where absent)."""
+    out = {}
+    for name, entry in (entries.items() if isinstance(entries, Mapping) else ()):
+        value = finite_number(entry.get("value")) if isinstance(entry, Mapping) else None
+        if value is not None:
+            out[str(name)] = {"value": value, **{key: str(entry.get(key) or "") for key in ("unit", "label", "basis")}}
+    return out
+
+
+def outliers(rows: list[dict[str, Any]], fraction: float = DEFAULT_OUTLIER_FRACTION,
+             min_nodes: int = OUTLIER_MIN_NODES) -> dict[str, list[dict[str, Any]]]:
+    """The outlier rule: each node's figure against the median of that figure over the nodes of the same GPU
+    model (and basis, node_figures), the node included; more than ``fraction`` below it is an outlier.
+
+    ``rows``: [{"host", "model", "figures": {figure: {"value", "unit", "label", "basis"}}}]. Returns
+    {"outliers": [{"host", "figure", "label", "value", "unit", "median", "model", "basis", "nodes", "below",
+    "action_class", "action"}], "not_judged": [{"figure", "label", "model", "basis", "nodes", "hosts", "why"}]}:
+    a group of fewer than ``min_nodes`` nodes, and the nodes of mixed or unnamed models, are not judged
+    (named with why). A value equal to the floor is not an outlier; a figure a node lacks is not compared.
+    """
+    check_fraction(fraction)
+    groups: dict[tuple[str, str, str], list[tuple[str, float, dict[str, Any]]]] = defaultdict(list)
+    unjudged: dict[tuple[str, str, str], list[str]] = defaultdict(list)
+    for row in rows:
+        model = row.get("model")
+        for name, figure in (row.get("figures") or {}).items():
+            value = finite_number(figure.get("value"))
+            if value is None:
+                continue
+            if not model:
+                unjudged[name, "", "the GPU model is not named"].append(str(row["host"]))
+            elif model.startswith("mixed: "):
+                unjudged[name, model, "the node mixes GPU models"].append(str(row["host"]))
+            else:
+                groups[name, model, str(figure.get("basis") or "")].append((str(row["host"]), value, figure))
+    flagged, not_judged = [], []
+    for (name, model, basis), members in sorted(groups.items()):
+        label = members[0][2].get("label") or name
+        hosts = sorted((host for host, _, _ in members), key=natural_key)
+        if len(members) < min_nodes:
+            not_judged.append({"figure": name, "label": label, "model": model, "basis": basis, "nodes": len(members),
+                               "hosts": hosts, "why": f"fewer than {min_nodes} nodes of this model"})
+            continue
+        median = statistics.median(value for _, value, _ in members)
+        if median <= 0:
+            continue
+        for host, value, figure in members:
+            if value < median * (1 - fraction):
+                flagged.append({"host": host, "figure": name, "label": label, "value": value,
+                                "unit": figure.get("unit") or "", "median": median, "model": model, "basis": basis,
+                                "nodes": len(members), "below": round(1 - value / median, 4),
+                                "action_class": OUTLIER_ACTION, "action": ACTION_LABELS[OUTLIER_ACTION]})
+    for (name, model, why), hosts in sorted(unjudged.items()):
+        not_judged.append({"figure": name, "label": FIGURES.get(name, {}).get("label", name), "model": model or None,
+                           "basis": "", "nodes": len(hosts), "hosts": sorted(hosts, key=natural_key), "why": why})
+    flagged.sort(key=lambda entry: (natural_key(entry["host"]), entry["figure"]))
+    return {"outliers": flagged, "not_judged": not_judged}
+
+
+def outlier_line(entry: dict[str, Any]) -> str:
+    """'node-3: GEMM of the slowest GPU 700.0 TFLOP/s, 12.6% below the median 801.0 of 4 NVIDIA H200 nodes
+    → drain and investigate'."""
+    basis = f" ({entry['basis']})" if entry.get("basis") else ""
+    return (f"{entry['host']}: {entry['label']} {entry['value']:.1f} {entry['unit']}".rstrip() +
+            f", {entry['below']:.1%} below the median {entry['median']:.1f} of {entry['nodes']} {entry['model']} "
+            f"nodes{basis} → {entry['action']}")
+
+
+def not_judged_line(entry: dict[str, Any]) -> str:
+    model = f" on {entry['model']}" if entry.get("model") else ""
+    return (f"{entry['label']}{model}: not judged, {entry['why']} ({entry['nodes']}: "
+            f"{named_hosts(entry['hosts'])})")
+
+
+# --- node history and repeat offenders -----------------------------------------------------------
+
+HISTORY_SCHEMA = "gpufleet-fleet-history/1"
+# <report dir>/history/fleet-history.jsonl: one JSON line per verification run, the newest last.
+HISTORY_DIR = "history"
+HISTORY_FILE = "fleet-history.jsonl"
+DEFAULT_HISTORY_KEEP = 20
+DEFAULT_REPEAT_FAILURES = 2
+DEFAULT_REPEAT_RUNS = 3
+REPEAT_REPLACE = "replace"
+REPEAT_INVESTIGATE = "drain"
+# A reason kept in the history is cut to this many characters.
+HISTORY_REASON_CHARS = 300
+# The metrics of the history the play writes beside each node's gpufleet.prom (history_metrics).
+HISTORY_METRICS_FILE = "gpufleet-history.prom"
+HISTORY_METRICS: dict[str, tuple[str, str]] = {
+    "gpufleet_repeat_failures": ("gauge", "Verification runs the node failed or was unreachable in, among its last "
+                                          "runs (window) in the fleet report's history."),
+    "gpufleet_repeat_offender": ("gauge", "1 when the node failed in at least threshold of its last window runs "
+                                          "(the fleet report's repeat offenders), else 0."),
+}
+
+
+def check_history_settings(keep: Any, failures: Any, runs: Any) -> None:
+    """The history's settings, each named with its fix (InputError)."""
+    for name, value, least in (("gpu_verify_history_keep", keep, 0), ("gpu_verify_repeat_failures", failures, 1),
+                               ("gpu_verify_repeat_runs", runs, 1)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < least:
+            raise InputError(f"{name} {value!r} is not a whole number of runs ({least} or more)")
+    if failures > runs:
+        raise InputError(f"gpu_verify_repeat_failures {failures} is more than gpu_verify_repeat_runs {runs}: a node "
+                         f"cannot fail in more runs than are looked at")
+    if keep and keep < runs:
+        raise InputError(f"gpu_verify_history_keep {keep} keeps fewer runs than gpu_verify_repeat_runs {runs} looks "
+                         f"at: keep at least {runs} (or 0: no history)")
+
+
+def history_record(report: dict[str, Any]) -> dict[str, Any]:
+    """This run as one line of the history: when, which playbook, and per node its verdict, reasons, failed
+    checks (each with its reason and action class), GPU model and figures."""
+    return {"schema": HISTORY_SCHEMA, "generated": report.get("generated"), "playbook": report.get("playbook"),
+            "inventory": report.get("inventory"),
+            "nodes": {str(node["host"]): node_record(node) for node in report.get("nodes", [])}}
+
+
+def node_record(node: dict[str, Any]) -> dict[str, Any]:
+    findings = node.get("findings") or []
+    failed = []
+    for check in valid_checks(node.get("result")):
+        if check["verdict"] != "fail":
+            continue
+        found = [f for f in findings if f["check"] == check["name"] and f.get("verdict") == "fail"]
+        classes = [klass for klass in ACTION_LABELS if any(f.get("action_class") == klass for f in found)]
+        if not classes and check["name"] == "driver_version" and node.get("reboot_required"):
+            classes = ["reboot"]
+        reason = found[0].get("evidence") if found and found[0].get("evidence") else check.get("detail") or "failed"
+        failed.append({"check": check["name"], "reason": one_line(reason)[:HISTORY_REASON_CHARS],
+                       "action_class": classes[0] if classes else None})
+    return {"verdict": node.get("verdict"), "reasons": [one_line(r)[:HISTORY_REASON_CHARS] for r in node.get("reasons") or []],
+            "failed": failed, "model": node.get("gpu_model"),
+            "figures": {name: figure["value"] for name, figure in (node.get("figures") or {}).items()}}
+
+
+def read_history(path: Path) -> tuple[list[dict[str, Any]], str | None]:
+    """The runs of a history file, oldest first, and what is wrong with it (None when nothing): a line that is
+    not JSON, or not a run of HISTORY_SCHEMA. The runs that could be read are returned either way; a
+    missing file is an empty history."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return [], None
+    except UnicodeDecodeError:
+        return [], "not UTF-8 text"
+    runs, problems = [], []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            run = json.loads(line)
+        except ValueError:
+            problems.append(f"line {number} is not JSON")
+            continue
+        if not isinstance(run, dict) or run.get("schema") != HISTORY_SCHEMA or not isinstance(run.get("nodes"), dict):
+            problems.append(f"line {number} is not a {HISTORY_SCHEMA} run")
+            continue
+        runs.append(run)
+    if problems:
+        shown = "; ".join(problems[:3]) + (f"; and {len(problems) - 3} more" if len(problems) > 3 else "")
+        return runs, shown
+    return runs, None
+
+
+@contextlib.contextmanager
+def history_lock(directory: Path) -> Iterator[None]:
+    """One writer at a time (a cron run and a person's run): an exclusive lock on directory/.lock."""
+    with open(directory / ".lock", "a", encoding="utf-8") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def record_history(report: dict[str, Any], directory: Path, keep: int = DEFAULT_HISTORY_KEEP,
+                   now: datetime | None = None) -> dict[str, Any]:
+    """Append this run to directory/HISTORY_FILE, keep the last ``keep`` runs, rewrite it atomically; returns
+    {"file", "keep", "runs" (the history, oldest first, this run last), "warnings"}.
+
+    A file that is not wholly a history is set aside (renamed to <file>.set-aside-<UTC time>, kept as it is)
+    and said in "warnings"; the runs that could be read from it go on. A history that cannot be read or
+    written is a warning too: the report is written all the same, without the history's verdicts.
+    ``keep`` 0: no history (nothing read or written).
+    """
+    path = directory / HISTORY_FILE
+    outcome: dict[str, Any] = {"file": str(path), "keep": keep, "runs": [], "warnings": []}
+    if not keep:
+        return outcome
+    record = history_record(report)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with history_lock(directory):
+            runs, problem = read_history(path)
+            if problem:
+                stamp = (now or datetime.now(timezone.utc)).strftime("%Y%m%dT%H%M%SZ")
+                aside = path.with_name(f"{path.name}.set-aside-{stamp}")
+                os.replace(path, aside)
+                outcome["warnings"].append(f"the history {path} is not a {HISTORY_SCHEMA} file ({problem}): set aside "
+                                           f"as {aside.name}, its {len(runs)} readable run(s) kept")
+            runs = (runs + [record])[-keep:]
+            write_atomically(path, "".join(json.dumps(run, ensure_ascii=False, separators=(",", ":")) + "\n"
+                                           for run in runs))
+    except OSError as error:
+        outcome["warnings"].append(f"the history in {directory} was not kept this run: {error}")
+        return {**outcome, "runs": []}
+    outcome["runs"] = runs
+    return outcome
+
+
+def node_runs(runs: list[dict[str, Any]], host: str, window: int) -> list[dict[str, Any]]:
+    """{"generated", "playbook", **the node's record} of the last ``window`` runs that include ``host``."""
+    mine = [{"generated": run.get("generated"), "playbook": run.get("playbook"), **run["nodes"][host]}
+            for run in runs if isinstance(run["nodes"].get(host), dict)]
+    return mine[-window:]
+
+
+def repeat_offenders(runs: list[dict[str, Any]], failures: int = DEFAULT_REPEAT_FAILURES,
+                     window: int = DEFAULT_REPEAT_RUNS, hosts: Any = None) -> list[dict[str, Any]]:
+    """The k-of-n rule: the nodes that did not pass (failed or unreachable) in at least ``failures`` of their
+    last ``window`` runs of the history (the runs that include them: a --limit run counts only for its
+    hosts), with each failing run's time, verdict, reasons and failed checks, and the work they ask for:
+    "replace" (replace the GPU) when a failing run's check asks for it, else "drain" (drain and investigate).
+    ``hosts``: only these (default: every host of the history)."""
+    names = hosts if hosts is not None else {host for run in runs for host in run["nodes"]}
+    found = []
+    for host in sorted(names, key=natural_key):
+        recent = node_runs(runs, str(host), window)
+        failing = [run for run in recent if run.get("verdict") != "pass"]
+        if len(failing) < failures:
+            continue
+        classes = {entry.get("action_class") for run in failing for entry in run.get("failed") or []
+                   if isinstance(entry, dict)}
+        klass = REPEAT_REPLACE if REPEAT_REPLACE in classes else REPEAT_INVESTIGATE
+        found.append({"host": str(host), "failed_runs": len(failing), "runs": len(recent), "window": window,
+                      "threshold": failures, "action_class": klass,
+                      "action": "replace the GPU" if klass == REPEAT_REPLACE else "investigate (drain and investigate)",
+                      "failures": [{key: run.get(key) for key in ("generated", "playbook", "verdict", "reasons", "failed")}
+                                   for run in failing]})
+    return found
+
+
+def apply_history(report: dict[str, Any], history: dict[str, Any], failures: int = DEFAULT_REPEAT_FAILURES,
+                  window: int = DEFAULT_REPEAT_RUNS) -> dict[str, Any]:
+    """The history's part of the report (record_history's outcome): ``history`` (file, runs kept, the rule),
+    ``repeat_offenders`` among this run's nodes, each node's ``recent_runs`` ({"failed", "runs", "window"}),
+    and the history's warnings among the report's."""
+    if not history.get("keep"):
+        return report  # no history kept: "history" stays None, as build_report left it
+    runs = history.get("runs") or []
+    hosts = [str(node["host"]) for node in report.get("nodes", [])]
+    report["history"] = {"file": history.get("file"), "keep": history.get("keep"), "runs_kept": len(runs),
+                         "rule": {"failures": failures, "runs": window}, "warnings": list(history.get("warnings") or [])}
+    report["repeat_offenders"] = repeat_offenders(runs, failures, window, hosts) if runs else []
+    for node in report.get("nodes", []):
+        recent = node_runs(runs, str(node["host"]), window) if runs else []
+        node["recent_runs"] = {"failed": sum(run.get("verdict") != "pass" for run in recent), "runs": len(recent),
+                               "window": window} if runs else None
+    report["warnings"] = list(report.get("warnings") or []) + report["history"]["warnings"]
+    return report
+
+
+def repeat_offender_lines(report: dict[str, Any]) -> list[str]:
+    """'node-2: failed 2 of its last 3 runs → replace the GPU' then one line per failing run with its reasons."""
+    lines = []
+    for entry in report.get("repeat_offenders") or []:
+        lines.append(f"{entry['host']}: failed {entry['failed_runs']} of its last {entry['runs']} runs → {entry['action']}")
+        for run in entry.get("failures") or []:
+            failed = [f"{item['check']}: {item['reason']}" + (f" ({ACTION_LABELS[item['action_class']]})"
+                                                              if item.get("action_class") in ACTION_LABELS else "")
+                      for item in run.get("failed") or [] if isinstance(item, dict)]
+            why = "; ".join(failed or run.get("reasons") or ["no reason given"])
+            lines.append(f"  {run.get('generated') or 'undated'} {str(run.get('verdict') or 'fail').upper()}: {one_line(why)}")
+    return lines
+
+
+def history_metrics(report: dict[str, Any]) -> dict[str, str]:
+    """{host: the node's history metrics in Prometheus' text format}, for every node of the report with a
+    history: gpufleet_repeat_failures{window} and gpufleet_repeat_offender{window, threshold}."""
+    history = report.get("history") or {}
+    rule = history.get("rule") or {}
+    offenders = {entry["host"] for entry in report.get("repeat_offenders") or []}
+    out = {}
+    for node in report.get("nodes", []):
+        recent = node.get("recent_runs")
+        if not recent:
+            continue
+        window, threshold = rule.get("runs", recent["window"]), rule.get("failures", DEFAULT_REPEAT_FAILURES)
+        values = {"gpufleet_repeat_failures": (f'window="{window}"', recent["failed"]),
+                  "gpufleet_repeat_offender": (f'window="{window}",threshold="{threshold}"', int(node["host"] in offenders))}
+        text = []
+        for name, (kind, help_text) in HISTORY_METRICS.items():
+            labels, value = values[name]
+            text += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}", f"{name}{{{labels}}} {value}"]
+        out[str(node["host"])] = "\n".join(text) + "\n"
+    return out
+
+
 # --- Markdown -----------------------------------------------------------------------------------
 
 def render_markdown(report: dict[str, Any]) -> str:
@@ -390,8 +776,35 @@ def render_markdown(report: dict[str, Any]) -> str:
         render_table(report),
     ]
     lines.extend(evidence_section(report))
+    lines.extend(history_section(report, markdown=True))
     lines.extend(skipped_checks_note(report))
     return "\n".join(lines) + "\n"
+
+
+def history_section(report: dict[str, Any], markdown: bool) -> list[str]:
+    """The repeat offenders (with each failing run's reasons) and the outliers (the Markdown adds the groups
+    not judged), as Markdown list items or indented terminal lines; nothing for a section without entries."""
+    out: list[str] = []
+    history = report.get("history") or {}
+    rule = history.get("rule") or {}
+    offenders = repeat_offender_lines(report)
+    if offenders:
+        title = (f"Repeat offenders (failed in {rule.get('failures')} or more of their last {rule.get('runs')} runs, "
+                 f"history: {history.get('runs_kept')} runs)")
+        out += ["", f"**{title}**", ""] if markdown else ["", f"{title}:"]
+        out += [(f"- {line}" if not line.startswith("  ") else f"  - {line.strip()}") if markdown else f"  {line}"
+                for line in offenders]
+    flagged = [outlier_line(entry) for entry in report.get("outliers") or []]
+    # The groups too small to judge: in the Markdown (and the JSON), the terminal shows only what was flagged.
+    unjudged = [not_judged_line(entry) for entry in (report.get("outlier_rule") or {}).get("not_judged") or []
+                if markdown]
+    if flagged or unjudged:
+        fraction = (report.get("outlier_rule") or {}).get("fraction", DEFAULT_OUTLIER_FRACTION)
+        title = f"Outliers (more than {fraction:.0%} below the median of their GPU model)"
+        out += ["", f"**{title}**", ""] if markdown else ["", f"{title}:"]
+        out += [f"- {line}" if markdown else f"  {line}" for line in flagged or ["none"]]
+        out += [f"- {line}" if markdown else f"  {line}" for line in unjudged]
+    return out
 
 
 def summary_line(report: dict[str, Any]) -> str:
@@ -453,9 +866,22 @@ def action_lines(report: dict[str, Any]) -> list[str]:
 
 
 def lead_lines(report: dict[str, Any]) -> list[str]:
-    """What follows the verdict line: the failures grouped by cause, the work the findings ask for, then the
-    fleet's warnings."""
-    return failure_lines(report) + action_lines(report) + warning_lines(report)
+    """What follows the verdict line: the failures grouped by cause, the work the findings ask for, the
+    repeat offenders and outliers (named; their section has the detail), then the fleet's warnings."""
+    return failure_lines(report) + action_lines(report) + history_lead_lines(report) + warning_lines(report)
+
+
+def history_lead_lines(report: dict[str, Any]) -> list[str]:
+    """'1 repeat offender: node-2', '1 node below its model's median: node-3'."""
+    lines = []
+    offenders = [str(entry["host"]) for entry in report.get("repeat_offenders") or []]
+    if offenders:
+        lines.append(f"{len(offenders)} repeat offender{'' if len(offenders) == 1 else 's'}: {named_hosts(offenders)}")
+    slow = sorted({str(entry["host"]) for entry in report.get("outliers") or []}, key=natural_key)
+    if slow:
+        lines.append(f"{len(slow)} node{'' if len(slow) == 1 else 's'} below {'its' if len(slow) == 1 else 'their'} "
+                     f"model's median: {named_hosts(slow)}")
+    return lines
 
 
 def evidence_section(report: dict[str, Any]) -> list[str]:
@@ -517,6 +943,7 @@ def render_terminal(report: dict[str, Any]) -> str:
     """What a terminal shows: the verdict, the failures grouped by cause, the warnings, then one line per node."""
     lines = [f"{str(report.get('verdict', 'fail')).upper()}: {summary_line(report)}"]
     lines += [f"  {line}" for line in lead_lines(report)]
+    lines += history_section(report, markdown=False)
     return "\n".join(lines + ["", render_table(report)])
 
 
@@ -676,6 +1103,21 @@ def write_reports(report: dict[str, Any], out_dir: Path, basename: str = DEFAULT
     return [write_atomically(out_dir / name, text) for name, text in contents.items()]
 
 
+def write_run_report(doc: Any, out_dir: Path, basename: str = DEFAULT_BASENAME,
+                     history_keep: int = DEFAULT_HISTORY_KEEP, repeat_failures: int = DEFAULT_REPEAT_FAILURES,
+                     repeat_runs: int = DEFAULT_REPEAT_RUNS,
+                     outlier_fraction: float = DEFAULT_OUTLIER_FRACTION,
+                     extra_figures: Mapping[str, Mapping[str, Any]] | None = None) -> tuple[dict[str, Any], list[Path]]:
+    """A run's whole report, for every caller (the action, this command): the settings checked (InputError
+    before anything is written), the report built, the run kept in <out_dir>/history (record_history), the
+    history's verdicts added, the three files written (OSError when they cannot be)."""
+    check_history_settings(history_keep, repeat_failures, repeat_runs)
+    report = build_report(doc, outlier_fraction, extra_figures)
+    history = record_history(report, out_dir / HISTORY_DIR, history_keep)
+    apply_history(report, history, repeat_failures, repeat_runs)
+    return report, write_reports(report, out_dir, basename)
+
+
 def write_atomically(path: Path, text: str) -> Path:
     """Readers see the old file or the new one, never a partial one."""
     descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -704,18 +1146,31 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--out-dir", metavar="DIR", required=True, type=Path, help="directory for the three report files")
     parser.add_argument("--basename", metavar="NAME", default=DEFAULT_BASENAME, type=file_basename,
                         help=f"file name without extension (default: {DEFAULT_BASENAME})")
+    parser.add_argument("--history-keep", metavar="N", type=int, default=DEFAULT_HISTORY_KEEP,
+                        help=f"runs kept in DIR/{HISTORY_DIR}/{HISTORY_FILE} (0: no history; default {DEFAULT_HISTORY_KEEP})")
+    parser.add_argument("--repeat-failures", metavar="K", type=int, default=DEFAULT_REPEAT_FAILURES,
+                        help=f"repeat offender: failed in K of its last --repeat-runs runs (default {DEFAULT_REPEAT_FAILURES})")
+    parser.add_argument("--repeat-runs", metavar="N", type=int, default=DEFAULT_REPEAT_RUNS,
+                        help=f"runs the repeat-offender rule looks at (default {DEFAULT_REPEAT_RUNS})")
+    parser.add_argument("--outlier-fraction", metavar="F", type=float, default=DEFAULT_OUTLIER_FRACTION,
+                        help=f"outlier: more than F below its GPU model's median (default {DEFAULT_OUTLIER_FRACTION})")
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
-        report = build_report(json.loads(sys.stdin.buffer.read()))
-    except ValueError as error:  # not JSON, not UTF-8, or not the collector's document
+        document = json.loads(sys.stdin.buffer.read())
+        check_history_settings(args.history_keep, args.repeat_failures, args.repeat_runs)
+        check_fraction(args.outlier_fraction)
+        if not isinstance(document, dict) or not isinstance(document.get("hosts"), dict):
+            build_report(document)  # raises InputError, naming what is expected
+    except ValueError as error:  # not JSON, not UTF-8, not the collector's document, or a wrong setting
         print(f"fleet_report.py: unreadable input, nothing written: {error}", file=sys.stderr)
         return 2
     try:
-        write_reports(report, args.out_dir, args.basename)
+        report, _ = write_run_report(document, args.out_dir, args.basename, args.history_keep, args.repeat_failures,
+                                     args.repeat_runs, args.outlier_fraction)
     except OSError as error:
         print(f"fleet_report.py: cannot write the report in {args.out_dir}: {error}", file=sys.stderr)
         return 1

@@ -35,7 +35,8 @@ RULES_FILE = yaml.safe_load((REPO / "roles" / "monitoring" / "vars" / "main.yml"
 ALERTS = {"GpufleetVerificationFailed", "GpufleetRebootRequired", "GpufleetUncorrectedEccErrors", "GpufleetVerificationStale",
           "GpufleetVerificationMissing", "GpufleetNodeExporterDown", "GpufleetDcgmExporterDown",
           "GpufleetGpuXid", "GpufleetRowRemapPending", "GpufleetRowRemapFailure", "GpufleetNvlinkDown",
-          "GpufleetNvlinkErrors", "GpufleetGpuThrottled", "GpufleetPcieDowntrained", "GpufleetNodeDrainedByHealthCheck"}
+          "GpufleetNvlinkErrors", "GpufleetGpuThrottled", "GpufleetPcieDowntrained", "GpufleetNodeDrainedByHealthCheck",
+          "GpufleetLemonNode"}
 MISMATCH_ALERTS = {"GpufleetRebootRequired", "GpufleetVerificationFailed"}
 WAIT_S = 60  # scrape and evaluation every 5 s, alerts without a "for": a few cycles are plenty
 

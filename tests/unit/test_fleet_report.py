@@ -112,6 +112,10 @@ def test_passing_node_is_summarised_from_its_result():
         "checks": {"driver_version": "pass", "nvidia_smi": "pass", "torch_cuda": "pass", "libraries": "pass",
                    "gemm": "pass", "allreduce_busbw": "pass", "p2p_topology": "pass"},
         "findings": [], "actions": [],
+        "figures": {"gemm_tflops": {"value": 694.3, "unit": "TFLOP/s", "label": "GEMM of the slowest GPU", "basis": ""},
+                    "allreduce_busbw_gbps": {"value": 362.75, "unit": "GB/s", "label": "all-reduce bus bandwidth",
+                                             "basis": ""}},
+        "recent_runs": None,
         "result": result,
     }
 
@@ -388,7 +392,7 @@ def run_cli(stdin: str, *args: str) -> subprocess.CompletedProcess:
 
 
 def test_cli_writes_three_files_and_prints_the_table(tmp_path):
-    completed = run_cli(json.dumps(fleet_doc()), "--out-dir", str(tmp_path / "out"))
+    completed = run_cli(json.dumps(fleet_doc()), "--out-dir", str(tmp_path / "out"), "--history-keep", "0")
     assert completed.returncode == 0, completed.stderr
     assert sorted(path.name for path in (tmp_path / "out").iterdir()) == [
         "fleet-report.json", "fleet-report.md", "fleet-report.xml"]
@@ -399,7 +403,8 @@ def test_cli_writes_three_files_and_prints_the_table(tmp_path):
 
 
 def test_cli_basename(tmp_path):
-    completed = run_cli(json.dumps(fleet_doc()), "--out-dir", str(tmp_path), "--basename", "verify-2026-11-29")
+    completed = run_cli(json.dumps(fleet_doc()), "--out-dir", str(tmp_path), "--basename", "verify-2026-11-29",
+                        "--history-keep", "0")
     assert completed.returncode == 0, completed.stderr
     assert sorted(path.name for path in tmp_path.iterdir()) == [
         "verify-2026-11-29.json", "verify-2026-11-29.md", "verify-2026-11-29.xml"]
@@ -422,9 +427,11 @@ def test_cli_unreadable_input_writes_nothing(tmp_path, stdin, message):
 
 def test_cli_does_not_replace_a_report_on_unreadable_input(tmp_path):
     assert run_cli(json.dumps(fleet_doc()), "--out-dir", str(tmp_path)).returncode == 0
-    before = {path.name: path.read_bytes() for path in tmp_path.iterdir()}
+    before = {path.relative_to(tmp_path): path.read_bytes() for path in tmp_path.rglob("*") if path.is_file()}
+    assert len(before) == 5  # the three files, the history and its lock
     assert run_cli("not json", "--out-dir", str(tmp_path)).returncode == 2
-    assert {path.name: path.read_bytes() for path in tmp_path.iterdir()} == before
+    assert run_cli(json.dumps(fleet_doc()), "--out-dir", str(tmp_path), "--repeat-failures", "4").returncode == 2
+    assert {path.relative_to(tmp_path): path.read_bytes() for path in tmp_path.rglob("*") if path.is_file()} == before
 
 
 def test_node_reached_without_result_is_failed_not_unreachable():
@@ -475,7 +482,10 @@ def test_a_passing_fleet_has_no_failure_lines():
     report = fleet_report.build_report(document(**{"node-1": passing_result("node-1")}))
     assert fleet_report.failure_lines(report) == []
     assert fleet_report.render_terminal(report).splitlines()[:2] == ["PASS: 1 node: 1 passed, 0 failed, 0 unreachable", ""]
-    assert "\n- " not in fleet_report.render_markdown(report)
+    markdown = fleet_report.render_markdown(report)
+    # One node: the outlier rule has too few peers to judge it, and says so; nothing else is listed.
+    assert "\n- " not in markdown.split("**Outliers")[0]
+    assert "not judged, fewer than 3 nodes of this model (1: node-1)" in markdown
 
 
 # --- the driver asked for and pinned (issue 14) ------------------------------------------------------

@@ -119,6 +119,14 @@ WRONG = [
     ({"gpu_verify_expected_ib_ports": -8}, "[1] gpu_verify_expected_ib_ports '-8' is not a port count"),
     ({"gpu_verify_ib_min_rate_gbps": -400}, "[1] gpu_verify_ib_min_rate_gbps '-400' is not a rate in Gb/s"),
     ({"gpu_verify_dcgm_timeout": -1}, "[1] gpu_verify_dcgm_timeout '-1' is not a number of seconds"),
+    # the fleet report's history and outlier rule (issue 29)
+    ({"gpu_verify_repeat_failures": 4}, "[1] gpu_verify_repeat_failures '4' is not between 1 and gpu_verify_repeat_runs (3)"),
+    ({"gpu_verify_repeat_failures": 0}, "[1] gpu_verify_repeat_failures '0' is not between 1 and gpu_verify_repeat_runs (3)"),
+    ({"gpu_verify_history_keep": 2}, "[1] gpu_verify_history_keep 2 keeps fewer runs than gpu_verify_repeat_runs (3) looks at: "
+                                     "keep at least 3, or 0 for no history"),
+    ({"gpu_verify_history_keep": -1}, "[1] gpu_verify_history_keep '-1' / gpu_verify_repeat_runs '3' are not numbers of runs"),
+    ({"gpu_verify_outlier_fraction": 1.5}, "[1] gpu_verify_outlier_fraction '1.5' is not a fraction below the median"),
+    ({"gpu_verify_outlier_fraction": 0}, "[1] gpu_verify_outlier_fraction '0' is not a fraction below the median"),
     ({"gpu_verify_kernel_log_file": "kern.log"}, "[1] gpu_verify_kernel_log_file 'kern.log' is not an absolute path"),
     ({"gpu_verify_profile_overrides": {"H200": {"allreduce_8gpu_busbw_gbpss": 440}}},
      "[1] gpu_verify_profile_overrides is refused by gpufleet_check: profile overrides: 'H200': unknown field(s) "

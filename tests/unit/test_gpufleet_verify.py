@@ -57,8 +57,10 @@ class FakeRunner:
         if self.hosts is not None:
             doc = {"generated": "2026-11-29T22:40:00Z", "inventory": str(run.inventory), "playbook": "verify",
                    "hosts": self.hosts}
-            report = verify.fleet_report.build_report(doc)
-            verify.fleet_report.write_reports(report, Path(run.extravars["gpu_verify_report_dir"]))
+            # What the play's action does (roles/gpu_verify/tasks/report.yml), with the settings the options gave.
+            settings = {option: run.extravars[variable] for option, variable in verify.REPORT_OPTIONS.items()
+                        if variable in run.extravars}
+            verify.fleet_report.write_run_report(doc, Path(run.extravars["gpu_verify_report_dir"]), **settings)
         stats = recap(self.hosts or {}) if self.stats is None else self.stats
         return verify.RunOutcome(status=self.status, rc=self.rc, stats=stats)
 
@@ -219,11 +221,38 @@ def test_defaults_resolve_against_the_working_directory(runner, inventory, monke
     ["-i", "{inventory}", "-e", "gpu_verify_report_dir=/tmp/elsewhere"],
     ["-i", "{inventory}", "--unknown"],
     ["-i", "{tmp_path}/missing/hosts.yml"],
+    ["-i", "{inventory}", "-e", "gpu_verify_history_keep=5"],
+    ["-i", "{inventory}", "--repeat-failures", "4"],
+    ["-i", "{inventory}", "--history-keep", "2"],
+    ["-i", "{inventory}", "--repeat-runs", "-1"],
+    ["-i", "{inventory}", "--outlier-fraction", "1"],
 ])
 def test_bad_arguments_exit_2_without_running(runner, inventory, tmp_path, capsys, args):
     assert verify.main([arg.format(inventory=inventory, tmp_path=tmp_path) for arg in args]) == 2
     assert runner.calls == []
     assert capsys.readouterr().err
+
+
+def test_history_options_reach_the_play_and_the_repeat_offenders_are_printed(runner, main, capsys, tmp_path):
+    """Three runs into one report directory, node-2 failing in the first and the third: the third prints it as a
+    repeat offender with both runs' reasons (the options are the role's variables, typed)."""
+    runner.hosts = {"node-1": PASS, "node-2": FAIL}
+    assert main("--history-keep", "5", "--repeat-failures", "2", "--repeat-runs", "3", "--outlier-fraction", "0.2") == 1
+    assert {key: value for key, value in runner.calls[0].extravars.items() if key != "gpu_verify_report_dir"} == {
+        "gpu_verify_history_keep": 5, "gpu_verify_repeat_failures": 2, "gpu_verify_repeat_runs": 3,
+        "gpu_verify_outlier_fraction": 0.2}
+    runner.hosts = {"node-1": PASS, "node-2": PASS}
+    assert main("--history-keep", "5") == 0
+    runner.hosts = {"node-1": PASS, "node-2": FAIL}
+    capsys.readouterr()
+    assert main("--history-keep", "5") == 1
+    out = capsys.readouterr().out.splitlines()
+    assert "  1 repeat offender: node-2" in out
+    start = out.index("Repeat offenders (failed in 2 or more of their last 3 runs, history: 3 runs):")
+    assert out[start + 1] == "  node-2: failed 2 of its last 3 runs → investigate (drain and investigate)"
+    assert out[start + 2].endswith("FAIL: gemm: GPU 0") and out[start + 3].endswith("FAIL: gemm: GPU 0")
+    history = (tmp_path / "reports" / "history" / "fleet-history.jsonl").read_text().splitlines()
+    assert len(history) == 3
 
 
 def test_report_dir_is_set_with_its_option_only(inventory, capsys):

@@ -9,9 +9,10 @@ fleet; the other files and the validation cases are rendered and run on
 extra hosts of the same inventory, one per case, in one run per file. Nothing is
 copied from the role.
 
-The alert rules and the metrics writer (roles/payload/files/gpufleet_check/metrics.py) are
-cross-checked: every gpufleet_* name the rules (and the promtool tests of the
-rules) use is a metric the writer emits, so neither can drift alone.
+The alert rules and the metrics writers (roles/payload/files/gpufleet_check/metrics.py, each
+node's checks; plugins/module_utils/fleet_report.py's history_metrics, the fleet report's history
+the verify play writes beside them) are cross-checked: every gpufleet_* name the rules (and the
+promtool tests of the rules) use is a metric a writer emits, so neither can drift alone.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ import role_run
 import yaml
 from conftest import FAKE_FACTS, load_script, load_trusted
 
+from ansible_collections.gpufleet.fleet.plugins.module_utils import fleet_report
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ROLE = REPO_ROOT / "roles" / "monitoring"
 GPU_VERIFY = REPO_ROOT / "roles" / "gpu_verify"
@@ -48,7 +51,9 @@ ALERTS = {"GpufleetVerificationFailed", "GpufleetRebootRequired", "GpufleetUncor
           "GpufleetGpuXid", "GpufleetRowRemapPending", "GpufleetRowRemapFailure", "GpufleetNvlinkDown",
           "GpufleetNvlinkErrors", "GpufleetGpuThrottled", "GpufleetPcieDowntrained",
           # Slurm's health check (roles/slurm, issue 29)
-          "GpufleetNodeDrainedByHealthCheck"}
+          "GpufleetNodeDrainedByHealthCheck",
+          # the fleet report's history (issue 29)
+          "GpufleetLemonNode"}
 # Slurm's health check program writes its own metrics file (gpufleet-slurm-health.prom).
 SLURM_HEALTH = REPO_ROOT / "roles" / "slurm" / "files" / "gpufleet_slurm_health.py"
 # What tests/lab/inventory sets (the e2e contract).
@@ -78,6 +83,12 @@ def slurm_health_metrics() -> set[str]:
     finally:
         del sys.modules[module.__name__]
     return {line.split("{")[0].split()[0] for line in text.splitlines() if line and not line.startswith("#")}
+
+
+def emitted_names(writer: ModuleType) -> set[str]:
+    """Every metric a writer emits: the checks' (metrics.py), the fleet report's history (fleet_report.py) and Slurm's
+    health check program's."""
+    return set(writer.METRICS) | set(fleet_report.HISTORY_METRICS) | slurm_health_metrics()
 
 
 def fleet(groups: dict[str, list[str]], hostvars: dict[str, dict[str, Any]], targeted: str = "") -> list[role_run.Host]:
@@ -339,8 +350,8 @@ def test_rules_use_only_metrics_the_writer_emits(writer: ModuleType) -> None:
     used = set().union(*(metric_names(rule["expr"]) for rule in rules), *(metric_names(q) for q in queries))
     assert used == {"gpufleet_verify_passed", "gpufleet_reboot_required", "gpufleet_gpu_ecc_uncorrected_errors",
                     "gpufleet_verify_timestamp_seconds", "gpufleet_check_status", "gpufleet_xid_events",
-                    "gpufleet_health_finding", "gpufleet_slurm_drained"}
-    assert used - slurm_health_metrics() <= set(writer.METRICS), used - set(writer.METRICS)
+                    "gpufleet_health_finding", "gpufleet_slurm_drained", "gpufleet_repeat_offender"}
+    assert used <= emitted_names(writer), used - emitted_names(writer)
 
     # ... and the writer really emits them, with the labels the rules read.
     report = {"verdict": "fail", "reboot_required": True, "started": "2024-01-01T00:00:00Z", "duration_s": 2.0,
@@ -354,7 +365,12 @@ def test_rules_use_only_metrics_the_writer_emits(writer: ModuleType) -> None:
                          {"name": "gpu_errors", "verdict": "warn", "findings": [
                              {"gpu": "GPU 0 (00000000:53:00.0)", "verdict": "warn", "action": "reboot", "evidence": "row remap pending",
                               "signal": "row_remap_pending", "action_class": "reboot"}]}]}
-    emitted = writer.metrics_text(report)
+    history = fleet_report.history_metrics({"history": {"rule": {"failures": 2, "runs": 3}},
+                                            "repeat_offenders": [{"host": "gpufleet-node-1"}],
+                                            "nodes": [{"host": "gpufleet-node-1",
+                                                       "recent_runs": {"failed": 2, "runs": 3, "window": 3}}]})
+    emitted = writer.metrics_text(report) + history["gpufleet-node-1"]
+    assert 'gpufleet_repeat_offender{window="3",threshold="2"} 1' in emitted
     for name in used - slurm_health_metrics():
         assert re.search(rf"^{name}[{{ ]", emitted, re.MULTILINE), f"the writer emits no {name}"
     assert 'gpufleet_gpu_ecc_uncorrected_errors{gpu="0",model="NVIDIA H100 80GB HBM3",uuid="GPU-0"} 2' in emitted
@@ -370,7 +386,7 @@ def test_rules_use_only_metrics_the_writer_emits(writer: ModuleType) -> None:
             'verdict="warn",action_class="reboot"} 1') in emitted
     labels_read = set(re.findall(r"\$labels\.([a-z_]+)", rendered)) | set(re.findall(r"\.Labels\.([a-z_]+)", rendered))
     assert labels_read == {"node", "instance", "gpu", "model", "uuid", "check", "kind", "code", "device", "subject", "signal",
-                           "reason"}  # reason: gpufleet_slurm_drained's (above)
+                           "reason", "window", "threshold"}  # reason: gpufleet_slurm_drained's (above)
     # the values the rules select on are the ones gpufleet_check gives (health.finding's signals, xid's verdicts)
     selected = set(re.findall(r'signal="([a-z_]+)"', rendered)) | set(re.findall(r'check="([a-z_]+)"', rendered))
     assert selected == {"row_remap_pending", "row_remap_failure", "nvlink_errors", "clock_event", "pcie_width", "nvlink"}
@@ -395,7 +411,7 @@ def test_promtool_tests_cover_every_alert(writer: ModuleType) -> None:
     firing = {case["alertname"] for group in tests["tests"] for case in group["alert_rule_test"] if case["exp_alerts"]}
     assert firing == ALERTS, "each alert is shown firing once"
     series = {s["series"].split("{")[0] for group in tests["tests"] for s in group["input_series"]}
-    assert series - {"up"} <= set(writer.METRICS) | slurm_health_metrics(), series - {"up"} - set(writer.METRICS)
+    assert series - {"up"} <= emitted_names(writer), series - {"up"} - emitted_names(writer)
 
 
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool is not installed here (the e2e test runs it)")
