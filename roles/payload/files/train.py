@@ -396,8 +396,8 @@ def gather(t: Trainer, mine: dict[str, Any]) -> tuple[list[dict[str, Any]], floa
 
 
 def synchronize(t: Trainer) -> None:
-    if t.gpus:
-        torch.cuda.synchronize(t.device)
+    for gpu in t.gpus:  # every GPU this rank drives (DataParallel: all of the node's)
+        torch.cuda.synchronize(gpu)
 
 
 def time_compute(t: Trainer) -> float:
