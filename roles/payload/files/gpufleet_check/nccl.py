@@ -63,7 +63,6 @@ _GDR_HCA = re.compile(r"^NET/([^:]+?)\s*: GPU Direct RDMA (?:\(([^)]*)\) )?(Disa
                       r" for HCA (\d+) '([^']*)'?")
 _VERSION = re.compile(r"^(?:NCCL version )?(\d+\.\d+\.\d+)\+cuda")
 
-TRANSPORTS = ("IB", "RoCE", "IB/RoCE", "Socket")
 EXPECT_TRANSPORTS = ("any", "ib", "roce", "socket")
 EXPECT_GDR = ("any", "true", "false")
 FLOOR_KEYS = {"IB": "rdma", "RoCE": "rdma", "IB/RoCE": "rdma", "Socket": "socket", "gloo": "gloo"}
