@@ -4,13 +4,14 @@ The checks run on the nodes (roles/payload/files/gpufleet_check/, shipped as
 gpufleet_check.pyz); a few of their rules are needed before any node is
 touched: the validator of the per-SKU overrides (``profiles.merge_overrides``,
 gpu_verify_profile_overrides) and DCGM's time limits per run level
-(``dcgm.DEFAULT_TIMEOUT_S``). Rather than copy them, the filters import the
+(``dcgm.DEFAULT_TIMEOUT_S``), and, after the smoke training, the judgement of
+its network figures and NCCL's logs (``nccl.judge``). Rather than copy them, the filters import the
 package from the collection (the payload role's files, at the collection root's
 ``roles/payload/files/gpufleet_check``), under a private name so that it never
 meets another copy in ``sys.modules``.
 
 Only modules that import nothing but the standard library and each other are
-loaded: the package's ``__init__`` (facts, common), profiles, dcgm.
+loaded: the package's ``__init__`` (facts, common), profiles, dcgm, nccl.
 """
 
 from __future__ import annotations

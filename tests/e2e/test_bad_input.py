@@ -58,6 +58,9 @@ CASES = [
                  "value of smoke_training_amp must be one of: auto, bf16, fp16, off, got: fp8", id="unknown-amp-mode"),
     pytest.param({"smoke_training_rendezvous_port": 80},
                  "smoke_training_rendezvous_port '80' is not a TCP port (1024-65535)", id="privileged-rendezvous-port"),
+    pytest.param({"smoke_training_busbw_mib": 0},
+                 "smoke_training_busbw_mib is 0 (nothing measured) but a smoke_training_min_busbw_*_gbps floor is set",
+                 id="floor-without-measurement"),
     # Types and choices: the roles' argument specs, applied by play 1 (their message).
     pytest.param({"pytorch_require_gpu": "perhaps"},
                  "pytorch settings rejected on {host} (argument spec): argument 'pytorch_require_gpu' is of type str"
@@ -69,6 +72,9 @@ CASES = [
                  "argument 'gpu_verify_gemm_min_fraction' is of type str and we were unable to convert to float", id="spec-float"),
     pytest.param({"smoke_training_steps": "many"},
                  "argument 'smoke_training_steps' is of type str and we were unable to convert to int", id="spec-int"),
+    pytest.param({"smoke_training_expect_transport": "infiniband"},
+                 "value of smoke_training_expect_transport must be one of: any, ib, roce, socket, got: infiniband",
+                 id="unknown-transport"),
     # A setting no role has: refused, naming the one meant.
     pytest.param({"cuda_version": "12.4"},
                  "inventory settings rejected on {host}: [1] cuda_version is not a setting of role cuda"

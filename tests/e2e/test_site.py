@@ -40,6 +40,20 @@ def check_reports(reports, lab_hosts):
     assert sorted(set(result["hosts"])) == sorted(lab_hosts)  # each node's hostname is its inventory name
     assert result["losses"][-1] < result["losses"][0]
     assert result["grad_accum"] == 2 and result["backend"] == "gloo"
+    # The network between the nodes (issue 29): after its steps the payload timed an all-reduce over one rank per
+    # node, here gloo over the lab's podman network (8 MiB: the lab's smoke_training_busbw_mib); NCCL's transport
+    # is not read, and says so: no GPU, no NCCL. Each node's compute time per step is there for outlier rules.
+    network, measured = smoke["network"], result["network"]
+    assert measured["measured"] == network["measured"] == "gloo over TCP" and network["backend"] == "gloo"
+    assert measured["size_bytes"] == 8 * 2**20 and measured["world"]["ranks"] == result["world_size"]
+    assert measured["inter_node"]["ranks"] == len(lab_hosts) == network["nodes_crossed"]
+    assert measured["inter_node"]["busbw_gbps"] > 0 and network["busbw_gbps"] == measured["inter_node"]["busbw_gbps"]
+    assert network["transport"] is None and network["verdict"] == "pass", network
+    assert "transport not read: the run used gloo, not NCCL" in " ".join(network["notes"]), network["notes"]
+    assert sorted(n["host"] for n in network["nodes"]) == sorted(lab_hosts)
+    assert all(n["transport"] is None and n["evidence"] == [] for n in network["nodes"])  # no NCCL log on any node
+    assert sorted(n["host"] for n in result["nodes"]) == sorted(lab_hosts)
+    assert all(n["ranks"] == CPU_RANKS_PER_NODE and n["compute_s_per_step"] > 0 for n in result["nodes"])
 
 
 def test_site_converges_then_is_idempotent(tmp_path, lab_hosts):
@@ -76,6 +90,8 @@ def test_site_converges_then_is_idempotent(tmp_path, lab_hosts):
         assert (f["pytorch_cuda_version"], f["pytorch_cudnn_version"], f["pytorch_nccl_version"]) == ("12.1", "8.9.2", "2.20.5"), host
 
     check_reports(reports, lab_hosts)
+    [show] = first.results("Show the smoke training").values()  # run once
+    assert " GB/s busbw (" in show["msg"] and "one rank each; gloo over TCP, transport not read: not NCCL)" in show["msg"]
 
     second = run_playbook(tmp_path, "site.yml", LAB_INVENTORY, extravars=extravars)
     assert second.status == "successful", second.failures()

@@ -111,11 +111,40 @@ def test_train_subcommand_single_node_rendezvous(cpu_host: dict[str, Any]) -> No
                "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--rdzv-id", "unit")
     assert proc.returncode == 0, explain(proc)
     out = json.loads(proc.stdout)  # one JSON object, nothing else on stdout
-    assert out.keys() == {"rc", "node", "result", "log_tail", "failures", "failed_ranks"}
-    assert out["failures"] == [] and out["failed_ranks"] == []
+    assert out.keys() == {"rc", "node", "result", "log_tail", "failures", "failed_ranks", "nccl"}
+    assert out["failures"] == [] and out["failed_ranks"] == [] and out["nccl"] is None  # gloo: no NCCL log
     assert (out["rc"], out["node"]) == (0, socket.gethostname())
     assert (out["result"]["verdict"], out["result"]["world_size"]) == ("pass", 2)
     assert "verdict pass" in out["log_tail"] and '"losses"' not in out["log_tail"]
+
+
+def test_train_subcommand_two_nodes_time_the_all_reduce_between_them(cpu_host: dict[str, Any]) -> None:
+    """Two nodes (two train subcommands, 2 CPU ranks each, one c10d rendezvous: torchrun's node ranks 0 and 1, on
+    this one machine): rank 0's result carries the all-reduce bus bandwidth over the world and over one rank per
+    node, labelled as gloo over TCP, and each node's compute time per step."""
+    endpoint, cmd = f"127.0.0.1:{free_port()}", [sys.executable, str(CHECK), "train", "--nnodes", "2"]
+    args = ["--nproc-per-node", "2", "--rdzv-id", "two-nodes", "--timeout", "240", "--",
+            "--steps", "12", "--batch-size", "64", "--busbw-mib", "4", "--busbw-iters", "5"]
+    nodes = [subprocess.Popen([*cmd, "--rdzv-endpoint", endpoint, *args], env=cpu_host["env"], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [json.loads(node.communicate(timeout=300)[0]) for node in nodes]
+    assert [out["rc"] for out in outs] == [0, 0], [out["log_tail"] for out in outs]
+    assert [out["nccl"] for out in outs] == [None, None]  # gloo: NCCL wrote no log, nothing to read
+    [result] = [out["result"] for out in outs if out["result"] is not None]  # the node with global rank 0
+    assert (result["verdict"], result["world_size"], result["backend"]) == ("pass", 4, "gloo")
+    network = result["network"]
+    assert (network["backend"], network["measured"]) == ("gloo", "gloo over TCP")
+    assert (network["size_bytes"], network["warmup"], network["iters"]) == (4 * 2**20, 5, 5)
+    for name, ranks in (("world", 4), ("inter_node", 2)):
+        figures = network[name]
+        assert figures["ranks"] == ranks and figures["seconds"] > 0, figures
+        assert figures["algbw_gbps"] == pytest.approx(4 * 2**20 / figures["seconds"] / 1e9)
+        assert figures["busbw_gbps"] > 0
+        assert figures["busbw_gbps"] == pytest.approx(figures["algbw_gbps"] * 2 * (ranks - 1) / ranks)
+    assert [(n["node"], n["ranks"]) for n in result["nodes"]] == [(0, 2), (1, 2)]
+    for node in result["nodes"]:
+        assert node["host"] == socket.gethostname() and node["compute_s_per_step"] > 0 and node["samples_per_s"] > 0
+    assert len(result["compute_s_per_step"]) == 4 and min(result["compute_s_per_step"]) > 0
 
 
 def workers_of(marker: str) -> list[str]:

@@ -34,7 +34,7 @@ STEPS = 20  # enough steps for the default loss-drop check to be meaningful
 RESULT_FIELDS = {
     "verdict", "reasons", "world_size", "mode", "backend", "device", "hosts", "losses",
     "samples_per_s", "peak_memory_bytes", "amp", "grad_accum", "global_batch", "steps",
-    "duration_s", "torch_version", "param_max_abs_diff",
+    "duration_s", "torch_version", "param_max_abs_diff", "compute_s_per_step", "nodes", "network",
 }
 
 
@@ -122,6 +122,11 @@ def test_single_process_passes(baseline: dict) -> None:
     assert result["loss_drop"] >= 0.1 and result["losses"][-1] < result["losses"][0]
     assert result["samples_per_s"] > 0 and result["torch_version"] == torch.__version__
     assert "step 20/20 | loss" in proc.stderr and "samples/s" in proc.stderr
+    assert result["network"] is None and "bus bandwidth not measured: no process group" in result["notes"]
+    [node] = result["nodes"]  # one process: one node, its compute time per step without gradient all-reduce
+    assert (node["node"], node["host"], node["ranks"]) == (0, socket.gethostname(), 1)
+    assert node["compute_s_per_step"] == result["compute_s_per_step"][0] > 0
+    assert node["samples_per_s"] == pytest.approx(64 / node["compute_s_per_step"])
 
 
 def test_grad_accum_equals_one_big_batch(train: ModuleType, baseline: dict, tmp_path: Path) -> None:
@@ -208,6 +213,8 @@ def test_unknown_amp_is_an_argparse_error() -> None:
     (["--steps", "0"], "argument --steps: must be 1 or more, got 0"),
     (["--checkpoint-every", "-1"], "argument --checkpoint-every: must be 0 or more, got -1"),
     (["--steps", "ten"], "argument --steps: invalid int value: 'ten'"),
+    (["--busbw-mib", "-1"], "argument --busbw-mib: must be 0 or more, got -1"),
+    (["--busbw-iters", "0"], "argument --busbw-iters: must be 1 or more, got 0"),
 ])
 def test_bad_numbers_are_one_line_usage_errors(train: ModuleType, args: list[str], message: str,
                                                capsys: pytest.CaptureFixture[str]) -> None:
@@ -234,6 +241,21 @@ def test_ddp_four_ranks_equal_one_process(baseline: dict, tmp_path: Path, grad_a
     diff = max_param_diff(baseline["params"], tmp_path / "p.pt")
     assert diff <= PARAM_ATOL, f"4 ranks vs 1 process: max abs diff {diff}"
     assert result["losses"] == pytest.approx(read_result(baseline["result"])["losses"], rel=1e-5)
+    network = result["network"]  # one node: the world's all-reduce is timed, nothing crosses nodes
+    assert (network["backend"], network["measured"], network["size_bytes"]) == ("gloo", "gloo over TCP", 64 * 2**20)
+    world = network["world"]
+    assert world["ranks"] == 4 and world["seconds"] > 0
+    assert world["algbw_gbps"] == pytest.approx(64 * 2**20 / world["seconds"] / 1e9)
+    assert world["busbw_gbps"] == pytest.approx(world["algbw_gbps"] * 2 * 3 / 4)  # nccl-tests: algbw x 2(n-1)/n
+    assert network["inter_node"] == {"ranks": 1, "seconds": None, "algbw_gbps": None, "busbw_gbps": None}
+
+
+def test_no_bus_bandwidth_measurement_is_said(tmp_path: Path) -> None:
+    proc = run_torchrun(2, "--steps", 8, "--busbw-mib", 0, "--result", tmp_path / "r.json")
+    assert proc.returncode == 0, explain(proc)
+    result = read_result(tmp_path / "r.json")
+    assert result["network"] is None and "bus bandwidth not measured: --busbw-mib 0" in result["notes"]
+    assert [n["ranks"] for n in result["nodes"]] == [2] and len(result["compute_s_per_step"]) == 2
 
 
 def test_checkpoint_resume_matches_one_go(tmp_path: Path) -> None:
@@ -461,7 +483,8 @@ def test_train_py_is_about_training_and_its_reference_is_in_the_docs(train: Modu
     """Issue 16, item 12: train.py was 777 lines, 99 of them a module docstring. The reference is
     docs/payload.md, which names every option; the file stays the size of the payloads people read."""
     lines = TRAIN.read_text().splitlines()
-    assert len(lines) <= 490, f"train.py has {len(lines)} lines"  # 470 before the trainer kept alive (ALIVE)
+    # 470 before the trainer kept alive (ALIVE); 545 with the all-reduce and compute timing after training (issue 29)
+    assert len(lines) <= 550, f"train.py has {len(lines)} lines"
     assert len(train.__doc__.splitlines()) <= 12 and "docs/payload.md" in train.__doc__
     actions: list = []
     parse = train.Parser.parse_args
@@ -469,7 +492,7 @@ def test_train_py_is_about_training_and_its_reference_is_in_the_docs(train: Modu
                         lambda self, *a, **k: actions.extend(self._actions) or parse(self, *a, **k))
     train.parse_args([])
     options = [action.option_strings[-1] for action in actions if action.option_strings and action.dest != "help"]
-    assert len(options) == 22
+    assert len(options) == 24
     reference = (TRAIN.parents[3] / "docs" / "payload.md").read_text()
     missing = [option for option in options if f"`{option}" not in reference]
     assert not missing, f"docs/payload.md does not name {missing}"

@@ -39,14 +39,15 @@ PAYLOAD_DIR = REPO_ROOT / "roles" / "payload" / "files"
 PACKAGE_DIR = PAYLOAD_DIR / "gpufleet_check"
 PYZ = PAYLOAD_DIR / "gpufleet_check.pyz"
 BUILDER = PAYLOAD_DIR / "build_pyz.py"
-MODULES = ("checks", "cli", "common", "dcgm", "facts", "health", "health_checks", "launcher", "metrics", "profiles",
-           "xid")
+MODULES = ("checks", "cli", "common", "dcgm", "facts", "health", "health_checks", "launcher", "metrics", "nccl",
+           "profiles", "xid")
 # Each module's imports within the package (the package docstring draws them).
 PACKAGE_IMPORTS = {
     "common": set(),
     "facts": {"common"},
-    "launcher": {"common"},
+    "launcher": {"common", "nccl"},
     "metrics": set(),
+    "nccl": set(),
     "profiles": {"common"},
     "health": {"common", "profiles"},
     "xid": set(),

@@ -40,6 +40,11 @@ WRONG = [
     ("gpu_verify", {"gpu_verify_gemm_min_fraction": "most"}, "'gpu_verify_gemm_min_fraction' is of type str and we were unable to convert to float"),
     ("smoke_training", {"smoke_training_steps": "x"}, "'smoke_training_steps' is of type str"),
     ("smoke_training", {"smoke_training_amp": "fp8"}, "value of smoke_training_amp must be one of: auto, bf16, fp16, off"),
+    ("smoke_training", {"smoke_training_expect_transport": "infiniband"},
+     "value of smoke_training_expect_transport must be one of: any, ib, roce, socket"),
+    ("smoke_training", {"smoke_training_expect_gdr": "maybe"}, "value of smoke_training_expect_gdr must be one of: any, true, false"),
+    ("smoke_training", {"smoke_training_min_busbw_rdma_gbps": "fast"},
+     "'smoke_training_min_busbw_rdma_gbps' is of type str and we were unable to convert to float"),
     ("nvidia_driver", {"nvidia_driver_module_source": "kmod"}, "value of nvidia_driver_module_source must be one of: dkms, signed"),
     ("cuda", {"cuda_compile_check": "perhaps"}, "'cuda_compile_check' is of type str and we were unable to convert to bool"),
 ]
@@ -58,6 +63,9 @@ ACCEPTED = [
     ("slurm", {"slurm_task_plugins": "task/cgroup,task/affinity", "slurm_extra_config": "DefMemPerGPU=8192"}),
     ("gpu_verify", {"gpu_verify_skip_checks": "gemm,allreduce_busbw", "gpu_verify_gemm_min_fraction": "0.5"}),
     ("smoke_training", {"smoke_training_amp": "off", "smoke_training_steps": "8"}),
+    # YAML's true (an inventory's `smoke_training_expect_gdr: true`) and -e's string.
+    ("smoke_training", {"smoke_training_expect_gdr": True, "smoke_training_min_busbw_rdma_gbps": "20"}),
+    ("smoke_training", {"smoke_training_expect_gdr": "false", "smoke_training_expect_transport": "roce"}),
 ]
 
 

@@ -41,6 +41,7 @@ PROFILE_SCHEDULE = {"wait": 1, "warmup": 1, "active": 3, "repeat": 1}  # skip 1 
 SGD_MOMENTUM = 0.9  # SGD, not Adam: Adam magnifies float rounding, and runs are compared across world sizes
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 CHECKPOINT_KEYS = ("model", "optimizer", "scaler", "step", "rng", "config")
+BUSBW_WARMUP, COMPUTE_REPEATS = 5, 5  # nccl-tests' default warm-up iterations; timed forward+backward passes
 
 
 def cpu_autocast_available() -> bool:
@@ -91,6 +92,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add("--profile-dir", type=Path, help="torch.profiler TensorBoard traces, one per rank")
     add("--empty-cache", action="store_true", help="torch.cuda.empty_cache() between phases")
     add("--timeout", type=count, default=600, help="collective timeout, seconds")
+    add("--busbw-mib", type=number(int, "0 or more", lambda v: v >= 0), default=64,
+        help="all-reduce size of the bus-bandwidth measurement after training, MiB (0: not measured)")
+    add("--busbw-iters", type=count, default=20, help="timed all-reduces of that measurement")
     add("--result", type=Path, help="write the JSON result here (rank 0)")
     add("--json", action="store_true", help="print the JSON result on stdout (rank 0)")
     return p.parse_args(argv)
@@ -123,7 +127,7 @@ class Trainer:
         self.distributed = "RANK" in environ and "WORLD_SIZE" in environ  # set by torchrun; else one process
         env = environ if self.distributed else {"RANK": 0, "WORLD_SIZE": 1}
         self.rank, self.world_size = int(env["RANK"]), int(env["WORLD_SIZE"])
-        self.local_rank = int(env.get("LOCAL_RANK", 0))
+        self.local_rank, self.node = int(env.get("LOCAL_RANK", 0)), int(env.get("GROUP_RANK", 0))  # node: torchrun's
         if args.mode == "dp" and self.world_size > 1:
             raise UsageError("--mode dp is one process driving the node's GPUs: start it with python, not torchrun")
         if args.resume and args.checkpoint is None:
@@ -296,19 +300,24 @@ class Trainer:
         per_step = self.micro_batch * self.args.grad_accum
         return list(self.order[index * per_step:(index + 1) * per_step].split(self.micro_batch))
 
-    def train_step(self, step: int) -> torch.Tensor:
-        """One optimizer step over this rank's micro-batches (gradient accumulation); returns this rank's mean loss.
-        DDP all-reduces the gradients on the last micro-step only (no_sync on the others)."""
+    def forward_backward(self, step: int, sync: bool = True) -> torch.Tensor:
+        """The forward and backward passes of a step over this rank's micro-batches (gradient accumulation); returns
+        this rank's mean loss. DDP all-reduces the gradients on the last micro-step only, and never without sync."""
         loss_fn = F.cross_entropy if self.task == "classification" else F.mse_loss
         amp_dtype, micro_batches = AMP_DTYPES.get(self.amp), self.micro_batch_indices(step)
         rank_loss = torch.zeros((), device=self.device)
         for i, idx in enumerate(micro_batches):
-            ddp_skip_sync = isinstance(self.model, DistributedDataParallel) and i < len(micro_batches) - 1
+            ddp_skip_sync = isinstance(self.model, DistributedDataParallel) and (i < len(micro_batches) - 1 or not sync)
             with self.model.no_sync() if ddp_skip_sync else contextlib.nullcontext():
                 with torch.amp.autocast(device_type=self.device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
                     loss = loss_fn(self.model(self.x[idx]).float(), self.y[idx]) / len(micro_batches)
                 self.scaler.scale(loss).backward()
             rank_loss += loss.detach()
+        return rank_loss
+
+    def train_step(self, step: int) -> torch.Tensor:
+        """One optimizer step (forward_backward, then SGD); returns this rank's mean loss."""
+        rank_loss = self.forward_backward(step)
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
@@ -386,6 +395,62 @@ def gather(t: Trainer, mine: dict[str, Any]) -> tuple[list[dict[str, Any]], floa
     return [json.loads(bytes(e.tolist()).rstrip(b"\0")) for e in every], (high - low).max().item()
 
 
+def synchronize(t: Trainer) -> None:
+    for gpu in t.gpus:  # every GPU this rank drives (DataParallel: all of the node's)
+        torch.cuda.synchronize(gpu)
+
+
+def time_compute(t: Trainer) -> float:
+    """Seconds of one step's forward and backward passes on this rank (the median of COMPUTE_REPEATS), without the
+    gradient all-reduce (no_sync) or the optimizer: the node's own pace, to compare nodes with. The model stays."""
+    times = []
+    for step in range(COMPUTE_REPEATS):
+        synchronize(t)
+        began = time.perf_counter()
+        t.forward_backward(step, sync=False)
+        synchronize(t)
+        times.append(time.perf_counter() - began)
+    t.optimizer.zero_grad(set_to_none=True)
+    return sorted(times)[len(times) // 2]
+
+
+def node_pace(ranks: list[dict[str, Any]], samples_per_rank: int) -> list[dict[str, Any]]:
+    """Per node (torchrun's node rank): its host, ranks, slowest rank's compute time per step, samples/s."""
+    nodes: dict[int, list[dict[str, Any]]] = {}
+    for r in ranks:
+        nodes.setdefault(r["node"], []).append(r)
+    return [{"node": n, "host": rs[0]["host"], "ranks": len(rs), "compute_s_per_step": (slow := max(r["compute_s"] for r in rs)),
+             "samples_per_s": len(rs) * samples_per_rank / slow} for n, rs in sorted(nodes.items())]
+
+
+def time_all_reduce(t: Trainer, mib: int, iters: int) -> dict[str, Any]:
+    """Bus bandwidth of an all-reduce of `mib` MiB over every rank ("world") and over one rank per node, each node's
+    local rank 0 ("inter_node": the path between nodes alone). busbw = algbw x 2(n-1)/n, as nccl-tests defines it
+    (github.com/NVIDIA/nccl-tests, doc/PERFORMANCE.md); the slowest rank's time counts."""
+    local = [torch.zeros(1, dtype=torch.long, device=t.device) for _ in range(t.world_size)]
+    dist.all_gather(local, torch.tensor([t.local_rank], device=t.device))
+    leaders = [rank for rank, value in enumerate(local) if value.item() == 0]
+    groups = {"world": (None, list(range(t.world_size))), "inter_node": (dist.new_group(leaders), leaders)}
+    buffer, size = torch.zeros(mib * 2**20 // 4, device=t.device), mib * 2**20 // 4 * 4
+    result = {"backend": t.backend, "measured": "gloo over TCP" if t.backend == "gloo" else "NCCL",
+              "size_bytes": size, "warmup": BUSBW_WARMUP, "iters": iters}
+    for name, (group, members) in groups.items():
+        seconds = torch.zeros(1, dtype=torch.float64, device=t.device)
+        if t.rank in members and len(members) > 1:
+            for i in range(BUSBW_WARMUP + iters):
+                if i == BUSBW_WARMUP:
+                    synchronize(t)
+                    began = time.perf_counter()
+                dist.all_reduce(buffer, group=group)
+            synchronize(t)
+            seconds += (time.perf_counter() - began) / iters
+        dist.all_reduce(seconds, op=dist.ReduceOp.MAX)  # the slowest rank sets the pace
+        n, algbw = len(members), size / seconds.item() / 1e9 if seconds.item() > 0 else None
+        result[name] = {"ranks": n, "seconds": seconds.item() or None, "algbw_gbps": algbw,
+                        "busbw_gbps": algbw * 2 * (n - 1) / n if algbw else None}  # None: one rank, nothing crossed
+    return result
+
+
 def execute(t: Trainer) -> int:
     """Train, then judge the run on global rank 0 and publish its result."""
     began, args = time.perf_counter(), t.args
@@ -404,8 +469,12 @@ def execute(t: Trainer) -> int:
         params = {k: v.cpu() for k, v in t.module.state_dict().items()}
         atomic_write(args.save_params, lambda handle: torch.save(params, handle))
     peak = max(map(torch.cuda.max_memory_allocated, t.gpus)) if t.gpus else None  # of the GPUs this rank drives
-    ranks, spread = gather(t, {"host": socket.gethostname(), "checkpoint_writes": t.saves, "peak_memory_bytes": peak})
+    mine = {"host": socket.gethostname(), "node": t.node, "checkpoint_writes": t.saves, "peak_memory_bytes": peak}
+    ranks, spread = gather(t, {**mine, "compute_s": time_compute(t)})
+    network = time_all_reduce(t, args.busbw_mib, args.busbw_iters) if t.distributed and args.busbw_mib else None
     reasons, notes, drop = judge(losses, t.start_step, spread, args.min_loss_drop)
+    if network is None:
+        notes.append("bus bandwidth not measured: " + ("--busbw-mib 0" if t.distributed else "no process group"))
     result = {
         "verdict": "fail" if reasons else "pass", "reasons": reasons, "notes": t.notes + notes,
         "mode": args.mode, "wrapper": "none" if t.model is t.module else type(t.model).__name__,
@@ -416,6 +485,8 @@ def execute(t: Trainer) -> int:
         "samples_per_s": args.batch_size * len(losses) / duration if losses else 0.0, "duration_s": duration,
         "wall_s": time.perf_counter() - began, "peak_memory_bytes": [r["peak_memory_bytes"] for r in ranks],
         "param_max_abs_diff": spread, "checkpoint_writes": [r["checkpoint_writes"] for r in ranks],
+        "compute_s_per_step": [r["compute_s"] for r in ranks], "nodes": node_pace(ranks, t.micro_batch * args.grad_accum),
+        "network": network,
         "data": t.data_source, "task": t.task, "lr": args.lr, "seed": args.seed, "hidden": args.hidden,
         "torch_version": torch.__version__, "cuda_version": torch.version.cuda,
     }

@@ -15,7 +15,8 @@ Modules (each reads on its own; the arrows are their imports)::
 
     common         small shared helpers: exit codes, check_result, no_gpu, read_text, ...
     facts          host facts without torch: PCI bus, driver versions, nvidia-smi, topology   -> common
-    launcher       train.py under torchrun, process-tree cleanup, the `train` subcommand      -> common
+    launcher       train.py under torchrun, process-tree cleanup, the `train` subcommand      -> common, nccl
+    nccl           NCCL's INFO log: transport and GPUDirect RDMA; the smoke network verdict (standard library only)
     profiles       per-SKU thresholds, each with its source; site overrides                    -> common
     health         nvidia-smi -q / -q -x, nvlink and sysfs InfiniBand parsers and judgements  -> common, profiles
     xid            kernel-log Xid/SXid parser and NVIDIA's Xid catalog                        (standard library only)

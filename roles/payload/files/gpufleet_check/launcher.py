@@ -20,11 +20,16 @@ directory when it runs from source), else /opt/gpufleet/payload/train.py,
 or ``--payload PATH``.
 
 Multi-node training (the same command on every node; prints one JSON object
-{"rc", "node", "result", "log_tail", "failures", "failed_ranks"}, where
+{"rc", "node", "result", "log_tail", "failures", "failed_ranks", "nccl"}, where
 "result" is the payload's result on the node that got global rank 0 and null
-elsewhere, and "failures" the workers torchrun's error summary lists (host,
+elsewhere, "failures" the workers torchrun's error summary lists (host,
 rank, exit code: negative when killed by that signal, cause; the root cause
-first), described one per line in "failed_ranks")::
+first), described one per line in "failed_ranks", and "nccl" what NCCL's own
+log says this node's ranks used between nodes (nccl.read_logs: transport,
+GPUDirect RDMA, HCAs; null when no rank wrote one: gloo). Every rank runs with
+NCCL_DEBUG=INFO, NCCL_DEBUG_SUBSYS=INIT,NET and a NCCL_DEBUG_FILE of its own in
+the run's directory, so NCCL's lines stay out of the log; on a failure its
+WARN lines are added to the log tail)::
 
     python3 gpufleet_check.pyz train --nnodes 2 --nproc-per-node 8 \\
         --rdzv-endpoint node1:29500 --rdzv-id smoke1 [--timeout 600] [-- payload args...]
@@ -56,6 +61,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from . import nccl
 from .common import EXIT_TIMEOUT, EXIT_USAGE, finite_or_none, positive_int, program_name, read_text
 
 PAYLOAD_NAME = "train.py"
@@ -315,18 +321,21 @@ def failure_summary(run: dict[str, Any]) -> str:
 
 def training_env(tmpdir: Path | None = None) -> dict[str, str]:
     """The launcher's environment: no inherited rank variables; with ``tmpdir``, torchrun's
-    and the workers' temporary files (torchelastic_*, ...) go there and leave with it."""
+    and the workers' temporary files (torchelastic_*, ...) go there and leave with it, and so
+    does every rank's NCCL log (nccl.debug_env, read by nccl.read_logs)."""
     env = {k: v for k, v in os.environ.items() if k not in DIST_ENV_VARS}
     env["PYTHONUNBUFFERED"] = "1"
     if tmpdir is not None:
         env["TMPDIR"] = str(tmpdir)
+        env.update(nccl.debug_env(tmpdir))
     return env
 
 
 def run_training(nproc: int, nnodes: int = 1, node_rank: int = 0, rdzv_endpoint: str | None = None,
                  rdzv_id: str | None = None, payload_args: Sequence[str] = (),
                  timeout: float = TRAIN_TIMEOUT_S, payload: str | Path | None = None) -> dict[str, Any]:
-    """Run the payload under torchrun: {"rc", "result" (on the node with global rank 0, else None), "log_tail"}.
+    """Run the payload under torchrun: {"rc", "result" (on the node with global rank 0, else None), "log_tail",
+    "failures", "nccl" (nccl.read_logs of this node's ranks, None without NCCL)}.
 
     Without rdzv_endpoint it is a --standalone single-node run; with it, the c10d
     rendezvous of a multi-node run. torchrun starts in a session of its own so
@@ -334,7 +343,8 @@ def run_training(nproc: int, nnodes: int = 1, node_rank: int = 0, rdzv_endpoint:
     """
     payload = Path(payload) if payload else find_payload()
     if not payload.is_file():
-        return {"rc": EXIT_USAGE, "result": None, "log_tail": f"payload not found: {payload}", "failures": []}
+        return {"rc": EXIT_USAGE, "result": None, "log_tail": f"payload not found: {payload}", "failures": [],
+                "nccl": None}
     workdir = Path(tempfile.mkdtemp(prefix="gpufleet-train-"))
     try:
         result_file, log_file = workdir / "result.json", workdir / "torchrun.log"
@@ -344,9 +354,11 @@ def run_training(nproc: int, nnodes: int = 1, node_rank: int = 0, rdzv_endpoint:
             proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                     env=training_env(workdir), start_new_session=True)
         rc, note = wait_or_stop(proc, timeout)
-        result_text = read_text(result_file)
-        return {"rc": rc, "result": json.loads(result_text) if result_text else None,
-                "log_tail": log_tail(log_file, note), "failures": worker_failures(read_text(log_file) or "")}
+        result_text, reading = read_text(result_file), nccl.read_logs(workdir)
+        warnings = reading["warnings"] if reading and rc != 0 else []  # NCCL's WARN lines went to its own files
+        tail = "\n".join([log_tail(log_file, note), *(f"NCCL WARN {w}" for w in warnings)])
+        return {"rc": rc, "result": json.loads(result_text) if result_text else None, "log_tail": tail,
+                "failures": worker_failures(read_text(log_file) or ""), "nccl": reading}
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
@@ -369,7 +381,8 @@ def parse_train_args(argv: Sequence[str]) -> argparse.Namespace:
         prog=f"{program_name()} train",
         usage="%(prog)s [options] [-- payload args...]",
         description="Run the training payload under torchrun on this node and print one JSON object "
-                    '{"rc", "node", "result", "log_tail"}. Run the same command on every node.',
+                    '{"rc", "node", "result", "log_tail", "failures", "failed_ranks", "nccl"}. '
+                    "Run the same command on every node.",
         epilog=f"Without payload args: {' '.join(TRAIN_PAYLOAD_ARGS)} and a divisible --batch-size.")
     p.add_argument("--nnodes", type=positive_int, default=1, metavar="N", help="nodes in the job (default 1)")
     p.add_argument("--nproc-per-node", type=positive_int, required=True, metavar="P",
@@ -399,6 +412,7 @@ def train_main(argv: Sequence[str]) -> int:
                        payload_args=args.payload_args, timeout=args.timeout, payload=args.payload)
     print(json.dumps(finite_or_none({"rc": run["rc"], "node": socket.gethostname(), "result": run["result"],
                                      "log_tail": run["log_tail"], "failures": run["failures"],
-                                     "failed_ranks": [describe_failure(f) for f in run["failures"]]}),
+                                     "failed_ranks": [describe_failure(f) for f in run["failures"]],
+                                     "nccl": run["nccl"]}),
                      indent=2, allow_nan=False), flush=True)
     return run["rc"]
