@@ -738,6 +738,7 @@ def test_memory_bandwidth_host_copies_below_azures_floor_fail(host: FakeHost, mo
     assert "GPU 6 NVIDIA H100 80GB HBM3: device memory 2906.0 GB/s" in result["detail"]
     assert "H2D 55.0 / D2H 47.9 GB/s, D2H below the floor 48" in result["detail"]
     assert (result["value"], result["h2d_gbps"]) == (2900.0, 55.0)  # the slowest device copy is GPU 0's
+    assert result["host_copy_min_gbps"] == 30.0  # the slowest host copy of any GPU: GPU 2's H2D
 
 
 def test_memory_bandwidth_of_an_unknown_model_is_measured_not_judged(host: FakeHost,

@@ -104,8 +104,9 @@ Checks may carry more keys: ``reboot_required`` (driver_version, nvidia_smi),
 ``of_achievable``, the measured share of the achievable figure, and the
 floor; memory_bandwidth: per GPU ``memory_bandwidth_gbps``, ``h2d_gbps``,
 ``d2h_gbps``, their floors, sources and verdicts, ``profile``, ``correct``),
-``h2d_gbps``/``d2h_gbps``/``size_mib``/``profile`` (memory_bandwidth: the
-slowest GPU's copies, the buffer size), ``algbw_gbps``/``world_size``/``size_mib``/``fabric``
+``h2d_gbps``/``d2h_gbps``/``host_copy_min_gbps``/``size_mib``/``profile``
+(memory_bandwidth: the slowest GPU's host copies, the slowest host copy of
+any GPU, the buffer size, the slowest GPU's profile), ``algbw_gbps``/``world_size``/``size_mib``/``fabric``
 (allreduce_busbw), ``torch_libraries`` (libraries: per library torch's
 own version, the expected one and the comparison's outcome, "match",
 "differs", "no CUDA", "not compared"; and the system's packages),
@@ -889,7 +890,9 @@ def check_memory_bandwidth(probe: Probe) -> dict[str, Any]:
     detail = f"{slowest['size_mib']} MiB copies; " + "; ".join(g["detail"] for g in shown)
     return check_result(name, verdict, detail, value=slowest["memory_bandwidth_gbps"], unit="GB/s",
                         threshold=slowest["memory_bandwidth_floor"], per_gpu=per_gpu, h2d_gbps=slowest["h2d_gbps"],
-                        d2h_gbps=slowest["d2h_gbps"], size_mib=slowest["size_mib"], profile=slowest["profile"])
+                        d2h_gbps=slowest["d2h_gbps"],
+                        host_copy_min_gbps=min(min(g["h2d_gbps"], g["d2h_gbps"]) for g in per_gpu),
+                        size_mib=slowest["size_mib"], profile=slowest["profile"])
 
 
 def free_port() -> int:
