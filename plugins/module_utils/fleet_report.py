@@ -417,15 +417,18 @@ def natural_key(name: str) -> list[Any]:
 
 # --- measured figures and outliers --------------------------------------------------------------
 
-# The figures the outlier rule compares, read from a node's checks: name -> the check whose "value" it is,
-# its unit, how the report says it, and what two nodes must share, besides their GPU model, to be compared
-# (``basis``: fields of the check, or "gpus", the node's GPU count). Only a check that passed or warned gives
-# a figure (a failed one is a failure already, and would pull its peers' median down). Memory bandwidth and
-# host<->device copy are not measured by any check yet (profiles.py holds their floors, for a check to come):
-# a check that measures one adds its line here. Figures from outside the node's checks (the smoke training's
-# per-node throughput) come as build_report's ``extra_figures``.
+# The figures the outlier rule compares, read from a node's checks: name -> the check whose "value" it is
+# (or whose ``field``, when given), its unit, how the report says it, and what two nodes must share, besides
+# their GPU model, to be compared (``basis``: fields of the check, or "gpus", the node's GPU count). Only a
+# check that passed or warned gives a figure (a failed one is a failure already, and would pull its peers'
+# median down). Figures from outside the node's checks (the smoke training's per-node throughput) come as
+# build_report's ``extra_figures``.
 FIGURES: dict[str, dict[str, Any]] = {
     "gemm_tflops": {"check": "gemm", "unit": "TFLOP/s", "label": "GEMM of the slowest GPU", "basis": ()},
+    "memory_bandwidth_gbps": {"check": "memory_bandwidth", "unit": "GB/s", "label": "device memory bandwidth of the "
+                              "slowest GPU", "basis": ("size_mib",)},
+    "host_copy_gbps": {"check": "memory_bandwidth", "field": "host_copy_min_gbps", "unit": "GB/s",
+                       "label": "slowest host<->device copy", "basis": ("size_mib",)},
     "allreduce_busbw_gbps": {"check": "allreduce_busbw", "unit": "GB/s", "label": "all-reduce bus bandwidth",
                              "basis": ("world_size", "size_mib")},
     "training_samples_per_s": {"check": "training", "unit": "samples/s", "label": "training throughput",
@@ -450,11 +453,13 @@ def node_figures(result: Any) -> dict[str, dict[str, Any]]:
     figures = {}
     for name, spec in FIGURES.items():
         check = checks.get(spec["check"])
-        value = finite_number(check.get("value")) if check and check["verdict"] in ("pass", "warn") else None
+        field = spec.get("field", "value")
+        value = finite_number(check.get(field)) if check and check["verdict"] in ("pass", "warn") else None
         if value is None:
             continue
         parts = [(key, gpus if key == "gpus" else check.get(key)) for key in spec["basis"]]
-        figures[name] = {"value": value, "unit": check.get("unit") or spec["unit"], "label": spec["label"],
+        unit = (check.get("unit") if field == "value" else None) or spec["unit"]
+        figures[name] = {"value": value, "unit": unit, "label": spec["label"],
                          "basis": ", ".join(BASIS_WORDS[key].format(part) for key, part in parts if part is not None)}
     return figures
 

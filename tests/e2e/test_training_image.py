@@ -183,8 +183,8 @@ def test_health_checks_run_in_the_image(training_image):
     checks = {check["name"]: check for check in report["checks"]}
     assert checks["libraries"]["verdict"] == "pass", checks["libraries"]
     assert checks["libraries"]["detail"].startswith("torch 2.3.1+cu121, CUDA 12.1, cuDNN 8.9.2, NCCL 2.20.5; "), checks["libraries"]
-    for name in ("nvidia_smi", "torch_cuda", "gemm", "allreduce_busbw", "p2p_topology", "gpu_errors", "pcie", "clocks",
-                 "nvlink", "xid", "interconnect", "dcgm"):
+    for name in ("nvidia_smi", "torch_cuda", "gemm", "memory_bandwidth", "allreduce_busbw", "p2p_topology", "gpu_errors",
+                 "pcie", "clocks", "nvlink", "xid", "interconnect", "dcgm"):
         assert checks[name]["verdict"] == "skipped" and "no GPU" in checks[name]["detail"], name
     versions = report["versions"]
     assert (versions["torch"], versions["cuda"], versions["cudnn"], versions["nccl"]) == ("2.3.1+cu121", "12.1", "8.9.2", "2.20.5")

@@ -55,8 +55,8 @@ def test_verify_is_read_only_and_rerunnable(tmp_path, lab_hosts):
         assert checks["libraries"]["threshold"] == "12.1", checks["libraries"]
         # Only what runs on a GPU says "no GPU".
         skipped = {name for name, check in checks.items() if check["verdict"] == "skipped"}
-        assert skipped == {"nvidia_smi", "torch_cuda", "gemm", "allreduce_busbw", "p2p_topology", "gpu_errors", "pcie",
-                           "clocks", "nvlink", "xid", "interconnect", "dcgm"}, (node["host"], skipped)
+        assert skipped == {"nvidia_smi", "torch_cuda", "gemm", "memory_bandwidth", "allreduce_busbw", "p2p_topology",
+                           "gpu_errors", "pcie", "clocks", "nvlink", "xid", "interconnect", "dcgm"}, (node["host"], skipped)
         for name in skipped:
             assert "no GPU" in checks[name]["detail"], (node["host"], name)
     rows = {cells[0]: cells for cells in ([c.strip() for c in line.strip().strip("|").split("|")]

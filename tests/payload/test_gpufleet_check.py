@@ -24,7 +24,7 @@ import torch
 
 # The file the nodes receive; train.py beside it is the payload it runs.
 CHECK = Path(__file__).resolve().parents[2] / "roles" / "payload" / "files" / "gpufleet_check.pyz"
-NO_GPU_CHECKS = ("driver_version", "nvidia_smi", "torch_cuda", "gemm", "allreduce_busbw", "p2p_topology",
+NO_GPU_CHECKS = ("driver_version", "nvidia_smi", "torch_cuda", "gemm", "memory_bandwidth", "allreduce_busbw", "p2p_topology",
                  "gpu_errors", "pcie", "clocks", "nvlink", "xid", "interconnect", "dcgm")
 DIST_VARS = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"}
 
@@ -81,7 +81,7 @@ def test_cpu_machine_skips_gpu_checks_and_says_nothing_was_checked(cpu_host: dic
     report = json.loads(proc.stdout)
     assert report["schema"] == "gpufleet-check/1" and report["host"] == socket.gethostname()
     assert (report["verdict"], report["reboot_required"]) == ("fail", False)
-    assert report["reasons"] == ["nothing was checked: no GPU (14 checks skipped)"]
+    assert report["reasons"] == ["nothing was checked: no GPU (15 checks skipped)"]
     assert (report["gpus"], report["gpu_count_pci"]) == ([], 0) and "training" not in report
     versions = report["versions"]
     assert versions["torch"] == torch.__version__ and versions["cuda"] == torch.version.cuda

@@ -116,6 +116,44 @@ def test_the_all_reduce_is_compared_only_at_the_same_gpu_count_and_size():
     assert {("allreduce_busbw_gbps", "4 GPUs, 256 MiB"), ("allreduce_busbw_gbps", "8 GPUs, 64 MiB")} <= not_judged
 
 
+def with_memory_bandwidth(result: dict[str, Any], device: float, host: float, mib: int = 1024) -> dict[str, Any]:
+    """The result with the memory_bandwidth check gpufleet_check writes on an 8 x H100 node that passed: the
+    slowest GPU's device copy (its value) and the slowest host copy of any GPU, at mib MiB."""
+    result = copy.deepcopy(result)
+    result["checks"].insert(5, {**check("memory_bandwidth", value=device, unit="GB/s", threshold=1905.0,
+                                        detail="1024 MiB copies; GPU 0 ..."),
+                                "h2d_gbps": 55.0, "d2h_gbps": 53.0, "host_copy_min_gbps": host, "size_mib": mib,
+                                "profile": "H100 80GB HBM3"})
+    return result
+
+
+def test_memory_bandwidth_and_host_copies_are_compared_across_the_fleet():
+    """node-3's device memory (2500 GB/s, above DCGM's 1905) is 15% below its peers'; node-4's slowest host copy
+    (48.5 GB/s, above Azure's 48) 10% below; node-5's quick run (256 MiB) is not their peer."""
+    hosts = {"node-1": with_memory_bandwidth(passing_result("node-1"), 2950.0, 54.0),
+             "node-2": with_memory_bandwidth(passing_result("node-2"), 2940.0, 54.5),
+             "node-3": with_memory_bandwidth(passing_result("node-3"), 2500.0, 54.2),
+             "node-4": with_memory_bandwidth(passing_result("node-4"), 2945.0, 48.5),
+             "node-5": with_memory_bandwidth(passing_result("node-5"), 1000.0, 10.0, mib=256)}
+    report = fleet_report.build_report(document(**hosts))
+    assert [(e["host"], e["figure"], e["value"], e["median"], e["basis"]) for e in report["outliers"]] == [
+        ("node-3", "memory_bandwidth_gbps", 2500.0, 2942.5, "1024 MiB"),
+        ("node-4", "host_copy_gbps", 48.5, 54.1, "1024 MiB")]
+    assert fleet_report.outlier_line(report["outliers"][0]) == (
+        f"node-3: device memory bandwidth of the slowest GPU 2500.0 GB/s, 15.0% below the median 2942.5 of 4 {H100} "
+        "nodes (1024 MiB) → drain and investigate")
+    assert fleet_report.outlier_line(report["outliers"][1]).startswith(
+        "node-4: slowest host<->device copy 48.5 GB/s, 10.3% below the median 54.1")
+    not_judged = {(e["figure"], e["basis"], e["why"]) for e in report["outlier_rule"]["not_judged"]}
+    assert {("memory_bandwidth_gbps", "256 MiB", "fewer than 3 nodes of this model"),
+            ("host_copy_gbps", "256 MiB", "fewer than 3 nodes of this model")} <= not_judged
+    assert fleet_report.node_figures(hosts["node-1"])["host_copy_gbps"] == {
+        "value": 54.0, "unit": "GB/s", "label": "slowest host<->device copy", "basis": "1024 MiB"}
+    failed = with_memory_bandwidth(passing_result("node-6"), 1500.0, 54.0)
+    failed["checks"][5]["verdict"] = "fail"  # below its floor: a failure already, not a figure
+    assert not fleet_report.node_figures(failed).keys() & {"memory_bandwidth_gbps", "host_copy_gbps"}
+
+
 # --- outliers in the report -------------------------------------------------------------------------
 
 def slow_fleet() -> dict[str, Any]:

@@ -40,7 +40,8 @@ from gpufleet_check import checks, cli, common, facts, launcher, metrics  # noqa
 
 # The passive health checks and DCGM's diagnostic (health_checks; tests/unit/test_gpu_health.py)
 HEALTH_CHECKS = ("gpu_errors", "pcie", "clocks", "nvlink", "xid", "interconnect", "dcgm")
-GPU_CHECKS = ("driver_version", "nvidia_smi", "libraries", "gemm", "allreduce_busbw", "p2p_topology", *HEALTH_CHECKS)
+GPU_CHECKS = ("driver_version", "nvidia_smi", "libraries", "gemm", "memory_bandwidth", "allreduce_busbw", "p2p_topology",
+              *HEALTH_CHECKS)
 REPORT_KEYS = {"schema", "host", "started", "duration_s", "verdict", "reasons", "reboot_required", "actions",
                "versions", "gpus", "gpu_count_pci", "checks", "notes"}
 CHECK_KEYS = {"name", "verdict", "value", "unit", "threshold", "detail"}
@@ -653,7 +654,7 @@ def test_gemm_slowest_gpu_and_report(healthy_h100: FakeHost, monkeypatch: pytest
     monkeypatch.setattr(checks.Probe, "torch", property(lambda self: fake_torch(8)))
     monkeypatch.setattr(checks, "torch_versions", lambda torch: {})
     report = checks.build_report(cli.parse_args(healthy_h100.argv("--skip", "torch_cuda", "--skip", "libraries",
-                                                              "--skip", "allreduce_busbw")))
+                                                              "--skip", "allreduce_busbw", "--skip", "memory_bandwidth")))
     gemm = by_name(report)["gemm"]
     assert (gemm["verdict"], gemm["value"], gemm["threshold"]) == ("fail", 300.0, pytest.approx(0.85 * 794.5))
     assert gemm["detail"].startswith("n=8192 bfloat16; GPU 5 NVIDIA H100 80GB HBM3: 300.0 TFLOP/s, 38% of the "
@@ -665,6 +666,148 @@ def test_gemm_slowest_gpu_and_report(healthy_h100: FakeHost, monkeypatch: pytest
         [t / 794.5 for t in (700.0, 701.0, 702.0, 703.0, 704.0, 300.0, 706.0, 707.0)])
     assert all(g["achievable_tflops"] == 794.5 and g["datasheet_tflops"] == 989.0 for g in gemm["per_gpu"])
     assert report["reasons"] == [f"gemm: {gemm['detail']}"]
+
+
+# --------------------------------------------------------------------------- memory bandwidth
+
+# Real `nvidia-smi -q` of 8 x H100 80GB HBM3 (leptonai/gpud, its .source): PCI device ID 0x233010DE, the
+# H100 80GB HBM3 profile's (floors: DCGM's 1905 GB/s device memory, Azure's 48 GB/s H2D/D2H).
+H100_SMI_TEXT = Path(__file__).parent / "data" / "gpu" / "smi-text" / "h100-8gpu-535.183.01.txt"
+H100_SMI_UUIDS = ["566e6f65-c38e-b12f-4824-6944218668b9", "9930d717-21dd-7692-054e-3d0a2bae76b5",
+                  "973565ff-45cf-12ea-4e91-33386720f7bb", "6b932a61-abfd-5ea1-b26a-7dea7f2fa601",
+                  "726d356b-f548-bbfd-c81e-b9c68f2f1587", "06db64f6-6181-5a90-cf95-5ce52a58c4e5",
+                  "a5271aa6-4cdb-28c7-0ef5-5da271d0caae", "7e78e6c8-c71c-66c7-9ded-f8836cecab32"]
+
+
+def membw_measure(name: str = "NVIDIA H100 80GB HBM3", device: dict[int, float] | None = None,
+                  h2d: dict[int, float] | None = None, d2h: dict[int, float] | None = None,
+                  uuids: list[str] | None = None, correct: bool = True, sizes: list[int] | None = None) -> Any:
+    """measure_memory_bandwidth's stand-in: GPU i copies at 2900 + i GB/s on the device, 55 H2D, 53 D2H, unless
+    device/h2d/d2h say otherwise for it; torch's UUID form (no "GPU-")."""
+    device, h2d, d2h = device or {}, h2d or {}, d2h or {}
+
+    def measure(torch: Any, index: int, mib: int) -> dict[str, Any]:
+        if sizes is not None:
+            sizes.append(mib)
+        return {"index": index, "name": name, "uuid": (uuids or [f"4b0c8a3e-21f7-3c55-9e1d-0000000000{index:02d}"] * 8)[index],
+                "size_mib": mib, "memory_bandwidth_gbps": device.get(index, 2900.0 + index),
+                "h2d_gbps": h2d.get(index, 55.0), "d2h_gbps": d2h.get(index, 53.0), "correct": correct}
+    return measure
+
+
+def membw_check(host: FakeHost, monkeypatch: pytest.MonkeyPatch, *extra: str, listing: str | None = None,
+                **measured: Any) -> dict[str, Any]:
+    host.nvidia_smi(listing or h100_listing(), dgx_topology())
+    monkeypatch.setattr(checks, "measure_memory_bandwidth", membw_measure(**measured))
+    return checks.check_memory_bandwidth(with_torch(probe(host, *extra), fake_torch(8)))
+
+
+def test_memory_bandwidth_of_a_slow_gpu_fails_against_dcgms_floor(host: FakeHost, monkeypatch: pytest.MonkeyPatch) -> None:
+    """GPU 5 of 8 x H100 (found by its PCI device ID in a real nvidia-smi -q) copies at 1500 GB/s: below DCGM's
+    1905 for device 2330."""
+    sizes: list[int] = []
+    result = membw_check(host, monkeypatch, "--smi-query-file", str(H100_SMI_TEXT), device={5: 1500.0},
+                         uuids=H100_SMI_UUIDS, sizes=sizes)
+    assert (result["verdict"], result["value"], result["threshold"], result["unit"]) == ("fail", 1500.0, 1905.0, "GB/s")
+    assert (result["h2d_gbps"], result["d2h_gbps"], result["size_mib"], result["profile"]) == (
+        55.0, 53.0, 1024, "H100 80GB HBM3")
+    assert sizes == [1024] * 8
+    assert result["detail"] == (
+        "1024 MiB copies; GPU 5 NVIDIA H100 80GB HBM3: device memory 1500.0 GB/s, below the floor 1905 of "
+        "H100 80GB HBM3 (NVIDIA/DCGM nvvs/diag-skus.yaml.in @ 72fa3fea: 2330 minimum_bandwidth 1905000 MB/s); "
+        "H2D 55.0 / D2H 53.0 GB/s, floor 48 of H100 80GB HBM3 (Azure/azurehpc-health-checks @ 0e0a1ac2 "
+        "conf/nd96isr_h100_v5.conf: check_gpu_bw 48 335)")
+    assert [g["verdict"] for g in result["per_gpu"]] == ["pass"] * 5 + ["fail"] + ["pass"] * 2
+    gpu5 = result["per_gpu"][5]
+    assert (gpu5["memory_bandwidth_verdict"], gpu5["h2d_verdict"], gpu5["d2h_verdict"]) == ("fail", "pass", "pass")
+    assert (gpu5["memory_bandwidth_floor"], gpu5["h2d_floor"]) == (1905.0, 48.0)
+    assert gpu5["memory_bandwidth_source"].startswith("NVIDIA/DCGM nvvs/diag-skus.yaml.in")
+    # healthy: every GPU above both floors, the slowest one shown
+    healthy = membw_check(host, monkeypatch, "--smi-query-file", str(H100_SMI_TEXT), uuids=H100_SMI_UUIDS)
+    assert (healthy["verdict"], healthy["value"], healthy["threshold"]) == ("pass", 2900.0, 1905.0)
+    assert healthy["detail"].startswith("1024 MiB copies; GPU 0 NVIDIA H100 80GB HBM3: device memory 2900.0 GB/s, floor 1905")
+
+
+def test_memory_bandwidth_host_copies_below_azures_floor_fail(host: FakeHost, monkeypatch: pytest.MonkeyPatch) -> None:
+    result = membw_check(host, monkeypatch, "--quick", h2d={2: 30.0}, d2h={6: 47.9})
+    assert (result["verdict"], result["size_mib"]) == ("fail", 256)
+    assert [g["verdict"] for g in result["per_gpu"]] == ["pass", "pass", "fail", "pass", "pass", "pass", "fail", "pass"]
+    assert "GPU 2 NVIDIA H100 80GB HBM3: device memory 2902.0 GB/s, floor 1905 of H100 80GB HBM3" in result["detail"]
+    assert ("H2D 30.0 / D2H 53.0 GB/s, H2D below the floor 48 of H100 80GB HBM3 (Azure/azurehpc-health-checks @ "
+            "0e0a1ac2 conf/nd96isr_h100_v5.conf: check_gpu_bw 48 335)") in result["detail"]
+    assert "GPU 6 NVIDIA H100 80GB HBM3: device memory 2906.0 GB/s" in result["detail"]
+    assert "H2D 55.0 / D2H 47.9 GB/s, D2H below the floor 48" in result["detail"]
+    assert (result["value"], result["h2d_gbps"]) == (2900.0, 55.0)  # the slowest device copy is GPU 0's
+    assert result["host_copy_min_gbps"] == 30.0  # the slowest host copy of any GPU: GPU 2's H2D
+
+
+def test_memory_bandwidth_of_an_unknown_model_is_measured_not_judged(host: FakeHost,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    name = "NVIDIA Graphics Device"
+    result = membw_check(host, monkeypatch, listing=h100_listing().replace("NVIDIA H100 80GB HBM3", name), name=name,
+                         device={3: 100.0})
+    assert (result["verdict"], result["value"], result["threshold"], result["profile"]) == (
+        "warn", 100.0, None, "unknown model")
+    assert all(g["verdict"] == "warn" and g["memory_bandwidth_verdict"] == g["h2d_verdict"] == "not judged"
+               for g in result["per_gpu"])
+    assert result["detail"].startswith(f"1024 MiB copies; GPU 0 {name}: device memory 2900.0 GB/s; H2D 55.0 / D2H 53.0 "
+                                       "GB/s; not judged (unknown model: no floor; set one in "
+                                       "gpu_verify_profile_overrides)")
+    assert f"GPU 3 {name}: device memory 100.0 GB/s" in result["detail"]
+
+
+def test_memory_bandwidth_of_a_profile_without_the_figure_is_not_judged_and_says_so(
+        host: FakeHost, monkeypatch: pytest.MonkeyPatch) -> None:
+    """H200 NVL: DCGM has its device memory floor, Azure has no H2D figure for it."""
+    name = "NVIDIA H200 NVL"
+    result = membw_check(host, monkeypatch, listing=h100_listing().replace("NVIDIA H100 80GB HBM3", name), name=name)
+    assert (result["verdict"], result["threshold"], result["profile"]) == ("pass", 2212.5, "H200 NVL")
+    assert result["detail"].endswith("H2D 55.0 / D2H 53.0 GB/s not judged (the H200 NVL profile has no h2d_gbps "
+                                     "floor; set one in gpu_verify_profile_overrides)")
+    assert {g["h2d_verdict"] for g in result["per_gpu"]} == {"not judged"}
+
+
+def test_memory_bandwidth_floor_follows_the_sites_override(host: FakeHost, monkeypatch: pytest.MonkeyPatch) -> None:
+    override = json.dumps({"H100 80GB HBM3": {"memory_bandwidth_gbps": 1400, "h2d_gbps": 20}})
+    result = membw_check(host, monkeypatch, "--profile-overrides-json", override, device={5: 1500.0}, h2d={1: 25.0})
+    assert (result["verdict"], result["value"], result["threshold"]) == ("pass", 1500.0, 1400.0)
+    assert result["detail"] == ("1024 MiB copies; GPU 5 NVIDIA H100 80GB HBM3: device memory 1500.0 GB/s, floor 1400 "
+                                "of H100 80GB HBM3 (site override); H2D 55.0 / D2H 53.0 GB/s, floor 20 of H100 80GB "
+                                "HBM3 (site override)")
+    # a model the table does not know, named by the site: judged against the site's figure
+    name = "NVIDIA Graphics Device"
+    site = json.dumps({"lab part": {"names": [name], "memory_bandwidth_gbps": 3000}})
+    result = membw_check(host, monkeypatch, "--profile-overrides-json", site,
+                         listing=h100_listing().replace("NVIDIA H100 80GB HBM3", name), name=name)
+    assert (result["verdict"], result["threshold"], result["profile"]) == ("fail", 3000.0, "lab part")
+    assert "H2D 55.0 / D2H 53.0 GB/s not judged (the lab part profile has no h2d_gbps floor" in result["detail"]
+
+
+def test_memory_bandwidth_copy_that_returns_other_data_fails(host: FakeHost, monkeypatch: pytest.MonkeyPatch) -> None:
+    result = membw_check(host, monkeypatch, correct=False)
+    assert result["verdict"] == "fail"
+    assert result["detail"].startswith("1024 MiB copies; GPU 0 NVIDIA H100 80GB HBM3: the copied data differ from "
+                                       "their source; device memory 2900.0 GB/s, floor 1905")
+
+
+def test_memory_bandwidth_is_skipped_without_a_gpu(driver_only: FakeHost) -> None:
+    assert checks.check_memory_bandwidth(probe(driver_only)) == {
+        "name": "memory_bandwidth", "verdict": "skipped", "value": None, "unit": None, "threshold": None,
+        "detail": "no GPU"}
+    assert checks.check_memory_bandwidth(probe(driver_only, "--require-gpus"))["verdict"] == "fail"
+
+
+def test_memory_bandwidth_arithmetic() -> None:
+    """Device copy: read + write, 2 x bytes x iterations / seconds (BabelStream's Copy); host copies: bytes x
+    iterations / seconds; GB = 1e9 bytes."""
+    assert checks.device_copy_gbps(2**30, 10, 0.01) == pytest.approx(2 * 2**30 * 10 / 0.01 / 1e9)  # 2147.5 GB/s
+    assert checks.device_copy_gbps(10**9, 1, 1.0) == 2.0
+    assert checks.host_copy_gbps(10**9, 10, 0.2) == pytest.approx(50.0)
+    # the buffer: 1 GiB, at most a sixteenth of the GPU's memory, in whole MiB
+    assert checks.membw_bytes(1024, 80 * 2**30) == 2**30
+    assert checks.membw_bytes(1024, 4 * 2**30) == 256 * 2**20
+    assert checks.membw_bytes(256, 15 * 2**30 + 7) == 256 * 2**20
+    assert checks.membw_bytes(1024, 2**20) == 2**20
 
 
 # --------------------------------------------------------------------------- library versions and GEMM
@@ -767,7 +910,7 @@ def test_torch_absent_fails_torch_cuda(healthy_h100: FakeHost) -> None:
     p = probe(healthy_h100)
     result = checks.check_torch_cuda(p)
     assert result["verdict"] == "fail" and result["detail"].startswith("torch not importable: ")
-    for check in (checks.check_libraries, checks.check_gemm, checks.check_allreduce_busbw):
+    for check in (checks.check_libraries, checks.check_gemm, checks.check_memory_bandwidth, checks.check_allreduce_busbw):
         result = check(p)
         assert result["verdict"] == "skipped" and result["detail"] == "torch not importable (see torch_cuda)"
     assert checks.check_training(p)["verdict"] == "fail"
@@ -825,7 +968,7 @@ def test_cli_without_gpu_passes_what_it_checked(driver_only: FakeHost) -> None:
     assert report["notes"] == [], "without --driver-fact no fact is read and nothing is noted"
     assert [report["versions"][key] for key in ("driver_requested", "driver_pinned", "driver_source")] == [None] * 3
     checks = by_name(report)
-    assert list(checks) == ["driver_version", "nvidia_smi", "torch_cuda", "libraries", "gemm",
+    assert list(checks) == ["driver_version", "nvidia_smi", "torch_cuda", "libraries", "gemm", "memory_bandwidth",
                             "allreduce_busbw", "p2p_topology", *HEALTH_CHECKS]
     assert all(CHECK_KEYS <= check.keys() for check in report["checks"])
     assert checks["driver_version"]["verdict"] == "pass"
@@ -841,7 +984,7 @@ def test_cli_nothing_checked_is_not_a_pass(host: FakeHost) -> None:
     assert proc.returncode == 1, explain(proc)
     report = json.loads(proc.stdout)
     assert report["verdict"] == "fail"
-    assert report["reasons"] == ["nothing was checked: no GPU (14 checks skipped)"]
+    assert report["reasons"] == ["nothing was checked: no GPU (15 checks skipped)"]
     assert {c["verdict"] for c in report["checks"]} == {"skipped"}
 
 
@@ -902,8 +1045,8 @@ def test_cli_summary_and_output_file(host: FakeHost) -> None:
     assert lines[0] == "SKIP driver_version: no GPU (no NVIDIA driver installed)"
     assert "SKIP gemm: no GPU" in lines and "SKIP torch_cuda: by request" in lines
     # Issue 16, item 1: 0 passed checks never read PASS; the summary says what was checked
-    assert lines[-2].startswith("verdict: FAIL on ") and "0 pass, 0 warn, 14 skipped, 0 fail" in lines[-2]
-    assert lines[-1] == "nothing was checked: no GPU (14 checks skipped)"
+    assert lines[-2].startswith("verdict: FAIL on ") and "0 pass, 0 warn, 15 skipped, 0 fail" in lines[-2]
+    assert lines[-1] == "nothing was checked: no GPU (15 checks skipped)"
     assert json.loads(output.read_text())["verdict"] == "fail"
     assert sorted(p.name for p in output.parent.iterdir()) == ["report.json"]
 
@@ -1173,6 +1316,7 @@ def gemm_report(healthy: FakeHost, monkeypatch: pytest.MonkeyPatch) -> dict[str,
                 "uuid": f"4b0c8a3e-21f7-3c55-9e1d-0000000000{index:02d}", "tflops": 300.0 if index == 5 else 700.0 + index}
 
     monkeypatch.setattr(checks, "measure_gemm", measure)
+    monkeypatch.setattr(checks, "measure_memory_bandwidth", membw_measure())  # above every floor of the H100
     # 525 GB/s bus bandwidth: above the 8 x H100 floor (460)
     monkeypatch.setattr(checks, "measure_allreduce", lambda world, nbytes: {"seconds": nbytes / 300e9, "correct": True})
     monkeypatch.setattr(checks.Probe, "torch", property(lambda self: fake_torch(8)))
@@ -1207,6 +1351,11 @@ def test_metrics_of_a_gpu_node_parse_back(healthy_h100: FakeHost,
     assert [v for _, v in gemm] == pytest.approx([(300.0 if i == 5 else 700.0 + i) * 1e12 for i in range(8)])
     ecc = {labels["gpu"]: v for labels, v in values(families, "gpufleet_gpu_ecc_uncorrected_errors")}
     assert ecc == {str(i): (2.0 if i == 3 else 0.0) for i in range(8)}
+    copies = values(families, "gpufleet_memory_bandwidth_bytes_per_second")
+    assert [(labels["gpu"], labels["copy"]) for labels, _ in copies[:3]] == [("0", "device"), ("0", "h2d"), ("0", "d2h")]
+    assert copies[3][0] == {"gpu": "1", "model": "NVIDIA H100 80GB HBM3", "uuid": "GPU-4b0c8a3e-21f7-3c55-9e1d-000000000001",
+                            "copy": "device"}  # nvidia-smi's UUID, as the GEMM figure's
+    assert [v for _, v in copies] == pytest.approx([x * 1e9 for i in range(8) for x in (2900.0 + i, 55.0, 53.0)])
     [(fabric, busbw)] = values(families, "gpufleet_allreduce_busbw_bytes_per_second")
     assert fabric == {"fabric": "nvlink"} and busbw == pytest.approx(300e9 * 2 * 7 / 8)
     status = values(families, "gpufleet_check_status")
@@ -1224,6 +1373,7 @@ def test_metrics_leave_out_what_was_not_measured(host: FakeHost) -> None:
     report = checks.build_report(cli.parse_args(host.argv("--skip", "torch_cuda")))
     families = parse_exposition(metrics.metrics_text(report))
     assert set(metrics.METRICS) - set(families) == {"gpufleet_gemm_flops_per_second", "gpufleet_gpu_ecc_uncorrected_errors",
+                                               "gpufleet_memory_bandwidth_bytes_per_second",
                                                "gpufleet_allreduce_busbw_bytes_per_second", *HEALTH_ONLY_METRICS}
     assert values(families, "gpufleet_verify_passed") == [({}, 0.0)]  # nothing was checked
     assert values(families, "gpufleet_gpus") == [({}, 0.0)]

@@ -112,9 +112,10 @@ def assert_torch_reported_missing(proc: subprocess.CompletedProcess[str]) -> Non
     assert (report["schema"], report["verdict"], report["reasons"]) == ("gpufleet-check/1", "fail", [TORCH_MISSING])
     assert report["versions"]["torch"] is None
     checks = {check["name"]: check for check in report["checks"]}
-    assert list(checks) == ["driver_version", "nvidia_smi", "torch_cuda", "libraries", "gemm", "allreduce_busbw",
-                            "p2p_topology", *HEALTH_CHECKS]
-    for name in ("driver_version", "nvidia_smi", "gemm", "allreduce_busbw", "p2p_topology", *HEALTH_CHECKS):
+    assert list(checks) == ["driver_version", "nvidia_smi", "torch_cuda", "libraries", "gemm", "memory_bandwidth",
+                            "allreduce_busbw", "p2p_topology", *HEALTH_CHECKS]
+    for name in ("driver_version", "nvidia_smi", "gemm", "memory_bandwidth", "allreduce_busbw", "p2p_topology",
+                 *HEALTH_CHECKS):
         assert checks[name]["verdict"] == "skipped" and checks[name]["detail"].startswith("no GPU"), checks[name]
     assert checks["libraries"]["detail"] == "no GPU (torch is not installed)"
 

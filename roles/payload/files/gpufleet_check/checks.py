@@ -20,6 +20,12 @@ Each check measures one thing and judges it against a threshold. In order:
 ``gemm``             square bf16 matmul TFLOP/s on every GPU (fp16 before Ampere)
                      against ``--gemm-min-fraction`` (default 0.85) x the
                      model's achievable figure (GEMM_ACHIEVABLE_TFLOPS).
+``memory_bandwidth`` per GPU, device memory (HBM/GDDR) bandwidth of a device-to-device
+                     copy (read + write counted, BabelStream's Copy) and the
+                     host->device / device->host copies from pinned memory,
+                     against the model's profile (DCGM's memory_bandwidth floor,
+                     Azure's check_gpu_bw H2D/D2H floor); an unknown model or a
+                     profile without the figure is measured, not judged.
 ``allreduce_busbw``  NCCL all-reduce bus bandwidth over all GPUs of the node.
                      On NVLink/NVSwitch nodes whose GPUs' profile has a floor for
                      their count (8 x H100 460, H200 431, A100 228 GB/s: Azure's,
@@ -96,7 +102,11 @@ JSON report (``--json``, or ``--output PATH``)
 Checks may carry more keys: ``reboot_required`` (driver_version, nvidia_smi),
 ``per_gpu`` (gemm: per GPU the measured, datasheet and achievable TFLOP/s,
 ``of_achievable``, the measured share of the achievable figure, and the
-floor), ``algbw_gbps``/``world_size``/``size_mib``/``fabric``
+floor; memory_bandwidth: per GPU ``memory_bandwidth_gbps``, ``h2d_gbps``,
+``d2h_gbps``, their floors, sources and verdicts, ``profile``, ``correct``),
+``h2d_gbps``/``d2h_gbps``/``host_copy_min_gbps``/``size_mib``/``profile``
+(memory_bandwidth: the slowest GPU's host copies, the slowest host copy of
+any GPU, the buffer size, the slowest GPU's profile), ``algbw_gbps``/``world_size``/``size_mib``/``fabric``
 (allreduce_busbw), ``torch_libraries`` (libraries: per library torch's
 own version, the expected one and the comparison's outcome, "match",
 "differs", "no CUDA", "not compared"; and the system's packages),
@@ -208,6 +218,12 @@ GEMM_MIN_FRACTION = 0.85
 
 GEMM_SIZE, QUICK_GEMM_SIZE = 8192, 4096
 GEMM_WARMUP, GEMM_ITERS = 3, 10
+# memory_bandwidth: the buffer copied (device to device, and to and from pinned host memory), at most
+# 1/MEMBW_MAX_SHARE of the GPU's memory (the device copy holds two buffers).
+MEMBW_MIB, QUICK_MEMBW_MIB = 1024, 256
+MEMBW_MAX_SHARE = 16
+MEMBW_WARMUP, MEMBW_ITERS = 3, 10
+UNKNOWN_MODEL_NOTE = "unknown model: no floor; set one in gpu_verify_profile_overrides"
 ALLREDUCE_MIB, QUICK_ALLREDUCE_MIB = 256, 32
 ALLREDUCE_WARMUP, ALLREDUCE_ITERS = 5, 20
 ALLREDUCE_TIMEOUT_S = 300
@@ -221,6 +237,20 @@ def bus_bandwidth_gbps(nbytes: int, seconds: float, world_size: int) -> float:
     """All-reduce bus bandwidth in GB/s (1e9), as nccl-tests reports it: algbw x 2(n-1)/n."""
     algbw = nbytes / seconds / 1e9
     return algbw * 2 * (world_size - 1) / world_size
+
+
+def device_copy_gbps(nbytes: int, iters: int, seconds: float) -> float:
+    """Device memory bandwidth in GB/s (1e9) of iters device-to-device copies of nbytes: each reads and writes
+    nbytes, so 2 x nbytes x iters / seconds, as BabelStream counts its Copy kernel (UoB-HPC/BabelStream
+    src/main.cpp @ 01861850: "Copy" moves 2 * sizeof(T) * ARRAY_SIZE bytes; DCGM's memory_bandwidth test counts
+    its Triad's two reads and one write the same way, 3 * sizeof(REAL) * NUM)."""
+    return 2 * nbytes * iters / seconds / 1e9
+
+
+def host_copy_gbps(nbytes: int, iters: int, seconds: float) -> float:
+    """Host<->device copy bandwidth in GB/s (1e9): nbytes x iters / seconds, each byte crossing the bus once
+    (nvbandwidth's host_to_device / device_to_host_memcpy_ce, which Azure's check_gpu_bw judges)."""
+    return nbytes * iters / seconds / 1e9
 
 
 def gemm_tflops(n: int, iters: int, seconds: float) -> float:
@@ -742,6 +772,129 @@ def check_gemm(probe: Probe) -> dict[str, Any]:
                         threshold=slowest["threshold"], per_gpu=per_gpu)
 
 
+def membw_bytes(requested_mib: int, total_memory: int) -> int:
+    """The buffer memory_bandwidth copies: requested_mib MiB, at most 1/MEMBW_MAX_SHARE of the GPU's memory
+    (the device copy holds two buffers), in whole MiB and at least 1 MiB."""
+    cap_mib = max(1, int(total_memory) // MEMBW_MAX_SHARE // 2**20)
+    return min(requested_mib, cap_mib) * 2**20
+
+
+def measure_memory_bandwidth(torch: Any, index: int, mib: int) -> dict[str, Any]:
+    """GB/s of GPU `index`: a device-to-device copy (read + write counted), then device->host and host->device
+    copies through pinned host memory, each MEMBW_WARMUP times untimed and MEMBW_ITERS times between CUDA
+    events. ``correct``: the device copy equals its source, and so does the round trip through the host."""
+    device = torch.device("cuda", index)
+    props = torch.cuda.get_device_properties(device)
+    nbytes = membw_bytes(mib, props.total_memory)
+    src = dst = host = None
+
+    def timed(copy: Callable[[], Any]) -> float:
+        for _ in range(MEMBW_WARMUP):
+            copy()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(MEMBW_ITERS):
+            copy()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3
+
+    with torch.cuda.device(device):
+        try:
+            src = torch.randint(0, 256, (nbytes,), dtype=torch.uint8, device=device)
+            dst = torch.empty_like(src)
+            device_s = timed(lambda: dst.copy_(src))
+            correct = bool(torch.equal(dst, src))
+            host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+            d2h_s = timed(lambda: host.copy_(src, non_blocking=True))
+            dst.zero_()
+            h2d_s = timed(lambda: dst.copy_(host, non_blocking=True))
+            correct = correct and bool(torch.equal(dst, src))
+        finally:
+            del src, dst, host
+            torch.cuda.empty_cache()
+    return {"index": index, "name": props.name, "uuid": str(getattr(props, "uuid", "")) or None,
+            "size_mib": nbytes // 2**20, "memory_bandwidth_gbps": device_copy_gbps(nbytes, MEMBW_ITERS, device_s),
+            "h2d_gbps": host_copy_gbps(nbytes, MEMBW_ITERS, h2d_s), "d2h_gbps": host_copy_gbps(nbytes, MEMBW_ITERS, d2h_s),
+            "correct": correct}
+
+
+def gpu_record(probe: Probe, measured: dict[str, Any]) -> dict[str, Any]:
+    """The nvidia-smi -q -x record of a measured GPU (by UUID, else index; with its PCI device ID), else its
+    name as torch reports it."""
+    records = probe.smi_details[0] or []
+    uuid = (measured.get("uuid") or "").lower()
+    return (next((r for r in records if uuid and (r.get("uuid") or "").lower().endswith(uuid)), None)
+            or next((r for r in records if r.get("index") == measured["index"]), None)
+            or {"name": measured["name"], "pci_device_id": None})
+
+
+# memory_bandwidth's figures: (profile field, what it judges, [(measured key, how the detail names it)]).
+MEMBW_FLOORS = (("memory_bandwidth_gbps", "memory_bandwidth", [("memory_bandwidth_gbps", "device memory")]),
+                ("h2d_gbps", "h2d", [("h2d_gbps", "H2D"), ("d2h_gbps", "D2H")]))
+
+
+def judge_memory_bandwidth(measured: dict[str, Any], profile: str, figures: dict[str, tuple[Any, str]]) -> dict[str, Any]:
+    """One GPU's copies against its profile: device memory against ``memory_bandwidth_gbps``, H2D and D2H
+    against ``h2d_gbps`` (Azure's check_gpu_bw judges both directions by it). A figure the profile lacks
+    (any figure of an unknown model) is reported, not judged; a GPU of which nothing was judged warns.
+    {"profile", "verdict", "detail", "memory_bandwidth_floor", "memory_bandwidth_source", "h2d_floor",
+    "h2d_source", and per measured figure "<figure>_verdict": "pass", "fail" or "not judged"}."""
+    unknown = profile == profiles.DEFAULT_PROFILE
+    out: dict[str, Any] = {"profile": profile}
+    parts, verdicts = [], []
+    for field, prefix, keys in MEMBW_FLOORS:
+        floor = figures.get(field)
+        out[f"{prefix}_floor"], out[f"{prefix}_source"] = (float(floor[0]), floor[1]) if floor else (None, None)
+        shown = " / ".join(f"{label} {measured[key]:.1f}" for key, label in keys) + " GB/s"
+        if floor is None:
+            out.update({f"{key.removesuffix('_gbps')}_verdict": "not judged" for key, _ in keys})
+            parts.append(shown if unknown else
+                         f"{shown} not judged (the {profile} profile has no {field} floor; set one in "
+                         "gpu_verify_profile_overrides)")
+            continue
+        below = [label for key, label in keys if measured[key] < floor[0]]
+        for key, label in keys:
+            judged = "fail" if label in below else "pass"
+            out[f"{key.removesuffix('_gbps')}_verdict"] = judged
+            verdicts.append(judged)
+        relation = ("floor" if not below else "below the floor" if len(keys) == 1
+                    else f"{' and '.join(below)} below the floor")
+        parts.append(f"{shown}, {relation} {floor[0]:g} of {profile} ({floor[1]})")
+    if unknown:
+        parts.append(f"not judged ({UNKNOWN_MODEL_NOTE})")
+    verdict = "fail" if "fail" in verdicts else "pass" if verdicts else "warn"
+    if not measured["correct"]:
+        verdict, parts = "fail", ["the copied data differ from their source"] + parts
+    return {**out, "verdict": verdict, "detail": f"GPU {measured['index']} {measured['name']}: " + "; ".join(parts)}
+
+
+def check_memory_bandwidth(probe: Probe) -> dict[str, Any]:
+    """Device memory bandwidth and host<->device copies of every GPU against its profile's floors (DCGM's,
+    Azure's; profiles); value = the slowest GPU's device memory bandwidth."""
+    name, args = "memory_bandwidth", probe.args
+    skip = gpu_prerequisite(name, probe)
+    if skip:
+        return skip
+    mib = QUICK_MEMBW_MIB if args.quick else MEMBW_MIB
+    per_gpu = []
+    for index in range(probe.cuda_device_count):
+        measured = measure_memory_bandwidth(probe.torch, index, mib)
+        record = gpu_record(probe, measured)
+        profile, figures = profiles.find_profile(record.get("name"), record.get("pci_device_id"), probe.profile_table)
+        per_gpu.append({**measured, **judge_memory_bandwidth(measured, profile, figures)})
+    slowest = min(per_gpu, key=lambda g: g["memory_bandwidth_gbps"])
+    verdicts = {g["verdict"] for g in per_gpu}
+    verdict = "fail" if "fail" in verdicts else "warn" if "warn" in verdicts else "pass"
+    shown = [g for g in per_gpu if g["verdict"] != "pass"] or [slowest]
+    detail = f"{slowest['size_mib']} MiB copies; " + "; ".join(g["detail"] for g in shown)
+    return check_result(name, verdict, detail, value=slowest["memory_bandwidth_gbps"], unit="GB/s",
+                        threshold=slowest["memory_bandwidth_floor"], per_gpu=per_gpu, h2d_gbps=slowest["h2d_gbps"],
+                        d2h_gbps=slowest["d2h_gbps"],
+                        host_copy_min_gbps=min(min(g["h2d_gbps"], g["d2h_gbps"]) for g in per_gpu),
+                        size_mib=slowest["size_mib"], profile=slowest["profile"])
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -921,6 +1074,7 @@ CHECKS: dict[str, Callable[[Probe], dict[str, Any]]] = {
     "torch_cuda": check_torch_cuda,
     "libraries": check_libraries,
     "gemm": check_gemm,
+    "memory_bandwidth": check_memory_bandwidth,
     "allreduce_busbw": check_allreduce_busbw,
     "p2p_topology": check_p2p_topology,
     **health_checks.HEALTH_CHECKS,  # gpu_errors, pcie, clocks, nvlink, xid, interconnect, dcgm

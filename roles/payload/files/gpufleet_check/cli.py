@@ -48,7 +48,7 @@ from typing import Sequence
 
 from . import launcher
 from .checks import (ALLREDUCE_MIB, CHECKS, GEMM_MIN_FRACTION, GEMM_SIZE, QUICK_ALLREDUCE_MIB, QUICK_GEMM_SIZE,
-                     TRAIN_CPU_NPROC, build_report, summary_lines)
+                     QUICK_MEMBW_MIB, TRAIN_CPU_NPROC, build_report, summary_lines)
 from .common import (EXIT_FAIL, EXIT_PASS, EXIT_USAGE, check_writable, fraction, non_negative_float,
                      non_negative_int, positive_int, program_name, write_atomically)
 from .metrics import write_metrics
@@ -89,7 +89,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--skip", action="append", default=[], choices=list(CHECKS), metavar="CHECK",
                    help=f"leave a check out (repeatable): {', '.join(CHECKS)}")
     p.add_argument("--quick", action="store_true",
-                   help=f"smaller sizes: gemm n={QUICK_GEMM_SIZE}, all-reduce {QUICK_ALLREDUCE_MIB} MiB")
+                   help=f"smaller sizes: gemm n={QUICK_GEMM_SIZE}, memory copies {QUICK_MEMBW_MIB} MiB, "
+                        f"all-reduce {QUICK_ALLREDUCE_MIB} MiB")
     p.add_argument("--expect-gpus", type=non_negative_int, metavar="N", help="fail with fewer GPUs than this")
     p.add_argument("--expect-cuda", type=major_minor, metavar="X.Y",
                    help="CUDA release torch must be built for, e.g. 12.1")

@@ -18,6 +18,9 @@ alert on ``gpufleet_verify_timestamp_seconds`` catches it)::
     gpufleet_pci_gpus                               NVIDIA GPUs on the PCI bus
     gpufleet_gemm_flops_per_second{gpu, model, uuid}   measured dense bf16/fp16 GEMM (TFLOP/s x 1e12)
     gpufleet_gpu_ecc_uncorrected_errors{gpu, model, uuid}   volatile uncorrected ECC errors
+    gpufleet_memory_bandwidth_bytes_per_second{gpu, model, uuid, copy}   measured copy bandwidth (GB/s x 1e9)
+                                                    of each GPU: copy "device" (device memory, read + write),
+                                                    "h2d", "d2h" (pinned host memory)
     gpufleet_allreduce_busbw_bytes_per_second{fabric}  all-reduce bus bandwidth (GB/s x 1e9)
     gpufleet_health_finding{check, signal, subject, verdict, action_class}   1 per finding of the health checks
     gpufleet_action_required{action_class}          findings that ask for it (replace, drain, reboot, configure)
@@ -67,6 +70,9 @@ METRICS: dict[str, tuple[str, str]] = {
     "gpufleet_pci_gpus": ("gauge", "NVIDIA GPUs on the PCI bus."),
     "gpufleet_gemm_flops_per_second": ("gauge", "Measured dense bf16 (fp16 before Ampere) matmul FLOP/s of each GPU."),
     "gpufleet_gpu_ecc_uncorrected_errors": ("gauge", "Volatile uncorrected ECC errors of each GPU."),
+    "gpufleet_memory_bandwidth_bytes_per_second": ("gauge", "Measured copy bandwidth of each GPU, bytes/s: copy "
+                                                            "device (device memory, read + write), h2d, d2h "
+                                                            "(pinned host memory)."),
     "gpufleet_allreduce_busbw_bytes_per_second": ("gauge", "All-reduce bus bandwidth over every GPU of the node, bytes/s."),
     "gpufleet_health_finding": ("gauge", "1 for each finding of gpufleet's health checks (check, signal read, subject, "
                                          "verdict fail or warn, action class: replace, drain, reboot, configure, "
@@ -140,12 +146,29 @@ def metric_samples(report: dict[str, Any]) -> dict[str, list[tuple[dict[str, Any
         if gpu.get("ecc_uncorrected") is not None:
             samples["gpufleet_gpu_ecc_uncorrected_errors"].append((labels, int(gpu["ecc_uncorrected"])))
     checks = {c.get("name"): c for c in report.get("checks") or [] if isinstance(c, dict)}
+    memory_bandwidth_samples(gpus, checks.get("memory_bandwidth") or {}, samples)
     allreduce = checks.get("allreduce_busbw", {})
     if isinstance(allreduce.get("value"), (int, float)) and not isinstance(allreduce.get("value"), bool):
         samples["gpufleet_allreduce_busbw_bytes_per_second"].append(
             ({"fabric": allreduce.get("fabric")}, float(allreduce["value"]) * 1e9))
     health_samples(report, checks, samples)
     return samples
+
+
+MEMBW_COPIES = (("device", "memory_bandwidth_gbps"), ("h2d", "h2d_gbps"), ("d2h", "d2h_gbps"))
+
+
+def memory_bandwidth_samples(gpus: list[dict[str, Any]], check: dict[str, Any],
+                             samples: dict[str, list[tuple[dict[str, Any], float | int | bool]]]) -> None:
+    """The memory_bandwidth check's per-GPU copies, labelled like the GEMM figure (the report's GPU of that
+    index: nvidia-smi's name and UUID; the check's own where nvidia-smi did not list it)."""
+    for measured in check.get("per_gpu") or []:
+        gpu = next((g for g in gpus if g.get("index") == measured.get("index")), measured)
+        labels = {"gpu": measured.get("index"), "model": gpu.get("name"), "uuid": gpu.get("uuid")}
+        for copy, key in MEMBW_COPIES:
+            value = measured.get(key)
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+                samples["gpufleet_memory_bandwidth_bytes_per_second"].append(({**labels, "copy": copy}, value * 1e9))
 
 
 def health_samples(report: dict[str, Any], checks: dict[str, dict[str, Any]],
