@@ -848,7 +848,7 @@ def judge_memory_bandwidth(measured: dict[str, Any], profile: str, figures: dict
         out[f"{prefix}_floor"], out[f"{prefix}_source"] = (float(floor[0]), floor[1]) if floor else (None, None)
         shown = " / ".join(f"{label} {measured[key]:.1f}" for key, label in keys) + " GB/s"
         if floor is None:
-            out.update({f"{key.removesuffix('_gbps')}_verdict": "not judged" for key, _ in keys})
+            out.update({f"{key[:-len('_gbps')]}_verdict": "not judged" for key, _ in keys})
             parts.append(shown if unknown else
                          f"{shown} not judged (the {profile} profile has no {field} floor; set one in "
                          "gpu_verify_profile_overrides)")
@@ -856,7 +856,7 @@ def judge_memory_bandwidth(measured: dict[str, Any], profile: str, figures: dict
         below = [label for key, label in keys if measured[key] < floor[0]]
         for key, label in keys:
             judged = "fail" if label in below else "pass"
-            out[f"{key.removesuffix('_gbps')}_verdict"] = judged
+            out[f"{key[:-len('_gbps')]}_verdict"] = judged
             verdicts.append(judged)
         relation = ("floor" if not below else "below the floor" if len(keys) == 1
                     else f"{' and '.join(below)} below the floor")
