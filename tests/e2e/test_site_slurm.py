@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from conftest import LAB_INVENTORY, podman, run_playbook
-from test_site_monitoring import firing
+from test_site_monitoring import eventually, firing
 
 HEAD = "gpufleet-head"
 JOB_SCRIPT = "/opt/gpufleet/slurm/gpufleet-train.sbatch"
@@ -42,21 +42,9 @@ def test_daemons_run_and_every_node_is_idle(lab_hosts):
     for host in lab_hosts:
         assert on(host, "systemctl", "is-active", "munge", "slurmd").split() == ["active", "active"], host
     # A node an earlier module forged a fault on (test_site_monitoring.py) is back within a health check or two.
-    wait_for(lambda: sinfo(), lambda got: got == {host: "idle" for host in lab_hosts}, "every node idle", 60)
+    eventually(lambda: sinfo(), lambda got: got == {host: "idle" for host in lab_hosts}, "every node idle", 60)
     partitions = on(HEAD, "sinfo", "--noheader", "--format", "%P %D").split()
     assert partitions == ["gpu*", str(len(lab_hosts))]
-
-
-def wait_for(probe, done, what: str, timeout: float):
-    """probe() every 2 s until done(result); fails naming what and the last result after timeout seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = probe()
-        if done(result):
-            return result
-        if time.monotonic() > deadline:
-            pytest.fail(f"after {timeout:.0f} s, still not {what}: {result}")
-        time.sleep(2)
 
 
 def test_one_munge_key_private_to_munge_and_trusted_across_hosts(lab_hosts):
@@ -220,25 +208,25 @@ def test_a_forged_fault_is_drained_by_slurms_health_check_and_resumed_once_remov
     """No playbook runs here: slurmd's own health check drains the node with gpufleet's reason, naming the failed
     check and its action class, writes the metric the drain alert reads, and resumes the node once the fault is gone."""
     node, others = lab_hosts[0], lab_hosts[1:]
-    wait_for(lambda: sinfo(), lambda got: got == {host: "idle" for host in lab_hosts}, "every node idle", 60)
+    eventually(lambda: sinfo(), lambda got: got == {host: "idle" for host in lab_hosts}, "every node idle", 60)
     original = forge_mismatch(node)
     try:
-        state, reason = wait_for(lambda: node_state(node), lambda got: got[0].startswith("drain") and got[1].startswith(GPUFLEET_REASON),
+        state, reason = eventually(lambda: node_state(node), lambda got: got[0].startswith("drain") and got[1].startswith(GPUFLEET_REASON),
                                  f"{node} drained by the health check", HEALTH_WAIT_S)
         assert "535.1.0" in reason, reason
         assert all(node_state(host)[0] == "idle" for host in others), sinfo()
-        series = wait_for(lambda: health_metrics(node), lambda got: any(k.startswith("gpufleet_slurm_drained{") and v == "1"
+        series = eventually(lambda: health_metrics(node), lambda got: any(k.startswith("gpufleet_slurm_drained{") and v == "1"
                                                                         for k, v in got.items()), "the drain metric", 30)
         assert series[f'gpufleet_slurm_drained{{reason="{reason}"}}'] == "1", series
         assert series["gpufleet_slurm_health_check_passed"] == "0"
         # Prometheus (the head node, every 5 s in the lab) fires the drain alert for that node alone.
-        alerts = wait_for(lambda: firing(PROMETHEUS_HOST), lambda got: node in got.get(DRAIN_ALERT, set()),
+        alerts = eventually(lambda: firing(PROMETHEUS_HOST), lambda got: node in got.get(DRAIN_ALERT, set()),
                           f"{DRAIN_ALERT} firing for {node}", 60)
         assert alerts[DRAIN_ALERT] == {node}, alerts
     finally:
         restore(node, original)
-    wait_for(lambda: node_state(node), lambda got: got[0] == "idle", f"{node} resumed by the health check", HEALTH_WAIT_S)
-    series = wait_for(lambda: health_metrics(node), lambda got: got.get('gpufleet_slurm_drained{reason=""}') == "0",
+    eventually(lambda: node_state(node), lambda got: got[0] == "idle", f"{node} resumed by the health check", HEALTH_WAIT_S)
+    series = eventually(lambda: health_metrics(node), lambda got: got.get('gpufleet_slurm_drained{reason=""}') == "0",
                       "the drain metric back to 0", 30)
     assert series["gpufleet_slurm_health_check_passed"] == "1"
     assert sinfo() == {host: "idle" for host in lab_hosts}
@@ -255,21 +243,21 @@ def test_an_administrators_drain_is_left_alone_by_the_health_check(lab_hosts):
             return lambda got: float(got.get("gpufleet_slurm_health_check_timestamp_seconds", "0")) > stamp
 
         first = float(health_metrics(node).get("gpufleet_slurm_health_check_timestamp_seconds", "0"))
-        seen = wait_for(lambda: health_metrics(node), checked_after(first), "a health check after the drain", HEALTH_WAIT_S)
-        seen = wait_for(lambda: health_metrics(node), checked_after(float(seen["gpufleet_slurm_health_check_timestamp_seconds"])),
+        seen = eventually(lambda: health_metrics(node), checked_after(first), "a health check after the drain", HEALTH_WAIT_S)
+        seen = eventually(lambda: health_metrics(node), checked_after(float(seen["gpufleet_slurm_health_check_timestamp_seconds"])),
                         "a second health check", HEALTH_WAIT_S)
         assert seen["gpufleet_slurm_health_check_passed"] == "1", seen  # passed twice...
         assert node_state(node) == ("drain", ADMIN_REASON)  # ... and the node stays the administrator's
         assert seen['gpufleet_slurm_drained{reason=""}'] == "0"
 
         original, forged = forge_mismatch(node), True  # a failing check does not take the node over either
-        wait_for(lambda: health_metrics(node), lambda got: got.get("gpufleet_slurm_health_check_passed") == "0",
+        eventually(lambda: health_metrics(node), lambda got: got.get("gpufleet_slurm_health_check_passed") == "0",
                  "a failed health check", HEALTH_WAIT_S)
         assert node_state(node) == ("drain", ADMIN_REASON)
     finally:
         if forged:
             restore(node, original)
-            wait_for(lambda: health_metrics(node), lambda got: got.get("gpufleet_slurm_health_check_passed") == "1",
+            eventually(lambda: health_metrics(node), lambda got: got.get("gpufleet_slurm_health_check_passed") == "1",
                      "a passing health check again", HEALTH_WAIT_S)
         on(HEAD, "scontrol", "update", f"NodeName={node}", "State=RESUME")
-    wait_for(lambda: sinfo(), lambda got: got == {host: "idle" for host in lab_hosts}, "every node idle", 60)
+    eventually(lambda: sinfo(), lambda got: got == {host: "idle" for host in lab_hosts}, "every node idle", 60)
