@@ -54,12 +54,19 @@ capture topo.txt nvidia-smi topo -m
 capture remapped-rows.csv nvidia-smi --query-remapped-rows=gpu_bus_id,remapped_rows.correctable,remapped_rows.uncorrectable,remapped_rows.pending,remapped_rows.failure --format=csv
 capture xid.log sh -c 'journalctl -k --no-pager -o short-iso 2>/dev/null | grep -E "NVRM: Xid|SXid" || dmesg --time-format iso 2>/dev/null | grep -E "NVRM: Xid|SXid"; true'
 command -v dcgmi >/dev/null && capture dcgmi-diag-r1.json dcgmi diag -r 1 -j
+capture dmesg-tail.log sh -c 'dmesg --time-format iso 2>/dev/null | tail -n 300; true'
+capture nvidia-modules.txt sh -c 'for m in nvidia nvidia_uvm nvidia_modeset nvidia_peermem nv_peer_mem; do printf "%s: %s\n" "$m" "$(cat /sys/module/$m/version 2>/dev/null || echo absent)"; done'
+capture gpu-pci-links.txt sh -c 'for d in /sys/bus/pci/devices/*; do [ "$(cat "$d/vendor" 2>/dev/null)" = 0x10de ] || continue; for f in device class current_link_speed current_link_width max_link_speed max_link_width; do printf "%s/%s: %s\n" "$d" "$f" "$(cat "$d/$f" 2>/dev/null)"; done; done'
 capture infiniband.txt sh -c 'for p in /sys/class/infiniband/*/ports/*; do [ -d "$p" ] || continue; for f in state phys_state rate link_layer; do printf "%s/%s: %s\n" "$p" "$f" "$(cat "$p/$f" 2>/dev/null)"; done; done; true'
 
 step check "$py" "$payload/gpufleet_check.pyz" --require-gpus --train --json --output "$out/check.json"
-"$py" "$payload/gpufleet_check.pyz" --require-gpus --quick --skip gemm 2>/dev/null | tail -n 12
+# Slurm's health check runs this tier (roles/slurm/vars/main.yml, __slurm_health_check_args) under
+# slurm_health_check_timeout (40 s): its time on a real GPU is the figure that limit rests on.
+step slurm_quick "$py" "$payload/gpufleet_check.pyz" --quick --dcgm-level 0 --require-gpus --json --output "$out/slurm_quick.json"
 nproc=$("$py" -c 'import torch; print(torch.cuda.device_count())')
 common=(--steps 60 --hidden 4096 --num-samples 65536 --batch-size 2048 --json)
+# NCCL's own INFO log of this run (transport, GPUDirect RDMA: what gpufleet_check.nccl reads) as a test input.
+NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET NCCL_DEBUG_FILE="$raw/nccl-ddp-bf16.%h.%p.log" \
 step ddp_bf16 "$py" -m torch.distributed.run --standalone --nproc-per-node="$nproc" "$payload/train.py" "${common[@]}" \
   --amp bf16 --grad-accum 4 --profile-dir "$out/profile" --result "$out/ddp_bf16.json"
 step ddp_fp16 "$py" -m torch.distributed.run --standalone --nproc-per-node="$nproc" "$payload/train.py" "${common[@]}" \
@@ -78,10 +85,15 @@ for name in ("ddp_bf16", "ddp_fp16", "ddp_fp32", "dp_bf16"):
     peak = max((p or 0) for p in r["peak_memory_bytes"]) / 2**20
     print(f"{name:9s} {r['verdict']:4s} world {r['world_size']} amp {r['amp']:4s} loss {r['losses'][0]:.4f} -> {r['losses'][-1]:.4f}"
           f"  {r['samples_per_s']:.0f} samples/s  peak {peak:.0f} MiB")
-check = json.loads((out / "check.json").read_text()) if (out / "check.json").exists() else None
-if check:
+for report in ("check", "slurm_quick"):
+    path = out / f"{report}.json"
+    if not path.exists():
+        print(f"{report}: no report"); continue
+    check = json.loads(path.read_text())
+    print(f"--- {report}: {check['duration_s']} s")
     for c in check["checks"]:
-        print(f"{c['verdict'].upper():7s} {c['name']}: {c['detail']}")
+        figure = "" if c.get("value") is None else f" [{c['value']} {c.get('unit') or ''} vs {c.get('threshold')}]"
+        print(f"{c['verdict'].upper():7s} {c['name']}{figure}: {c['detail']}")
     print("verdict", check["verdict"], check["reasons"])
 PY
 ls "$out/profile" 2>/dev/null | head -n 3

@@ -3,7 +3,8 @@ health_checks modules), on real outputs.
 
 Every input under tests/unit/data/gpu/ is a published output copied verbatim, with a sidecar
 ``<file>.source`` naming the repository, path and commit (or URL) it came from; a failure case is
-such an output edited in ONE field, its .source saying which field, from what to what. The
+such an output edited in ONE field, its .source saying which field, from what to what. An output
+captured on the lent H200 (tests/gpu/device-check.sh) says so, with its date and stack. The
 InfiniBand sysfs tree is the real one of an H100 node (leptonai/gpud's testdata); where a test
 edits one of its files, it does so in a copy under tmp_path, and says so.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -67,8 +69,12 @@ def test_every_data_file_has_a_source() -> None:
         source = Path(f"{path}.source")
         assert source.is_file(), f"{path} has no {source.name}"
         text = source.read_text()
-        assert text.startswith(("Verbatim", "Edited in ONE field from")), source
-        assert "@ " in text or "https://" in text, f"{source}: no commit or URL"
+        assert text.startswith(("Verbatim", "Edited in ONE field from", "Captured verbatim")), source
+        if text.startswith("Captured verbatim"):  # on the lent GPU machine: the script, the date, the stack
+            assert "tests/gpu/device-check.sh" in text and re.search(r"\d{4}-\d\d-\d\d", text), source
+            assert "driver" in text and "torch" in text, f"{source}: no stack"
+        else:
+            assert "@ " in text or "https://" in text, f"{source}: no commit or URL"
     for tree in (p for p in (DATA / "ib-sysfs").iterdir() if p.is_dir()):
         assert Path(f"{tree}.source").read_text().startswith("Verbatim"), tree
 
@@ -131,6 +137,19 @@ def test_text_h100_eight_gpus() -> None:
     reasons = {k for k, v in gpu["clock_reasons"].items() if v}
     assert reasons == {"hw_slowdown", "hw_power_brake_slowdown"}  # indented under HW Slowdown in the text
     assert gpu["mig"] == {"current": "Disabled", "pending": "Disabled"} and gpu["persistence_mode"] is True
+
+
+def test_h200_capture_xml_and_text_agree() -> None:
+    """The lent H200 (tests/gpu/device-check.sh, 2026-12-04): both forms of nvidia-smi -q read alike."""
+    (xml,) = smi("h200-580.159.04-passthrough.xml")
+    (text,) = smi("h200-580.159.04-passthrough.txt")
+    assert profiles.device_id(xml["pci_device_id"]) == profiles.device_id(text["pci_device_id"]) == "2335"
+    assert {k: v for k, v in xml.items() if k != "pci_device_id"} == {k: v for k, v in text.items() if k != "pci_device_id"}
+    assert health.gpu_profile(xml)[0] == "H200"
+    assert xml["pcie"] == {"gen_current": 5, "gen_max": 5, "width_current": 16, "width_max": 16}
+    assert xml["remapped_rows"] == {"correctable": 0, "uncorrectable": 0, "pending": False, "failure": False}
+    assert xml["temperature"]["tlimit_margin"] == 42.0 and xml["fabric"] == {"state": None, "status": None}
+    assert health.judge_gpu_errors([xml]) == []
 
 
 def test_text_volta_and_xml_agree_on_the_record_keys() -> None:
@@ -697,6 +716,29 @@ def test_cli_judges_saved_outputs_without_a_gpu(tmp_path: Path) -> None:
     assert {"clocks", "nvlink", "xid", "dcgm"} <= reasons and "gpu_errors" not in reasons
 
 
+def test_cli_h200_capture_passes_and_one_gpu_expects_no_nvlink(tmp_path: Path) -> None:
+    """The lent H200's own outputs (one SXM GPU passed through, no NVLink listed): healthy, and NVLink not
+    expected on a node of one GPU (before 2026-12-04 this failed the node: "lists no NVLink, the H200 has 18")."""
+    proc, checks = run_cli(tmp_path, "--smi-query-file", str(DATA / "smi-xml" / "h200-580.159.04-passthrough.xml"),
+                           "--nvlink-status-file", str(DATA / "nvlink" / "h200-passthrough-status.txt"))
+    for name in ("gpu_errors", "pcie", "clocks"):
+        assert checks[name]["verdict"] == "pass", (name, checks[name]["detail"], proc.stderr)
+    assert checks["pcie"]["detail"] == "1 GPU(s): Gen5 x16 of Gen5 x16; 1 x NVIDIA H200 (profile H200)"
+    assert (checks["nvlink"]["verdict"], checks["nvlink"]["detail"]) == (
+        "skipped", "one GPU (1 x NVIDIA H200 (profile H200)): NVLink joins GPUs, none listed and none expected")
+
+
+def test_cli_eight_sxm_gpus_without_nvlink_fail(tmp_path: Path) -> None:
+    """The same empty nvlink --status beside eight H100 SXM GPUs: each GPU's 18 links are missing."""
+    proc, checks = run_cli(tmp_path, "--smi-query-file", str(DATA / "smi-text" / "h100-8gpu-535.183.01.txt"),
+                           "--nvlink-status-file", str(DATA / "nvlink" / "h200-passthrough-status.txt"))
+    check = checks["nvlink"]
+    assert check["verdict"] == "fail", proc.stderr
+    assert len(check["findings"]) == 8
+    assert {f["evidence"] for f in check["findings"]} == {
+        "nvidia-smi nvlink --status lists no NVLink, the H100 80GB HBM3 has 18"}
+
+
 def test_cli_interconnect_expectation_is_judged_without_a_gpu(tmp_path: Path) -> None:
     proc, checks = run_cli(tmp_path, "--expect-ib-ports", "8", "--ib-min-rate", "400", "--expect-peermem")
     assert "8 expected" not in proc.stderr
@@ -799,7 +841,8 @@ def test_xid_without_a_readable_kernel_log_warns(gpu_host: Path) -> None:
 
 def test_nvlink_of_a_gpu_without_links_is_skipped(gpu_host: Path) -> None:
     _, checks = run_cli(gpu_host)
-    assert checks["nvlink"]["verdict"] == "skipped" and checks["nvlink"]["detail"].startswith("no NVLink on these GPUs")
+    assert checks["nvlink"]["verdict"] == "skipped"
+    assert checks["nvlink"]["detail"].startswith("one GPU (1 x NVIDIA A100-SXM4-80GB (profile A100-SXM4-80GB)): ")
 
 
 def test_health_checks_are_registered() -> None:

@@ -1,6 +1,7 @@
 """gpufleet_check.nccl: what NCCL's own INFO log says it used between nodes, and the smoke training's network verdict.
 
-The logs are real NCCL output copied verbatim from published GitHub issues (tests/unit/data/nccl/, each file
+The logs are real NCCL output copied verbatim from published GitHub issues, or captured on the lent H200 by
+tests/gpu/device-check.sh with its stack (tests/unit/data/nccl/, each file
 naming its source in its header; the one failure case made by editing a real log says which field it edits).
 The verdict (nccl.judge) is what roles/smoke_training applies through the filter gpufleet.fleet.smoke_network.
 """
@@ -45,7 +46,10 @@ def test_every_log_cites_its_published_source():
     assert len(files) >= 10
     for path in files:
         header = [line for line in path.read_text().splitlines() if line.startswith("# ")]
-        assert header and header[0].startswith("# Source: https://github.com/"), path.name
+        assert header and header[0].startswith(("# Source: https://github.com/",
+                                                 "# Source: captured on the lent GPU machine of tests/gpu/device-check.sh")), path.name
+        if "device-check.sh" in header[0]:
+            assert "driver" in " ".join(header) and "torch" in " ".join(header), path.name  # its stack
         text = " ".join(header)
         assert "Verbatim" in text or "verbatim" in text, path.name
         assert ("EDITED" in text) == ("edited" in path.name), path.name  # an edited log says so, and which field
@@ -56,6 +60,8 @@ def test_every_log_cites_its_published_source():
 CASES = {
     # file: (transport, gdr, crossed, networks, version)
     "socket-nccl-tests-284.log": ("Socket", "off", True, ["Socket"], "2.25.1"),
+    # NCCL 2.28's plugin lines ("Initialized NET plugin Socket", "Assigned NET plugin Socket to comm"), one rank
+    "socket-h200-device-check-2.28.9.log": ("Socket", "off", False, ["Socket"], "2.28.9"),
     "roce-gdr-disabled-nccl-1537.log": ("RoCE", "off", False, ["IB"], None),
     "gdr-disabled-nccl-1939.log": ("IB/RoCE", "off", False, ["IB"], None),
     "gdr-disabled-nccl-1676.log": ("IB/RoCE", "off", False, ["IB"], None),

@@ -573,9 +573,10 @@ def parse_nvlink_errors(text: str) -> dict[int, dict[int, dict[str, int]]]:
 
 def judge_nvlink(status: list[dict[str, Any]], errors: dict[int, dict[int, dict[str, int]]] | None = None,
                  smi_gpus: list[dict[str, Any]] | None = None, table: dict[str, dict[str, Any]] | None = None,
-                 max_errors: int = 0) -> list[dict[str, Any]]:
+                 max_errors: int = 0, expect_count: bool = True) -> list[dict[str, Any]]:
     """Findings from NVLink status and error counters (see the module docstring). smi_gpus (the
-    -q records, matched by index) give the PCI device ID for the profile; the name is the fallback."""
+    -q records, matched by index) give the PCI device ID for the profile; the name is the fallback.
+    expect_count False (a node of one GPU) leaves the profile's link count unjudged."""
     found = []
     by_index = {g["index"]: g for g in smi_gpus or []}
     for gpu in status:
@@ -594,7 +595,7 @@ def judge_nvlink(status: list[dict[str, Any]], errors: dict[int, dict[int, dict[
             found.append(finding(label, "fail", "drain: reset the GPU, then check the NVLink/NVSwitch",
                                  f"NVLink {', '.join(map(str, inactive))} inactive ({len(links) - len(inactive)} "
                                  f"of {len(links)} up)", signal="nvlink_inactive", action_class="drain"))
-        if expected_links is not None and len(links) < expected_links:
+        if expect_count and expected_links is not None and len(links) < expected_links:
             found.append(finding(label, "fail", "drain: check the NVLink/NVSwitch",
                                  f"{len(links)} NVLinks listed, the {key} has {expected_links}",
                                  signal="nvlink_links", action_class="drain"))

@@ -223,11 +223,18 @@ def check_nvlink(probe: Any) -> dict[str, Any]:
     status_text, errors_text, error = nvlink_outputs(args)
     status = health.parse_nvlink_status(status_text) if status_text is not None else []
     errors = health.parse_nvlink_errors(errors_text) if errors_text else {}
-    found = health.judge_nvlink(status, errors, smi_gpus, probe.profile_table, args.nvlink_max_errors)
+    # NVLink joins GPUs to each other (or to NVSwitches): on a node with one GPU it carries nothing, and a
+    # hypervisor that passes one SXM GPU through shows none of its links (the H200 of
+    # tests/gpu/device-check.sh, 2026-12-04: an empty nvlink --status). The profile's link count is then
+    # not expected; links that are listed are still judged.
+    multi_gpu = len(smi_gpus) >= 2 or len(status) >= 2
+    found = health.judge_nvlink(status, errors, smi_gpus, probe.profile_table, args.nvlink_max_errors,
+                                expect_count=multi_gpu)
     found += health.judge_fabric(smi_gpus, probe.profile_table)
     # A GPU whose profile has NVLinks must be listed with them, unless MIG partitions it (NVLink is not
     # used in MIG mode: DCGM 2.0.15 release notes, "NVLink is not supported when in MIG mode" on A100).
-    expects = [g for g in smi_gpus if profiles.figure(health.gpu_profile(g, probe.profile_table)[1], "nvlink_links")
+    expects = [g for g in smi_gpus if multi_gpu
+               and profiles.figure(health.gpu_profile(g, probe.profile_table)[1], "nvlink_links")
                and (g["mig"]["current"] or "").lower() != "enabled"]
     listed = {g["index"] for g in status}
     if status_text is not None:
@@ -247,6 +254,9 @@ def check_nvlink(probe: Any) -> dict[str, Any]:
                                     signal="nvlink_status", action_class="drain" if expects else None))
     links = sum(len(g["links"]) for g in status)
     if status_text is not None and not links and not expects and not found:
+        if not multi_gpu and smi_gpus:
+            return check_result(name, "skipped", f"one GPU ({models(smi_gpus, probe.profile_table)}): "
+                                "NVLink joins GPUs, none listed and none expected", value=0, unit="links")
         return check_result(name, "skipped", f"no NVLink on these GPUs ({len(status)} GPU(s) listed, none with links)",
                             value=0, unit="links")
     up = sum(1 for g in status for s in g["links"].values() if s is not None)
