@@ -28,6 +28,7 @@ from ansible.plugins.callback import CallbackBase
 DOCUMENTATION = r"""
 name: forkshare
 type: notification
+author: gpufleet maintainers
 short_description: Freezes the controller's garbage collector before each task, so that forked workers share its memory
 description:
   - Before each task and handler, in the main ansible-playbook process, collects garbage once and freezes every object

@@ -25,6 +25,7 @@ from ansible.plugins.callback import CallbackBase
 DOCUMENTATION = r"""
 name: progress
 type: notification
+author: gpufleet maintainers
 short_description: Print a progress line while a task runs longer than an interval
 description:
   - >-

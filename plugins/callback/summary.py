@@ -29,6 +29,7 @@ from ansible.plugins.callback import CallbackBase
 DOCUMENTATION = r"""
 name: summary
 type: notification
+author: gpufleet maintainers
 short_description: A plain summary at the end of a gpufleet run (plays, failed hosts, reports)
 description:
   - Prints, after the recap, one line per play of the playbook (hosts ok and failed, or that it did not run),

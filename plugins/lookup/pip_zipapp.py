@@ -37,7 +37,7 @@ from ansible.plugins.lookup import LookupBase
 
 DOCUMENTATION = r"""
 name: pip_zipapp
-author: gpufleet
+author: gpufleet maintainers
 short_description: The controller's pip as a zip file a node's Python can run (play 1's wheel resolution)
 description:
   - Builds, once per run, a zip of the controller's installed pip package with a __main__.py, in ansible's local

@@ -26,7 +26,7 @@ from ansible.plugins.lookup import LookupBase
 
 DOCUMENTATION = r"""
 name: role_settings
-author: gpufleet
+author: gpufleet maintainers
 short_description: The settings of every role of this collection, from their argument specs
 description:
   - Returns one mapping of role name to the sorted option names of all the role's entry points.

@@ -43,25 +43,46 @@ from ansible.plugins.lookup import LookupBase
 
 DOCUMENTATION = r"""
 name: stack
-author: gpufleet
+author: gpufleet maintainers
 short_description: Resolve the compatibility matrix into one driver/CUDA/cuDNN/NCCL/PyTorch stack
 description:
   - Reads files/compatibility.yml of this collection (the only place that does) and returns one resolved stack
     for the given choices, with a list of reasons when a choice is not in the matrix.
 options:
-  driver_branch: {description: NVIDIA driver branch, e.g. "535"; empty for none., type: str, default: ""}
-  driver_version: {description: Exact driver release; empty for the branch's default release., type: str, default: ""}
-  cuda_release: {description: CUDA release, e.g. "12.1"; empty for the matrix default., type: str, default: ""}
-  pytorch_release: {description: PyTorch release; empty for the matrix default., type: str, default: ""}
-  pytorch_cuda_release: {description: CUDA release of the wheels; empty follows cuda_release., type: str, default: ""}
-  pytorch_variant: {description: Wheel variant (cu121, cpu); empty for the CUDA release's variant., type: str, default: ""}
+  driver_branch:
+    description: NVIDIA driver branch, e.g. "535"; empty for none.
+    type: str
+    default: ""
+  driver_version:
+    description: Exact driver release; empty for the branch's default release.
+    type: str
+    default: ""
+  cuda_release:
+    description: CUDA release, e.g. "12.1"; empty for the matrix default.
+    type: str
+    default: ""
+  pytorch_release:
+    description: PyTorch release; empty for the matrix default.
+    type: str
+    default: ""
+  pytorch_cuda_release:
+    description: CUDA release of the wheels; empty follows cuda_release.
+    type: str
+    default: ""
+  pytorch_variant:
+    description: Wheel variant (cu121, cpu); empty for the CUDA release's variant.
+    type: str
+    default: ""
   pytorch_wheel_source:
     description: >-
       Where the wheels come from, a key of pytorch_wheel_sources (pytorch, download.pytorch.org with +variant labels;
       pypi, PyPI or a mirror of it, unlabelled); empty for pytorch.
     type: str
     default: ""
-  distribution: {description: ansible_facts.distribution of the host (driver sources and the OS's Python differ per OS)., type: str, default: ""}
+  distribution:
+    description: ansible_facts.distribution of the host (driver sources and the OS's Python differ per OS).
+    type: str
+    default: ""
   os_version:
     description: ansible_facts.distribution_version of the host (Ubuntu 20.04, Debian 12.5), for the OS's python3 (os_pythons).
     type: str
@@ -79,14 +100,27 @@ options:
     type: list
     elements: str
     default: []
-  gpu_addresses: {description: The PCI addresses of those GPUs, in the same order (for the messages)., type: list, elements: str, default: []}
+  gpu_addresses:
+    description: The PCI addresses of those GPUs, in the same order (for the messages).
+    type: list
+    elements: str
+    default: []
   repository_os:
     description: The host's directory of NVIDIA's CUDA repository (ubuntu2204, debian12); empty for no check of it.
     type: str
     default: ""
-  today: {description: The date the end of life is judged on (YYYY-MM-DD); empty for the controller's date., type: str, default: ""}
-  torchvision: {description: Pin torchvision with torch., type: bool, default: true}
-  torchaudio: {description: Pin torchaudio with torch., type: bool, default: true}
+  today:
+    description: The date the end of life is judged on (YYYY-MM-DD); empty for the controller's date.
+    type: str
+    default: ""
+  torchvision:
+    description: Pin torchvision with torch.
+    type: bool
+    default: true
+  torchaudio:
+    description: Pin torchaudio with torch.
+    type: bool
+    default: true
   names:
     description: >-
       The caller's names of the settings, for the reasons (keys cuda_release, pytorch_release, pytorch_cuda_release, pytorch_variant,

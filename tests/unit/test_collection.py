@@ -86,3 +86,26 @@ def test_the_installed_site_playbook_stops_on_the_example_inventory(installed):
     assert played.returncode != 0
     assert "This is gpufleet's example inventory" in out, out
     assert "UNREACHABLE" not in out
+
+
+# The keys an option of a plugin's DOCUMENTATION may carry (ansible-core's plugin docs schema, the ones gpufleet uses
+# and their neighbours); a flow mapping with an unquoted comma in its description makes the rest of it a stray key.
+OPTION_KEYS = {"description", "type", "default", "elements", "required", "choices", "aliases", "version_added",
+               "ini", "env", "vars", "suboptions", "no_log", "keyword", "cli"}
+PLUGINS = sorted((kind.name, path.stem) for kind in (REPO / "plugins").iterdir() if kind.name in {"lookup", "callback", "modules"}
+                 for path in kind.glob("*.py") if "DOCUMENTATION" in path.read_text())
+
+
+@pytest.mark.parametrize(("kind", "name"), PLUGINS, ids=[f"{k}/{n}" for k, n in PLUGINS])
+def test_ansible_doc_shows_each_plugins_options_whole(installed, kind, name):
+    """ansible-doc -t lookup gpufleet.fleet.stack (and each other documented plugin): its options, each with a
+    description and no stray key (the stack lookup's three descriptions once ended at their first comma)."""
+    doc_type = {"modules": "module"}.get(kind, kind)
+    shown = run([str(BIN / "ansible-doc"), "-t", doc_type, f"gpufleet.fleet.{name}", "--json"], cwd=installed["root"],
+                env=installed["env"])
+    assert shown.returncode == 0, shown.stderr
+    doc = json.loads(shown.stdout)[f"gpufleet.fleet.{name}"]["doc"]
+    assert doc.get("short_description") and doc.get("author"), doc
+    for option, spec in (doc.get("options") or {}).items():
+        assert set(spec) <= OPTION_KEYS, (option, sorted(set(spec) - OPTION_KEYS))
+        assert spec.get("description"), option
