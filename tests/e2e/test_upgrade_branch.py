@@ -33,6 +33,10 @@ import pytest
 from conftest import FreshNode, lab_vars, lone_inventory, podman, remove_lab_nodes, restart_node, run_playbook, \
     start_lab_nodes
 
+# The slow tier (make test-slow; docs/testing.md): three runs of upgrade-driver.yml with a DKMS build, about
+# 3 min; in make test it took the rehearsal of 2026-12-04 over its budget (46:49).
+pytestmark = pytest.mark.slow
+
 NODE = "gpufleet-e2e-branch"
 OLD, NEW = "535.261.03", "580.95.05"
 # FIXTURE: what /etc/os-release of an Ubuntu 22.04 server says (the fields Ansible reads for its distribution facts).
