@@ -1,7 +1,7 @@
 # gpufleet developer entry points. Run as root on a Debian 12 build machine.
 #   make run    build the lab and provision it with site.yml
 #   make test   build the lab and run every test (lint, unit, payload, molecule, end-to-end),
-#               stage by stage, with a stage-time table at the end (tests/stages.py;
+#               stage by stage, with a stage-time table at the end (tools/stages.py;
 #               reports/ci-stages.md)
 #   make test-slow  the slow tier (docs/testing.md), not in make test
 #   make test-scale verify on 20 light lab nodes alone (docs/testing.md; a stage of make test too)
@@ -32,12 +32,12 @@ verify: venv
 
 # Figures, not tests: converge/re-run/verify times for 1 and 3 nodes, the
 # by-hand shell sequence, payload samples/s (BENCH_ARGS="--sizes 1 --skip-shell"),
-# then verify.yml and play 1 on 1, 10, 50 and 100 light nodes (tests/bench/scale.py;
+# then verify.yml and play 1 on 1, 10, 50 and 100 light nodes (tools/bench/scale.py;
 # SCALE_ARGS="--sizes 1,10"). QUICK=1: the scale benchmark alone.
 QUICK ?=
 bench: lab torch
-	$(if $(QUICK),,$(BIN)/python tests/bench/provisioning.py $(BENCH_ARGS))
-	$(BIN)/python tests/bench/scale.py $(SCALE_ARGS)
+	$(if $(QUICK),,$(BIN)/python tools/bench/provisioning.py $(BENCH_ARGS))
+	$(BIN)/python tools/bench/scale.py $(SCALE_ARGS)
 
 host-deps:
 	@missing=""; for t in podman:podman runc:runc debootstrap:debootstrap apt-ftparchive:apt-utils gpg:gnupg; do \
@@ -74,17 +74,17 @@ cache-clean:
 lint: venv
 	$(BIN)/yamllint --strict .
 	$(BIN)/ansible-lint --profile production
-	$(BIN)/python tests/check_argument_specs.py
+	$(BIN)/python tools/check_argument_specs.py
 
 unit: venv
 	$(BIN)/pytest -q -n 2 tests/unit
 
 molecule: lab
-	$(BIN)/python tests/stages.py --only molecule
+	$(BIN)/python tools/stages.py --only molecule
 
 # The e2e converge (test_site.py) first, then the other modules.
 e2e: lab
-	$(BIN)/python tests/stages.py --only e2e
+	$(BIN)/python tools/stages.py --only e2e
 
 # The payload and the health checks on CPU (torchrun, gloo) need torch in
 # the controller's venv: a CPU wheel (requirements/dev.txt leaves it out, so
@@ -100,13 +100,13 @@ payload: torch
 
 # roles/payload/files/gpufleet_check.pyz, the one file a node receives, rebuilt from
 # the package roles/payload/files/gpufleet_check/ (byte-identical for the same
-# sources; commit both). roles/payload/files/build_pyz.py --check compares them.
+# sources; commit both). tools/build_pyz.py --check compares them.
 payload-build:
-	python3 roles/payload/files/build_pyz.py
+	python3 tools/build_pyz.py
 
-# docs/roles.md, the role reference, from roles/*/meta/argument_specs.yml (tests/role_reference.py).
+# docs/roles.md, the role reference, from roles/*/meta/argument_specs.yml (tools/role_reference.py).
 docs: venv
-	$(BIN)/python tests/role_reference.py
+	$(BIN)/python tools/role_reference.py
 
 # The execution environment (execution-environment.yml; docs/scale.md): the
 # collection tarball built from this clone into ee/, then ansible-builder.
@@ -130,7 +130,7 @@ ee: ee-collection
 # Stage by stage, each timed: lint, unit, payload, lab, each molecule
 # scenario, the e2e converge, the other e2e modules; the first failure stops.
 test: venv
-	$(BIN)/python tests/stages.py
+	$(BIN)/python tools/stages.py
 
 # Verify on 20 light nodes, two forged to fail and one stopped (tests/e2e/test_scale.py; needs the
 # lab, not its converge; under a minute), alone: make test runs it as the stage "e2e scale".
@@ -141,5 +141,5 @@ test-scale: lab
 # tests marked slow (install faults, the driver rollout, unreachable hosts).
 # Not in make test; run before resolving an issue that touches what they cover.
 test-slow: venv
-	$(BIN)/python tests/stages.py --tier slow
+	$(BIN)/python tools/stages.py --tier slow
 

@@ -85,7 +85,7 @@ class PlaybookRun:
 
 # ansible-runner starts the ansible-playbook it finds on PATH: the one of
 # this interpreter's environment (the venv) comes first, also when a script
-# is run as `.venv/bin/python tests/bench/provisioning.py` without the venv
+# is run as `.venv/bin/python tools/bench/provisioning.py` without the venv
 # on PATH (it would otherwise fail as if the playbook had failed).
 os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
 

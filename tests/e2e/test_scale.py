@@ -8,7 +8,7 @@ those nodes, then one line per node; its JSON and JUnit keep every node.
 Needs only the lab (`make lab`: its network, node image and mirror), not a
 converged lab: `make test-scale` (about a minute). It joins `make test` as a
 stage of its own once a rehearsal has timed it there (docs/testing.md). The
-benchmark of the same plays on 1 to 100 light nodes is tests/bench/scale.py
+benchmark of the same plays on 1 to 100 light nodes is tools/bench/scale.py
 (docs/scale.md)."""
 
 from __future__ import annotations

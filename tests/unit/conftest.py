@@ -211,8 +211,8 @@ def load_script(path: Path, name: str | None = None) -> ModuleType:
 
 @pytest.fixture(scope="session")
 def checker() -> ModuleType:
-    """tests/check_argument_specs.py, imported as a module (tests/ is not a package)."""
-    return load_script(REPO_ROOT / "tests" / "check_argument_specs.py")
+    """tools/check_argument_specs.py, imported as a module (tools/ is not a package)."""
+    return load_script(REPO_ROOT / "tools" / "check_argument_specs.py")
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,4 @@
-"""tests/check_argument_specs.py: the roles' argument specs match their defaults, and the checker catches drift."""
+"""tools/check_argument_specs.py: the roles' argument specs match their defaults, and the checker catches drift."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The benchmark and the e2e helpers run this environment's ansible-playbook (issue 16, item 21).
 
-`.venv/bin/python tests/bench/provisioning.py --verify-only`, as the README
+`.venv/bin/python tools/bench/provisioning.py --verify-only`, as the README
 shows it, runs without the venv on PATH: ansible-runner then found no
 ansible-playbook, and the benchmark blamed the lab ("converge the lab
 first"). tests/e2e/conftest.py, which both import, puts the interpreter's

@@ -1,4 +1,4 @@
-"""The scale benchmark's own logic (tests/bench/scale.py), without the lab: what it reads from
+"""The scale benchmark's own logic (tools/bench/scale.py), without the lab: what it reads from
 ansible-playbook's output, podman and /proc, and the table it prints with its targets."""
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def load_scale():
-    """tests/bench/scale.py, which imports the e2e helpers as `conftest` (this directory has its own)."""
+    """tools/bench/scale.py, which imports the e2e helpers as `conftest` (this directory has its own)."""
     ours = sys.modules.pop("conftest", None)
     try:
         spec = importlib.util.spec_from_file_location("conftest", REPO / "tests" / "e2e" / "conftest.py")
         sys.modules["conftest"] = e2e = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(e2e)
-        spec = importlib.util.spec_from_file_location("gpufleet_bench_scale", REPO / "tests" / "bench" / "scale.py")
+        spec = importlib.util.spec_from_file_location("gpufleet_bench_scale", REPO / "tools" / "bench" / "scale.py")
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         return module

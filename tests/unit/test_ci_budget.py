@@ -1,6 +1,6 @@
 """The suite's time is a budgeted property: the last rehearsal of
 `CI=true bash .ci/run` on a fresh clone (docs/ci-rehearsal.json, written by
-`tests/stages.py --record`) must have passed within the budget, and must
+`tools/stages.py --record`) must have passed within the budget, and must
 cover every stage the suite has today, so that a new molecule scenario or e2e
 module is rehearsed before it lands. The table itself is tested here too."""
 
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-spec = importlib.util.spec_from_file_location("stages", REPO / "tests" / "stages.py")
+spec = importlib.util.spec_from_file_location("stages", REPO / "tools" / "stages.py")
 stages = importlib.util.module_from_spec(spec)
 sys.modules["stages"] = stages
 spec.loader.exec_module(stages)

@@ -51,7 +51,7 @@ def test_the_tarball_holds_the_product_and_not_the_lab(installed):
         top = {name.split("/")[0] for name in tar.getnames()}
         manifest = json.load(tar.extractfile("MANIFEST.json"))
     assert {"roles", "playbooks", "plugins", "files", "meta", "inventory", "docs", "README.md"} <= top
-    assert not top & {"tests", "molecule", ".venv", ".lab", ".ansible", "reports", "ansible.cfg", "Makefile"}
+    assert not top & {"tests", "tools", "molecule", ".venv", ".lab", ".ansible", "reports", "ansible.cfg", "Makefile"}
     assert manifest["collection_info"]["namespace"] == "gpufleet"
     assert manifest["collection_info"]["name"] == "fleet"
 

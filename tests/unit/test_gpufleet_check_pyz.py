@@ -1,7 +1,7 @@
 """gpufleet_check.pyz, the one file a node receives, and the package it is built from.
 
 * the committed roles/payload/files/gpufleet_check.pyz is a fresh build of
-  roles/payload/files/gpufleet_check/ (build_pyz.py --check), and a build is
+  roles/payload/files/gpufleet_check/ (tools/build_pyz.py --check), and a build is
   byte-identical whatever the file times, umask or stray __pycache__;
 * it runs (``--help``, ``--json``) under a python without torch and reports
   torch as missing, also through gpu_verify's ``executable`` wrapper from a
@@ -38,7 +38,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 PAYLOAD_DIR = REPO_ROOT / "roles" / "payload" / "files"
 PACKAGE_DIR = PAYLOAD_DIR / "gpufleet_check"
 PYZ = PAYLOAD_DIR / "gpufleet_check.pyz"
-BUILDER = PAYLOAD_DIR / "build_pyz.py"
+BUILDER = REPO_ROOT / "tools" / "build_pyz.py"
 MODULES = ("checks", "cli", "common", "dcgm", "facts", "health", "health_checks", "launcher", "metrics", "nccl",
            "profiles", "xid")
 # Each module's imports within the package (the package docstring draws them).

@@ -1,4 +1,4 @@
-"""docs/roles.md: what tests/role_reference.py generates from today's argument specs, every option in it."""
+"""docs/roles.md: what tools/role_reference.py generates from today's argument specs, every option in it."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import yaml
 
 from conftest import REPO_ROOT, ROLES_DIR, load_script
 
-SCRIPT = REPO_ROOT / "tests" / "role_reference.py"
+SCRIPT = REPO_ROOT / "tools" / "role_reference.py"
 REFERENCE = REPO_ROOT / "docs" / "roles.md"
 
 
@@ -44,9 +44,9 @@ def _sections(markdown: str) -> dict[str, str]:
 
 def test_docs_roles_md_is_current(reference):
     """docs/roles.md is exactly what the generator makes from today's specs (regenerate: make docs)."""
-    assert REFERENCE.is_file(), "docs/roles.md is missing: run `python tests/role_reference.py`"
+    assert REFERENCE.is_file(), "docs/roles.md is missing: run `python tools/role_reference.py`"
     assert REFERENCE.read_text(encoding="utf-8") == reference.render(ROLES_DIR), (
-        "docs/roles.md is stale: run `python tests/role_reference.py` (make docs) and commit it")
+        "docs/roles.md is stale: run `python tools/role_reference.py` (make docs) and commit it")
 
 
 def test_every_option_of_every_spec_appears_in_its_role_section():

@@ -28,7 +28,7 @@ SECRET_ARGUMENT = re.compile(r"\{\{[^}]*(password|passwd|secret|token|private_ke
 
 
 def source_files() -> Iterator[Path]:
-    for top in [*ANSIBLE_DIRS, REPO / "files", REPO / "site.yml", REPO / "ansible.cfg"]:
+    for top in [*ANSIBLE_DIRS, REPO / "files", REPO / "tools", REPO / "site.yml", REPO / "ansible.cfg"]:
         paths = [top] if top.is_file() else top.rglob("*")
         for path in paths:
             if path.is_file() and path.suffix in SCANNED_SUFFIXES and "__pycache__" not in path.parts:
@@ -60,7 +60,7 @@ def module_args(task: dict) -> Iterator[tuple[str, Any]]:
 
 def test_the_scan_sees_the_roles():
     names = {p.name for p in source_files()}
-    # The payload's sources: gpufleet_check.pyz, the zipapp built from them, is not text.
+    # The payload's sources (gpufleet_check.pyz, the zipapp built from them, is not text) and the tools.
     assert {"source.sources.j2", "pin.pref.j2", "apt-repository-trial.sh", "main.yml", "checks.py", "launcher.py", "build_pyz.py"} <= names
 
 

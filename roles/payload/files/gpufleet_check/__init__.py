@@ -31,8 +31,8 @@ Modules (each reads on its own; the arrows are their imports)::
                                                                                                  common, profiles
 
 A node receives one file: roles/payload/files/gpufleet_check.pyz, a zipapp of this
-package built reproducibly by roles/payload/files/build_pyz.py (``make
-payload-build``; ``--check`` says whether the committed one is current)::
+package built reproducibly by tools/build_pyz.py (``make payload-build``;
+``--check`` says whether the committed one is current)::
 
     python3 gpufleet_check.pyz --json                  # cli's docstring has every command
     PYTHONPATH=roles/payload/files python3 -m gpufleet_check --json       # the same, from a checkout

@@ -1,4 +1,4 @@
-"""What every benchmark of tests/bench/ writes: the run's date and machine, its results as JSON in
+"""What every benchmark of tools/bench/ writes: the run's date and machine, its results as JSON in
 reports/bench/<kind>-<UTC time>.json, and its printed table."""
 
 from __future__ import annotations

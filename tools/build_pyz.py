@@ -11,9 +11,9 @@ them: the shebang ``#!/usr/bin/env python3``, then a zip of the package's
 sorted order, stored uncompressed (no dependence on the zlib at hand), each
 entry dated 1980-01-01 00:00:00 with mode 0644.
 
-    python3 roles/payload/files/build_pyz.py            # write roles/payload/files/gpufleet_check.pyz
-    python3 roles/payload/files/build_pyz.py --check    # exit 1 when the committed one is not a fresh build
-    python3 roles/payload/files/build_pyz.py --output /tmp/x.pyz
+    python3 tools/build_pyz.py            # write roles/payload/files/gpufleet_check.pyz
+    python3 tools/build_pyz.py --check    # exit 1 when the committed one is not a fresh build
+    python3 tools/build_pyz.py --output /tmp/x.pyz
 
 Standard library only. ``make payload-build`` runs it.
 """
@@ -27,17 +27,18 @@ import sys
 import zipfile
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+REPO = Path(__file__).resolve().parent.parent
+PAYLOAD_FILES = REPO / "roles" / "payload" / "files"
 PACKAGE = "gpufleet_check"
-SOURCE_DIR = HERE / PACKAGE
-TARGET = HERE / f"{PACKAGE}.pyz"
+SOURCE_DIR = PAYLOAD_FILES / PACKAGE
+TARGET = PAYLOAD_FILES / f"{PACKAGE}.pyz"
 SHEBANG = b"#!/usr/bin/env python3\n"
 DATE_TIME = (1980, 1, 1, 0, 0, 0)  # the earliest date a zip entry can carry
 ENTRY_MODE = 0o100644  # a regular file, rw-r--r--
 ARCHIVE_MODE = 0o755  # the .pyz itself: executable through its shebang
-REBUILD = "run `make payload-build` (python3 roles/payload/files/build_pyz.py) and commit the .pyz with its sources"
+REBUILD = "run `make payload-build` (python3 tools/build_pyz.py) and commit the .pyz with its sources"
 MAIN = b'''\
-"""python3 gpufleet_check.pyz: gpufleet_check.cli.main (written by roles/payload/files/build_pyz.py)."""
+"""python3 gpufleet_check.pyz: gpufleet_check.cli.main (written by tools/build_pyz.py)."""
 
 import sys
 
@@ -83,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true",
                         help="build in memory and exit 1 when the archive differs from this build (writes nothing)")
     parser.add_argument("--output", type=Path, default=TARGET, metavar="PATH",
-                        help=f"the archive to write or check (default {TARGET.relative_to(HERE.parent.parent)})")
+                        help=f"the archive to write or check (default {TARGET.relative_to(REPO)})")
     args = parser.parse_args(argv)
     data = build()
     if args.check:

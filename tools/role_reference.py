@@ -2,7 +2,7 @@
 """Write docs/roles.md, the role reference, from every role's meta/argument_specs.yml.
 
 The argument specs are the one place a role's settings are documented (the
-roles validate every value against them, and tests/check_argument_specs.py
+roles validate every value against them, and tools/check_argument_specs.py
 keeps them equal to defaults/main.yml). This script turns them into
 Markdown: an index of the roles, then per role its short description, its
 description and a table of its options (name, type, elements, default,
@@ -13,8 +13,8 @@ order, options in the order of their spec: the same specs give the same
 bytes.
 
 Usage:
-  tests/role_reference.py            write docs/roles.md (``make docs``)
-  tests/role_reference.py --check    exit 1 and name the file when it differs from a fresh generation
+  tools/role_reference.py            write docs/roles.md (``make docs``)
+  tools/role_reference.py --check    exit 1 and name the file when it differs from a fresh generation
   --roles-dir DIR, --output FILE     other places (the unit tests use them)
 
 Importable: ``render(roles_dir)`` returns the Markdown, ``main(argv)`` the exit status.
@@ -132,7 +132,7 @@ def render(roles_dir: Path = DEFAULT_ROLES_DIR) -> str:
         "# Role reference",
         "",
         "Every setting of every gpufleet role, generated from `roles/*/meta/argument_specs.yml` by",
-        "`tests/role_reference.py` (`make docs`): edit the specs, not this file.",
+        "`tools/role_reference.py` (`make docs`): edit the specs, not this file.",
         "`tests/unit/test_role_reference.py` fails when this file is not what the specs generate.",
         "The roles validate each value against these specs before they change anything; set them in",
         "your inventory (`inventory/group_vars/all.yml`, per group or per host).",
@@ -176,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         current = args.output.read_text(encoding="utf-8") if args.output.is_file() else None
         if current != fresh:
             why = "is missing" if current is None else "is stale"
-            print(f"{shown} {why}: regenerate it with `python tests/role_reference.py` (make docs)", file=sys.stderr)
+            print(f"{shown} {why}: regenerate it with `python tools/role_reference.py` (make docs)", file=sys.stderr)
             return 1
         print(f"{shown} is current")
         return 0

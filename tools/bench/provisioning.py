@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """gpufleet's provisioning benchmark on the lab: prints figures, asserts nothing.
 
-    make bench                               # sizes 1 and 3 nodes (about 30 min on 2 cores), then tests/bench/scale.py
-    .venv/bin/python tests/bench/provisioning.py --sizes 1 --skip-shell
-    .venv/bin/python tests/bench/provisioning.py --verify-only     # verify on 1, 3, 6 copies of a converged node (minutes)
+    make bench                               # sizes 1 and 3 nodes (about 30 min on 2 cores), then tools/bench/scale.py
+    .venv/bin/python tools/bench/provisioning.py --sizes 1 --skip-shell
+    .venv/bin/python tools/bench/provisioning.py --verify-only     # verify on 1, 3, 6 copies of a converged node (minutes)
 
 Needs the lab (`make lab`: the mirror and the node image). For each size N
 it starts N never-provisioned nodes beside the lab's own (gpufleet-bench-*,
@@ -52,7 +52,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "e2e"))
 from conftest import LAB_INVENTORY, lab_vars, lone_inventory, podman, run_playbook, start_lab_nodes  # noqa: E402
 
-sys.path.insert(0, str(REPO / "tests" / "bench"))
+sys.path.insert(0, str(REPO / "tools" / "bench"))
 import results as results_file  # noqa: E402
 
 MIRROR = "gpufleet-mirror"
@@ -309,7 +309,7 @@ def report(results: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     # Each converged node holds 6.8 GB (the cu121 venv, CUDA, the driver build): 3 at once keep the
-    # benchmark's disk peak under 40 GB (docs/benchmarks.md). Verify on many nodes: tests/bench/scale.py.
+    # benchmark's disk peak under 40 GB (docs/benchmarks.md). Verify on many nodes: tools/bench/scale.py.
     parser.add_argument("--sizes", default="1,3", help="node counts, comma-separated (default 1,3)")
     parser.add_argument("--skip-shell", action="store_true", help="leave out the by-hand shell sequence")
     parser.add_argument("--payload-ranks", default=f"1,{os.cpu_count() or 2}", help="CPU ranks for the payload figure")

@@ -29,14 +29,14 @@ the new figures, and so is the committed record of the last rehearsal
 (``docs/ci-rehearsal.json``). The suite's budget is BUDGET_S: the table says
 whether the run was within it.
 
-  tests/stages.py                  run every stage (make test)
-  tests/stages.py --tier slow      the slow tier (make test-slow): the lab, the
+  tools/stages.py                  run every stage (make test)
+  tools/stages.py --tier slow      the slow tier (make test-slow): the lab, the
                                    e2e converge, then every e2e test marked
                                    ``@pytest.mark.slow`` (those ``make test``
                                    leaves out); its record is docs/slow-tier-run.json
-  tests/stages.py --only e2e       run the stages whose name starts with e2e
-  tests/stages.py --list           print the stage names
-  tests/stages.py --record         also copy the table to docs/ci-rehearsal.json
+  tools/stages.py --only e2e       run the stages whose name starts with e2e
+  tools/stages.py --list           print the stage names
+  tools/stages.py --record         also copy the table to docs/ci-rehearsal.json
                                    (a rehearsal on a fresh clone: STAGES_RECORD=1
                                    CI=true bash .ci/run does the same)
 """

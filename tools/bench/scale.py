@@ -2,8 +2,8 @@
 """gpufleet's scale benchmark: verify.yml and play 1 of provision.yml on 1 to 100 light lab nodes; figures, no asserts.
 
     make bench QUICK=1                       # this benchmark alone: the quick option of make bench (about 20 min)
-    .venv/bin/python tests/bench/scale.py --sizes 1,10 --no-compare --no-failures
-    .venv/bin/python tests/bench/scale.py --plays verify          # verify alone (minutes)
+    .venv/bin/python tools/bench/scale.py --sizes 1,10 --no-compare --no-failures
+    .venv/bin/python tools/bench/scale.py --plays verify          # verify alone (minutes)
 
 Needs the lab (`make lab`: its network, node image and mirror), not a
 converged one. It starts the light nodes of tests/lab/files/Containerfile.light
@@ -56,7 +56,7 @@ sys.path.insert(0, str(REPO / "tests" / "e2e"))
 from conftest import (LAB_INVENTORY, LIGHT_NODE_MAX, lone_inventory, podman, remove_lab_nodes,  # noqa: E402
                       ssh_control_path, start_light_nodes)
 
-sys.path.insert(0, str(REPO / "tests" / "bench"))
+sys.path.insert(0, str(REPO / "tools" / "bench"))
 import results as results_file  # noqa: E402
 
 PLAYS = {"verify": "playbooks/verify.yml", "play 1": "playbooks/check.yml"}
