@@ -1410,14 +1410,15 @@ def test_metric_values_are_numbers_prometheus_reads() -> None:
 
 
 def test_metrics_file_is_replaced_atomically(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """cli writes metrics.metrics_text with common.write_atomically: mode 0644, a whole new file renamed over the old."""
     target = tmp_path / "gpufleet.prom"
     report = {"verdict": "pass", "started": "2024-01-01T00:00:00Z", "duration_s": 1.0, "checks": [], "gpus": []}
     old_umask = os.umask(0o077)  # the mode must not depend on the caller's umask
     try:
-        metrics.write_metrics(report, target)
+        cli.write_metrics(report, target)
     finally:
         os.umask(old_umask)
-    assert target.stat().st_mode & 0o777 == 0o644
+    assert target.stat().st_mode & 0o777 == metrics.METRICS_FILE_MODE == 0o644
     assert parse_exposition(target.read_text())["gpufleet_verify_timestamp_seconds"]["samples"] == [({}, 1704067201.0)]
 
     # A reader holding the old file keeps reading the whole old file: the new one is a new inode, renamed over it.
@@ -1425,35 +1426,50 @@ def test_metrics_file_is_replaced_atomically(tmp_path: Path, monkeypatch: pytest
     real_replace = os.replace
 
     def spy(src: str, dst: str) -> None:
-        assert Path(src).parent == target.parent and not Path(src).name.endswith(".prom"), src
+        # node exporter's textfile collector reads *.prom only: the temporary file is hidden and not one of them.
+        assert Path(src).parent == target.parent and Path(src).name.startswith(".") \
+            and not Path(src).name.endswith(".prom"), src
         assert Path(src).read_text() == metrics.metrics_text({**report, "verdict": "fail"}), "complete before the rename"
         replaced.append((src, str(dst)))
         real_replace(src, dst)
 
     with target.open() as reader:
         inode = os.fstat(reader.fileno()).st_ino
-        monkeypatch.setattr(metrics.os, "replace", spy)
-        metrics.write_metrics({**report, "verdict": "fail"}, target)
+        monkeypatch.setattr(common.os, "replace", spy)
+        cli.write_metrics({**report, "verdict": "fail"}, target)
         assert "gpufleet_verify_passed 1" in reader.read()
     assert len(replaced) == 1 and replaced[0][1] == str(target)
     assert target.stat().st_ino != inode and "gpufleet_verify_passed 0" in target.read_text()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["gpufleet.prom"], "no temporary file left"
 
 
-def test_failed_metrics_write_keeps_the_old_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    target = tmp_path / "gpufleet.prom"
+def test_failed_metrics_write_keeps_the_old_file(driver_only: FakeHost, monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    target = driver_only.root / "textfile" / "gpufleet.prom"
+    target.parent.mkdir()
     target.write_text("# the previous run's metrics\n")
+    real_replace = os.replace
 
-    def broken(src: str, dst: str) -> None:
-        raise OSError(28, "No space left on device")
+    def full_disk(src: str, dst: str) -> None:
+        if Path(dst) == target:
+            raise OSError(28, "No space left on device")
+        real_replace(src, dst)
 
-    monkeypatch.setattr(metrics.os, "replace", broken)
+    monkeypatch.setattr(common.os, "replace", full_disk)
     with pytest.raises(OSError, match="No space left"):
-        metrics.write_metrics({"verdict": "pass", "checks": [], "gpus": []}, target)
+        cli.write_metrics({"verdict": "pass", "checks": [], "gpus": []}, target)
     assert target.read_text() == "# the previous run's metrics\n"
-    assert [p.name for p in tmp_path.iterdir()] == ["gpufleet.prom"]
+    assert [p.name for p in target.parent.iterdir()] == ["gpufleet.prom"]
     with pytest.raises(OSError):
-        metrics.write_metrics({"verdict": "pass"}, tmp_path / "missing" / "gpufleet.prom")
+        cli.write_metrics({"verdict": "pass"}, target.parent / "missing" / "gpufleet.prom")
+
+    # Through the command: the file is named on stderr, and neither the verdict nor the exit code changes.
+    capsys.readouterr()
+    assert cli.main(driver_only.argv("--skip", "torch_cuda", "--metrics-file", str(target))) == 0
+    err = capsys.readouterr().err
+    assert err == f"gpufleet_check: metrics not written to {target}: [Errno 28] No space left on device\n"
+    assert target.read_text() == "# the previous run's metrics\n"
+    assert [p.name for p in target.parent.iterdir()] == ["gpufleet.prom"]
 
 
 def test_cli_writes_metrics_beside_the_json(driver_only: FakeHost) -> None:

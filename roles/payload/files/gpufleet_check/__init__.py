@@ -26,7 +26,7 @@ Modules (each reads on its own; the arrows are their imports)::
     checks         the checks, the JSON report and its summary                                -> common, facts, launcher,
                                                                                                  health, health_checks,
                                                                                                  profiles
-    metrics        the report as Prometheus metrics, written atomically                       (standard library only)
+    metrics        the report as Prometheus metrics text (cli writes it)                      (standard library only)
     cli            options and main()                                                        -> checks, launcher, metrics,
                                                                                                  common, profiles
 

@@ -51,7 +51,7 @@ from .checks import (ALLREDUCE_MIB, CHECKS, GEMM_MIN_FRACTION, GEMM_SIZE, QUICK_
                      QUICK_MEMBW_MIB, TRAIN_CPU_NPROC, build_report, summary_lines)
 from .common import (EXIT_FAIL, EXIT_PASS, EXIT_USAGE, check_writable, fraction, non_negative_float,
                      non_negative_int, positive_int, program_name, write_atomically)
-from .metrics import write_metrics
+from .metrics import METRICS_FILE_MODE, metrics_text
 from .profiles import load_overrides, parse_overrides
 
 DESCRIPTION = "GPU health checks for gpufleet nodes: a library of small checks and a CLI."
@@ -224,6 +224,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"gpufleet_check: metrics not written to {metrics_file}: {exc}", file=sys.stderr, flush=True)
     print(text if args.json else "\n".join(summary_lines(report)), flush=True)
     return code
+
+
+def write_metrics(report: dict, path: Path) -> None:
+    """Replace path atomically with the report's metrics (metrics.metrics_text), mode 0644; OSError when it
+    cannot be written. The temporary file starts with a dot and ends in .tmp: node exporter reads only *.prom."""
+    write_atomically(path, metrics_text(report), METRICS_FILE_MODE)
 
 
 def metrics_problem(path: Path) -> str | None:

@@ -1,12 +1,15 @@
 """The report as Prometheus metrics (``--metrics-file PATH``).
 
-The result is written in Prometheus' text exposition format, for node
+The result is Prometheus' text exposition format (``metrics_text``), for node
 exporter's textfile collector (``/var/lib/prometheus/node-exporter/gpufleet.prom``
-with the monitoring role). The file is replaced atomically (a temporary file
-in the same directory, then a rename; mode 0644), so the collector never reads
-half a file; the directory must exist. A file that cannot be written is named
-on stderr and changes neither the report nor the exit code (the staleness
-alert on ``gpufleet_verify_timestamp_seconds`` catches it)::
+with the monitoring role). This module only renders it: cli writes the file
+with common.write_atomically, mode METRICS_FILE_MODE (0644), so the file is
+replaced atomically (a temporary file in the same directory whose name starts
+with a dot and ends in .tmp, which the collector skips, then a rename) and the
+collector never reads half a file; the directory must exist. A file that
+cannot be written is named on stderr and changes neither the report nor the
+exit code (the staleness alert on ``gpufleet_verify_timestamp_seconds``
+catches it)::
 
     gpufleet_verify_passed                          1 pass, 0 fail
     gpufleet_verify_timestamp_seconds               Unix time the verification finished
@@ -40,18 +43,15 @@ A version that is unknown is an empty label; a figure that was not measured
 (no GPU, check skipped) is left out rather than written as 0.
 
 The input is the report dict of ``checks.build_report`` (see its module
-docstring); nothing else of the package is needed.
+docstring); this module imports nothing of the package (the monitoring tests
+load it as a file).
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
-import os
-import tempfile
 import time
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
 # Every metric the writer emits: name -> (type, help). The monitoring role's
@@ -207,25 +207,3 @@ def metrics_text(report: dict[str, Any]) -> str:
             lines.append(f"{name}{{{rendered}}} {format_metric_value(value)}" if rendered
                          else f"{name} {format_metric_value(value)}")
     return "\n".join(lines) + "\n"
-
-
-def write_metrics(report: dict[str, Any], path: str | Path) -> None:
-    """Replace ``path`` atomically with the report's metrics: a temporary file beside it, then os.replace.
-
-    The temporary name starts with a dot and does not end in .prom, so node
-    exporter's textfile collector never reads it. Raises OSError (the
-    temporary file removed) when the directory is missing or not writable.
-    """
-    path = Path(path)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(metrics_text(report))
-            handle.flush()
-            os.fsync(handle.fileno())
-            os.fchmod(handle.fileno(), METRICS_FILE_MODE)
-        os.replace(tmp_name, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp_name)
-        raise
