@@ -361,6 +361,13 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         return rank_loss
 
+    def write_trace(self, prof: torch.profiler.profile) -> None:
+        """The profiler's trace, named as torch's tensorboard_trace_handler names it, written with atomic_write."""
+        name = f"{socket.gethostname()}_rank{self.rank}.{time.time_ns()}.pt.trace.json"
+        with tempfile.NamedTemporaryFile(suffix=".json") as exported:  # export_chrome_trace writes to a path
+            prof.export_chrome_trace(exported.name)
+            atomic_write(self.args.profile_dir / name, lambda handle: handle.write(Path(exported.name).read_bytes()))
+
     def train(self) -> tuple[list[float], float]:
         """Steps start_step .. --steps; returns (the global mean loss of each step, seconds)."""
         args, losses = self.args, []
@@ -369,9 +376,7 @@ class Trainer:
             activity = torch.profiler.ProfilerActivity
             profiler = torch.profiler.profile(
                 activities=[activity.CPU, activity.CUDA] if self.gpus else [activity.CPU],
-                schedule=torch.profiler.schedule(**PROFILE_SCHEDULE),
-                on_trace_ready=torch.profiler.tensorboard_trace_handler(
-                    str(args.profile_dir), worker_name=f"{socket.gethostname()}_rank{self.rank}"))
+                schedule=torch.profiler.schedule(**PROFILE_SCHEDULE), on_trace_ready=self.write_trace)
         saved_at = self.start_step
         started = time.perf_counter()
         logged = (started, self.start_step)  # when, and at which step, the last progress line was written
