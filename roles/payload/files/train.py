@@ -474,8 +474,9 @@ def node_pace(ranks: list[dict[str, Any]], samples_per_rank: int) -> list[dict[s
     nodes: dict[int, list[dict[str, Any]]] = {}
     for r in ranks:
         nodes.setdefault(r["node"], []).append(r)
-    return [{"node": n, "host": rs[0]["host"], "ranks": len(rs), "compute_s_per_step": (slow := max(r["compute_s"] for r in rs)),
-             "samples_per_s": len(rs) * samples_per_rank / slow} for n, rs in sorted(nodes.items())]
+    slowest = {n: max(r["compute_s"] for r in rs) for n, rs in nodes.items()}
+    return [{"node": n, "host": rs[0]["host"], "ranks": len(rs), "compute_s_per_step": slowest[n],
+             "samples_per_s": len(rs) * samples_per_rank / slowest[n]} for n, rs in sorted(nodes.items())]
 
 
 def time_all_reduce(t: Trainer, mib: int, iters: int) -> dict[str, Any]:
@@ -542,8 +543,8 @@ def execute(t: Trainer) -> int:
         "samples_per_s": args.batch_size * len(losses) / duration if losses else 0.0, "duration_s": duration,
         "wall_s": time.perf_counter() - began, "peak_memory_bytes": [r["peak_memory_bytes"] for r in ranks],
         "param_max_abs_diff": spread, "checkpoint_writes": [r["checkpoint_writes"] for r in ranks],
-        "compute_s_per_step": [r["compute_s"] for r in ranks], "nodes": node_pace(ranks, t.micro_batch * args.grad_accum),
-        "network": network,
+        "compute_s_per_step": [r["compute_s"] for r in ranks],
+        "nodes": node_pace(ranks, t.micro_batch * args.grad_accum), "network": network,
         "data": t.data.source, "task": t.data.task, "lr": args.lr, "seed": args.seed, "hidden": args.hidden,
         "torch_version": torch.__version__, "cuda_version": torch.version.cuda,
     }
