@@ -2,6 +2,8 @@
 
 It trains a small MLP with SGD on a seeded synthetic task (or a --data-dir dataset), checks that the run is
 healthy and writes a JSON verdict. Reference (launch, batching, AMP, checkpoints, result, exit codes): docs/payload.md.
+Top down: parse_args and plan() check every input (a frozen Plan), the Trainer holds the model, the optimizer and
+the loop, execute() measures, judges and publishes, main() runs a rank.
 
     python train.py                                          # one process (CPU or one GPU)
     torchrun --standalone --nproc-per-node=<gpus> train.py   # DistributedDataParallel, one process per GPU
@@ -21,9 +23,10 @@ import socket
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import IO, Any, Callable, Mapping
+from typing import IO, Any, Callable, Mapping, NamedTuple
 
 import torch
 import torch.distributed as dist
@@ -42,13 +45,6 @@ SGD_MOMENTUM = 0.9  # SGD, not Adam: Adam magnifies float rounding, and runs are
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 CHECKPOINT_KEYS = ("model", "optimizer", "scaler", "step", "rng", "config")
 BUSBW_WARMUP, COMPUTE_REPEATS = 5, 5  # nccl-tests' default warm-up iterations; timed forward+backward passes
-
-
-def cpu_autocast_available() -> bool:
-    """Whether autocast runs on the CPU. torch.amp.is_autocast_available came with torch 2.4; every older
-    release the matrix names (2.1 to 2.3) has CPU autocast for bf16."""
-    check = getattr(torch.amp, "is_autocast_available", None)
-    return bool(check("cpu")) if check is not None else True
 
 
 class UsageError(Exception):
@@ -100,6 +96,151 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+# The plan: every option, input and output checked before any process group or step; its result is frozen.
+@dataclass(frozen=True)
+class Data:
+    """The dataset in memory: x [N, features]; y float [N, outputs] (regression, MSE) or class indices [N]."""
+    x: torch.Tensor
+    y: torch.Tensor
+    task: str  # "regression" or "classification" (cross-entropy)
+    outputs: int
+    source: str  # for the result: the file, or the synthetic task's seed and size
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What plan() settled: this rank's place in the world, its device, AMP, batch split, data and checkpoint."""
+    distributed: bool  # RANK and WORLD_SIZE set (torchrun); else one process without a process group
+    rank: int
+    world_size: int
+    local_rank: int
+    node: int  # torchrun's node rank (GROUP_RANK)
+    device: torch.device
+    gpus: tuple[torch.device, ...]  # the GPUs this process drives (DataParallel: all of the node's)
+    backend: str | None  # nccl, gloo, or None without a process group
+    amp: str  # bf16, fp16 or off
+    micro_batch: int
+    data: Data
+    checkpoint: dict[str, Any] | None  # what --resume continues from; None: none (yet)
+
+
+def plan(args: argparse.Namespace, environ: Mapping[str, str]) -> Plan:
+    """Every option, input and output checked, before any process group or step: the Plan, or a UsageError."""
+    distributed = "RANK" in environ and "WORLD_SIZE" in environ  # set by torchrun; else one process
+    env = environ if distributed else {"RANK": 0, "WORLD_SIZE": 1}
+    rank, world_size = int(env["RANK"]), int(env["WORLD_SIZE"])
+    local_rank, node = int(env.get("LOCAL_RANK", 0)), int(env.get("GROUP_RANK", 0))  # node: torchrun's
+    if args.mode == "dp" and world_size > 1:
+        raise UsageError("--mode dp is one process driving the node's GPUs: start it with python, not torchrun")
+    if args.resume and args.checkpoint is None:
+        raise UsageError("--resume needs --checkpoint PATH")
+    # The device: auto is CUDA where there is one; DataParallel only on GPUs.
+    cuda = torch.cuda.is_available()
+    if args.device == "cuda" and not cuda:
+        raise UsageError("--device cuda: CUDA is not available on this host")
+    if args.mode == "dp" and (args.device == "cpu" or not cuda):  # a plain module on a CPU would prove nothing
+        raise UsageError("--mode dp needs CUDA GPUs (nn.DataParallel splits each batch over them); use --mode ddp")
+    on_gpu = cuda and args.device != "cpu"
+    if on_gpu and args.mode == "ddp" and local_rank >= torch.cuda.device_count():
+        raise UsageError(f"LOCAL_RANK {local_rank} but only {torch.cuda.device_count()} GPU(s) visible")
+    device = torch.device("cuda", local_rank if args.mode == "ddp" else 0) if on_gpu else torch.device("cpu")
+    gpus = (device,) if on_gpu else ()  # the GPUs this process drives
+    if on_gpu and args.mode == "dp":
+        gpus = tuple(torch.device("cuda", i) for i in range(torch.cuda.device_count()))
+    # AMP: auto is bf16 where supported, else fp16 (GradScaler) on CUDA, else off; what cannot run is refused.
+    bf16_ok = torch.cuda.is_bf16_supported() if on_gpu else cpu_autocast_available()
+    if args.amp == "bf16" and not bf16_ok:
+        raise UsageError(f"--amp bf16: not supported on {device}; use --amp auto or off")
+    if args.amp == "fp16" and not on_gpu:
+        raise UsageError("--amp fp16 needs CUDA (fp16 with a GradScaler); on CPU use --amp bf16 or off")
+    amp = args.amp if args.amp != "auto" else "bf16" if bf16_ok else "fp16" if on_gpu else "off"
+    # The batch split, the data, the output paths and the checkpoint to resume from.
+    parts = world_size * args.grad_accum
+    if args.batch_size % parts:
+        raise UsageError(f"--batch-size {args.batch_size} is not divisible by world size {world_size} x "
+                         f"--grad-accum {args.grad_accum} = {parts}; choose a multiple of {parts}")
+    data = load_data(args)
+    if len(data.x) < args.batch_size:
+        raise UsageError(f"dataset has {len(data.x)} samples, fewer than one global batch ({args.batch_size})")
+    for option in ("checkpoint", "result", "save_params"):  # written by global rank 0
+        if getattr(args, option) is not None and rank == 0:
+            check_writable("--" + option.replace("_", "-"), getattr(args, option))
+    if args.profile_dir is not None:  # every rank writes its trace there
+        check_writable("--profile-dir", args.profile_dir, directory=True)
+    checkpoint = read_checkpoint(args) if args.resume else None
+    backend = ("nccl" if on_gpu else "gloo") if distributed else None
+    return Plan(distributed=distributed, rank=rank, world_size=world_size, local_rank=local_rank, node=node,
+                device=device, gpus=gpus, backend=backend, amp=amp, micro_batch=args.batch_size // parts,
+                data=data, checkpoint=checkpoint)
+
+
+def cpu_autocast_available() -> bool:
+    """Whether autocast runs on the CPU. torch.amp.is_autocast_available came with torch 2.4; every older
+    release the matrix names (2.1 to 2.3) has CPU autocast for bf16."""
+    check = getattr(torch.amp, "is_autocast_available", None)
+    return bool(check("cpu")) if check is not None else True
+
+
+def load_data(args: argparse.Namespace) -> Data:
+    """--data-dir's train.pt, else the synthetic task: a noisy linear target, sample i the same on any world size."""
+    if args.data_dir is None:
+        g = torch.Generator().manual_seed(args.seed)
+        x = torch.randn(args.num_samples, SYNTHETIC_FEATURES, generator=g)
+        teacher = torch.randn(SYNTHETIC_FEATURES, SYNTHETIC_TARGETS, generator=g) / math.sqrt(SYNTHETIC_FEATURES)
+        y = x @ teacher + SYNTHETIC_NOISE * torch.randn(args.num_samples, SYNTHETIC_TARGETS, generator=g)
+        return Data(x, y, "regression", SYNTHETIC_TARGETS, f"synthetic(seed={args.seed}, n={args.num_samples})")
+    path = args.data_dir / "train.pt"
+    try:
+        blob = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # missing, corrupt, or holding more than tensors
+        why = first_line(exc)
+        raise UsageError(f"--data-dir: {path} cannot be loaded with weights_only=True ({why})") from None
+    x, y = (blob.get("x"), blob.get("y")) if isinstance(blob, dict) else (None, None)
+    if not (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and len(x) == len(y) > 0):
+        raise UsageError(f"{path}: expected a dict with tensors 'x' and 'y' of the same, non-zero length")
+    x = x.reshape(len(x), -1).float()
+    if y.is_floating_point():
+        return Data(x, y.reshape(len(y), -1).float(), "regression", y[0].numel(), str(path))
+    if y.dim() != 1 or int(y.min()) < 0:
+        raise UsageError(f"{path}: an integer y must be class indices of shape [N], >= 0")
+    return Data(x, y.long(), "classification", int(y.max()) + 1, str(path))
+
+
+def check_writable(option: str, path: Path, directory: bool = False) -> None:
+    """Create and remove a file where the run will write one (inside path, with directory)."""
+    where = path if directory else path.parent
+    try:
+        if not directory and path.is_dir():
+            raise IsADirectoryError(21, "is a directory")
+        if where.exists() and not where.is_dir():
+            raise NotADirectoryError(20, "Not a directory")
+        where.mkdir(parents=True, exist_ok=True)
+        os.close((probe := tempfile.mkstemp(prefix=".write-test.", dir=where))[0])
+        os.unlink(probe[1])
+    except OSError as exc:
+        raise UsageError(f"{option} {path}: cannot be written ({exc.strerror or exc})") from None
+
+
+def read_checkpoint(args: argparse.Namespace) -> dict[str, Any] | None:
+    """The checkpoint --resume continues from, checked and never changed; None when there is none yet."""
+    path, where = args.checkpoint, f"--checkpoint {args.checkpoint}"
+    if not path.exists():
+        return None
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # truncated, empty, not a torch file
+        raise UsageError(f"{where}: cannot be loaded ({first_line(exc)}); it is left as it is") from None
+    missing = [key for key in CHECKPOINT_KEYS if not isinstance(state, dict) or key not in state]
+    if missing or not isinstance(state["config"], dict) or not isinstance(state["step"], int):
+        raise UsageError(f"{where}: not a checkpoint of this payload (no {', '.join(missing) or 'valid step'})")
+    hidden = state["config"].get("hidden")
+    if hidden != args.hidden:
+        raise UsageError(f"{where}: saved with --hidden {hidden}, this run has --hidden {args.hidden}")
+    if state["step"] >= args.steps:
+        raise UsageError(f"{where} is at step {state['step']}, at or past --steps {args.steps}: nothing left to train")
+    return state
+
+
 def first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:200]}"
 
@@ -119,144 +260,41 @@ def atomic_write(path: Path, write: Callable[[IO[bytes]], Any]) -> None:
         raise
 
 
+
 class Trainer:
-    """One rank: options, inputs and outputs checked before any process group or step, then model and loop."""
+    """One rank's training after plan(): the model (DDP, DataParallel or plain), SGD, the GradScaler, the loop."""
 
     def __init__(self, args: argparse.Namespace, environ: Mapping[str, str] = os.environ) -> None:
-        self.args, self.notes, self.saves = args, [], 0
-        self.distributed = "RANK" in environ and "WORLD_SIZE" in environ  # set by torchrun; else one process
-        env = environ if self.distributed else {"RANK": 0, "WORLD_SIZE": 1}
-        self.rank, self.world_size = int(env["RANK"]), int(env["WORLD_SIZE"])
-        self.local_rank, self.node = int(env.get("LOCAL_RANK", 0)), int(env.get("GROUP_RANK", 0))  # node: torchrun's
-        if args.mode == "dp" and self.world_size > 1:
-            raise UsageError("--mode dp is one process driving the node's GPUs: start it with python, not torchrun")
-        if args.resume and args.checkpoint is None:
-            raise UsageError("--resume needs --checkpoint PATH")
-        self.device = self.resolve_device()
-        self.amp = self.resolve_amp()
-        parts = self.world_size * args.grad_accum
-        if args.batch_size % parts:
-            raise UsageError(f"--batch-size {args.batch_size} is not divisible by world size {self.world_size} x "
-                             f"--grad-accum {args.grad_accum} = {parts}; choose a multiple of {parts}")
-        self.micro_batch = args.batch_size // parts
-        self.x, self.y, self.task, self.out_features, self.data_source = self.load_data()
-        if len(self.x) < args.batch_size:
-            raise UsageError(f"dataset has {len(self.x)} samples, fewer than one global batch ({args.batch_size})")
-        for option in ("checkpoint", "result", "save_params"):  # written by global rank 0
-            if getattr(args, option) is not None and self.rank == 0:
-                self.check_writable("--" + option.replace("_", "-"), getattr(args, option))
-        if args.profile_dir is not None:  # every rank writes its trace there
-            self.check_writable("--profile-dir", args.profile_dir, directory=True)
-        self.checkpoint = self.read_checkpoint() if args.resume else None
-        self.sampler = DistributedSampler(range(len(self.x)), num_replicas=self.world_size, rank=self.rank,
+        self.args = args
+        self.plan = plan(args, environ)  # every check, before any process group or step
+        self.notes: list[str] = []  # for the result
+        self.saves = 0  # checkpoints this rank wrote
+        self.sampler = DistributedSampler(range(len(self.data.x)), num_replicas=self.world_size, rank=self.rank,
                                           shuffle=True, seed=args.seed, drop_last=True)
-        self.epoch, self.order = -1, torch.empty(0, dtype=torch.long)
-        self.backend = ("nccl" if self.device.type == "cuda" else "gloo") if self.distributed else None
-        self.gpus = [] if self.device.type != "cuda" else (  # the GPUs this process drives
-            [torch.device("cuda", i) for i in range(torch.cuda.device_count())] if args.mode == "dp" else [self.device])
+        self.epoch, self.order = -1, torch.empty(0, dtype=torch.long)  # the sampler's permutation of that epoch
 
-    def resolve_device(self) -> torch.device:
-        choice, cuda, local_rank = self.args.device, torch.cuda.is_available(), self.local_rank
-        if choice == "cuda" and not cuda:
-            raise UsageError("--device cuda: CUDA is not available on this host")
-        if self.args.mode == "dp" and (choice == "cpu" or not cuda):  # a plain module on a CPU would prove nothing
-            raise UsageError("--mode dp needs CUDA GPUs (nn.DataParallel splits each batch over them); use --mode ddp")
-        if choice == "cpu" or not cuda:
-            return torch.device("cpu")
-        if self.args.mode == "ddp" and local_rank >= torch.cuda.device_count():
-            raise UsageError(f"LOCAL_RANK {local_rank} but only {torch.cuda.device_count()} GPU(s) visible")
-        return torch.device("cuda", local_rank if self.args.mode == "ddp" else 0)
-
-    def resolve_amp(self) -> str:
-        """auto: bf16 where supported, else fp16 (GradScaler) on CUDA, else off; what cannot run is refused."""
-        choice, device, cuda = self.args.amp, self.device, self.device.type == "cuda"
-        bf16_ok = torch.cuda.is_bf16_supported() if cuda else cpu_autocast_available()
-        if choice == "auto":
-            return "bf16" if bf16_ok else ("fp16" if cuda else "off")
-        if choice == "bf16" and not bf16_ok:
-            raise UsageError(f"--amp bf16: not supported on {device}; use --amp auto or off")
-        if choice == "fp16" and not cuda:
-            raise UsageError("--amp fp16 needs CUDA (fp16 with a GradScaler); on CPU use --amp bf16 or off")
-        return choice
-
-    def load_data(self) -> tuple[torch.Tensor, torch.Tensor, str, int, str]:
-        """(x [N, features], y, task, outputs, source): a float y [N, ...] is regression (MSE), an integer y [N]
-        holds class indices (cross-entropy). Synthetic: a noisy linear target, sample i the same on any world size."""
-        args = self.args
-        if args.data_dir is None:
-            g = torch.Generator().manual_seed(args.seed)
-            x = torch.randn(args.num_samples, SYNTHETIC_FEATURES, generator=g)
-            teacher = torch.randn(SYNTHETIC_FEATURES, SYNTHETIC_TARGETS, generator=g) / math.sqrt(SYNTHETIC_FEATURES)
-            y = x @ teacher + SYNTHETIC_NOISE * torch.randn(args.num_samples, SYNTHETIC_TARGETS, generator=g)
-            return x, y, "regression", SYNTHETIC_TARGETS, f"synthetic(seed={args.seed}, n={args.num_samples})"
-        path = args.data_dir / "train.pt"
-        try:
-            blob = torch.load(path, map_location="cpu", weights_only=True)
-        except Exception as exc:  # missing, corrupt, or holding more than tensors
-            raise UsageError(f"--data-dir: {path} cannot be loaded with weights_only=True ({first_line(exc)})") \
-                from None
-        x, y = (blob.get("x"), blob.get("y")) if isinstance(blob, dict) else (None, None)
-        if not (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and len(x) == len(y) > 0):
-            raise UsageError(f"{path}: expected a dict with tensors 'x' and 'y' of the same, non-zero length")
-        x = x.reshape(len(x), -1).float()
-        if y.is_floating_point():
-            return x, y.reshape(len(y), -1).float(), "regression", y[0].numel(), str(path)
-        if y.dim() != 1 or int(y.min()) < 0:
-            raise UsageError(f"{path}: an integer y must be class indices of shape [N], >= 0")
-        return x, y.long(), "classification", int(y.max()) + 1, str(path)
-
-    def check_writable(self, option: str, path: Path, directory: bool = False) -> None:
-        """Create and remove a file where the run will write one (inside path, with directory)."""
-        where = path if directory else path.parent
-        try:
-            if not directory and path.is_dir():
-                raise IsADirectoryError(21, "is a directory")
-            if where.exists() and not where.is_dir():
-                raise NotADirectoryError(20, "Not a directory")
-            where.mkdir(parents=True, exist_ok=True)
-            os.close((probe := tempfile.mkstemp(prefix=".write-test.", dir=where))[0])
-            os.unlink(probe[1])
-        except OSError as exc:
-            raise UsageError(f"{option} {path}: cannot be written ({exc.strerror or exc})") from None
-
-    def read_checkpoint(self) -> dict[str, Any] | None:
-        """The checkpoint --resume continues from, checked and never changed; None when there is none yet."""
-        path, where = self.args.checkpoint, f"--checkpoint {self.args.checkpoint}"
-        if not path.exists():
-            return None
-        try:
-            state = torch.load(path, map_location="cpu", weights_only=True)
-        except Exception as exc:  # truncated, empty, not a torch file
-            raise UsageError(f"{where}: cannot be loaded ({first_line(exc)}); it is left as it is") from None
-        missing = [key for key in CHECKPOINT_KEYS if not isinstance(state, dict) or key not in state]
-        if missing or not isinstance(state["config"], dict) or not isinstance(state["step"], int):
-            raise UsageError(f"{where}: not a checkpoint of this payload (no {', '.join(missing) or 'valid step'})")
-        hidden, step, steps = state["config"].get("hidden"), state["step"], self.args.steps
-        if hidden != self.args.hidden:
-            raise UsageError(f"{where}: saved with --hidden {hidden}, this run has --hidden {self.args.hidden}")
-        if step >= steps:
-            raise UsageError(f"{where} is at step {step}, at or past --steps {steps}: nothing left to train")
-        return state
+    def __getattr__(self, name: str) -> Any:  # what the plan settled reads as the trainer's own: trainer.rank, .amp
+        return getattr(vars(self).get("plan"), name)  # vars(): without a plan an AttributeError, not a recursion
 
     def setup(self) -> None:
         """The model on its device (DDP, DataParallel or plain), SGD and the GradScaler (fp16 only), a resumed state."""
         args = self.args
         torch.manual_seed(args.seed)  # identical initial weights on every rank
         width = args.hidden
-        self.module = nn.Sequential(nn.Linear(self.x.shape[1], width), nn.GELU(), nn.Linear(width, width), nn.GELU(),
-                                    nn.Linear(width, self.out_features)).to(self.device)
+        self.module = nn.Sequential(nn.Linear(self.data.x.shape[1], width), nn.GELU(), nn.Linear(width, width),
+                                    nn.GELU(), nn.Linear(width, self.data.outputs)).to(self.device)
         self.optimizer = torch.optim.SGD(self.module.parameters(), lr=args.lr, momentum=SGD_MOMENTUM)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.amp == "fp16")
         self.start_step = self.restore() if args.resume else 0
         if args.mode == "dp":
-            self.model = nn.DataParallel(self.module)  # CUDA only (resolve_device): each batch split over the GPUs
+            self.model = nn.DataParallel(self.module)  # CUDA only (plan): each batch split over the GPUs
         elif self.distributed:
             self.model = DistributedDataParallel(self.module, device_ids=[self.device.index] if self.gpus else None)
         else:
             self.model = self.module
             self.notes.append("single process (no RANK/WORLD_SIZE): no process group, a plain module ran")
         # The dataset moves to the device once: no micro-batch is copied or pinned (pin_memory) on its way there.
-        self.x, self.y = self.x.to(self.device), self.y.to(self.device)
+        self.x, self.y = self.data.x.to(self.device), self.data.y.to(self.device)
 
     def restore(self) -> int:
         """Load the checked checkpoint on this rank (saved on any world size); returns the step to continue from."""
@@ -293,7 +331,7 @@ class Trainer:
     def micro_batch_indices(self, step: int) -> list[torch.Tensor]:
         """This rank's micro-batches of a step: DistributedSampler gives this rank every world_size-th sample of a
         per-epoch permutation, so step s covers samples [s*B, (s+1)*B) of it on any world size and accumulation."""
-        epoch, index = divmod(step, len(self.x) // self.args.batch_size)
+        epoch, index = divmod(step, len(self.data.x) // self.args.batch_size)
         if epoch != self.epoch:
             self.sampler.set_epoch(epoch)
             self.order, self.epoch = torch.tensor(list(self.sampler), device=self.device), epoch
@@ -303,7 +341,7 @@ class Trainer:
     def forward_backward(self, step: int, sync: bool = True) -> torch.Tensor:
         """The forward and backward passes of a step over this rank's micro-batches (gradient accumulation); returns
         this rank's mean loss. DDP all-reduces the gradients on the last micro-step only, and never without sync."""
-        loss_fn = F.cross_entropy if self.task == "classification" else F.mse_loss
+        loss_fn = F.cross_entropy if self.data.task == "classification" else F.mse_loss
         amp_dtype, micro_batches = AMP_DTYPES.get(self.amp), self.micro_batch_indices(step)
         rank_loss = torch.zeros((), device=self.device)
         for i, idx in enumerate(micro_batches):
@@ -323,16 +361,25 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         return rank_loss
 
+    def write_trace(self, prof: torch.profiler.profile) -> None:
+        """The profiler's trace, named as torch's tensorboard_trace_handler names it, written with atomic_write."""
+        name = f"{socket.gethostname()}_rank{self.rank}.{time.time_ns()}.pt.trace.json"
+        with tempfile.NamedTemporaryFile(suffix=".json") as exported:  # export_chrome_trace writes to a path
+            prof.export_chrome_trace(exported.name)
+            atomic_write(self.args.profile_dir / name, lambda handle: handle.write(Path(exported.name).read_bytes()))
+
     def train(self) -> tuple[list[float], float]:
         """Steps start_step .. --steps; returns (the global mean loss of each step, seconds)."""
-        args, profiler, losses, activity = self.args, contextlib.nullcontext(), [], torch.profiler.ProfilerActivity
+        args, losses = self.args, []
+        profiler = contextlib.nullcontext()
         if args.profile_dir is not None:  # a trace per rank for TensorBoard
+            activity = torch.profiler.ProfilerActivity
             profiler = torch.profiler.profile(
                 activities=[activity.CPU, activity.CUDA] if self.gpus else [activity.CPU],
-                schedule=torch.profiler.schedule(**PROFILE_SCHEDULE),
-                on_trace_ready=torch.profiler.tensorboard_trace_handler(
-                    str(args.profile_dir), worker_name=f"{socket.gethostname()}_rank{self.rank}"))
-        saved_at, started, logged = self.start_step, time.perf_counter(), (time.perf_counter(), self.start_step)
+                schedule=torch.profiler.schedule(**PROFILE_SCHEDULE), on_trace_ready=self.write_trace)
+        saved_at = self.start_step
+        started = time.perf_counter()
+        logged = (started, self.start_step)  # when, and at which step, the last progress line was written
         with profiler:
             for step in range(self.start_step, args.steps):
                 loss = self.train_step(step)
@@ -358,10 +405,18 @@ class Trainer:
         return losses, duration
 
 
-def judge(losses: list[float], start_step: int, spread: float,
-          min_drop: float) -> tuple[list[str], list[str], float | None]:
-    """(reasons to fail, notes, loss drop); losses[i] is the loss of step start_step + i + 1."""
-    reasons, notes, drop = [], [], None
+# After training: measure the ranks and the network, judge the run, publish the result.
+class Verdict(NamedTuple):
+    reasons: list[str]  # why the run fails; none: it passed
+    notes: list[str]
+    loss_drop: float | None
+
+
+def judge(losses: list[float], start_step: int, spread: float, min_drop: float) -> Verdict:
+    """losses[i] is the loss of step start_step + i + 1; spread: how far apart the ranks' parameters are."""
+    reasons: list[str] = []
+    notes: list[str] = []
+    drop = None
     bad = [i for i, v in enumerate(losses) if not math.isfinite(v)]
     if bad:
         reasons.append(f"non-finite loss (NaN/inf) at step {start_step + bad[0] + 1}: {losses[bad[0]]}")
@@ -376,7 +431,7 @@ def judge(losses: list[float], start_step: int, spread: float,
                            f"drop {drop:.3f} < --min-loss-drop {min_drop}")
     if not spread <= PARAM_ATOL:
         reasons.append(f"ranks disagree on parameters: max abs diff {spread:.3g} > {PARAM_ATOL}")
-    return reasons, notes, drop
+    return Verdict(reasons, notes, drop)
 
 
 def gather(t: Trainer, mine: dict[str, Any]) -> tuple[list[dict[str, Any]], float]:
@@ -419,8 +474,9 @@ def node_pace(ranks: list[dict[str, Any]], samples_per_rank: int) -> list[dict[s
     nodes: dict[int, list[dict[str, Any]]] = {}
     for r in ranks:
         nodes.setdefault(r["node"], []).append(r)
-    return [{"node": n, "host": rs[0]["host"], "ranks": len(rs), "compute_s_per_step": (slow := max(r["compute_s"] for r in rs)),
-             "samples_per_s": len(rs) * samples_per_rank / slow} for n, rs in sorted(nodes.items())]
+    slowest = {n: max(r["compute_s"] for r in rs) for n, rs in nodes.items()}
+    return [{"node": n, "host": rs[0]["host"], "ranks": len(rs), "compute_s_per_step": slowest[n],
+             "samples_per_s": len(rs) * samples_per_rank / slowest[n]} for n, rs in sorted(nodes.items())]
 
 
 def time_all_reduce(t: Trainer, mib: int, iters: int) -> dict[str, Any]:
@@ -472,22 +528,24 @@ def execute(t: Trainer) -> int:
     mine = {"host": socket.gethostname(), "node": t.node, "checkpoint_writes": t.saves, "peak_memory_bytes": peak}
     ranks, spread = gather(t, {**mine, "compute_s": time_compute(t)})
     network = time_all_reduce(t, args.busbw_mib, args.busbw_iters) if t.distributed and args.busbw_mib else None
-    reasons, notes, drop = judge(losses, t.start_step, spread, args.min_loss_drop)
+    verdict = judge(losses, t.start_step, spread, args.min_loss_drop)
     if network is None:
-        notes.append("bus bandwidth not measured: " + ("--busbw-mib 0" if t.distributed else "no process group"))
+        why = "--busbw-mib 0" if t.distributed else "no process group"
+        verdict.notes.append(f"bus bandwidth not measured: {why}")
     result = {
-        "verdict": "fail" if reasons else "pass", "reasons": reasons, "notes": t.notes + notes,
+        "verdict": "fail" if verdict.reasons else "pass", "reasons": verdict.reasons, "notes": t.notes + verdict.notes,
         "mode": args.mode, "wrapper": "none" if t.model is t.module else type(t.model).__name__,
         "world_size": t.world_size, "backend": t.backend, "device": t.device.type,
         "hosts": [r["host"] for r in ranks], "amp": t.amp, "grad_accum": args.grad_accum,
         "global_batch": args.batch_size, "micro_batch": t.micro_batch, "steps": len(losses),
-        "start_step": t.start_step, "final_step": t.start_step + len(losses), "losses": losses, "loss_drop": drop,
+        "start_step": t.start_step, "final_step": t.start_step + len(losses), "losses": losses,
+        "loss_drop": verdict.loss_drop,
         "samples_per_s": args.batch_size * len(losses) / duration if losses else 0.0, "duration_s": duration,
         "wall_s": time.perf_counter() - began, "peak_memory_bytes": [r["peak_memory_bytes"] for r in ranks],
         "param_max_abs_diff": spread, "checkpoint_writes": [r["checkpoint_writes"] for r in ranks],
-        "compute_s_per_step": [r["compute_s"] for r in ranks], "nodes": node_pace(ranks, t.micro_batch * args.grad_accum),
-        "network": network,
-        "data": t.data_source, "task": t.task, "lr": args.lr, "seed": args.seed, "hidden": args.hidden,
+        "compute_s_per_step": [r["compute_s"] for r in ranks],
+        "nodes": node_pace(ranks, t.micro_batch * args.grad_accum), "network": network,
+        "data": t.data.source, "task": t.data.task, "lr": args.lr, "seed": args.seed, "hidden": args.hidden,
         "torch_version": torch.__version__, "cuda_version": torch.version.cuda,
     }
     if t.rank == 0:  # NaN and infinities are written as null: JSON has none
@@ -496,8 +554,8 @@ def execute(t: Trainer) -> int:
             atomic_write(args.result, lambda handle: handle.write(text.encode() + b"\n"))
         if args.json:
             print(text, flush=True)
-        LOG.info("verdict %s%s", result["verdict"], "".join(f"\n  - {r}" for r in reasons))
-    return EXIT_PASS if not reasons else EXIT_FAIL
+        LOG.info("verdict %s%s", result["verdict"], "".join(f"\n  - {r}" for r in verdict.reasons))
+    return EXIT_PASS if not verdict.reasons else EXIT_FAIL
 
 
 # The trainer outlives main() until the process ends: freeing its DDP model after the process group hung a
