@@ -1,49 +1,8 @@
 """gpufleet's judgement of an NVIDIA driver that gpufleet did not install (a "foreign" driver).
 
-``sections | gpufleet.fleet.foreign_driver(layouts, source, branch, repository_url, fact, mode, host)``
-    What the driver role's probe (roles/nvidia_driver/files/foreign_driver_probe.sh, its output split by
-    ``gpufleet.fleet.sections``) found, judged against the configured driver source:
-    ``{foreign, packages, adopted, own, runfile, remove, uninstall, stop, message, notice}``.
-
-    * ``layouts``: the role's package layouts of this OS (``__nvidia_driver_sources`` of
-      roles/nvidia_driver/vars/<OS>.yml): per source its ``pin_patterns`` (fnmatch, ``{b}`` the branch), its
-      ``origins`` (the Release fields of the repositories that build it, ``o=Ubuntu``, ``l=NVIDIA CUDA``) and its
-      ``repository_url``; ``source``, ``branch``: the configured ones; ``repository_url``:
-      nvidia_driver_repository_url (a mirror of the configured source; empty for the source's own URL);
-      ``fact``: the driver fact gpufleet writes (ansible_local.nvidia_driver), ``{}`` where there is none;
-      ``mode``: nvidia_driver_foreign_driver (refuse, adopt or replace).
-    * The driver's packages: every installed package (dpkg status installed, unpacked, half-configured,
-      half-installed or awaiting triggers; not ``rc``, config files only) whose name has ``nvidia`` in it, and
-      libcuda1, libcudadebugger1, cuda-drivers, cuda-drivers-<branch>, less the NVIDIA-named packages that are
-      no part of the driver (NOT_DRIVER). Each carries its origin: the Release fields of the repositories that
-      offer its installed version (``apt-cache policy <package>``, joined on the index line with ``apt-cache
-      policy``'s list of package files); none where no repository offers it any more.
-    * A source *accepts* a package when the package's name is of the source's layout (any branch), or it is a
-      package of no branch (neither in its name nor in its version's major: linux-signatures-nvidia-<kernel>,
-      Debian's glx-alternative-nvidia, which the layout's packages depend on), and it comes from the source:
-      its origin is one of the source's ``origins``, or (the configured source) its repository URL is the
-      configured one (a mirror with a Release of its own), or its origin is unknown (no repository offers
-      that build any more: Canonical keeps only the newest in a pocket, an old kernel's modules drop out).
-    * Own: on a host with gpufleet's fact (gpufleet installs the driver's packages after writing it), every
-      package that one of the layouts accepts: a branch upgrade (535 -> 580) or a move between sources leaves
-      packages of gpufleet's own layouts. Without the fact, nothing is own.
-    * Adopted (mode adopt): a package the configured source accepts, of the configured branch (or of none).
-    * ``packages``: the foreign ones, ``{package, version, status, origin, sources}`` (``sources``: the
-      gpufleet sources that accept it).
-    * ``runfile``: the traces of NVIDIA's .run installer, the files it installs that no package owns
-      (``dpkg -S``): /usr/bin/nvidia-uninstall, /var/lib/nvidia/log (its backup log),
-      /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.<version> and libcuda.so.<version>,
-      /lib/modules/<kernel>/kernel/drivers/video/nvidia*.ko. ``{found, files, version, uninstaller, log}``; a
-      log /var/log/nvidia-installer.log alone (left by an uninstall) is no trace.
-    * ``remove``: with mode replace, the foreign packages play 2 purges; ``uninstall``: the argv of the .run
-      installer's own uninstaller play 2 runs first (``nvidia-uninstall --silent --skip-module-unload``).
-    * ``stop``: play 1 stops the host with ``message`` (mode refuse, adopt with packages it cannot take, or
-      replace with .run traces but no uninstaller); ``notice``: what replace will remove, said in play 1.
-
-The parsers, each on the output of one command as ``LC_ALL=C`` prints it (their labels are never read, so
-another locale parses the same): ``dpkg_list`` (``dpkg -l``), ``apt_policy_installed`` (``apt-cache policy
-<package>...``), ``apt_policy_files`` (``apt-cache policy``), ``dpkg_owners`` (``dpkg -S <path>...`` with its
-stderr).
+The filter ``gpufleet.fleet.foreign_driver`` and the parsers it reads the probe's commands with (``dpkg_list``,
+``apt_policy_installed``, ``apt_policy_files``, ``dpkg_owners``), each documented in its YAML file beside this
+one (plugins/filter/<name>.yml), which ``ansible-doc -t filter gpufleet.fleet.<name>`` prints.
 """
 
 from __future__ import annotations
@@ -391,7 +350,7 @@ class _Judge:
 
 def foreign_driver(sections: Any, layouts: Mapping[str, Any], source: str, branch: Any, repository_url: str = "",
                    fact: Mapping[str, Any] | None = None, mode: str = "refuse", host: str = "") -> dict[str, Any]:
-    """The judgement of what the probe found (see the module)."""
+    """The judgement of what the probe found (foreign_driver.yml)."""
     if not isinstance(sections, Mapping):
         raise AnsibleFilterError("foreign_driver: expects the probe's sections (gpufleet.fleet.sections)")
     return _Judge(sections, layouts, str(source), str(branch), str(repository_url or ""), fact or {}, str(mode),

@@ -1,243 +1,9 @@
 """gpufleet's Jinja filters: shared rules of the roles, in one place.
 
-``value | gpufleet.fleet.as_list``
-    A list setting as a list. The argument specs accept a comma-separated string
-    for ``type: list`` (``-e cuda_compile_check_archs=sm_80,sm_90``) but do not
-    convert the variable; this applies the very rule the spec check applied
-    (ansible's ``check_type_list``), so a role never re-implements it.
-
-``value | gpufleet.fleet.as_dict``
-    A dict setting as a dict, by the spec's rule for ``type: dict`` (a mapping,
-    JSON, or ``key=value`` pairs: ``-e slurm_extra_config=DefMemPerGPU=8192``).
-
-``checks | gpufleet.fleet.failed_checks``
-    From a list of ``{ok, msg}`` rules, the messages of those that do not hold
-    (whitespace folded), in order.
-
-``names | gpufleet.fleet.unknown_settings(settings)``
-    Of variable names, those that carry a role's prefix (``cuda_``) but are no
-    setting of that role (``settings``: ``{role: [option, ...]}``, from
-    ``lookup('gpufleet.fleet.role_settings')``), each as ``"<name> is not a
-    setting of role <role> (did you mean <closest>?)"``.
-
-``version | gpufleet.fleet.dcgm_exporter_release(url)``
-    The dcgm-exporter release a setting names (``4.2.3-4.1.1``, optionally
-    with the image's platform, ``-ubuntu22.04``), else the first such tag in
-    ``url``: ``{"release", "dcgm", "dcgm_major"}`` (the DCGM version the
-    exporter was built for is the part before the dash), or ``{}`` when
-    neither names one.
-
-``source | gpufleet.fleet.driver_layout(branch, kernel, module_source, headless, fabricmanager)``
-    A driver source's package layout (an entry of roles/nvidia_driver's
-    vars/<OS>.yml ``__nvidia_driver_sources``) for one branch and kernel:
-    ``{"packages", "pin_patterns", "upgrade_blacklist", "version_package",
-    "branch_named"}``, ``{b}`` and ``{k}`` filled in. ``packages`` are the
-    signed packages (module_source ``signed``), else the headless or the full
-    ones, plus Fabric Manager's when asked; ``branch_named`` says whether the
-    layout names the branch in its packages (NVIDIA's and Canonical's Ubuntu
-    packages do, Debian's do not), so that another branch has other names.
-
-``output | gpufleet.fleet.apt_simulation(held)``
-    What a simulated apt transaction (``apt-get -s install ...``, as
-    apt_source's trial and simulate entry points print it, ending with
-    ``[simulation exit N]``) would do: ``{"ran", "ok", "exit", "installs":
-    [{package, version, old}], "removals": [{package, version}], "errors":
-    [apt's E: lines], "unmet": [the packages apt lists under "unmet
-    dependencies"], "held_in_the_way": [of ``held``, those apt would have to
-    change: listed as unmet or removed], "kernels": [linux-image-* it would
-    install]}``. ``ran`` is false for an empty output (no simulation).
-
-``messages | gpufleet.fleet.rejection(role, host)``
-    The one message a role stops a host with: ``<role> settings rejected on
-    <host>: [1] ...; [2] ...``.
-
-``output | gpufleet.fleet.dkms_status``
-    The lines of ``dkms status`` (a string or a list of lines) as records
-    ``{module, version, kernel, arch, state, notes}``, in either format dkms
-    prints: ``nvidia, 535.261.03, 5.4.0-169-generic, x86_64: installed``
-    (dkms before 2.8.6: Ubuntu 20.04) or ``nvidia/535.261.03,
-    5.15.0-91-generic, x86_64: installed`` (2.8.6 on, 2.8.7 on for ``added``
-    lines: Ubuntu 22.04, Debian 12). ``kernel`` and ``arch`` are None for an ``added`` module; ``notes``
-    are the remarks after the state (``WARNING! Diff between built and
-    installed module!``, ``original_module exists``, ``from <kernel>`` of
-    ``installed-weak``). Lines of another shape (errors, warnings) are left out.
-
-``stdout | gpufleet.fleet.apt_policy``
-    One package's stanza of ``LC_ALL=C apt-cache policy <package>`` as
-    ``{installed, candidate, version, release}``: the installed and the
-    candidate version ("" for ``(none)`` or no stanza), the version that
-    counts (the installed one, else the candidate: what ``apt state=present``
-    keeps or installs) and its upstream ``major.minor`` (``21.08`` of
-    ``21.08.5-2ubuntu1``; epoch and Debian revision dropped; "" without a
-    version).
-
-``messages | gpufleet.fleet.per_message(hosts)``
-    A warning said once for a play instead of once per host: ``messages[i]``
-    is host ``hosts[i]``'s (empty: none); one line per distinct message,
-    ``WARNING <host>, <host>: <message>``, in the order first seen.
-``text | gpufleet.fleet.apt_stanzas``
-    The stanzas of ``apt-cache show`` output or of a ``Packages`` index, in
-    order, each a dict of its fields (continuation lines joined with
-    newlines), with ``Description`` cut to its first line (the synopsis; of
-    ``Description-en`` when apt-cache prints that),
-    ``Source`` to the source package's name (the binary's own name when the
-    field is absent, as Debian policy allows) and the relationship fields
-    (``Depends``, ``Pre-Depends``, ``Recommends``, ``Suggests``, ``Provides``,
-    ``Conflicts``, ``Breaks``, ``Replaces``) as lists of alternative groups:
-    ``[[{name, relation, version}, ...], ...]`` (one inner list per comma-
-    separated entry, one dict per ``|`` alternative; ``relation`` and
-    ``version`` are "" without a version constraint; an architecture
-    qualifier such as ``:any`` and ``[arch]`` / ``<profile>`` restrictions are
-    dropped). A stanza without ``Package`` is left out.
-
-``a | gpufleet.fleet.debian_version_compare(b)``
-    dpkg's ordering of two Debian versions: -1, 0 or 1 as ``a`` sorts before,
-    equal to or after ``b`` (epoch, then upstream version, then revision,
-    each compared as dpkg does: ``~`` before anything, even the end of the
-    string, letters before other characters, digit runs as numbers).
-
-``versions | gpufleet.fleet.newest_build(branch)``
-    Of versions (strings, or stanzas with a ``Version``), the newest, by
-    dpkg's ordering, whose upstream version is of driver branch ``branch``
-    (``535.309.01-0ubuntu0.22.04.2`` is of 535); "" when none is.
-
-``offered_per_host | gpufleet.fleet.fleet_release(branch)``
-    The newest release (upstream version: ``535.309.01``) of driver branch
-    ``branch`` that every one of the lists offers: each list holds one
-    host's offered versions (strings, or stanzas with a ``Version``), whose
-    version strings differ per OS (``-0ubuntu0.22.04.1``,
-    ``-0ubuntu0.20.04.1``) while the release is the same. "" when the lists
-    share no release of the branch, or there is no list. This is what
-    ``nvidia_driver_version: latest`` applies to the whole fleet.
-
-``name | gpufleet.fleet.package_branch``
-    The NVIDIA driver branch a package name carries: its first three-digit
-    part (``580`` of ``libnvidia-extra-580-server``, ``cuda-drivers-580``,
-    ``nvidia-kernel-common-580-server-580.159.03``,
-    ``linux-modules-nvidia-580-server-generic``), for names with ``nvidia``
-    in them or starting with ``cuda-drivers``; a part after a kernel version
-    (``linux-signatures-nvidia-5.15.0-106-generic``) is the kernel's ABI, not
-    a branch. "" for a name of no branch (``libc6``, ``nvidia-kernel-dkms``,
-    ``cuda-drivers``).
-
-``stanzas | gpufleet.fleet.foreign_branches(branch)``
-    What in the stanzas (``apt_stanzas`` records, or the text itself) belongs
-    to another driver branch than ``branch``, as records ``{package,
-    version, depends_on, branch}``: one per ``Depends`` / ``Pre-Depends``
-    entry that only packages of other branches satisfy (``depends_on`` names
-    the package; an entry with an alternative of ``branch`` or of no branch
-    is not one), and one with ``depends_on: ""`` for a package of branch
-    ``branch`` whose own version is another branch's (``branch`` then names
-    that one; not for the kernel's ``linux-*`` packages, which carry the
-    kernel's version). Canonical's transitional ``535-server`` builds depend on the
-    ``580-server`` packages: apt would install 580 under 535 names. Names of
-    no branch (Debian's ``nvidia-driver``) are not judged.
-
-``kernels | gpufleet.fleet.signed_module_packages(branch, flavours, server=True)``
-    Ubuntu's Canonical-signed NVIDIA module packages for driver branch
-    ``branch`` (``linux-restricted-modules``): the per-kernel
-    ``linux-modules-nvidia-<branch>-server-<uname -r>`` of each kernel
-    release, then the flavour metapackage
-    ``linux-modules-nvidia-<branch>-server-<flavour>`` of each flavour, which
-    brings the module of every later kernel of that flavour. A flavour is
-    the kernel metapackage's name without ``linux-`` (``generic``,
-    ``generic-hwe-22.04`` of ``linux-generic-hwe-22.04``, as ubuntu-drivers
-    derives it); either form is accepted. Without ``flavours``, each kernel
-    release's own suffix (``generic`` of ``5.15.0-91-generic``), which names
-    the GA flavour, not an HWE one. ``server=False``: the names without
-    ``-server``.
-
-``stanza | gpufleet.fleet.signed_module_version``
-    The NVIDIA driver version of the module a ``linux-modules-nvidia-*``
-    stanza (an ``apt_stanzas`` record, or its text) carries: the version its
-    ``Depends`` on ``nvidia-kernel-common-<branch>[-server]`` names
-    (``595.71.05`` of ``nvidia-kernel-common-595-server (>= 595.71.05)``).
-    The package's own version is the kernel's (``7.0.0-1015.15+1``). "" when
-    it names none.
-
-``module | gpufleet.fleet.module_version_matches(userspace_version)``
-    Whether the module version (of a stanza, as ``signed_module_version``
-    reads it, or given as a version string) has the upstream version of
-    ``userspace_version`` (epoch and revision dropped on both sides); false
-    when the module version is unknown.
-
-``url | gpufleet.fleet.apt_source_files``
-    The files of the one apt source gpufleet writes for a repository URL:
-    ``{key, name, sources_file, keyring_file}``. ``key`` is the repository as
-    apt tells repositories apart: the URL without its scheme, its user and
-    password and its trailing slashes (apt's ``URItoFileName`` drops the
-    scheme and the credentials when it names a repository's lists and matches
-    its Release file: http and https of one path are one repository to apt).
-    ``name`` is the key written with the characters apt allows in a
-    sources.list.d file name (letters, digits, ``_``, ``-``, ``.``): ``/``
-    as ``_`` (as in apt's lists names), ``-`` as ``--``, and any other byte
-    as ``-`` and two hex digits (``x86_64``: ``x86-5f64``), so that two keys
-    never share a name. ``sources_file`` is
-    ``/etc/apt/sources.list.d/gpufleet-<name>.sources``; ``keyring_file``,
-    ``/etc/apt/keyrings/gpufleet-<name>.asc``, is where a key fetched from a
-    key URL for it goes. The same URL gives the same files, whichever role
-    asks.
-
-``probe | gpufleet.fleet.apt_source_plan(name, url)``
-    What apt_source's entry point main removes before it writes the source of
-    ``url`` for source user ``name`` (apt_source_name), from the read-only
-    probe of the host (``record<TAB><name><TAB><file>`` lines: the source file
-    each user wrote last; ``source<TAB><file><TAB><URIs>`` lines: every
-    ``gpufleet-*.sources`` and its URIs): ``{sources_file, remove}``.
-    Removed: every other gpufleet source file of the same repository (the
-    files of the old per-role names, ``gpufleet-nvidia-driver.sources``,
-    ``gpufleet-cuda.sources``, whichever role wrote them, so that no apt run
-    sees one repository twice), and the file ``name`` used before (its
-    record, else its old per-role file) when that is another repository's and
-    no other user's record names it (a URL moved to a mirror leaves no
-    source behind).
-
-``claim | gpufleet.fleet.apt_source_conflict(claims, host)``
-    Why a role's source (``claim``: ``{name, caller, description, url,
-    suites, components, architectures, keyring, key_url, settings}``, ``settings`` naming the setting behind each part) cannot
-    share its repository's one source file with the claims of the other
-    roles of the run (the same ``key``): the message that names both roles,
-    each part they give differently with its setting, and the fix; "" when
-    none differs.
-
-``run | gpufleet.fleet.check_entry``
-    A node's entry for the fleet report from the registered result of its
-    health-check run (gpu_verify): ``{result, error, unreachable,
-    metrics_not_written}``, the JSON document the checks printed or why
-    there is none. The fleet report's own code, in
-    plugins/module_utils/fleet_report.py (``check_entry``); the report itself
-    is written by the action ``gpufleet.fleet.fleet_report``.
-
-``overrides | gpufleet.fleet.profile_overrides_problem``
-    Why gpu_verify_profile_overrides (per-SKU figures laid over
-    gpufleet_check's table, ``{"H200": {"allreduce_8gpu_busbw_gbps": 440}}``)
-    would be refused by gpufleet_check, in its own validator's words
-    (``profiles.merge_overrides`` of the payload's gpufleet_check), or ""
-    when it is fine. Play 1 runs it, so a wrong override stops the host
-    before any change, not every node's checks with a usage error.
-
-``level | gpufleet.fleet.dcgm_level``
-    gpu_verify_dcgm_level (``none``, ``quick``, ``r2``, ``r3``) as dcgmi diag's
-    run level for gpufleet_check's ``--dcgm-level`` (0, 1, 2, 3) and its
-    time limit: ``{"level", "timeout"}``, the timeout gpufleet_check's own
-    default for the level (``dcgm.DEFAULT_TIMEOUT_S``: 300, 900, 2700 s) unless
-    ``timeout`` (gpu_verify_dcgm_timeout) is above 0.
-
-``result | gpufleet.fleet.wheel_plan(context)``
-    Play 1's wheel plan of one node judged: ``result`` is the registered
-    result of roles/pytorch/files/pytorch_wheel_plan.py (pip's ``--dry-run
-    --report`` of the install and a HEAD of each file and index URL),
-    ``context`` the role's settings as ``{source, source_setting,
-    hashes_file, matrix_packages, requirements}``. Returns ``{problems,
-    warnings, files, hosts, summary}``: one problem per host that does not
-    answer (its files, the requirement that needs each), per file the source
-    does not offer or that answers 404 (read from pip's own messages when
-    the resolution stopped there, as pip 25.3 words them), per dependency
-    the hash lock lacks, each with its fix (allow the host, mirror the file,
-    change the pin); ``files``: ``{name, version, url, host, final_host,
-    status, needed_by}`` of the resolved set; a plan that could not run, or
-    a source pip would have to download a whole wheel from, is a warning.
-
+Each filter's manual is its YAML file beside this one (plugins/filter/<name>.yml: what it takes, what it
+returns, examples), which ``ansible-doc -t filter gpufleet.fleet.<name>`` prints;
+``ansible-doc -t filter -l gpufleet.fleet`` lists them all. tests/unit/test_collection.py fails for a filter
+registered here without one.
 """
 
 from __future__ import annotations
@@ -409,7 +175,7 @@ def dkms_status(output: str | Sequence[str] | None) -> list[dict[str, Any]]:
                         "arch": found["arch"], "state": found["state"], "notes": list(dict.fromkeys(notes))})
     return records
 def apt_policy(stdout: Any) -> dict[str, str]:
-    """``{installed, candidate, version, release}`` of one package's ``apt-cache policy`` stanza (see the module)."""
+    """``{installed, candidate, version, release}`` of one package's ``apt-cache policy`` stanza (apt_policy.yml)."""
     found = {"Installed": "", "Candidate": ""}
     # The first stanza: up to the next package's unindented "name:" line.
     stanza = re.split(r"\n(?=\S)", str(stdout or "").lstrip("\n"), maxsplit=1)[0]
@@ -460,7 +226,7 @@ def apt_relations(value: Any) -> list[list[dict[str, str]]]:
 
 
 def apt_stanzas(text: Any) -> list[dict[str, Any]]:
-    """The package stanzas of ``apt-cache show`` / ``Packages`` text, fields parsed as the module says."""
+    """The package stanzas of ``apt-cache show`` / ``Packages`` text, fields parsed as apt_stanzas.yml says."""
     stanzas: list[dict[str, Any]] = []
     fields: dict[str, str] = {}
     last = None
@@ -599,7 +365,7 @@ def _branch_of_version(version: Any) -> str:
 
 
 def foreign_branches(stanzas: Any, branch: Any) -> list[dict[str, str]]:
-    """``{package, version, depends_on, branch}`` of what in the stanzas is another branch's (see the module)."""
+    """``{package, version, depends_on, branch}`` of what in the stanzas is another branch's (foreign_branches.yml)."""
     wanted = str(branch)
     records: list[dict[str, str]] = []
     for stanza in apt_stanzas(stanzas) if isinstance(stanzas, str) else list(stanzas or []):
@@ -675,7 +441,7 @@ def signed_module_mismatches(stanzas: Any, userspace_version: Any) -> list[dict[
 
 def driver_layout(source: Any, branch: Any, kernel: Any = "", module_source: Any = "dkms", headless: Any = True,
                   fabricmanager: Any = False) -> dict[str, Any]:
-    """A driver source's package layout for one branch and kernel (see the module's docstring)."""
+    """A driver source's package layout for one branch and kernel (driver_layout.yml)."""
     layout = as_dict(source)
     branch, kernel = str(branch), str(kernel)
 
@@ -707,7 +473,7 @@ _UNMET_ENTRY = re.compile(r"^ (?P<package>[^\s:]+)(?::[a-z0-9]+)? : ")
 
 
 def apt_simulation(output: Any, held: Any = ()) -> dict[str, Any]:
-    """What ``apt-get -s install`` says it would do (see the module's docstring)."""
+    """What ``apt-get -s install`` says it would do (apt_simulation.yml)."""
     lines = [] if output is None else (output.splitlines() if isinstance(output, str) else [str(line) for line in output])
     installs: dict[str, dict[str, str]] = {}
     removals: dict[str, dict[str, str]] = {}
@@ -784,7 +550,7 @@ def _apt_file_name(key: str) -> str:
 
 
 def apt_source_files(url: Any) -> dict[str, str]:
-    """The files of the one apt source of the repository at ``url`` (see the module's docs)."""
+    """The files of the one apt source of the repository at ``url`` (apt_source_files.yml)."""
     key = _apt_source_key(url)
     name = _apt_file_name(key)
     if len(name) > _APT_NAME_MAX:
@@ -802,7 +568,7 @@ def _same_repository(url: Any, key: str) -> bool:
 
 
 def apt_source_plan(probe: Any, name: Any, url: Any) -> dict[str, Any]:
-    """What entry point main removes before it writes the source of ``url`` for ``name`` (see the module's docs)."""
+    """What entry point main removes before it writes the source of ``url`` for ``name`` (apt_source_plan.yml)."""
     repository = apt_source_files(url)
     target, name = repository["sources_file"], str(name)
     lines = probe.splitlines() if isinstance(probe, str) else [str(line) for line in probe or []]
@@ -1122,7 +888,7 @@ class _Plan:
 
 
 def wheel_plan(result: Any, context: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """Judge a node's wheel plan: the registered result of pytorch_wheel_plan.py (see the module docstring)."""
+    """Judge a node's wheel plan: the registered result of pytorch_wheel_plan.py (wheel_plan.yml)."""
     context = context or {}
     plan: dict[str, Any] = {"problems": [], "warnings": [], "files": [], "hosts": [], "summary": ""}
     result = result if isinstance(result, Mapping) else {}
@@ -1184,7 +950,7 @@ _DCGM_LEVELS = {"none": 0, "quick": 1, "r2": 2, "r3": 3}
 
 
 def dcgm_level(tier: Any, timeout: Any = 0) -> dict[str, int]:
-    """gpu_verify_dcgm_level as dcgmi diag's run level and its time limit (see the module's docs)."""
+    """gpu_verify_dcgm_level as dcgmi diag's run level and its time limit (dcgm_level.yml)."""
     if str(tier) not in _DCGM_LEVELS:
         raise AnsibleFilterError(f"dcgm_level: {tier!r} is not one of {', '.join(_DCGM_LEVELS)}")
     level = _DCGM_LEVELS[str(tier)]

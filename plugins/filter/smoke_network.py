@@ -1,13 +1,5 @@
-"""The smoke training's network verdict, for roles/smoke_training.
-
-``result.network | gpufleet.fleet.smoke_network(nodes, floors, expect_transport, expect_gdr)``
-    ``result.network``: what the payload measured after its training steps (train.py's
-    time_all_reduce: the all-reduce bus bandwidth over every rank and over one rank per node);
-    ``nodes``: each node's output of ``gpufleet_check train`` (its ``nccl``: what NCCL's own log
-    says that node used between nodes); ``floors``: ``{rdma, socket, gloo}`` in GB/s (0: not
-    judged); ``expect_transport`` any|ib|roce|socket, ``expect_gdr`` any|true|false.
-    Returns ``{verdict, problems, notes, measured, backend, transport, gdr, busbw_gbps,
-    world_busbw_gbps, nodes_crossed, floor_gbps, floor_setting, nodes}``.
+"""The smoke training's network verdict, for roles/smoke_training: the filter ``gpufleet.fleet.smoke_network``
+(plugins/filter/smoke_network.yml, ``ansible-doc -t filter gpufleet.fleet.smoke_network``).
 
 The rules are gpufleet_check's (``nccl.judge`` in roles/payload/files/gpufleet_check/nccl.py,
 tested in tests/unit/test_nccl_log.py), imported from the collection: one place for them.

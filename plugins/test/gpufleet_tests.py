@@ -1,15 +1,7 @@
 """gpufleet's Jinja tests: the rules several roles share, in one place.
 
-``result is gpufleet.fleet.fetch_failure``
-    A registered result that failed because a package source or download did not
-    answer (DNS, connection refused or reset, time-out, "Failed to fetch"). Tasks
-    that download retry while this holds and stop at once on any other failure::
-
-        until: __result is not gpufleet.fleet.fetch_failure
-
-``value is gpufleet.fleet.http_url``
-    An http(s) URL with a host, no spaces and no Jinja/shell braces: what every
-    repository, key, index and wheelhouse setting must be.
+Each test's manual is its YAML file beside this one (plugins/test/<name>.yml), which
+``ansible-doc -t test gpufleet.fleet.<name>`` prints.
 """
 
 from __future__ import annotations
