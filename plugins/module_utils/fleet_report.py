@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """The fleet report of a verification run, in one place: from every node's health-check run to the files.
 
 Everything about the report lives here, for every caller:
@@ -103,7 +102,6 @@ import math
 import os
 import re
 import statistics
-import sys
 import tempfile
 import xml.etree.ElementTree as ET
 from collections import Counter, defaultdict
@@ -1143,45 +1141,3 @@ def file_basename(value: str) -> str:
     if not value or value in (".", "..") or "/" in value or os.sep in value:
         raise argparse.ArgumentTypeError(f"{value!r} is not a file name (no directory part)")
     return value
-
-
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description="Write the fleet report (JSON, Markdown, JUnit XML) from the "
-                                                 "verification document on stdin; print the Markdown table.")
-    parser.add_argument("--out-dir", metavar="DIR", required=True, type=Path, help="directory for the three report files")
-    parser.add_argument("--basename", metavar="NAME", default=DEFAULT_BASENAME, type=file_basename,
-                        help=f"file name without extension (default: {DEFAULT_BASENAME})")
-    parser.add_argument("--history-keep", metavar="N", type=int, default=DEFAULT_HISTORY_KEEP,
-                        help=f"runs kept in DIR/{HISTORY_DIR}/{HISTORY_FILE} (0: no history; default {DEFAULT_HISTORY_KEEP})")
-    parser.add_argument("--repeat-failures", metavar="K", type=int, default=DEFAULT_REPEAT_FAILURES,
-                        help=f"repeat offender: failed in K of its last --repeat-runs runs (default {DEFAULT_REPEAT_FAILURES})")
-    parser.add_argument("--repeat-runs", metavar="N", type=int, default=DEFAULT_REPEAT_RUNS,
-                        help=f"runs the repeat-offender rule looks at (default {DEFAULT_REPEAT_RUNS})")
-    parser.add_argument("--outlier-fraction", metavar="F", type=float, default=DEFAULT_OUTLIER_FRACTION,
-                        help=f"outlier: more than F below its GPU model's median (default {DEFAULT_OUTLIER_FRACTION})")
-    return parser.parse_args(argv)
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    try:
-        document = json.loads(sys.stdin.buffer.read())
-        check_history_settings(args.history_keep, args.repeat_failures, args.repeat_runs)
-        check_fraction(args.outlier_fraction)
-        if not isinstance(document, dict) or not isinstance(document.get("hosts"), dict):
-            build_report(document)  # raises InputError, naming what is expected
-    except ValueError as error:  # not JSON, not UTF-8, not the collector's document, or a wrong setting
-        print(f"fleet_report.py: unreadable input, nothing written: {error}", file=sys.stderr)
-        return 2
-    try:
-        report, _ = write_run_report(document, args.out_dir, args.basename, args.history_keep, args.repeat_failures,
-                                     args.repeat_runs, args.outlier_fraction)
-    except OSError as error:
-        print(f"fleet_report.py: cannot write the report in {args.out_dir}: {error}", file=sys.stderr)
-        return 1
-    print(render_terminal(report))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
