@@ -11,8 +11,8 @@ Everything about the report lives here, for every caller:
 * files/gpufleet_verify.py (cron, CI), which imports this module through the
   collection for the schema, the failure lines and the table: ``render_terminal``,
   ``REPORT_SCHEMA``, ``natural_key``, ``DEFAULT_BASENAME``;
-* this file as a command, which writes the report of a saved collector document
-  (below).
+* files/gpufleet_report.py, the command that writes the report of a saved
+  collector document (its usage and exit statuses are there).
 
 The collector's document, one per run (``collect_document`` makes it from the
 registered runs; a node whose checks never ran is named with why)::
@@ -77,15 +77,6 @@ terminal text, and per node ``history_metrics`` (gpufleet_repeat_failures,
 gpufleet_repeat_offender) for the play to write beside its gpufleet.prom.
 The JUnit file is unchanged by them (an outlier or a repeat offender that
 passed is not a failed testcase).
-
-As a command (a saved document on stdin)::
-
-    python3 plugins/module_utils/fleet_report.py --out-dir DIR [--basename fleet-report] [--history-keep N]
-        [--repeat-failures K] [--repeat-runs N] [--outlier-fraction F] < document.json
-
-it prints render_terminal and exits 0 once the files are written, whatever the
-nodes' verdicts; 2 when stdin is not the document above (nothing is written);
-1 when the files cannot be written.
 
 Standard library only: it runs with the controller's Ansible Python and
 imports nothing of Ansible, so that the action plugin, the filter, the cron
@@ -1093,7 +1084,7 @@ def xml_text(text: str) -> str:
     return XML_INVALID_CHARACTERS.sub("\ufffd", text)
 
 
-# --- files and command line ---------------------------------------------------------------------
+# --- files ---
 
 def write_reports(report: dict[str, Any], out_dir: Path, basename: str = DEFAULT_BASENAME) -> list[Path]:
     """Write <basename>.json, .md and .xml in ``out_dir`` (created if needed), each replaced atomically."""

@@ -1,6 +1,6 @@
 """plugins/module_utils/fleet_report.py: the fleet report from the nodes' check results (JSON, Markdown, JUnit),
 imported through the collection as the action plugin gpufleet.fleet.fleet_report, the filter check_entry and
-files/gpufleet_verify.py import it; its command line run as a script."""
+files/gpufleet_verify.py import it; its command line, files/gpufleet_report.py, run as a script."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import pytest
 from ansible_collections.gpufleet.fleet.plugins.module_utils import fleet_report
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = REPO_ROOT / "plugins" / "module_utils" / "fleet_report.py"
+SCRIPT = REPO_ROOT / "files" / "gpufleet_report.py"
 H100 = "NVIDIA H100 80GB HBM3"
 A100 = "NVIDIA A100-SXM4-80GB"
 MISMATCH = "driver_version: loaded module 535.261.03, installed 535.309.01: driver/library mismatch, reboot required"
