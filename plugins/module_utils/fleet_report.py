@@ -493,12 +493,12 @@ def outliers(rows: list[dict[str, Any]], fraction: float = DEFAULT_OUTLIER_FRACT
     flagged, not_judged = [], []
     for (name, model, basis), members in sorted(groups.items()):
         label = members[0][2].get("label") or name
-        hosts = sorted((host for host, _, _ in members), key=natural_key)
+        hosts = sorted((host for host, _value, _figure in members), key=natural_key)
         if len(members) < min_nodes:
             not_judged.append({"figure": name, "label": label, "model": model, "basis": basis, "nodes": len(members),
                                "hosts": hosts, "why": f"fewer than {min_nodes} nodes of this model"})
             continue
-        median = statistics.median(value for _, value, _ in members)
+        median = statistics.median(value for _host, value, _figure in members)
         if median <= 0:
             continue
         for host, value, figure in members:
@@ -894,7 +894,7 @@ def evidence_section(report: dict[str, Any]) -> list[str]:
     passed = [(host, found) for host, found in passed if found]
     if passed:
         lines.append(f"- {len(passed)} node{'' if len(passed) == 1 else 's'} passed with findings that ask for work "
-                     f"({', '.join(host for host, _ in passed)})")
+                     f"({', '.join(host for host, _found in passed)})")
         for host, found in passed:
             lines += [f"  - {host}: {finding['check']}, {finding_line(finding)}" for finding in found]
     return ["", "**Evidence, by failure reason**", "", *lines] if lines else []
