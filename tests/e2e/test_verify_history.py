@@ -22,7 +22,13 @@ import subprocess
 import sys
 
 from conftest import LAB_INVENTORY, REPO, podman, run_playbook
-from test_site_monitoring import MODULE_FIXTURE, by_node, eventually, firing, head  # noqa: F401  (head: a fixture)
+from test_site_monitoring import (  # noqa: F401  (head: a fixture)  # pylint: disable=unused-import
+    MODULE_FIXTURE,
+    by_node,
+    eventually,
+    firing,
+    head,
+)
 
 PAYLOAD_DIR = REPO / "roles" / "payload" / "files"
 if str(PAYLOAD_DIR) not in sys.path:
