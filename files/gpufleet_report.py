@@ -27,8 +27,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """The command line: the report directory, the files' name and the history's and outlier rule's settings."""
     parser = argparse.ArgumentParser(description="Write the fleet report (JSON, Markdown, JUnit XML) from the "
                                                  "verification document on stdin; print the Markdown table.")
-    parser.add_argument("--out-dir", metavar="DIR", required=True, type=Path, help="directory for the three report files")
-    parser.add_argument("--basename", metavar="NAME", default=fleet_report.DEFAULT_BASENAME, type=fleet_report.file_basename,
+    parser.add_argument("--out-dir", metavar="DIR", required=True, type=Path,
+                        help="directory for the three report files")
+    parser.add_argument("--basename", metavar="NAME", default=fleet_report.DEFAULT_BASENAME,
+                        type=fleet_report.file_basename,
                         help=f"file name without extension (default: {fleet_report.DEFAULT_BASENAME})")
     parser.add_argument("--history-keep", metavar="N", type=int, default=fleet_report.DEFAULT_HISTORY_KEEP,
                         help=f"runs kept in DIR/{fleet_report.HISTORY_DIR}/{fleet_report.HISTORY_FILE} "
