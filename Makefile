@@ -71,10 +71,13 @@ lab-clean: lab-destroy
 cache-clean:
 	rm -rf "$(GPUFLEET_LAB_CACHE)"
 
+# ansible-test sanity on a copy of the working tree (tools/sanity.py; its per-test venvs
+# are kept in .cache/ansible-test, the first run builds them from PyPI).
 lint: venv
 	$(BIN)/yamllint --strict .
 	$(BIN)/ansible-lint --profile production
 	$(BIN)/python tools/check_argument_specs.py
+	$(BIN)/python tools/sanity.py
 
 unit: venv
 	$(BIN)/pytest -q -n 2 tests/unit

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """Verify the GPU fleet from cron or CI: run playbooks/verify.yml, print the fleet table, exit 0/1/2.
 
 Usage::
@@ -322,6 +322,7 @@ def node_problems(report: dict[str, Any], stats: dict[str, dict[str, int]]) -> d
 
 def reasons_text(node: dict[str, Any]) -> str:
     return "; ".join(node["reasons"]) or "no reason given"
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """Write a pip hash lock for a wheelhouse: one exact pin per project with the
 SHA-256 of each of its wheels, for `pip install --require-hashes -r LOCK`.
 
@@ -65,7 +65,7 @@ def lock_lines(directory: Path) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("directory", type=Path, help="the wheelhouse directory")
     parser.add_argument("--out", type=Path, help="write here (atomically) instead of to stdout")
     args = parser.parse_args(argv)

@@ -49,7 +49,7 @@ class ActionModule(ActionBase):
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result = super().run(tmp, task_vars)
-        _, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
         try:
             basename = file_basename(args["basename"])
         except Exception as error:  # argparse's type error: the same rule as the command line's

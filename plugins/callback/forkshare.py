@@ -21,14 +21,10 @@ docs/scale.md (play 1 on light lab nodes, with and without it).
 
 from __future__ import annotations
 
-import gc
-
-from ansible.plugins.callback import CallbackBase
-
 DOCUMENTATION = r"""
 name: forkshare
 type: notification
-author: gpufleet maintainers
+author: gpufleet maintainers (@gpufleet)
 short_description: Freezes the controller's garbage collector before each task, so that forked workers share its memory
 description:
   - Before each task and handler, in the main ansible-playbook process, collects garbage once and freezes every object
@@ -37,6 +33,10 @@ description:
 requirements:
   - enable in configuration (callbacks_enabled)
 """
+
+import gc
+
+from ansible.plugins.callback import CallbackBase
 
 
 def refreeze() -> None:

@@ -17,15 +17,10 @@ its output stays the same. Enable it in ansible.cfg (gpufleet's does)::
 
 from __future__ import annotations
 
-import threading
-import time
-
-from ansible.plugins.callback import CallbackBase
-
 DOCUMENTATION = r"""
 name: progress
 type: notification
-author: gpufleet maintainers
+author: gpufleet maintainers (@gpufleet)
 short_description: Print a progress line while a task runs longer than an interval
 description:
   - >-
@@ -53,6 +48,11 @@ options:
       - section: callback_gpufleet_progress
         key: max_hosts
 """
+
+import threading
+import time
+
+from ansible.plugins.callback import CallbackBase
 
 
 def elapsed_text(seconds: float) -> str:

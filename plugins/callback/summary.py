@@ -21,15 +21,10 @@ report from an earlier run is never taken for this run's.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
-from ansible.plugins.callback import CallbackBase
-
 DOCUMENTATION = r"""
 name: summary
 type: notification
-author: gpufleet maintainers
+author: gpufleet maintainers (@gpufleet)
 short_description: A plain summary at the end of a gpufleet run (plays, failed hosts, reports)
 description:
   - Prints, after the recap, one line per play of the playbook (hosts ok and failed, or that it did not run),
@@ -37,6 +32,11 @@ description:
 requirements:
   - enable in configuration (callbacks_enabled)
 """
+
+import json
+from pathlib import Path
+
+from ansible.plugins.callback import CallbackBase
 
 # The JSON beside each announced report, whose "verdict" the summary shows.
 VERDICT_FILES = {"verify": "fleet-report.json", "smoke": None}
@@ -128,7 +128,7 @@ class CallbackModule(CallbackBase):
                 continue
             hosts = self.hosts.get(play, set())
             stopped = self.stopped.get(play, {})
-            kinds = [kind for kind, _, _ in stopped.values()]
+            kinds = [kind for kind, _task, _message in stopped.values()]
             parts = [f"{len(hosts) - len(stopped)} ok"]
             parts += [f"{kinds.count(kind)} {kind}" for kind in ("failed", "unreachable") if kinds.count(kind)]
             lines.append(f"{play}: " + (", ".join(parts) if hosts else "no host matched"))

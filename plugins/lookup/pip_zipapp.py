@@ -25,19 +25,9 @@ the run ends), under a lock, so the hosts' workers share one file.
 
 from __future__ import annotations
 
-import fcntl
-import importlib.metadata
-import os
-import re
-import zipfile
-from pathlib import Path
-from typing import Any
-
-from ansible.plugins.lookup import LookupBase
-
 DOCUMENTATION = r"""
 name: pip_zipapp
-author: gpufleet maintainers
+author: gpufleet maintainers (@gpufleet)
 short_description: The controller's pip as a zip file a node's Python can run (play 1's wheel resolution)
 description:
   - Builds, once per run, a zip of the controller's installed pip package with a __main__.py, in ansible's local
@@ -53,6 +43,16 @@ _raw:
   type: list
   elements: dict
 """
+
+import fcntl
+import importlib.metadata
+import os
+import re
+import zipfile
+from pathlib import Path
+from typing import Any
+
+from ansible.plugins.lookup import LookupBase
 
 # The first pip whose --dry-run does not download a wheel whose PEP 658 metadata the index serves (see above).
 MIN_PIP = (25, 3)

@@ -16,17 +16,9 @@ defaults/main.yml, once the role runs.
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
-
-import yaml
-
-from ansible.errors import AnsibleLookupError
-from ansible.plugins.lookup import LookupBase
-
 DOCUMENTATION = r"""
 name: role_settings
-author: gpufleet maintainers
+author: gpufleet maintainers (@gpufleet)
 short_description: The settings of every role of this collection, from their argument specs
 description:
   - Returns one mapping of role name to the sorted option names of all the role's entry points.
@@ -41,6 +33,14 @@ _raw:
   type: list
   elements: dict
 """
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ansible.errors import AnsibleLookupError
+from ansible.plugins.lookup import LookupBase
 
 ROLES_DIR = Path(__file__).resolve().parents[2] / "roles"
 # Each spec file parsed once per file version and process, with libyaml's

@@ -31,19 +31,9 @@ on a setting, so that a role can list every wrong setting at once.
 
 from __future__ import annotations
 
-import datetime
-import re
-from pathlib import Path
-from typing import Any
-
-import yaml
-
-from ansible.errors import AnsibleLookupError
-from ansible.plugins.lookup import LookupBase
-
 DOCUMENTATION = r"""
 name: stack
-author: gpufleet maintainers
+author: gpufleet maintainers (@gpufleet)
 short_description: Resolve the compatibility matrix into one driver/CUDA/cuDNN/NCCL/PyTorch stack
 description:
   - Reads files/compatibility.yml of this collection (the only place that does) and returns one resolved stack
@@ -135,6 +125,16 @@ _raw:
   type: list
   elements: dict
 """
+
+import datetime
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ansible.errors import AnsibleLookupError
+from ansible.plugins.lookup import LookupBase
 
 MATRIX_FILE = Path(__file__).resolve().parents[2] / "files" / "compatibility.yml"
 _VARIANT = re.compile(r"^cu(\d+)(\d)$")
@@ -248,7 +248,7 @@ def os_python(matrix: dict[str, Any], distribution: Any = "", os_version: Any = 
     """The OS's python3 (matrix os_pythons): Ubuntu 20.04 -> 3.8; Debian 12.5 -> its major version's, 3.11; '' unknown."""
     pythons = {str(key): value for key, value in (matrix.get("os_pythons") or {}).items()}
     distribution, version = _text(distribution), _text(os_version)
-    for key in (f"{distribution} {version}", f"{distribution} {version.split('.')[0]}"):
+    for key in (f"{distribution} {version}", f"{distribution} {version.split('.', maxsplit=1)[0]}"):
         row = pythons.get(key)
         if row:
             return _text(row.get("python") if isinstance(row, dict) else row)
@@ -615,7 +615,7 @@ def gpu_generations(matrix: dict[str, Any], device_ids: Any = (), driver_branch:
             errors.append(f"{names['driver_branch']} {branch} no longer drives {gpu_text}: branch {last} is the last "
                           f"for {gpu['architecture']} ({_text(published.get('architectures'))}); "
                           + (f"set {names['driver_branch']} to {' or '.join(fits)}" if fits else
-                             f"no driver branch of the compatibility matrix drives it"))
+                             "no driver branch of the compatibility matrix drives it"))
         needed = gpu["min_cuda"]
         if release and needed and _version_tuple(release) < _version_tuple(needed):
             fits = [c for c in cudas if _version_tuple(c) >= _version_tuple(needed)]

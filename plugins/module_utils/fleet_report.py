@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """The fleet report of a verification run, in one place: from every node's health-check run to the files.
 
 Everything about the report lives here, for every caller:
@@ -12,8 +11,8 @@ Everything about the report lives here, for every caller:
 * files/gpufleet_verify.py (cron, CI), which imports this module through the
   collection for the schema, the failure lines and the table: ``render_terminal``,
   ``REPORT_SCHEMA``, ``natural_key``, ``DEFAULT_BASENAME``;
-* this file as a command, which writes the report of a saved collector document
-  (below).
+* files/gpufleet_report.py, the command that writes the report of a saved
+  collector document (its usage and exit statuses are there).
 
 The collector's document, one per run (``collect_document`` makes it from the
 registered runs; a node whose checks never ran is named with why)::
@@ -79,15 +78,6 @@ gpufleet_repeat_offender) for the play to write beside its gpufleet.prom.
 The JUnit file is unchanged by them (an outlier or a repeat offender that
 passed is not a failed testcase).
 
-As a command (a saved document on stdin)::
-
-    python3 plugins/module_utils/fleet_report.py --out-dir DIR [--basename fleet-report] [--history-keep N]
-        [--repeat-failures K] [--repeat-runs N] [--outlier-fraction F] < document.json
-
-it prints render_terminal and exits 0 once the files are written, whatever the
-nodes' verdicts; 2 when stdin is not the document above (nothing is written);
-1 when the files cannot be written.
-
 Standard library only: it runs with the controller's Ansible Python and
 imports nothing of Ansible, so that the action plugin, the filter, the cron
 entry point and the tests share this one copy.
@@ -103,7 +93,6 @@ import math
 import os
 import re
 import statistics
-import sys
 import tempfile
 import xml.etree.ElementTree as ET
 from collections import Counter, defaultdict
@@ -504,12 +493,12 @@ def outliers(rows: list[dict[str, Any]], fraction: float = DEFAULT_OUTLIER_FRACT
     flagged, not_judged = [], []
     for (name, model, basis), members in sorted(groups.items()):
         label = members[0][2].get("label") or name
-        hosts = sorted((host for host, _, _ in members), key=natural_key)
+        hosts = sorted((host for host, _value, _figure in members), key=natural_key)
         if len(members) < min_nodes:
             not_judged.append({"figure": name, "label": label, "model": model, "basis": basis, "nodes": len(members),
                                "hosts": hosts, "why": f"fewer than {min_nodes} nodes of this model"})
             continue
-        median = statistics.median(value for _, value, _ in members)
+        median = statistics.median(value for _host, value, _figure in members)
         if median <= 0:
             continue
         for host, value, figure in members:
@@ -905,7 +894,7 @@ def evidence_section(report: dict[str, Any]) -> list[str]:
     passed = [(host, found) for host, found in passed if found]
     if passed:
         lines.append(f"- {len(passed)} node{'' if len(passed) == 1 else 's'} passed with findings that ask for work "
-                     f"({', '.join(host for host, _ in passed)})")
+                     f"({', '.join(host for host, _found in passed)})")
         for host, found in passed:
             lines += [f"  - {host}: {finding['check']}, {finding_line(finding)}" for finding in found]
     return ["", "**Evidence, by failure reason**", "", *lines] if lines else []
@@ -1095,7 +1084,7 @@ def xml_text(text: str) -> str:
     return XML_INVALID_CHARACTERS.sub("\ufffd", text)
 
 
-# --- files and command line ---------------------------------------------------------------------
+# --- files ---
 
 def write_reports(report: dict[str, Any], out_dir: Path, basename: str = DEFAULT_BASENAME) -> list[Path]:
     """Write <basename>.json, .md and .xml in ``out_dir`` (created if needed), each replaced atomically."""
@@ -1143,45 +1132,3 @@ def file_basename(value: str) -> str:
     if not value or value in (".", "..") or "/" in value or os.sep in value:
         raise argparse.ArgumentTypeError(f"{value!r} is not a file name (no directory part)")
     return value
-
-
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description="Write the fleet report (JSON, Markdown, JUnit XML) from the "
-                                                 "verification document on stdin; print the Markdown table.")
-    parser.add_argument("--out-dir", metavar="DIR", required=True, type=Path, help="directory for the three report files")
-    parser.add_argument("--basename", metavar="NAME", default=DEFAULT_BASENAME, type=file_basename,
-                        help=f"file name without extension (default: {DEFAULT_BASENAME})")
-    parser.add_argument("--history-keep", metavar="N", type=int, default=DEFAULT_HISTORY_KEEP,
-                        help=f"runs kept in DIR/{HISTORY_DIR}/{HISTORY_FILE} (0: no history; default {DEFAULT_HISTORY_KEEP})")
-    parser.add_argument("--repeat-failures", metavar="K", type=int, default=DEFAULT_REPEAT_FAILURES,
-                        help=f"repeat offender: failed in K of its last --repeat-runs runs (default {DEFAULT_REPEAT_FAILURES})")
-    parser.add_argument("--repeat-runs", metavar="N", type=int, default=DEFAULT_REPEAT_RUNS,
-                        help=f"runs the repeat-offender rule looks at (default {DEFAULT_REPEAT_RUNS})")
-    parser.add_argument("--outlier-fraction", metavar="F", type=float, default=DEFAULT_OUTLIER_FRACTION,
-                        help=f"outlier: more than F below its GPU model's median (default {DEFAULT_OUTLIER_FRACTION})")
-    return parser.parse_args(argv)
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    try:
-        document = json.loads(sys.stdin.buffer.read())
-        check_history_settings(args.history_keep, args.repeat_failures, args.repeat_runs)
-        check_fraction(args.outlier_fraction)
-        if not isinstance(document, dict) or not isinstance(document.get("hosts"), dict):
-            build_report(document)  # raises InputError, naming what is expected
-    except ValueError as error:  # not JSON, not UTF-8, not the collector's document, or a wrong setting
-        print(f"fleet_report.py: unreadable input, nothing written: {error}", file=sys.stderr)
-        return 2
-    try:
-        report, _ = write_run_report(document, args.out_dir, args.basename, args.history_keep, args.repeat_failures,
-                                     args.repeat_runs, args.outlier_fraction)
-    except OSError as error:
-        print(f"fleet_report.py: cannot write the report in {args.out_dir}: {error}", file=sys.stderr)
-        return 1
-    print(render_terminal(report))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

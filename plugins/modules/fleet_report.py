@@ -39,7 +39,7 @@ options:
     type: str
     default: fleet-report
 author:
-  - gpufleet maintainers
+  - gpufleet maintainers (@gpufleet)
 """
 
 EXAMPLES = r"""

@@ -192,7 +192,7 @@ def test_bad_input_stops_before_any_change(request, bad_input_run, extravars, ex
 
 
 def test_every_case_stopped_and_no_other_host(bad_input_run):
-    run, _, _ = bad_input_run
+    run, _before, _after = bad_input_run
     assert set(run.failures()) == {alias(case.id) for case in SOURCE_CASES + CASES}
 
 

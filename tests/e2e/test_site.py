@@ -90,7 +90,7 @@ def test_site_converges_then_is_idempotent(tmp_path, lab_hosts):
         assert (f["pytorch_cuda_version"], f["pytorch_cudnn_version"], f["pytorch_nccl_version"]) == ("12.1", "8.9.2", "2.20.5"), host
 
     check_reports(reports, lab_hosts)
-    [show] = first.results("Show the smoke training").values()  # run once
+    [show] = list(first.results("Show the smoke training").values())  # run once
     assert " GB/s busbw (" in show["msg"] and "one rank each; gloo over TCP, transport not read: not NCCL)" in show["msg"]
 
     second = run_playbook(tmp_path, "site.yml", LAB_INVENTORY, extravars=extravars)

@@ -99,7 +99,7 @@ def test_upgrade_moves_a_node_from_branch_535_to_580_and_a_second_run_changes_no
     packages = installed(node)
     # Every package of branch 535 went (the firmware too, which nothing replaced); 580's are installed and held.
     assert sorted(packages) == stack(NEW), packages
-    assert {version for version, _ in packages.values()} == {f"{NEW}-0gpufleetlab1"}
+    assert {version for version, _status in packages.values()} == {f"{NEW}-0gpufleetlab1"}
     assert node.exec("apt-mark showhold").split() == stack(NEW)
     dkms = node.exec("dkms status")
     assert f"nvidia/{NEW}, " in dkms and OLD not in dkms, dkms

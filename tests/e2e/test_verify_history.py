@@ -11,8 +11,8 @@ the real ones a verify.yml run on the lab leaves in the report; in each, the GPU
 "skipped, no GPU" there) are replaced with what gpufleet_check's own judge_gemm makes of one NVIDIA H200 at
 801 TFLOP/s (this project's H200, measured: docs/gpu.md, "Measured on a GPU"), the last node's figure edited to
 700 (above its floor, 0.85 x 794.5 = 675.3, and 12.6 % below the others' 801). The report's command
-(plugins/module_utils/fleet_report.py, the code the play's action runs) must name that node an outlier while
-every node passes. Runs after test_site.py (the stack is installed); about 5 verify runs in all."""
+(files/gpufleet_report.py, with plugins/module_utils/fleet_report.py, the code the play's action runs) must name
+that node an outlier while every node passes. Runs after test_site.py (the stack is installed); about 5 verify runs in all."""
 
 from __future__ import annotations
 
@@ -22,7 +22,13 @@ import subprocess
 import sys
 
 from conftest import LAB_INVENTORY, REPO, podman, run_playbook
-from test_site_monitoring import MODULE_FIXTURE, by_node, eventually, firing, head  # noqa: F401  (head: a fixture)
+from test_site_monitoring import (  # noqa: F401  (head: a fixture)  # pylint: disable=unused-import
+    MODULE_FIXTURE,
+    by_node,
+    eventually,
+    firing,
+    head,
+)
 
 PAYLOAD_DIR = REPO / "roles" / "payload" / "files"
 if str(PAYLOAD_DIR) not in sys.path:
@@ -131,7 +137,7 @@ def test_a_slow_node_that_passes_its_floors_is_an_outlier(tmp_path, lab_hosts):
     doc = {"generated": read_report(reports)["generated"], "inventory": str(LAB_INVENTORY), "playbook": "verify",
            "hosts": hosts}
     out = tmp_path / "outliers"
-    proc = subprocess.run([sys.executable, str(REPO / "plugins" / "module_utils" / "fleet_report.py"), "--out-dir", str(out)],
+    proc = subprocess.run([sys.executable, str(REPO / "files" / "gpufleet_report.py"), "--out-dir", str(out)],
                           input=json.dumps(doc), capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 0, proc.stderr
 

@@ -1,4 +1,4 @@
-#!/bin/bash
+#!/usr/bin/env bash
 # The GPU-only checks, for a machine with an NVIDIA GPU and a CUDA build of
 # torch (not part of `make test`: CI has no GPU). Runs the standalone health
 # check (gpufleet_check.pyz, with the payload on every GPU) and the payload's

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """Which stack a GPU-tier run measured, said plainly (tests/gpu/device-check.sh).
 
     python stack_record.py COMPATIBILITY_YML OUT_JSON
@@ -58,7 +58,7 @@ def load_matrix(path: Path) -> dict[str, Any]:
 def compare(measured: dict[str, Any], matrix: dict[str, Any]) -> dict[str, Any]:
     """The matrix's row for the measured torch and what differs from it ([] when it is the matrix's stack)."""
     version = measured.get("torch") or ""
-    release, _, local = version.partition("+")
+    release, _plus, local = version.partition("+")
     cuda = measured.get("cuda")
     variant = local or (f"cu{cuda.replace('.', '')}" if cuda else "cpu")
     row = (matrix.get("pytorch_releases") or {}).get(release)

@@ -49,7 +49,7 @@ def cpu_host(tmp_path: Path) -> dict[str, Any]:
 
 def run(cpu_host: dict[str, Any], *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, str(CHECK), *args], env=cpu_host["env"], capture_output=True,
-                          text=True, timeout=timeout)
+                          text=True, timeout=timeout, check=False)
 
 
 def explain(proc: subprocess.CompletedProcess[str]) -> str:
@@ -126,7 +126,7 @@ def test_train_subcommand_two_nodes_time_the_all_reduce_between_them(cpu_host: d
     args = ["--nproc-per-node", "2", "--rdzv-id", "two-nodes", "--timeout", "240", "--",
             "--steps", "12", "--batch-size", "64", "--busbw-mib", "4", "--busbw-iters", "5"]
     nodes = [subprocess.Popen([*cmd, "--rdzv-endpoint", endpoint, *args], env=cpu_host["env"], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+                              stderr=subprocess.PIPE, text=True) for _node in range(2)]
     outs = [json.loads(node.communicate(timeout=300)[0]) for node in nodes]
     assert [out["rc"] for out in outs] == [0, 0], [out["log_tail"] for out in outs]
     assert [out["nccl"] for out in outs] == [None, None]  # gloo: NCCL wrote no log, nothing to read
@@ -210,7 +210,7 @@ def test_train_subcommand_names_a_rank_killed_by_a_signal(cpu_host: dict[str, An
     time.sleep(2)
     victim = next(pid for pid in pids if "LOCAL_RANK=1" in Path(f"/proc/{pid}/environ").read_bytes().decode().split("\0"))
     os.kill(victim, 9)
-    stdout, _ = proc.communicate(timeout=60)
+    stdout, _stderr = proc.communicate(timeout=60)
     out = json.loads(stdout)
     assert out["rc"] != 0 and out["result"] is None
     assert {"rank": 1, "exitcode": -9} in [{k: f[k] for k in ("rank", "exitcode")} for f in out["failures"]], out["failures"]

@@ -223,4 +223,3 @@ def driver() -> Callable[..., role_run.Outcome]:
     object); tests must not modify them.
     """
     return driver_config
-

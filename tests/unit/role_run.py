@@ -495,7 +495,7 @@ def start_runner() -> None:
     def stop() -> None:
         # The runner ends on the pipe's end; one stuck in a run is killed rather than waited for.
         ours.close()
-        for _ in range(100):
+        for _attempt in range(100):
             if os.waitpid(pid, os.WNOHANG) != (0, 0):
                 return
             time.sleep(0.1)

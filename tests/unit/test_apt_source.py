@@ -168,14 +168,14 @@ def test_ansible_refuses_an_entry_point_without_its_inputs(tmp_path, entry_point
 
 def test_every_caller_includes_both_the_trial_and_the_configuration():
     for role in CALLERS:
-        entry_points = [(t.get("ansible.builtin.include_role") or {}).get("tasks_from", "main") for _, t in include_tasks(role)]
+        entry_points = [(t.get("ansible.builtin.include_role") or {}).get("tasks_from", "main") for _file, t in include_tasks(role)]
         assert "trial" in entry_points and "main" in entry_points, role
 
 
 @pytest.mark.parametrize(("role", "task_file", "entry_point"),
                          [(role, f, (t.get("ansible.builtin.include_role") or {}).get("tasks_from", "main"))
                           for role in CALLERS for f, t in include_tasks(role)],
-                         ids=lambda v: str(v))
+                         ids=str)
 def test_callers_pass_every_required_input_and_only_inputs(role, task_file, entry_point):
     given = set(include_task(role, task_file, entry_point).get("vars") or {})
     assert required(entry_point) - given == set(), f"roles/{role}/tasks/{task_file} does not give {entry_point} these"
@@ -226,7 +226,7 @@ def _stanzas(text: str) -> list[dict[str, str]]:
                 stanzas.append(current)
             current = {}
             continue
-        key, _, value = line.partition(":")
+        key, _colon, value = line.partition(":")
         assert key not in current
         current[key] = value.strip()
     return stanzas
@@ -290,7 +290,7 @@ def _policy(tmp_path: Path, preferences: str, repos: dict[str, list[tuple[str, s
         (tmp_path / part).mkdir(parents=True)
     (tmp_path / "parts" / "test.sources").write_text("\n".join(sources))
     (tmp_path / "prefs" / "gpufleet-test.pref").write_text(preferences)
-    options = [f"-oDir::Etc::SourceList=/dev/null", f"-oDir::Etc::SourceParts={tmp_path / 'parts'}",
+    options = ["-oDir::Etc::SourceList=/dev/null", f"-oDir::Etc::SourceParts={tmp_path / 'parts'}",
                f"-oDir::State::Lists={tmp_path / 'lists'}", f"-oDir::Cache={tmp_path / 'cache'}", "-oDir::State::status=/dev/null",
                "-oDir::Etc::Preferences=/dev/null", f"-oDir::Etc::PreferencesParts={tmp_path / 'prefs'}",
                "-oDebug::NoLocking=1", "-oAPT::Sandbox::User=root",
@@ -626,14 +626,14 @@ def test_the_ubuntu_defaults_of_driver_and_cuda_are_one_source_for_a_real_apt(dr
     # Before: one file per role.
     before = {"gpufleet-nvidia-driver.sources": _served(drv["main_source"], signed_repository, keyring),
               "gpufleet-cuda.sources": _served(cud["main_source"], signed_repository, keyring)}
-    rc, out, _ = _apt_update(tmp_path / "before", before)
+    rc, out, _options = _apt_update(tmp_path / "before", before)
     assert rc == 0, out
     assert re.search(r"(?m)^W: Target Packages \(Packages\) is configured multiple times in \S+/gpufleet-cuda\.sources:1"
                      r" and \S+/gpufleet-nvidia-driver\.sources:1$", out), out
 
     # Now: the repository's one file.
     rc, out, options = _apt_update(tmp_path / "now", {Path(UBUNTU2204_SOURCE_FILE).name: _served(drv["main_source"], signed_repository,
-                                                                                                keyring)})
+                                                                                                 keyring)})
     assert rc == 0, out
     assert re.findall(r"(?m)^[WEN]: .*$", out) == [], out
     offered = subprocess.run(["apt-cache", *options, "madison", "gpufleet-test-tool"], capture_output=True, text=True, check=True)
@@ -647,7 +647,7 @@ def test_two_signed_by_for_one_repository_break_apt_and_are_refused_in_play_1(dr
     drv, cud = driver("ubuntu2204", "nvidia"), cuda_config("ubuntu2204", cuda_repository_keyring=SITE_KEYRING)
     before = {"gpufleet-nvidia-driver.sources": _served(drv["main_source"], signed_repository),
               "gpufleet-cuda.sources": _served(cud["main_source"], signed_repository)}
-    rc, out, _ = _apt_update(tmp_path, before)
+    rc, out, _options = _apt_update(tmp_path, before)
     assert rc != 0
     # apt reads gpufleet-cuda.sources first (sources.list.d in name order).
     assert (f"E: Conflicting values set for option Signed-By regarding source {signed_repository['url']}/repo/ /: "
@@ -750,7 +750,7 @@ def test_different_repositories_never_share_a_name():
     keys = ["a.example/b_c", "a.example/b/c", "a.example_b/c", "a.example/b-c", "a.example/b--c", "a.example/b-2dc",
             "a.example/b%2dc", "a.example/x86_64", "a.example/x86-5f64", "a.example:81/r", "a.example/81/r"]
     generator = random.Random(27)
-    keys += ["".join(generator.choice("ab/_-.:%~9é") for _ in range(generator.randint(1, 12))) for _ in range(3000)]
+    keys += ["".join(generator.choice("ab/_-.:%~9é") for _char in range(generator.randint(1, 12))) for _key in range(3000)]
     names = {}
     for key in set(keys):
         name = filters._apt_file_name(key)
@@ -844,7 +844,7 @@ def test_a_host_of_the_old_names_moves_to_the_one_source_and_apt_never_sees_both
     assert host.converge("nvidia-driver", local, text) == ["gpufleet-cuda.sources", "gpufleet-nvidia-driver.sources"]
     new = filters.apt_source_files(local)["sources_file"].rpartition("/")[2]
     assert sorted(host.files()) == sorted([new, "gpufleet-nvidia-container-toolkit.sources"])
-    rc, out, _ = _apt_update(tmp_path / "apt", {new: host.files()[new]})
+    rc, out, _options = _apt_update(tmp_path / "apt", {new: host.files()[new]})
     assert rc == 0 and re.findall(r"(?m)^[WEN]: .*$", out) == [], out
 
     assert host.converge("cuda", local, _served(cud["main_source"], signed_repository, keyring)) == []

@@ -178,7 +178,7 @@ def test_a_failed_run_is_flagged_with_its_reason():
     """A run that failed (rc != 0; verify with 3 nodes failing is meant to) is named under the table with the first
     failure of its summary: its figures are of a play cut short."""
     failed = run("play 1", 100, 200.0, 90.0, rc=2, tail=["GPUFLEET SUMMARY", "failed: gpufleet-scale-86 (apt): not signed",
-                                                        "failed: gpufleet-scale-87 (apt): not signed"])
+                                                         "failed: gpufleet-scale-87 (apt): not signed"])
     meant = run("verify", 100, 40.0, 58.0, variant="3 failing", rc=2, mismatched=["a"], stopped="b")
     text = scale.report(results([run("play 1", 1, 12.0, 9.0), failed, meant]))
     assert ("FAILED: play 1 on 100 nodes (tuned), rc 2: its figures are of a failed run, not comparable; failed: "

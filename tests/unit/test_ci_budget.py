@@ -64,7 +64,7 @@ def test_last_rehearsal_covers_every_stage_of_today(record):
     assert modules == {m.removesuffix(".py") for m in stages.suite_modules()}, (
         "the e2e modules changed since the last rehearsal: rehearse again and record it")
     assert all(s["status"] == "passed" and s["seconds"] is not None for s in record["stages"])
-    ran = {f"{m}::{t.split('[')[0]}" for s in record["stages"] for m, _secs, tests in s["detail"] for t, *_ in tests}
+    ran = {f"{m}::{t.split('[')[0]}" for s in record["stages"] for m, _secs, tests in s["detail"] for t, *_fields in tests}
     assert not ran & set(stages.slow_tests()), "a slow test ran in the suite: the rehearsal is of another tree"
 
 

@@ -599,15 +599,17 @@ BAD_IMAGE_INPUT = [
     ({"container_image_torch_variant": "cu118"}, "container_image_torch_variant cu118 does not match CUDA 12.1"),
     ({"container_image_name": "Bad Name"}, "container_image_name 'Bad Name' is not an image name"),
     ({"container_image_tag": "2.5.1+cu121"}, "container_image_tag '2.5.1+cu121' is not an image tag"),
-    ({"container_image_index_url": "download.pytorch.org/whl/{variant}"}, "container_image_index_url 'download.pytorch.org/whl/{variant}' is not an http(s) URL"),
-    ({"container_image_wheelhouse_url": "http://mirror/wheels"}, "container_image_wheelhouse_url 'http://mirror/wheels' is not the http(s) URL of a directory listing"),
+    ({"container_image_index_url": "download.pytorch.org/whl/{variant}"},
+     "container_image_index_url 'download.pytorch.org/whl/{variant}' is not an http(s) URL"),
+    ({"container_image_wheelhouse_url": "http://mirror/wheels"},
+     "container_image_wheelhouse_url 'http://mirror/wheels' is not the http(s) URL of a directory listing"),
     ({"container_image_pip_extra_args": ["--proxy http://proxy:3128"]}, "container_image_pip_extra_args must be a list of options without spaces"),
     ({"container_image_build_dir": "/opt"}, "container_image_build_dir '/opt' must be an absolute path of its own"),
     ({"container_image_build_dir": "relative/dir"}, "container_image_build_dir 'relative/dir' must be an absolute path of its own"),
 ]
 
 
-@pytest.mark.parametrize(("overrides", "message"), BAD_INPUT, ids=[next(iter(o)) + "=" + str(next(iter(o.values()))) for o, _ in BAD_INPUT])
+@pytest.mark.parametrize(("overrides", "message"), BAD_INPUT, ids=[next(iter(o)) + "=" + str(next(iter(o.values()))) for o, _message in BAD_INPUT])
 def test_bad_input_is_rejected_naming_the_variable(overrides, message):
     cfg = cfg_for("ubuntu2204", **overrides)
     assert cfg.failure is not None, overrides
@@ -616,7 +618,7 @@ def test_bad_input_is_rejected_naming_the_variable(overrides, message):
 
 
 @pytest.mark.parametrize(("overrides", "message"), BAD_IMAGE_INPUT,
-                         ids=[next(iter(o)) + "=" + str(next(iter(o.values()))) for o, _ in BAD_IMAGE_INPUT])
+                         ids=[next(iter(o)) + "=" + str(next(iter(o.values()))) for o, _message in BAD_IMAGE_INPUT])
 def test_bad_image_input_is_rejected_when_the_image_is_built(overrides, message):
     """Image settings are checked when container_build_image is on."""
     cfg = cfg_for("ubuntu2204", container_build_image=True, **overrides)
@@ -631,7 +633,7 @@ def test_image_settings_are_not_checked_without_an_image():
 
 EVERY_PROBLEM = {"container_engine": "podman", "container_nvidia_toolkit_version": "x", "container_cdi_spec_file": "nvidia.yaml",
                  "container_build_image": True, "container_image_name": "UPPER"}
-MERGED_IMAGE_INPUT = {key: value for overrides, _ in BAD_IMAGE_INPUT for key, value in overrides.items()}
+MERGED_IMAGE_INPUT = {key: value for overrides, _message in BAD_IMAGE_INPUT for key, value in overrides.items()}
 
 
 def test_every_problem_comes_in_one_message():

@@ -233,7 +233,7 @@ def _stanzas(repo: Path) -> dict:
             if line[:1] in (" ", "\t") and last:
                 fields[last] += " " + line.strip()
             else:
-                last, _, value = line.partition(":")
+                last, _colon, value = line.partition(":")
                 fields[last] = value.strip()
         out[fields["Package"]] = fields
     return out

@@ -66,7 +66,7 @@ CASES = {
 
 
 def _case(name: str) -> tuple[str, dict[str, Any]]:
-    host, source, kernels, status, _ = CASES[name]
+    host, source, kernels, status, _to_build = CASES[name]
     return host, {"nvidia_driver_source": source, **_probes(kernels, status)}
 
 

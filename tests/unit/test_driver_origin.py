@@ -54,7 +54,7 @@ UBUNTU_PACKAGES = {
 # no longer offers it: the version pattern alone).
 CASES = [("ubuntu2204", "ubuntu", f"{VERSION}-0ubuntu0.22.04.1"), ("ubuntu2204", "nvidia", f"{VERSION}-0ubuntu1"),
          ("ubuntu2204", "ubuntu", ""), ("ubuntu2204", "nvidia", "")]
-CASE_IDS = [f"{source}-{'build' if build else 'pattern'}" for _, source, build in CASES]
+CASE_IDS = [f"{source}-{'build' if build else 'pattern'}" for _fake_host, source, build in CASES]
 for _host, _source, _build in CASES:
     declare_driver(_host, _source, preflight={"nvswitch_count": 4}, **(trial_found(_build) if _build else {}))
     declare_driver(_host, _source)
@@ -311,7 +311,7 @@ def test_the_trial_script_prints_the_stanzas_of_the_version_asked_for(tmp_path):
            "TRIAL_SHOW": "nvidia-utils-535 libnvidia-extra-535", "TRIAL_SHOW_VERSION": VERSION}
     result = subprocess.run(["bash", str(script)], capture_output=True, text=True, env=env, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
-    madison, _, shown = result.stdout.partition("[stanzas]\n")
+    madison, _separator, shown = result.stdout.partition("[stanzas]\n")
     assert [line.split("|")[1].strip() for line in madison.splitlines()] == ["535.274.02-0ubuntu1", f"{VERSION}-0ubuntu1"]
     stanzas = parse_deb822(shown)
     assert [(s["Package"], s["Version"]) for s in stanzas] == [("nvidia-utils-535", f"{VERSION}-0ubuntu1"),

@@ -33,6 +33,8 @@ def cuda_sources_file(host: str) -> str:
     """The one source file of NVIDIA's CUDA repository for ``host`` (gpufleet_filters.apt_source_files: the URL without
     its scheme, / as _, - as --, any other character as -XX; x86_64 is x86-5f64)."""
     return f"/etc/apt/sources.list.d/gpufleet-developer.download.nvidia.com_compute_cuda_repos_{host}_x86-5f64.sources"
+
+
 UBUNTU_RELEASES = {"ubuntu2004": "focal", "ubuntu2204": "jammy"}
 
 # Every (fake host, nvidia_driver_source) combination files/compatibility.yml supports.
@@ -57,8 +59,8 @@ _VARIANTS = (
     + [(host, "ubuntu", "-secureboot", SECURE_BOOT) for host in UBUNTU_RELEASES]
     + [(host, source, "-full", FULL_DRIVER) for host, source in SCENARIOS]
 )
-VARIANTS = [(host, source, overrides) for host, source, _, overrides in _VARIANTS]
-VARIANT_IDS = [f"{host}-{source}{label}" for host, source, label, _ in _VARIANTS]
+VARIANTS = [(host, source, overrides) for host, source, _label, overrides in _VARIANTS]
+VARIANT_IDS = [f"{host}-{source}{label}" for host, source, label, _overrides in _VARIANTS]
 
 
 def _family(host: str, source: str) -> str:
@@ -597,7 +599,7 @@ def test_pin_leaves_other_packages_alone(driver, host, source):
     others = OTHER_BRANCH_PACKAGES[family]
     assert [p for p, v in others if pinned(p, patterns) and fnmatchcase(v, pin_version)] == []
     if family in BRANCH_IN_NAMES:
-        assert [p for p, _ in others if pinned(p, patterns)] == []
+        assert [p for p, _version in others if pinned(p, patterns)] == []
 
 
 @pytest.mark.parametrize(("host", "source"), SCENARIOS, ids=SCENARIO_IDS)

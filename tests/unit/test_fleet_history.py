@@ -243,7 +243,7 @@ def test_history_keeps_the_last_n_runs_in_order(tmp_path):
 
 def test_a_failed_run_is_kept_with_its_checks_reasons_and_action_classes(tmp_path):
     (tmp_path / "docs").mkdir()
-    report, _ = fleet_report.write_run_report(xid_and_remap_doc(tmp_path / "docs"), tmp_path / "out")
+    report, _paths = fleet_report.write_run_report(xid_and_remap_doc(tmp_path / "docs"), tmp_path / "out")
     nodes = history_lines(tmp_path / "out")[0]["nodes"]
     [xid] = nodes["node-1"]["failed"]
     assert (xid["check"], xid["action_class"]) == ("xid", "drain")
@@ -316,7 +316,7 @@ def test_a_history_that_cannot_be_written_leaves_the_report(tmp_path):
 
 
 def test_no_history_when_keep_is_0(tmp_path):
-    report, _ = fleet_report.write_run_report(document(**{"node-1": passing_result("node-1")}), tmp_path, history_keep=0)
+    report, _paths = fleet_report.write_run_report(document(**{"node-1": passing_result("node-1")}), tmp_path, history_keep=0)
     assert not (tmp_path / "history").exists()
     assert report["history"] is None and report["repeat_offenders"] == []
     assert fleet_report.history_metrics(report) == {}
@@ -442,5 +442,5 @@ def test_repeat_offenders_in_the_reports_and_the_metrics(tmp_path):
     assert 'gpufleet_repeat_failures{window="3"} 2\n' in metrics["node-2"]
     assert 'gpufleet_repeat_offender{window="3",threshold="2"} 1\n' in metrics["node-2"]
     assert 'gpufleet_repeat_offender{window="3",threshold="2"} 0\n' in metrics["node-1"]
-    for name, (kind, _) in fleet_report.HISTORY_METRICS.items():
+    for name, (kind, _help) in fleet_report.HISTORY_METRICS.items():
         assert f"# TYPE {name} {kind}\n" in metrics["node-1"]

@@ -56,8 +56,10 @@ DEBIAN = layouts("Debian", "debian12")
 # downloaded from the ubuntu/focal-updates / ubuntu/focal-security repositories (in restricted)", then these
 # lines of its dpkg -l (verbatim; the comment's list goes on).
 FOCAL_CANONICAL_DPKG = """\
-ii  libnvidia-cfg1-535:amd64                                    535.86.05-0ubuntu0.20.04.2                  amd64        NVIDIA binary OpenGL/GLX configuration library
-ii  libnvidia-common-535                                        535.86.05-0ubuntu0.20.04.2                  all          Shared files used by the NVIDIA libraries
+ii  libnvidia-cfg1-535:amd64                                    535.86.05-0ubuntu0.20.04.2                  amd64      \
+  NVIDIA binary OpenGL/GLX configuration library
+ii  libnvidia-common-535                                        535.86.05-0ubuntu0.20.04.2                  all        \
+  Shared files used by the NVIDIA libraries
 ii  libnvidia-compute-535:amd64                                 535.86.05-0ubuntu0.20.04.2                  amd64        NVIDIA libcompute package
 ii  libnvidia-decode-535:amd64                                  535.86.05-0ubuntu0.20.04.2                  amd64        NVIDIA Video Decoding runtime libraries
 ii  libnvidia-encode-535:amd64                                  535.86.05-0ubuntu0.20.04.2                  amd64        NVENC Video Encoding runtime library
@@ -70,7 +72,8 @@ ii  libnvidia-cfg1-550-server:amd64                  550.127.08-0ubuntu0.24.04.1
 ii  libnvidia-compute-550-server:amd64               550.127.08-0ubuntu0.24.04.1       amd64        NVIDIA libcompute package
 ii  linux-modules-nvidia-550-server-6.8.0-51-generic 6.8.0-51.52+1                     amd64        Linux kernel nvidia modules for version 6.8.0-51
 ii  linux-objects-nvidia-550-server-6.8.0-51-generic 6.8.0-51.52+1                     amd64        Linux kernel nvidia modules for version 6.8.0-51 (objects)
-ii  linux-signatures-nvidia-6.8.0-51-generic         6.8.0-51.52+1                     amd64        Linux kernel signatures for nvidia modules for version 6.8.0-51-generic
+ii  linux-signatures-nvidia-6.8.0-51-generic         6.8.0-51.52+1                     amd64        Linux kernel\
+ signatures for nvidia modules for version 6.8.0-51-generic
 ii  nvidia-compute-utils-550-server                  550.127.08-0ubuntu0.24.04.1       amd64        NVIDIA compute utilities
 ii  nvidia-firmware-550-server-550.127.08            550.127.08-0ubuntu0.24.04.1       amd64        Firmware files used by the kernel module
 """
@@ -329,7 +332,7 @@ def test_canonicals_driver_is_foreign_on_a_default_ubuntu_host(tmp_path):
     host.repository("focal-updates", FOCAL_UPDATES, FOCAL_CANONICAL)
     verdict = judge(host.probe(), UBUNTU_FOCAL, "nvidia")
     assert verdict["foreign"] and verdict["stop"]
-    assert sorted(p["package"] for p in verdict["packages"]) == sorted(name.split(":")[0] for name, _, _ in FOCAL_CANONICAL)
+    assert sorted(p["package"] for p in verdict["packages"]) == sorted(name.split(":")[0] for name, _version, _arch in FOCAL_CANONICAL)
     assert {p["origin"] for p in verdict["packages"]} == {"origin Ubuntu, suite focal-updates"}
     message = verdict["message"]
     assert message.startswith("nvidia_driver on gpu01: NVIDIA driver packages gpufleet did not install: ")
@@ -341,7 +344,7 @@ def test_canonicals_driver_is_foreign_on_a_default_ubuntu_host(tmp_path):
     replace = judge(host.probe(), UBUNTU_FOCAL, "nvidia", mode="replace")
     assert replace["stop"] is False and replace["uninstall"] == []
     # As dpkg names them (the architecture of Multi-Arch: same packages kept): apt takes those names.
-    assert sorted(replace["remove"]) == sorted(name for name, _, _ in FOCAL_CANONICAL)
+    assert sorted(replace["remove"]) == sorted(name for name, _version, _arch in FOCAL_CANONICAL)
     assert "play 2 purges libnvidia-cfg1-535:amd64" in replace["notice"]
 
 
@@ -359,7 +362,7 @@ def test_canonicals_server_packages_can_be_adopted_with_source_ubuntu(tmp_path):
             'nvidia_driver_foreign_driver: adopt') in verdict["message"]
     adopted = judge(output, UBUNTU, "ubuntu", branch="550", mode="adopt")
     assert adopted["foreign"] is False and adopted["stop"] is False
-    assert sorted(adopted["adopted"]) == sorted(name.split(":")[0] for name, _, _ in NOBLE_SERVER)
+    assert sorted(adopted["adopted"]) == sorted(name.split(":")[0] for name, _version, _arch in NOBLE_SERVER)
     # adopt takes over only the configured branch.
     other_branch = judge(output, UBUNTU, "ubuntu", branch="535", mode="adopt")
     assert other_branch["stop"] and "adopt, which takes over only packages of source 'ubuntu' and branch 535" in other_branch["message"]
@@ -552,7 +555,7 @@ def test_a_host_gpufleet_installed_goes_on_and_removes_nothing(in_role):
 def test_replace_purges_the_packages_in_play_2(in_role):
     cfg = in_role["canonical, replace"]
     assert cfg.failure is None and cfg["uninstall_runs"] is False and cfg["purge_runs"] is True
-    assert cfg["purge"] == {"name": [name for name, _, _ in FOCAL_CANONICAL], "state": "absent", "purge": True,
+    assert cfg["purge"] == {"name": [name for name, _version, _arch in FOCAL_CANONICAL], "state": "absent", "purge": True,
                             "allow_change_held_packages": True}
 
 

@@ -202,7 +202,7 @@ def run_cli(host: FakeHost, *args: str) -> subprocess.CompletedProcess[str]:
     (blocker / "__init__.py").write_text('raise ImportError("torch is blocked by the test")\n')
     env = {**os.environ, "PATH": str(host.bin), "PYTHONPATH": str(blocker.parent), "PYTHONWARNINGS": "ignore"}
     return subprocess.run([sys.executable, str(PYZ), *args], env=env, capture_output=True, text=True,
-                          timeout=60)
+                          timeout=60, check=False)
 
 
 def explain(proc: subprocess.CompletedProcess[str]) -> str:
@@ -222,7 +222,6 @@ def fake_torch(gpus: int, peer_access: Any = lambda i, j: True) -> SimpleNamespa
 def with_torch(p: Any, torch: SimpleNamespace) -> Any:
     p.__dict__["torch"] = torch  # what the cached property would hold
     return p
-
 
 
 # --------------------------------------------------------------------------- PCI bus and driver versions
@@ -277,7 +276,7 @@ def test_ldconfig_output_parsing() -> None:
             "\tlibnvidia-ml.so (libc6,x86-64) => /lib/x86_64-linux-gnu/libnvidia-ml.so\n"
             "\tlibcuda.so.1 (libc6,x86-64) => /lib/x86_64-linux-gnu/libcuda.so.1\n")
     assert facts.parse_ldconfig(text, "libnvidia-ml.so.1") == ["/lib/x86_64-linux-gnu/libnvidia-ml.so.1",
-                                                             "/lib/i386-linux-gnu/libnvidia-ml.so.1"]
+                                                               "/lib/i386-linux-gnu/libnvidia-ml.so.1"]
     assert facts.parse_ldconfig(text, "libfoo.so.1") == []
     debian_path = "/usr/lib/x86_64-linux-gnu/nvidia/current/libnvidia-ml.so.535.261.03"
     assert facts.library_version(debian_path) == "535.261.03"
@@ -581,7 +580,7 @@ def test_allreduce_threshold_follows_topology(host: FakeHost, monkeypatch: pytes
 # Azure/azurehpc-health-checks @ 0e0a1ac2 conf/nd96isr_h100_v5.conf: check_nccl_allreduce 460.0 1 16G (nccl-tests
 # -b 16G -e 16G: 16 GiB, NVIDIA/nccl-tests src/common.cu parsesize @ a0b82b22).
 def test_allreduce_of_8_h100s_is_judged_against_azures_floor_at_its_size(host: FakeHost,
-                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     host.nvidia_smi(h100_listing(), dgx_topology())
     sizes: list[int] = []
 
@@ -654,7 +653,7 @@ def test_gemm_slowest_gpu_and_report(healthy_h100: FakeHost, monkeypatch: pytest
     monkeypatch.setattr(checks.Probe, "torch", property(lambda self: fake_torch(8)))
     monkeypatch.setattr(checks, "torch_versions", lambda torch: {})
     report = checks.build_report(cli.parse_args(healthy_h100.argv("--skip", "torch_cuda", "--skip", "libraries",
-                                                              "--skip", "allreduce_busbw", "--skip", "memory_bandwidth")))
+                                                                  "--skip", "allreduce_busbw", "--skip", "memory_bandwidth")))
     gemm = by_name(report)["gemm"]
     assert (gemm["verdict"], gemm["value"], gemm["threshold"]) == ("fail", 300.0, pytest.approx(0.85 * 794.5))
     assert gemm["detail"].startswith("n=8192 bfloat16; GPU 5 NVIDIA H100 80GB HBM3: 300.0 TFLOP/s, 38% of the "
@@ -1321,9 +1320,9 @@ def gemm_report(healthy: FakeHost, monkeypatch: pytest.MonkeyPatch) -> dict[str,
     monkeypatch.setattr(checks, "measure_allreduce", lambda world, nbytes: {"seconds": nbytes / 300e9, "correct": True})
     monkeypatch.setattr(checks.Probe, "torch", property(lambda self: fake_torch(8)))
     monkeypatch.setattr(checks, "torch_versions", lambda torch: {"torch": "2.5.1+cu121", "cuda": "12.1", "cudnn": "8.9.2",
-                                                            "nccl": "2.18.1"})
+                                                                 "nccl": "2.18.1"})
     return checks.build_report(cli.parse_args(healthy.argv("--skip", "torch_cuda", "--skip", "libraries",
-                                                      "--skip", "p2p_topology")))
+                                                           "--skip", "p2p_topology")))
 
 
 def test_metrics_of_a_gpu_node_parse_back(healthy_h100: FakeHost,
@@ -1345,17 +1344,17 @@ def test_metrics_of_a_gpu_node_parse_back(healthy_h100: FakeHost,
                                    "cuda": "12.1", "cudnn": "8.9.2", "nccl": "2.18.1", "torch": "2.5.1+cu121",
                                    "python": report["versions"]["python"]}
     gemm = values(families, "gpufleet_gemm_flops_per_second")
-    assert [labels["gpu"] for labels, _ in gemm] == [str(i) for i in range(8)]
-    assert all(labels["model"] == "NVIDIA H100 80GB HBM3" for labels, _ in gemm)
+    assert [labels["gpu"] for labels, _value in gemm] == [str(i) for i in range(8)]
+    assert all(labels["model"] == "NVIDIA H100 80GB HBM3" for labels, _value in gemm)
     assert gemm[3][0]["uuid"] == "GPU-4b0c8a3e-21f7-3c55-9e1d-000000000003"
-    assert [v for _, v in gemm] == pytest.approx([(300.0 if i == 5 else 700.0 + i) * 1e12 for i in range(8)])
+    assert [v for _labels, v in gemm] == pytest.approx([(300.0 if i == 5 else 700.0 + i) * 1e12 for i in range(8)])
     ecc = {labels["gpu"]: v for labels, v in values(families, "gpufleet_gpu_ecc_uncorrected_errors")}
     assert ecc == {str(i): (2.0 if i == 3 else 0.0) for i in range(8)}
     copies = values(families, "gpufleet_memory_bandwidth_bytes_per_second")
-    assert [(labels["gpu"], labels["copy"]) for labels, _ in copies[:3]] == [("0", "device"), ("0", "h2d"), ("0", "d2h")]
+    assert [(labels["gpu"], labels["copy"]) for labels, _value in copies[:3]] == [("0", "device"), ("0", "h2d"), ("0", "d2h")]
     assert copies[3][0] == {"gpu": "1", "model": "NVIDIA H100 80GB HBM3", "uuid": "GPU-4b0c8a3e-21f7-3c55-9e1d-000000000001",
                             "copy": "device"}  # nvidia-smi's UUID, as the GEMM figure's
-    assert [v for _, v in copies] == pytest.approx([x * 1e9 for i in range(8) for x in (2900.0 + i, 55.0, 53.0)])
+    assert [v for _labels, v in copies] == pytest.approx([x * 1e9 for i in range(8) for x in (2900.0 + i, 55.0, 53.0)])
     [(fabric, busbw)] = values(families, "gpufleet_allreduce_busbw_bytes_per_second")
     assert fabric == {"fabric": "nvlink"} and busbw == pytest.approx(300e9 * 2 * 7 / 8)
     status = values(families, "gpufleet_check_status")
@@ -1363,7 +1362,7 @@ def test_metrics_of_a_gpu_node_parse_back(healthy_h100: FakeHost,
         mine = {labels["status"]: v for labels, v in status if labels["check"] == check["name"]}
         assert mine == {s: float(s == check["verdict"]) for s in ("pass", "fail", "warn", "skipped")}, check["name"]
     assert {labels["check"] for labels, v in status if labels["status"] == "fail" and v == 1} == {"gemm", "nvidia_smi"}
-    [(_, finished)] = values(families, "gpufleet_verify_timestamp_seconds")
+    [(_labels, finished)] = values(families, "gpufleet_verify_timestamp_seconds")
     started = datetime.strptime(report["started"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc).timestamp()
     assert finished == pytest.approx(started + report["duration_s"])
     assert values(families, "gpufleet_verify_duration_seconds") == [({}, pytest.approx(report["duration_s"]))]
@@ -1373,11 +1372,11 @@ def test_metrics_leave_out_what_was_not_measured(host: FakeHost) -> None:
     report = checks.build_report(cli.parse_args(host.argv("--skip", "torch_cuda")))
     families = parse_exposition(metrics.metrics_text(report))
     assert set(metrics.METRICS) - set(families) == {"gpufleet_gemm_flops_per_second", "gpufleet_gpu_ecc_uncorrected_errors",
-                                               "gpufleet_memory_bandwidth_bytes_per_second",
-                                               "gpufleet_allreduce_busbw_bytes_per_second", *HEALTH_ONLY_METRICS}
+                                                    "gpufleet_memory_bandwidth_bytes_per_second",
+                                                    "gpufleet_allreduce_busbw_bytes_per_second", *HEALTH_ONLY_METRICS}
     assert values(families, "gpufleet_verify_passed") == [({}, 0.0)]  # nothing was checked
     assert values(families, "gpufleet_gpus") == [({}, 0.0)]
-    [(info, _)] = values(families, "gpufleet_versions_info")
+    [(info, _value)] = values(families, "gpufleet_versions_info")
     assert info["driver_installed"] == info["driver_loaded"] == info["torch"] == ""  # unknown: empty, never "None"
 
 
@@ -1569,12 +1568,13 @@ Traceback (most recent call last):
   File "/opt/gpufleet/payload/train.py", line 400, in main
     raise RuntimeError("boom on purpose")
 RuntimeError: boom on purpose
-E1201 05:59:45.911000 26576 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: 3) local_rank: 1 (pid: 26625) of binary: /opt/gpufleet/venv/bin/python
+E1201 05:59:45.911000 26576 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: 3) local_rank: 1\
+ (pid: 26625) of binary: /opt/gpufleet/venv/bin/python
 Traceback (most recent call last):
   File "<frozen runpy>", line 198, in _run_module_as_main
   File "/opt/gpufleet/venv/lib/python3.11/site-packages/torch/distributed/launcher/api.py", line 383, in launch_agent
     raise ChildFailedError(
-torch.distributed.elastic.multiprocessing.errors.ChildFailedError: 
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\x20
 ============================================================
 /opt/gpufleet/payload/train.py FAILED
 ------------------------------------------------------------
@@ -1592,7 +1592,7 @@ Root Cause (first observed failure):
     File "/opt/gpufleet/payload/train.py", line 400, in main
       raise RuntimeError("boom on purpose")
   RuntimeError: boom on purpose
-  
+\x20\x20
 ============================================================
 """
 
@@ -1727,7 +1727,7 @@ def test_a_cpu_torch_says_it_has_no_cuda_instead_of_comparing(healthy_h100: Fake
 
 
 def test_a_cpu_torch_without_a_gpu_is_not_failed_by_the_comparison(driver_only: FakeHost, tmp_path: Path,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """No GPU, a CPU-only torch (its version.py as the wheel installs it), no --expect-cuda: expected builds
     given or not, the check is skipped "no GPU" and says plainly that the build has no CUDA."""
     package = tmp_path / "site" / "torch"

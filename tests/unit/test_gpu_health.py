@@ -325,7 +325,7 @@ def test_inactive_nvlink_fails() -> None:
 def test_v100_inactive_links_as_reported() -> None:
     status = health.parse_nvlink_status(data("nvlink", "v100-status-azhpc-issue73.txt"))
     assert [(g["index"], g["links"]) for g in status] == [(3, {0: 25.781, 1: 25.781, 2: 25.781, 3: None, 4: 25.781,
-                                                                 5: None})]
+                                                               5: None})]
     (found,) = health.judge_nvlink(status)
     assert found["evidence"] == "NVLink 3, 5 inactive (4 of 6 up)"
 
@@ -384,7 +384,7 @@ def test_ib_expectations() -> None:
     ports = health.parse_ib_ports(IB_TREE)
     found, counted = health.judge_ib_ports(ports, expect_ports=8, min_rate_gbps=400, link_layer="InfiniBand")
     assert (found, len(counted)) == ([], 8)
-    found, _ = health.judge_ib_ports(ports, expect_ports=9, min_rate_gbps=400)
+    found, _counted = health.judge_ib_ports(ports, expect_ports=9, min_rate_gbps=400)
     assert [f["verdict"] for f in found] == ["warn", "fail"]  # the 200 Gb/s RoCE port: slow, and one short
     assert found[1]["evidence"] == "8 InfiniBand/RoCE port(s) ACTIVE at >= 400 Gb/s, expected 9"
 
@@ -400,7 +400,7 @@ def test_a_down_ib_port_fails_the_expectation(tmp_path: Path) -> None:
     found, counted = health.judge_ib_ports(ports, expect_ports=8, min_rate_gbps=400, link_layer="InfiniBand")
     assert len(counted) == 7
     assert [(f["gpu"], f["verdict"]) for f in found] == [("mlx5_4 port 1", "warn"), ("node", "fail")]
-    found, _ = health.judge_ib_ports(ports)  # no expectation: a warning only
+    found, _counted = health.judge_ib_ports(ports)  # no expectation: a warning only
     assert verdicts(found) == [("mlx5_4 port 1", "warn")]
 
 
@@ -677,7 +677,8 @@ def run_cli(tmp_path: Path, *args: str, path: str | None = None) -> tuple[subpro
     argv = ["--json", "--sysfs-pci-dir", str(tmp_path / "sysfs"), "--module-version-file", str(tmp_path / "none"),
             "--driver-proc-file", str(tmp_path / "none"), "--driver-lib-dir", str(tmp_path / "libs"),
             "--sysfs-infiniband-dir", str(tmp_path / "ib"), "--sysfs-module-dir", str(tmp_path / "modules"), *args]
-    proc = subprocess.run([sys.executable, str(PYZ), *argv], env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([sys.executable, str(PYZ), *argv], env=env, capture_output=True, text=True, timeout=120,
+                          check=False)
     try:
         checks = {c["name"]: c for c in json.loads(proc.stdout)["checks"]}
     except ValueError:
@@ -745,7 +746,8 @@ def test_cli_interconnect_expectation_is_judged_without_a_gpu(tmp_path: Path) ->
     check = checks["interconnect"]
     assert check["verdict"] == "fail"
     assert [f["evidence"].split(",")[0] for f in check["findings"]] == [
-        "0 InfiniBand/RoCE port(s) ACTIVE at >= 400 Gb/s", "nvidia_peermem not loaded (no " + str(tmp_path / "modules" / "nvidia_peermem") + "): no GPUDirect RDMA"]
+        "0 InfiniBand/RoCE port(s) ACTIVE at >= 400 Gb/s",
+        f"nvidia_peermem not loaded (no {tmp_path / 'modules' / 'nvidia_peermem'}): no GPUDirect RDMA"]
     shutil.rmtree(tmp_path / "ib")
     shutil.copytree(IB_TREE, tmp_path / "ib")
     (tmp_path / "modules" / "nvidia_peermem").mkdir()
@@ -767,7 +769,7 @@ def test_cli_profile_overrides_are_checked_before_any_check(tmp_path: Path) -> N
 
 @pytest.mark.parametrize("value", ["48,x", "4.8"])
 def test_cli_xid_codes_are_numbers(tmp_path: Path, value: str) -> None:
-    proc, _ = run_cli(tmp_path, "--xid-drain", value)
+    proc, _checks = run_cli(tmp_path, "--xid-drain", value)
     assert proc.returncode == 2 and "expected Xid codes" in proc.stderr
 
 
@@ -798,14 +800,14 @@ def gpu_host(tmp_path: Path) -> Path:
 
 
 def test_dcgm_not_installed_and_mig_refusal(gpu_host: Path) -> None:
-    _, checks = run_cli(gpu_host)
+    _proc, checks = run_cli(gpu_host)
     assert checks["dcgm"]["detail"] == "not installed (dcgmi not on PATH)"
     fake_tool(gpu_host / "bin", "dcgmi", "echo should not run >&2; exit 3\n")
-    _, checks = run_cli(gpu_host)
+    _proc, checks = run_cli(gpu_host)
     assert checks["dcgm"]["verdict"] == "skipped"
     assert checks["dcgm"]["detail"].startswith("refused: MIG mode is enabled on GPU 0 (00000000:01:00.0)")
     assert checks["clocks"]["verdict"] == "pass" and checks["gpu_errors"]["verdict"] == "pass"
-    _, checks = run_cli(gpu_host, "--dcgm-level", "0")
+    _proc, checks = run_cli(gpu_host, "--dcgm-level", "0")
     assert checks["dcgm"]["detail"] == "not requested (--dcgm-level 0)"
 
 
@@ -814,33 +816,33 @@ def test_dcgm_runs_under_a_time_limit(gpu_host: Path) -> None:
     fake_tool(gpu_host / "bin", "nvidia-smi", f'if [ "$1" = "-q" ]; then "{CAT}" "{DATA}/smi-text/h100-8gpu-535.183.01.txt"; fi\n')
     fake_tool(gpu_host / "bin", "dcgmi", f'"{SLEEP}" 30\n')
     began = time.monotonic()
-    _, checks = run_cli(gpu_host, "--dcgm-timeout", "1")
+    _proc, checks = run_cli(gpu_host, "--dcgm-timeout", "1")
     assert time.monotonic() - began < 25
     assert checks["dcgm"]["verdict"] == "fail" and "did not finish within 1 s" in checks["dcgm"]["detail"]
     report = DATA / "dcgm" / "dcgm3-r2-virtualclient.json"
     fake_tool(gpu_host / "bin", "dcgmi",
               f'[ "$*" = "diag -r 2 -j" ] || exit 9\necho "Successfully ran diagnostic for group."\n"{CAT}" "{report}"\n')
-    _, checks = run_cli(gpu_host, "--dcgm-level", "2")
+    _proc, checks = run_cli(gpu_host, "--dcgm-level", "2")
     assert checks["dcgm"]["verdict"] == "pass", checks["dcgm"]
     assert checks["dcgm"]["detail"].startswith("11 test(s) (11 Pass) from dcgmi diag -r 2 -j (rc 0, ")
     fake_tool(gpu_host / "bin", "dcgmi", 'echo "Error: unable to establish a connection to the specified host: localhost"; exit 1\n')
-    _, checks = run_cli(gpu_host)
+    _proc, checks = run_cli(gpu_host)
     assert checks["dcgm"]["verdict"] == "warn" and "nv-hostengine" in checks["dcgm"]["detail"]
 
 
 def test_xid_without_a_readable_kernel_log_warns(gpu_host: Path) -> None:
-    _, checks = run_cli(gpu_host)
+    _proc, checks = run_cli(gpu_host)
     assert checks["xid"]["verdict"] == "warn" and checks["xid"]["detail"].startswith("kernel log not readable")
     fake_tool(gpu_host / "bin", "journalctl", 'echo "Hint: You are currently not seeing messages from other users and '
                                               'the system." >&2\nexit 0\n')
     log = DATA / "xid" / "dmesg-iso-h100-xid48-63-94.log"
     fake_tool(gpu_host / "bin", "dmesg", f'[ "$*" = "--time-format iso" ] || exit 9\n"{CAT}" "{log}"\n')
-    _, checks = run_cli(gpu_host, "--xid-window-hours", "0")
+    _proc, checks = run_cli(gpu_host, "--xid-window-hours", "0")
     assert checks["xid"]["verdict"] == "fail" and checks["xid"]["source"] == "dmesg --time-format iso"
 
 
 def test_nvlink_of_a_gpu_without_links_is_skipped(gpu_host: Path) -> None:
-    _, checks = run_cli(gpu_host)
+    _proc, checks = run_cli(gpu_host)
     assert checks["nvlink"]["verdict"] == "skipped"
     assert checks["nvlink"]["detail"].startswith("one GPU (1 x NVIDIA A100-SXM4-80GB (profile A100-SXM4-80GB)): ")
 
@@ -922,7 +924,7 @@ def test_saved_outputs_become_metrics_and_actions(tmp_path: Path) -> None:
                            "--metrics-file", str(prom))
     report = json.loads(proc.stdout)
     found = [(name, f) for name, check in checks.items() for f in check.get("findings") or []]
-    counts = {c: sum(f["action_class"] == c for _, f in found) for c in health.ACTION_CLASSES}
+    counts = {c: sum(f["action_class"] == c for _check, f in found) for c in health.ACTION_CLASSES}
     assert report["actions"] == counts and counts["reboot"] >= 1 and counts["drain"] >= 2
     assert checks["nvlink"]["error_counters"] and all(set(c) == {"gpu", "link", "counter", "value"}
                                                       for c in checks["nvlink"]["error_counters"])
@@ -946,14 +948,14 @@ def test_profile_overrides_on_the_command_line(tmp_path: Path) -> None:
     proc, checks = run_cli(tmp_path, "--profile-overrides-json", '{"H200": {"allreduce_8gpu_busbw_gbpss": 440}}')
     assert proc.returncode == 2 and checks == {}
     assert "--profile-overrides-json" in proc.stderr and "unknown field(s) allreduce_8gpu_busbw_gbpss" in proc.stderr
-    proc, _ = run_cli(tmp_path, "--profile-overrides-json", "{not json")
+    proc, _checks = run_cli(tmp_path, "--profile-overrides-json", "{not json")
     assert proc.returncode == 2 and "not JSON" in proc.stderr
     proc, checks = run_cli(tmp_path, "--profile-overrides-json", '{"H100 80GB HBM3": {"pcie_min_width": 32}}',
                            "--smi-query-file", str(DATA / "smi-text" / "h100-8gpu-535.183.01.txt"))
     assert checks["pcie"]["verdict"] == "fail" and "below the H100 80GB HBM3 floor x32" in checks["pcie"]["detail"]
     site = tmp_path / "site.json"
     site.write_text("{}")
-    proc, _ = run_cli(tmp_path, "--profile-overrides", str(site), "--profile-overrides-json", "{}")
+    proc, _checks = run_cli(tmp_path, "--profile-overrides", str(site), "--profile-overrides-json", "{}")
     assert proc.returncode == 2 and "not allowed with argument" in proc.stderr
 
 

@@ -149,7 +149,8 @@ def test_wrong_health_settings_are_named(settings: dict[str, Any], message: str)
     assert "[2]" not in cfg.failure, cfg.failure
 
 
-for _settings in [{}, {"gpu_verify_kernel_log_file": "/var/log/kern log"}, {"gpu_verify_dcgm_level": "none"}, {"gpu_verify_dcgm_level": "r2"}, {"gpu_verify_dcgm_level": "r3"},
+for _settings in [{}, {"gpu_verify_kernel_log_file": "/var/log/kern log"}, {"gpu_verify_dcgm_level": "none"},
+                  {"gpu_verify_dcgm_level": "r2"}, {"gpu_verify_dcgm_level": "r3"},
                   {"gpu_verify_dcgm_level": "r3", "gpu_verify_dcgm_timeout": 3600, "gpu_verify_timeout": 900},
                   {"gpu_verify_profile_overrides": {"H200": {"allreduce_8gpu_busbw_gbps": 440},
                                                     "GB200": {"device_ids": ["2941"], "nvlink_links": 18}}},

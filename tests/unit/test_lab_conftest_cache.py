@@ -85,7 +85,7 @@ def test_any_other_compile_goes_to_the_compiler_each_time(probe, tmp_path):
     _run, runs, work, _info = probe
     (work / "module.c").write_text("int good;")
     env = {**os.environ, "RUNS": str(tmp_path / "runs"), "GPUFLEET_LAB_CCACHE": ""}
-    for _ in range(2):
+    for _run in range(2):
         subprocess.run([sys.executable, str(SCRIPT), str(tmp_path / "fake-cc"), "-c", "module.c"], cwd=work, env=env,
                        check=True, capture_output=True)
     assert runs() == 2

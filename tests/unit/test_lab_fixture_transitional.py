@@ -60,7 +60,7 @@ def test_the_roles_trial_reads_it_and_play_1s_filter_refuses_it(fixture_repo):
            "TRIAL_SHOW": "nvidia-kernel-dkms nvidia-smi libcuda1 nvidia-persistenced", "TRIAL_SHOW_VERSION": "535.261.03"}
     result = subprocess.run(["bash", str(TRIAL)], capture_output=True, text=True, env=env, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
-    madison, _, shown = result.stdout.partition("[stanzas]\n")
+    madison, _separator, shown = result.stdout.partition("[stanzas]\n")
     assert [line.split("|")[1].strip() for line in madison.splitlines()] == [VERSION]
     assert filters.foreign_branches(shown, "535") == [
         {"package": "nvidia-smi", "version": VERSION, "depends_on": "libnvidia-compute-580", "branch": "580"}]

@@ -47,7 +47,7 @@ def test_every_log_cites_its_published_source():
     for path in files:
         header = [line for line in path.read_text().splitlines() if line.startswith("# ")]
         assert header and header[0].startswith(("# Source: https://github.com/",
-                                                 "# Source: captured on the lent GPU machine of tests/gpu/device-check.sh")), path.name
+                                                "# Source: captured on the lent GPU machine of tests/gpu/device-check.sh")), path.name
         if "device-check.sh" in header[0]:
             assert "driver" in " ".join(header) and "torch" in " ".join(header), path.name  # its stack
         text = " ".join(header)

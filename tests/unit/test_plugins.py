@@ -178,6 +178,8 @@ def test_dkms_status_reads_a_whole_output_and_leaves_out_other_lines():
     ]
     assert filters.dkms_status(output.splitlines()) == filters.dkms_status(output)
     assert filters.dkms_status("") == filters.dkms_status(None) == []
+
+
 # --- apt_policy ----------------------------------------------------------------
 
 # `LC_ALL=C apt-cache policy slurmd bash` as printed on a Debian 12 host (bookworm's slurm-wlm 22.05.8-4+deb12u3:
@@ -224,6 +226,8 @@ def test_apt_policy_without_a_version_is_empty(stdout):
 
 def test_apt_policy_release_drops_the_epoch():
     assert filters.apt_policy("x:\n  Installed: 1:21.08.5-2ubuntu1\n  Candidate: (none)\n")["release"] == "21.08"
+
+
 def test_per_message_says_each_warning_once_with_its_hosts():
     messages = ["branch 535 is past its end of life", "", "branch 535 is past its end of life", "other  \n text", None]
     assert filters.per_message(messages, ["n1", "n2", "n3", "n4", "n5"]) == [
@@ -312,12 +316,12 @@ def test_role_spec_of_an_unknown_role_is_a_clear_error():
     ("4.2.3-4.1.1", "", {"release": "4.2.3-4.1.1", "dcgm": "4.2.3", "dcgm_major": 4}),
     ("3.3.9-3.6.1-ubuntu22.04", "", {"release": "3.3.9-3.6.1", "dcgm": "3.3.9", "dcgm_major": 3}),
     ("", "https://repo.example.com/dcgm-exporter/3.3.9-3.6.1/dcgm-exporter", {"release": "3.3.9-3.6.1", "dcgm": "3.3.9",
-                                                                             "dcgm_major": 3}),
+                                                                              "dcgm_major": 3}),
     ("", "https://repo.example.com/bin/dcgm-exporter-4.2.3-4.1.1-amd64", {"release": "4.2.3-4.1.1", "dcgm": "4.2.3",
                                                                           "dcgm_major": 4}),
     # The setting wins over the URL.
     ("4.2.3-4.1.1", "https://repo.example.com/3.3.9-3.6.1/dcgm-exporter", {"release": "4.2.3-4.1.1", "dcgm": "4.2.3",
-                                                                            "dcgm_major": 4}),
+                                                                           "dcgm_major": 4}),
 ])
 def test_dcgm_exporter_release_names_the_dcgm_version_it_was_built_for(version, url, expected):
     assert filters.dcgm_exporter_release(version, url) == expected
@@ -648,6 +652,8 @@ def test_the_repository_gap_lists_the_releases_a_directory_has():
     gap = stack.resolve(matrix, repository_os="debian12")["cuda"]["repository_gap"]
     assert "has CUDA 12.4 of the releases the compatibility matrix lists (12.1, 12.4)" in gap
     assert stack.resolve(matrix, cuda_release="12.4", repository_os="debian12")["cuda"]["repository_gap"] == ""
+
+
 # The cuDNN / NCCL builds torch's cu121 wheels pin (Requires-Dist nvidia-cudnn-cu12==, nvidia-nccl-cu12==).
 # 2.1.0-2.4.1: the wheels' metadata on PyPI (https://pypi.org/project/torch/<release>/, whose default Linux
 # wheels are the cu121 builds; `pip install --dry-run --report - torch==<release>`);

@@ -273,7 +273,7 @@ def test_lab_settings(locked):
     lab_mirror_url and lab_wheelhouse_lock as the lab's inventory sets them)."""
     lab = {k: v for k, v in yaml.safe_load(LAB_VARS.read_text()).items() if k.startswith("pytorch_")}
     assert lab == LAB_SETTINGS
-    cfg, _ = locked["lab"]
+    cfg, _lock = locked["lab"]
     assert cfg.failure is None
     assert [line.split()[0] for line in cfg["__pytorch_hash_lines"]] == [
         "numpy==1.26.4", "nvidia-cudnn-cu12==8.9.2.26", "nvidia-nccl-cu12==2.20.5", "torch==2.3.1", "torchaudio==2.3.1",
@@ -288,7 +288,7 @@ def test_lab_settings(locked):
 def test_lab_wheelhouse_downloads_what_the_lab_settings_pin(locked):
     """tests/lab/vars/lab.yml lab_wheelhouse_requirements (what the lab downloads from PyPI) is the stack lookup's pins for
     the lab inventory's settings plus its pytorch_extra_packages: a drift between the two fails here, not in the lab."""
-    cfg, _ = locked["lab"]
+    cfg, _lock = locked["lab"]
     assert yaml.safe_load(LAB_PLAYBOOK_VARS.read_text())["lab_wheelhouse_requirements"] == cfg["__pytorch_requirements"]
     assert cfg["__pytorch_requirements"] == cfg["__pytorch_matrix_pins"] + LAB_SETTINGS["pytorch_extra_packages"]
 
@@ -407,7 +407,8 @@ BAD_INPUT = [
         {"pytorch_wheelhouse_url": "http://mirror/wheels/", "pytorch_extra_index_url": "https://pypi.org/simple"},
         "pytorch_extra_index_url is set but pytorch_wheelhouse_url makes pip use no index at all",
     ),
-    ({"pytorch_extra_packages": ["numpy>=1.26"]}, "pytorch_extra_packages must be exact pins name==version (as every host must get the same build): numpy>=1.26"),
+    ({"pytorch_extra_packages": ["numpy>=1.26"]},
+     "pytorch_extra_packages must be exact pins name==version (as every host must get the same build): numpy>=1.26"),
     ({"pytorch_extra_packages": ["Torch==2.5.1"]}, "pytorch_extra_packages pins torch, whose versions come from pytorch_release"),
     ({"pytorch_venv": "/opt"}, "pytorch_venv '/opt' must be an absolute path of its own"),
     ({"pytorch_venv": "/usr/"}, "pytorch_venv '/usr/' must be an absolute path of its own"),
@@ -462,14 +463,16 @@ PYTORCH_TORCH_PAGE = "\n".join(
     f"torch-2.5.1+cu121-cp{py}-cp{py}-linux_x86_64.whl</a><br/>"
     for py in ("39", "310", "311", "312")
 ) + '\n<a href="/whl/cu121/torch-2.4.1%2Bcu121-cp38-cp38-linux_x86_64.whl#sha256=00">torch-2.4.1+cu121-cp38-cp38-linux_x86_64.whl</a><br/>'
-TORCHVISION_PAGE = '<a href="/whl/cu121/torchvision-0.20.1%2Bcu121-cp311-cp311-linux_x86_64.whl#sha256=aa">torchvision-0.20.1+cu121-cp311-cp311-linux_x86_64.whl</a>'
+TORCHVISION_PAGE = ('<a href="/whl/cu121/torchvision-0.20.1%2Bcu121-cp311-cp311-linux_x86_64.whl#sha256=aa">'
+                    'torchvision-0.20.1+cu121-cp311-cp311-linux_x86_64.whl</a>')
 TORCHAUDIO_PAGE = '<a href="/whl/cu121/torchaudio-2.5.1%2Bcu121-cp311-cp311-linux_x86_64.whl#sha256=bb">torchaudio-2.5.1+cu121-cp311-cp311-linux_x86_64.whl</a>'
 # The lab mirror's nginx autoindex: the anchor text is cut short, the href is whole (PyPI's wheel names).
 LAB_WHEELHOUSE_PAGE = (
     '<a href="torch-2.3.1-cp311-cp311-manylinux1_x86_64.whl">torch-2.3.1-cp311-cp311-manylinux1_x86_64.whl</a> 29-Nov-2026 19:32 779098464\n'
     '<a href="torchaudio-2.3.1-cp311-cp311-manylinux1_x86_64.whl">torchaudio-2.3.1-cp311-cp311-manylinux1_x86_64.whl</a> 29-Nov-2026 19:32 3392917\n'
     '<a href="torchvision-0.18.1-cp311-cp311-manylinux1_x86_64.whl">torchvision-0.18.1-cp311-cp311-manylinux1_x86_64.whl</a> 29-Nov-2026 19:32 7017423\n'
-    '<a href="triton-2.3.1-cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64.whl">triton-2.3.1-cp311-cp311-manylinux_2_17_x86_64.m..&gt;</a> 29-Nov-2026 19:32 168072328\n'
+    '<a href="triton-2.3.1-cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64.whl">'
+    'triton-2.3.1-cp311-cp311-manylinux_2_17_x86_64.m..&gt;</a> 29-Nov-2026 19:32 168072328\n'
     '<a href="sympy-1.14.0-py3-none-any.whl">sympy-1.14.0-py3-none-any.whl</a> 29-Nov-2026 19:32 6299353'
 )
 
@@ -528,7 +531,7 @@ CPU_ONLY_PAGES = [PYTORCH_TORCH_PAGE.replace("cu121", "cpu"), TORCHVISION_PAGE, 
 
 
 def test_source_check_passes_on_pytorch_index_for_python_3_11():
-    fired, _ = _source_check("ubuntu2204", "3.11", PYTORCH_PAGES)
+    fired, _failure = _source_check("ubuntu2204", "3.11", PYTORCH_PAGES)
     assert not fired
 
 
@@ -706,7 +709,7 @@ def locked(tmp_path_factory) -> dict[str, tuple[role_run.Outcome, Path]]:
 
 def test_offline_install_is_hash_checked_through_stdin(locked):
     """A lock makes pip install exactly it with --require-hashes; it travels on stdin, nothing is written on the node."""
-    cfg, _ = locked["offline"]
+    cfg, _lock = locked["offline"]
     assert cfg.failure is None
     argv, stdin = install_argv(cfg)
     assert argv[argv.index("--require-hashes"):argv.index("--require-hashes") + 3] == ["--require-hashes", "-r", "/dev/stdin"]
@@ -740,7 +743,7 @@ def test_a_lock_line_without_pin_and_sha256_is_rejected(locked, line):
 
 
 def test_pip_compile_style_continuations_and_comments_are_read(locked):
-    cfg, _ = locked["compiled"]
+    cfg, _lock = locked["compiled"]
     assert cfg.failure is None
     assert [" ".join(line.split()) for line in cfg["__pytorch_hash_lines"]] == [
         "torch==2.5.1+cu121 --hash=sha256:" + "b" * 64 + " --hash=sha256:" + "c" * 64]
@@ -758,7 +761,7 @@ def test_the_wheel_plan_gives_pip_the_install_source_and_options():
                                              "matrix_packages": ["torch", "torchvision", "torchaudio"]}
     cfg = pytorch_config(**PLAN_MIRROR)
     assert cfg["__pytorch_plan_pip_args"] == cfg["__pytorch_pip_source_args"] + ["--cert", "/etc/ssl/certs/corp-ca.pem", "--timeout", "20",
-                                                                                "--retries", "0"]
+                                                                                 "--retries", "0"]
 
 
 def test_the_wheel_plan_of_a_locked_wheelhouse_resolves_the_lock_without_its_hashes(locked):
@@ -842,7 +845,7 @@ for _settings in [{"cuda_release": "12.1"}, {"cuda_release": "11.8"}, INTERNAL_M
                   {"pytorch_wheel_source": "pytorch", "pytorch_release": "2.4.1"},
                   {"pytorch_variant": "cpu", "pytorch_cuda_release": "11.8"},
                   {"pytorch_wheelhouse_url": "http://mirror/wheels/", "pytorch_require_hashes_offline": False},
-                  *(overrides for overrides, _ in BAD_INPUT)]:
+                  *(overrides for overrides, _message in BAD_INPUT)]:
     VALIDATE.declare(**_settings)
 VALIDATE.declare("debian12", **LAB_SOURCE)
 WITH_INSTALL.declare("ubuntu2204")

@@ -49,16 +49,16 @@ LINKS = [(role.name, name, value) for role in ROLES for name, value in _defaults
 def _read_names(value: str) -> set[str]:
     expressions = " ".join(re.findall(r"{{(.*?)}}", value, re.S))
     expressions = re.sub(r"'[^']*'", "''", expressions)  # no names inside string literals
-    return {name for name in _NAME.findall(expressions)} - ANSIBLE_VARS
+    return set(_NAME.findall(expressions)) - ANSIBLE_VARS
 
 
 def test_the_rule_sees_the_links_there_are():
     """The scan finds the known links (a scan that finds nothing would pass everything)."""
     assert {("slurm", "slurm_payload_dir"), ("gpu_verify", "gpu_verify_python"),
-            ("nvidia_driver", "nvidia_driver_module_source")} <= {(role, name) for role, name, _ in LINKS}
+            ("nvidia_driver", "nvidia_driver_module_source")} <= {(role, name) for role, name, _value in LINKS}
 
 
-@pytest.mark.parametrize(("role", "name", "value"), LINKS, ids=[f"{r}.{n}" for r, n, _ in LINKS])
+@pytest.mark.parametrize(("role", "name", "value"), LINKS, ids=[f"{r}.{n}" for r, n, _value in LINKS])
 def test_a_default_follows_only_public_settings_and_says_so(role, name, value):
     description = " ".join(_specs(REPO / "roles" / role)[name]["description"]
                            if isinstance(_specs(REPO / "roles" / role)[name]["description"], list)
@@ -74,7 +74,7 @@ def test_a_default_follows_only_public_settings_and_says_so(role, name, value):
         assert read in description, f"{role}.{name} follows {read}, but its spec's description does not say so"
 
 
-@pytest.mark.parametrize(("role", "name", "value"), LINKS, ids=[f"{r}.{n}" for r, n, _ in LINKS])
+@pytest.mark.parametrize(("role", "name", "value"), LINKS, ids=[f"{r}.{n}" for r, n, _value in LINKS])
 def test_a_fallback_is_the_followed_roles_own_default(role, name, value):
     for followed, fallback in _FALLBACK.findall(value):
         if followed not in OWNER or OWNER[followed].name == role:
@@ -107,8 +107,8 @@ def _playbook_reads() -> list[tuple[str, str, str]]:
 
 def test_the_playbooks_fall_back_to_their_settings_spec_defaults():
     reads = _playbook_reads()
-    assert {name for _, name, _ in reads} >= {"gpufleet_slurm", "gpufleet_monitoring", "gpufleet_container",
-                                              "gpufleet_pytorch", "gpufleet_example_inventory"}
+    assert {name for _path, name, _fallback in reads} >= {"gpufleet_slurm", "gpufleet_monitoring", "gpufleet_container",
+                                                          "gpufleet_pytorch", "gpufleet_example_inventory"}
     spec = _specs(REPO / "roles" / "gpufleet")
     for where, name, fallback in reads:
         assert name in spec, f"{where} reads {name}, which roles/gpufleet's spec does not define"

@@ -82,7 +82,7 @@ def test_roles_write_apt_sources_only_from_deb822_templates():
     """No role writes a one-line .list source (which could go without Signed-By)."""
     offenders = [str(p.relative_to(REPO)) for p in yaml_files()
                  if p.is_relative_to(REPO / "roles") and ("apt_repository" in p.read_text() or
-                                                         re.search(r"sources\.list\.d/[^\s\"']*\.list", p.read_text()))]
+                                                          re.search(r"sources\.list\.d/[^\s\"']*\.list", p.read_text()))]
     assert offenders == []
 
 
@@ -90,7 +90,7 @@ def mode_values() -> Iterator[tuple[Path, Any]]:
     for path in yaml_files():
         for doc in yaml.safe_load_all(path.read_text()):
             for task in tasks_in(doc):
-                for _, args in module_args(task):
+                for _module, args in module_args(task):
                     if isinstance(args, dict) and "mode" in args:
                         yield path, args["mode"]
 
@@ -185,7 +185,7 @@ DOWNLOADS = [(path, task["name"]) for path in role_task_files() for task in task
 
 
 def test_the_download_scan_sees_the_installs():
-    names = {name for _, name in DOWNLOADS}
+    names = {name for _path, name in DOWNLOADS}
     assert "Install the NVIDIA driver packages" in names and "Install the library packages" in names
     # The key, keyring package and index refresh of every apt source are roles/apt_source's, once.
     assert "Fetch the signing key of the source" in names and "Refresh the package index" in names
@@ -204,7 +204,7 @@ def test_every_download_retries_while_its_source_does_not_answer(path, name):
     assert register and until == f"{register} is not gpufleet.fleet.fetch_failure"
 
 
-INSTALLING_ROLES = sorted({p.parent.parent.name for p, _ in DOWNLOADS
+INSTALLING_ROLES = sorted({p.parent.parent.name for p, _name in DOWNLOADS
                            if any(t.get("ansible.builtin.apt", {}).get("name") or t.get("ansible.builtin.apt", {}).get("deb")
                                   for t in tasks_in(yaml.safe_load(p.read_text())) if isinstance(t.get("ansible.builtin.apt"), dict))}
                           - {"preflight"})

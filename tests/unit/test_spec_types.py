@@ -50,7 +50,7 @@ WRONG = [
 ]
 
 
-@pytest.mark.parametrize(("role", "values", "message"), WRONG, ids=[next(iter(v)) for _, v, _ in WRONG])
+@pytest.mark.parametrize(("role", "values", "message"), WRONG, ids=[next(iter(v)) for _role, v, _message in WRONG])
 def test_the_spec_rejects_a_wrong_type_or_choice_naming_the_setting(role, values, message):
     found = errors(role, values)
     assert len(found) == 1 and message in found[0], found
@@ -69,7 +69,7 @@ ACCEPTED = [
 ]
 
 
-@pytest.mark.parametrize(("role", "values"), ACCEPTED, ids=[r for r, _ in ACCEPTED])
+@pytest.mark.parametrize(("role", "values"), ACCEPTED, ids=[r for r, _values in ACCEPTED])
 def test_the_spec_accepts_the_forms_extra_vars_give(role, values):
     assert errors(role, values) == []
 

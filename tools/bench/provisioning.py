@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """gpufleet's provisioning benchmark on the lab: prints figures, asserts nothing.
 
     make bench                               # sizes 1 and 3 nodes (about 30 min on 2 cores), then tools/bench/scale.py
@@ -140,7 +140,7 @@ def bench_size(size: int, root: Path) -> dict:
         downloads = downloads_in(rerun_requests)
         if rerun.status != "successful":
             raise SystemExit(f"the site.yml re-run failed on {size} node(s): {rerun.failures()}")
-        verify = [timed_verify(workdir, inventory, f"{size} node(s)") for _ in range(3)]
+        verify = [timed_verify(workdir, inventory, f"{size} node(s)") for _round in range(3)]
         log(f"{size} node(s): re-run {rerun_s:.0f} s, {len(rerun_requests)} mirror requests ({len(downloads)} downloads);"
             f" verify {statistics.median(verify):.1f} s")
         return {
@@ -208,7 +208,7 @@ def bench_verify_copies(sizes: list[int], root: Path) -> dict:
         hosts = start_lab_nodes(names, "bench", image=image)
         inventories = {size: lone_inventory(root / f"verify-{size}", {n: hosts[n] for n in names[:size]}) for size in sizes}
         seconds: dict[int, list[float]] = {size: [] for size in sizes}
-        for _ in range(3):
+        for _round in range(3):
             for size in sizes:
                 seconds[size].append(timed_verify(root, inventories[size],
                                                   f"{size} copies of {source} (converge the lab first: make run)"))
@@ -229,7 +229,7 @@ def bench_shell(root: Path) -> dict:
         log("the shell sequence on a fresh node")
         start = time.monotonic()
         done = subprocess.run(["podman", "exec", "-i", name, "bash"], input=shell_sequence(), text=True,
-                              capture_output=True)
+                              capture_output=True, check=False)
         seconds = time.monotonic() - start
         if done.returncode != 0:  # the other figures still count
             log(f"the shell sequence failed:\n{done.stderr[-3000:]}")
@@ -280,7 +280,8 @@ def report(results: dict) -> str:
         return report_verify_copies(results)
     lines = [f"gpufleet provisioning benchmark, {results['date']}, {results['machine']}", ""]
     sizes = results["sizes"]
-    lines.append("| nodes | first converge | of which provisioning | re-run | re-run / first | mirror requests / downloads in re-run | verify.yml (median of 3) |")
+    lines.append("| nodes | first converge | of which provisioning | re-run | re-run / first "
+                 "| mirror requests / downloads in re-run | verify.yml (median of 3) |")
     lines.append("|---|---|---|---|---|---|---|")
     for s in sizes:
         lines.append(f"| {s['nodes']} | {s['first_converge_s']:.0f} s | {s['first_provisioning_s']:.0f} s | {s['rerun_s']:.0f} s | "
@@ -307,7 +308,7 @@ def report(results: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     # Each converged node holds 6.8 GB (the cu121 venv, CUDA, the driver build): 3 at once keep the
     # benchmark's disk peak under 40 GB (docs/benchmarks.md). Verify on many nodes: tools/bench/scale.py.
     parser.add_argument("--sizes", default="1,3", help="node counts, comma-separated (default 1,3)")

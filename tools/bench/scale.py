@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """gpufleet's scale benchmark: verify.yml and play 1 of provision.yml on 1 to 100 light lab nodes; figures, no asserts.
 
     make bench QUICK=1                       # this benchmark alone: the quick option of make bench (about 20 min)
@@ -352,7 +352,7 @@ def run_benchmark(sizes: list[int], runs: int, compare: str, failures: bool, roo
         for size in sizes:
             inventory = inventory_of(hosts, names[:size], root)
             for play in plays:
-                for _ in range(runs):
+                for _run in range(runs):
                     result = measure(play, inventory, root / f"{play.replace(' ', '-')}-{size}",
                                      {n: cgroups[n] for n in names[:size]})
                     result["variant"] = "tuned"
@@ -481,7 +481,7 @@ def report(results: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--sizes", default="1,10,50,100", help="node counts, comma-separated (default 1,10,50,100)")
     parser.add_argument("--runs", type=int, default=1, help="runs of each play at each size (the median is shown)")
     parser.add_argument("--before-commit", dest="compare", default=BEFORE_COMMIT,

@@ -64,7 +64,8 @@ def test_torch_computes(host):
 
 
 def test_pip_in_the_venv_reports_exact_versions(host):
-    pkgs = {p["name"].lower().replace("_", "-"): p["version"] for p in json.loads(host.check_output(f"{PYTHON} -m pip list --format json --disable-pip-version-check"))}
+    listed = json.loads(host.check_output(f"{PYTHON} -m pip list --format json --disable-pip-version-check"))
+    pkgs = {p["name"].lower().replace("_", "-"): p["version"] for p in listed}
     assert pkgs["torch"] == TORCH
     assert (pkgs["torchvision"], pkgs["torchaudio"], pkgs["numpy"]) == ("0.18.1", "2.3.1", "1.26.4")
     # torch's dependencies came from the wheelhouse with it: the CUDA 12.1 libraries at the versions its

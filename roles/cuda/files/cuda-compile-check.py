@@ -42,7 +42,7 @@ def toolkit_release(tool):
     """(release, version) from `<tool> --version`: ('12.1', 'V12.1.105'); None when it does not run."""
     try:
         result = subprocess.run([tool, "--version"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                universal_newlines=True, timeout=60)
+                                universal_newlines=True, timeout=60, check=False)
     except OSError:
         return None
     match = re.search(r"release ([0-9]+\.[0-9]+), (V[0-9.]+)", result.stdout)
@@ -133,7 +133,8 @@ def compile_with_nvcc(nvcc, arch, workdir):
         handle.write(KERNEL)
     cubin = os.path.join(workdir, "twice_{}.cubin".format(arch))
     result = subprocess.run([nvcc, "-cubin", "-arch={}".format(arch), "-o", cubin, source],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, timeout=300)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, timeout=300,
+                            check=False)
     if result.returncode != 0:
         raise RuntimeError("nvcc exit {}: {}".format(result.returncode, last_lines(result.stdout)))
     return cubin
@@ -146,7 +147,8 @@ def compile_with_nvrtc(nvrtc, ptxas, arch, workdir):
         handle.write(ptx)
     cubin = os.path.join(workdir, "twice_{}.cubin".format(arch))
     result = subprocess.run([ptxas, "-arch={}".format(arch), "-o", cubin, ptx_file],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, timeout=300)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, timeout=300,
+                            check=False)
     if result.returncode != 0:
         raise RuntimeError("ptxas exit {}: {}".format(result.returncode, last_lines(result.stdout)))
     return cubin
@@ -175,7 +177,7 @@ def check(cuda_home, archs):
             report["toolkit_release"], report["toolkit_version"] = release
             report["release_from"] = "{} --version".format(os.path.basename(tool))
             break
-    nvrtc = None
+    nvrtc, nvrtc_error = None, None  # the error is set when nvrtc stays None
     try:
         nvrtc = Nvrtc(cuda_home)
         report["nvrtc_version"] = nvrtc.version()

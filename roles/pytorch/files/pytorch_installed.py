@@ -23,7 +23,7 @@ def installed_version(name):
 
 def _split(pin):
     """(distribution name, version) of 'name[extras]==version'."""
-    name, _, version = pin.partition("==")
+    name, _separator, version = pin.partition("==")
     return name.split("[", 1)[0].strip(), version.strip()
 
 

@@ -228,7 +228,7 @@ def run_checks(run: Runner, python: str, zipapp: str, check_args: list[str], tim
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="gpufleet-slurm-health-check", description=__doc__.split("\n\n")[0],
+    p = argparse.ArgumentParser(prog="gpufleet-slurm-health-check", description=__doc__.split("\n\n", maxsplit=1)[0],
                                 epilog="Arguments after -- go to gpufleet_check (after --json).")
     p.add_argument("--zipapp", required=True, help="gpufleet_check.pyz on this node")
     p.add_argument("--python", required=True, help="the interpreter to run it with (the PyTorch environment's)")
@@ -251,7 +251,7 @@ def main(argv: Sequence[str] | None = None, run: Runner = subprocess.run, enviro
     try:
         args = parse_args(list(sys.argv[1:] if argv is None else argv))
     except SystemExit as exc:
-        return EXIT_USAGE if exc.code else EXIT_OK
+        return EXIT_OK if exc.code in (None, 0) else EXIT_USAGE  # argparse: 0 after --help, 2 on an error
     node = args.node or node_name(environ)
     python = args.python if os.access(args.python, os.X_OK) else args.fallback_python
     outcome = run_checks(run, python, args.zipapp, args.check_args, args.timeout)

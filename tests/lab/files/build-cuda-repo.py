@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """Builds the lab's site CUDA apt repository: CUDA 12.1 for Debian 12, in the layout of NVIDIA's own.
 
 NVIDIA serves CUDA as a *flat* apt repository per OS
@@ -84,6 +84,8 @@ RELEASE_FIELDS = {
 def repo_path(cuda: str) -> str:
     """The repository's path below the mirror root for a CUDA release: 12.1 -> site/cuda-12.1/debian12."""
     return REPO_PATH.format(cuda=cuda)
+
+
 # Runtime libraries the wheels' ELF files need (readelf -d, NEEDED):
 # glibc's (libc, libm, libdl, libpthread, librt) and, for some, libstdc++.
 GLIBC = "libc6"
@@ -180,7 +182,7 @@ def parse_control(text: str) -> dict[str, str]:
         if line[0] in " \t" and name:
             fields[name] += "\n" + ("" if line.strip() == "." else line[1:])
         else:
-            name, _, value = line.partition(":")
+            name, _colon, value = line.partition(":")
             fields[name] = value.strip()
     return fields
 
@@ -447,7 +449,7 @@ def repository_packages(v: Versions, keyring: bytes, key_fpr: str, repo_url: str
 
 def run(argv: list[str], **kwargs) -> subprocess.CompletedProcess:
     """Runs a command; a failure becomes a BuildError carrying its output."""
-    result = subprocess.run(argv, capture_output=True, **kwargs)
+    result = subprocess.run(argv, capture_output=True, check=False, **kwargs)
     if result.returncode != 0:
         output = (result.stderr or result.stdout or b"").decode(errors="replace").strip()
         raise BuildError(f"{' '.join(argv[:3])} ... failed (exit {result.returncode}): {output[-2000:]}")
@@ -573,7 +575,7 @@ def existing_control(path: Path) -> dict[str, str] | None:
     """The control fields of an existing .deb; None when there is none or it is unreadable."""
     if not path.is_file():
         return None
-    result = subprocess.run(["dpkg-deb", "--field", str(path)], capture_output=True, text=True)
+    result = subprocess.run(["dpkg-deb", "--field", str(path)], capture_output=True, text=True, check=False)
     return parse_control(result.stdout) if result.returncode == 0 else None
 
 
@@ -619,7 +621,7 @@ def release_hash_of(release_text: str, name: str) -> str | None:
 def signed_by(gnupg: Path, key: str, *files: Path) -> bool:
     """True when gpg verifies the signature (InRelease, or Release.gpg + Release) as made by key."""
     result = subprocess.run(["gpg", "--homedir", str(gnupg), "--batch", "--status-fd", "1", "--verify",
-                             *map(str, files)], capture_output=True, text=True)
+                             *map(str, files)], capture_output=True, text=True, check=False)
     sigs = [line.split()[2] for line in result.stdout.splitlines() if line.startswith("[GNUPG:] VALIDSIG ")]
     return result.returncode == 0 and any(fpr.upper().endswith(key.upper()) for fpr in sigs)
 

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """LAB FIXTURE: two NVIDIA driver branches (535 and 580) in the package layout of NVIDIA's Ubuntu repository.
 
 The lab's nodes run Debian 12, whose driver (Debian non-free, 535.261.03) is
@@ -72,7 +72,11 @@ def relations(branch: str, release: str, version: str) -> dict[str, dict[str, st
     """Package -> its relation fields, as debian/control of the branch writes them (see the module's docstring)."""
     b, r = branch, release
     common, source, firmware = f"nvidia-kernel-common-{b}", f"nvidia-kernel-source-{b}", f"nvidia-firmware-{b}-{r}"
-    window = lambda name: f"{name} (<= {r}-1), {name} (>= {r})"  # noqa: E731 - the control file's version window
+
+    def window(name: str) -> str:
+        """The control file's version window."""
+        return f"{name} (<= {r}-1), {name} (>= {r})"
+
     if b == "535":
         libcuda = [f"libcuda-{v}-1" for v in LIBCUDA_5_TO_11_7]
         return {

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """The lab's download cache, outside the clone, keyed by content, checked on reuse.
 
 Everything `make lab` downloads (the base image's root file system, the
@@ -147,7 +147,7 @@ def prune(cache: Path, prefix: str, keep: str) -> int:
 
 
 def main(argv: list | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--cache", required=True, type=Path, help="the cache directory")
     sub = parser.add_subparsers(dest="command", required=True)
     for name in ("restore", "store", "prune"):

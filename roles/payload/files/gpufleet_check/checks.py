@@ -731,11 +731,11 @@ def measure_gemm(torch: Any, index: int, n: int) -> dict[str, Any]:
             a = torch.randn(n, n, device=device, dtype=dtype)
             b = torch.randn(n, n, device=device, dtype=dtype)
             c = torch.empty(n, n, device=device, dtype=dtype)
-            for _ in range(GEMM_WARMUP):
+            for _warmup in range(GEMM_WARMUP):
                 torch.matmul(a, b, out=c)
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
-            for _ in range(GEMM_ITERS):
+            for _iteration in range(GEMM_ITERS):
                 torch.matmul(a, b, out=c)
             end.record()
             end.synchronize()
@@ -789,11 +789,11 @@ def measure_memory_bandwidth(torch: Any, index: int, mib: int) -> dict[str, Any]
     src = dst = host = None
 
     def timed(copy: Callable[[], Any]) -> float:
-        for _ in range(MEMBW_WARMUP):
+        for _warmup in range(MEMBW_WARMUP):
             copy()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        for _ in range(MEMBW_ITERS):
+        for _iteration in range(MEMBW_ITERS):
             copy()
         end.record()
         end.synchronize()
@@ -848,7 +848,7 @@ def judge_memory_bandwidth(measured: dict[str, Any], profile: str, figures: dict
         out[f"{prefix}_floor"], out[f"{prefix}_source"] = (float(floor[0]), floor[1]) if floor else (None, None)
         shown = " / ".join(f"{label} {measured[key]:.1f}" for key, label in keys) + " GB/s"
         if floor is None:
-            out.update({f"{key[:-len('_gbps')]}_verdict": "not judged" for key, _ in keys})
+            out.update({f"{key[:-len('_gbps')]}_verdict": "not judged" for key, _label in keys})
             parts.append(shown if unknown else
                          f"{shown} not judged (the {profile} profile has no {field} floor; set one in "
                          "gpu_verify_profile_overrides)")
@@ -918,13 +918,13 @@ def allreduce_worker(rank: int, world_size: int, port: int, nbytes: int, result_
         dist.all_reduce(correct, op=dist.ReduceOp.MIN)
 
         buffer = torch.zeros(nbytes // 4, dtype=torch.float32, device=device)
-        for _ in range(ALLREDUCE_WARMUP):
+        for _warmup in range(ALLREDUCE_WARMUP):
             dist.all_reduce(buffer)
         torch.cuda.synchronize()
         dist.barrier(device_ids=[rank])
         torch.cuda.synchronize()
         began = time.perf_counter()
-        for _ in range(ALLREDUCE_ITERS):
+        for _iteration in range(ALLREDUCE_ITERS):
             dist.all_reduce(buffer)
         torch.cuda.synchronize()
         elapsed = torch.tensor([time.perf_counter() - began], dtype=torch.float64, device=device)

@@ -85,7 +85,7 @@ def parse_ldconfig(text: str, soname: str) -> list[str]:
         if match and match.group(1) == soname:
             entries.append((match.group(2), match.group(3)))
     entries.sort(key=lambda entry: "64" not in entry[0])
-    return [path for _, path in entries]
+    return [path for _kind, path in entries]
 
 
 def ldconfig_paths(soname: str) -> list[str]:
@@ -94,7 +94,7 @@ def ldconfig_paths(soname: str) -> list[str]:
     if ldconfig is None:
         return []
     try:
-        proc = subprocess.run([ldconfig, "-p"], capture_output=True, text=True, timeout=30)
+        proc = subprocess.run([ldconfig, "-p"], capture_output=True, text=True, timeout=30, check=False)
     except (OSError, subprocess.TimeoutExpired):
         return []
     return parse_ldconfig(proc.stdout, soname)
@@ -153,7 +153,8 @@ def read_driver_fact(path: str, timeout: float = DRIVER_FACT_TIMEOUT_S) -> tuple
         return None, f"driver fact {path}: not found (the nvidia_driver role did not run here)"
     if os.access(path, os.X_OK):
         try:
-            proc = subprocess.run([path], capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+            proc = subprocess.run([path], capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
+                                  check=False)
         except subprocess.TimeoutExpired:
             return None, f"driver fact {path}: no answer within {timeout:g} s"
         except OSError as exc:
@@ -199,7 +200,7 @@ def run_nvidia_smi(*args: str) -> tuple[int | None, str]:
     if binary is None:
         return None, "nvidia-smi not found on PATH"
     try:
-        proc = subprocess.run([binary, *args], capture_output=True, text=True, timeout=SMI_TIMEOUT_S)
+        proc = subprocess.run([binary, *args], capture_output=True, text=True, timeout=SMI_TIMEOUT_S, check=False)
     except subprocess.TimeoutExpired:
         return -1, f"nvidia-smi {' '.join(args)} timed out after {SMI_TIMEOUT_S} s"
     except OSError as exc:
@@ -285,18 +286,18 @@ def parse_dpkg_query(text: str) -> dict[str, str]:
     return versions
 
 
-def system_library_versions(packages: dict[str, str] = SYSTEM_LIBRARY_PACKAGES) -> dict[str, str | None]:
+def system_library_versions() -> dict[str, str | None]:
     """{"cudnn": dpkg version of libcudnn8, "nccl": of libnccl2}, None where not installed or without dpkg."""
     found: dict[str, str] = {}
     dpkg_query = shutil.which("dpkg-query")
     if dpkg_query is not None:
         try:  # exits 1 when a package is unknown, after listing the others
-            proc = subprocess.run([dpkg_query, "-W", "-f", DPKG_QUERY_FORMAT, *packages.values()],
-                                  capture_output=True, text=True, timeout=DPKG_TIMEOUT_S)
+            proc = subprocess.run([dpkg_query, "-W", "-f", DPKG_QUERY_FORMAT, *SYSTEM_LIBRARY_PACKAGES.values()],
+                                  capture_output=True, text=True, timeout=DPKG_TIMEOUT_S, check=False)
             found = parse_dpkg_query(proc.stdout)
         except (OSError, subprocess.TimeoutExpired):
             pass
-    return {library: found.get(package) for library, package in packages.items()}
+    return {library: found.get(package) for library, package in SYSTEM_LIBRARY_PACKAGES.items()}
 
 
 # --------------------------------------------------------------------------- GPU topology

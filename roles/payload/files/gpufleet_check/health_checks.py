@@ -98,7 +98,7 @@ def run_command(argv: list[str], timeout: float) -> tuple[int | None, str, str]:
         return None, "", f"{argv[0]} not found on PATH"
     try:
         proc = subprocess.run([binary, *argv[1:]], capture_output=True, text=True, timeout=timeout,
-                              stdin=subprocess.DEVNULL, errors="replace")
+                              stdin=subprocess.DEVNULL, errors="replace", check=False)
     except subprocess.TimeoutExpired:
         return -1, "", f"{' '.join(argv)} did not finish within {timeout:g} s"
     except OSError as exc:
@@ -147,7 +147,7 @@ def needs_smi(name: str, probe: Any) -> tuple[list[dict[str, Any]] | None, dict[
     """(GPU records, None) or (None, the result to return: no GPU, or skipped with the reason)."""
     if not probe.args.smi_query_file and not probe.gpu_present:
         return None, no_gpu(name, probe)
-    gpus, error, _ = probe.smi_details
+    gpus, error, _source = probe.smi_details
     if gpus is None:
         return None, check_result(name, "skipped", f"{error} (see nvidia_smi)")
     if not gpus:

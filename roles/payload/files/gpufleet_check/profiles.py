@@ -89,7 +89,7 @@ PROFILES: dict[str, dict[str, Any]] = {
         "p2p_gbps": (335.0, f"{AZURE} conf/nd96isr_h100_v5.conf: check_gpu_bw 48 335"),
         "allreduce_8gpu_busbw_gbps": (460.0, f"{AZURE} conf/nd96isr_h100_v5.conf: check_nccl_allreduce 460.0 1 16G"),
         "allreduce_8gpu_size_mib": (16384, f"{AZURE} conf/nd96isr_h100_v5.conf: check_nccl_allreduce 460.0 1 16G "
-                                         "(nccl-tests -b 16G -e 16G)"),
+                                           "(nccl-tests -b 16G -e 16G)"),
     },
     "H200": {  # H200 SXM 141GB; the NVL (233B) is its own profile
         "device_ids": ("2335",),
@@ -106,7 +106,7 @@ PROFILES: dict[str, dict[str, Any]] = {
         "p2p_gbps": (335.0, f"{AZURE} conf/nd96isr_h200_v5.conf: check_gpu_bw 48 335"),
         "allreduce_8gpu_busbw_gbps": (431.0, f"{AZURE} conf/nd96isr_h200_v5.conf: check_nccl_allreduce 431.0 1 16G"),
         "allreduce_8gpu_size_mib": (16384, f"{AZURE} conf/nd96isr_h200_v5.conf: check_nccl_allreduce 431.0 1 16G "
-                                         "(nccl-tests -b 16G -e 16G)"),
+                                           "(nccl-tests -b 16G -e 16G)"),
     },
     "H200 NVL": {
         "device_ids": ("233B",),
@@ -139,7 +139,7 @@ PROFILES: dict[str, dict[str, Any]] = {
         "p2p_gbps": (238.0, f"{AZURE} conf/nd96amsr_a100_v4.conf: check_gpu_bw 21 238"),
         "allreduce_8gpu_busbw_gbps": (228.0, f"{AZURE} conf/nd96amsr_a100_v4.conf: check_nccl_allreduce 228.0 1 16G"),
         "allreduce_8gpu_size_mib": (16384, f"{AZURE} conf/nd96amsr_a100_v4.conf: check_nccl_allreduce 228.0 1 16G "
-                                         "(nccl-tests -b 16G -e 16G)"),
+                                           "(nccl-tests -b 16G -e 16G)"),
     },
     "A100-SXM4-40GB": {
         "device_ids": ("20B0",),
@@ -151,7 +151,7 @@ PROFILES: dict[str, dict[str, Any]] = {
         "p2p_gbps": (235.0, f"{AZURE} conf/nd96asr_v4.conf: check_gpu_bw 21 235"),
         "allreduce_8gpu_busbw_gbps": (228.0, f"{AZURE} conf/nd96asr_v4.conf: check_nccl_allreduce 228.0 1 8G"),
         "allreduce_8gpu_size_mib": (8192, f"{AZURE} conf/nd96asr_v4.conf: check_nccl_allreduce 228.0 1 8G "
-                                         "(nccl-tests -b 8G -e 8G)"),
+                                          "(nccl-tests -b 8G -e 8G)"),
     },
     "A100 80GB PCIe": {
         "device_ids": ("20B5",),
@@ -206,7 +206,7 @@ PROFILES: dict[str, dict[str, Any]] = {
         "h2d_gbps": (9.0, f"{AZURE} conf/nd40rs_v2.conf: check_gpu_bw 9"),
         "allreduce_8gpu_busbw_gbps": (110.0, f"{AZURE} conf/nd40rs_v2.conf: check_nccl_allreduce 110.0 1 8G"),
         "allreduce_8gpu_size_mib": (8192, f"{AZURE} conf/nd40rs_v2.conf: check_nccl_allreduce 110.0 1 8G "
-                                         "(nccl-tests -b 8G -e 8G)"),
+                                          "(nccl-tests -b 8G -e 8G)"),
     },
 }
 
@@ -320,7 +320,7 @@ def check_value(key: str, field: str, value: Any) -> Any:
         if not isinstance(value, bool):
             raise ValueError(f"profile overrides: {key!r}: {field} must be true or false, got {value!r}")
         return value
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or value != value:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:  # NaN > 0 is false too
         raise ValueError(f"profile overrides: {key!r}: {field} must be a number above 0, got {value!r}")
     if kind is int:
         if int(value) != value:
