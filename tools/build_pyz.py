@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """Build roles/payload/files/gpufleet_check.pyz, the one file a node receives, from
 the package roles/payload/files/gpufleet_check/.
 

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """Check that every role's meta/argument_specs.yml matches its defaults/main.yml.
 
 For each roles/<role>/ directory, with the argument spec of entry point

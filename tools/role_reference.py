@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """Write docs/roles.md, the role reference, from every role's meta/argument_specs.yml.
 
 The argument specs are the one place a role's settings are documented (the
@@ -140,10 +140,10 @@ def render(roles_dir: Path = DEFAULT_ROLES_DIR) -> str:
         "| role | entry points | options | what it does |",
         "|---|---|---|---|",
     ]
-    for role, _, entry_points in roles:
+    for role, _path, entry_points in roles:
         main = dict(entry_points).get(MAIN, entry_points[0][1] if entry_points else {})
-        names = ", ".join(_code(name) for name, _ in entry_points)
-        total = sum(count_options(spec.get("options")) for _, spec in entry_points)
+        names = ", ".join(_code(name) for name, _spec in entry_points)
+        total = sum(count_options(spec.get("options")) for _name, spec in entry_points)
         out.append(f"| [{role}](#{role}) | {names} | {total} | {_cell(_text(main.get('short_description')))} |")
     for role, path, entry_points in roles:
         out += ["", f"## {role}", "", f"Spec: `{path.relative_to(roles_dir.parent).as_posix()}`."]

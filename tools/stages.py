@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """Runs the test suite stage by stage and prints how long each stage took.
 
 ``make test`` (and so ``.ci/run``) runs this. The stages, in order:
@@ -105,8 +105,8 @@ def e2e_tests() -> dict:
     for name in e2e_modules():
         tree = ast.parse((REPO / "tests" / "e2e" / name).read_text())
         module_slow = any(isinstance(n, ast.Assign) and any(getattr(t, "id", "") == "pytestmark" for t in n.targets)
-                          and any(_is_slow_mark(v) for v in (n.value.elts if isinstance(n.value, ast.List)
-                                                              else [n.value]))
+                          and any(_is_slow_mark(v)
+                                  for v in (n.value.elts if isinstance(n.value, ast.List) else [n.value]))
                           for n in tree.body)
         out[name] = {n.name: module_slow or any(_is_slow_mark(d) for d in n.decorator_list)
                      for n in tree.body if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")}
@@ -337,7 +337,7 @@ def run_stages(stages: list) -> int:
 
 
 def main(argv: list | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--only", default="", help="run only the stages whose name starts with this")
     parser.add_argument("--list", action="store_true", help="print the stage names and exit")
     parser.add_argument("--tier", choices=("suite", "slow"), default="suite",

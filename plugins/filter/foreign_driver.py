@@ -266,10 +266,11 @@ class _Judge:
         if self.mode == "replace" and (not runfile["found"] or runfile["uninstaller"]):
             result["remove"] = [r["name"] for r in foreign]
             result["uninstall"] = [runfile["uninstaller"], *UNINSTALL_ARGS] if runfile["found"] else []
-            steps = ([f"runs {' '.join(result['uninstall'])} (NVIDIA's .run installer's own uninstaller)"]
-                     if result["uninstall"] else []) + (
-                     [f"purges {', '.join(result['remove'])} (apt also removes what depends on them)"]
+            uninstall = ([f"runs {' '.join(result['uninstall'])} (NVIDIA's .run installer's own uninstaller)"]
+                         if result["uninstall"] else [])
+            purge = ([f"purges {', '.join(result['remove'])} (apt also removes what depends on them)"]
                      if result["remove"] else [])
+            steps = uninstall + purge
             result["notice"] = (f"nvidia_driver on {self.host}: {found}. nvidia_driver_foreign_driver is replace: before it "
                                 f"installs source '{self.source}', play 2 {' and then '.join(steps)}; the loaded module "
                                 f"stays until the reboot the new driver needs.")
@@ -336,6 +337,7 @@ class _Judge:
         if not accepting or len(branches) > 1:
             return ""
         # The configured source first; else the one whose own origin (its first) the most packages come from.
+
         def weight(name: str) -> tuple[int, int]:
             first = str((self.layouts[name].get("origins") or ["="])[0]).split("=", 1)
             hits = sum(any(o["fields"].get(first[0]) == first[-1] for o in r["origins"]) for r in foreign)

@@ -174,6 +174,8 @@ def dkms_status(output: str | Sequence[str] | None) -> list[dict[str, Any]]:
         records.append({"module": found["module"], "version": found["version"], "kernel": found["kernel"],
                         "arch": found["arch"], "state": found["state"], "notes": list(dict.fromkeys(notes))})
     return records
+
+
 def apt_policy(stdout: Any) -> dict[str, str]:
     """``{installed, candidate, version, release}`` of one package's ``apt-cache policy`` stanza (apt_policy.yml)."""
     found = {"Installed": "", "Candidate": ""}
@@ -186,6 +188,8 @@ def apt_policy(stdout: Any) -> dict[str, str]:
     release = _RELEASE.match(version)
     return {"installed": found["Installed"], "candidate": found["Candidate"], "version": version,
             "release": release.group(1) if release else ""}
+
+
 def per_message(messages: Sequence[Any], hosts: Sequence[str]) -> list[str]:
     """``WARNING <hosts>: <message>`` per distinct non-empty message (``messages[i]`` is ``hosts[i]``'s)."""
     messages, hosts = list(messages or []), list(hosts or [])
@@ -575,8 +579,8 @@ def apt_source_plan(probe: Any, name: Any, url: Any) -> dict[str, Any]:
     records: dict[str, str] = {}
     sources: dict[str, str] = {}
     for line in lines:
-        kind, _, rest = line.partition("\t")
-        first, _, second = rest.partition("\t")
+        kind, _tab, rest = line.partition("\t")
+        first, _tab, second = rest.partition("\t")
         if kind == "record" and first:
             records[first] = second.strip()
         elif kind == "source" and first:
@@ -641,10 +645,9 @@ def apt_source_conflict(claim: Mapping[str, Any], claims: Any, host: Any = "") -
         return (f"{mine}{at}: {claim.get('description', 'its repository')} {url} is the repository of {theirs} too "
                 f"({other.get('description', 'its repository')}{also}): apt reads one source per repository "
                 f"({apt_source_files(url)['sources_file']}, written for both), and the two roles give it differently: "
-                f"{parts}. Give both roles the same {', '.join(label for _, label in differ)} for this repository, or "
+                f"{parts}. Give both roles the same {', '.join(label for _field, label in differ)} for this repository, or "
                 f"give each its own repository URL. Nothing has been changed.")
     return ""
-
 
 
 # --- play 1's wheel plan (roles/pytorch/files/pytorch_wheel_plan.py) -------------------------------------------
@@ -657,7 +660,8 @@ _PIP_POOL = re.compile(r"(?P<scheme>HTTPS?)ConnectionPool\(host='(?P<host>[^']+)
                        r"Max retries exceeded with url: (?P<path>\S+) \(Caused by (?P<cause>.*)\)")
 _PIP_HTTP = re.compile(r"^ERROR: (?P<code>\d{3}) (?:Client|Server) Error: (?P<reason>.*?) for url: (?P<url>\S+)")
 _PIP_COLLECTING = re.compile(r"^Collecting (?P<req>\S+)(?: \(from (?P<chain>.*)\))?$")
-_PIP_IGNORED_PYTHON = re.compile(r"^ERROR: Ignored the following versions that require a different python version: (?P<which>.*)$")
+_PIP_IGNORED_PYTHON = re.compile(r"^ERROR: Ignored the following versions that require a different python version: "
+                                 r"(?P<which>.*)$")
 _REQ_NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
 # What makes a host not answer, in the words of urllib3 (pip) and urllib (the HEAD requests), first match wins.
 _UNREACHABLE = [
@@ -665,7 +669,8 @@ _UNREACHABLE = [
     (re.compile(r"NameResolutionError|Name or service not known|Temporary failure in name resolution|nodename nor servname|"
                 r"No address associated with hostname|getaddrinfo failed"), "its name does not resolve"),
     (re.compile(r"ProxyError|Tunnel connection failed"), "the proxy refused to connect to it"),
-    (re.compile(r"SSLError|SSL: |CERTIFICATE_VERIFY_FAILED|certificate verify failed"), "TLS failed (its certificate is not trusted: pytorch_pip_extra_args --cert?)"),
+    (re.compile(r"SSLError|SSL: |CERTIFICATE_VERIFY_FAILED|certificate verify failed"),
+     "TLS failed (its certificate is not trusted: pytorch_pip_extra_args --cert?)"),
     (re.compile(r"[Tt]imed? ?out|ConnectTimeoutError|ReadTimeoutError"), "timed out"),
     (re.compile(r"No route to host"), "no route to host"),
     (re.compile(r"Network is unreachable"), "network unreachable"),
@@ -930,7 +935,6 @@ def wheel_plan(result: Any, context: Mapping[str, Any] | None = None) -> dict[st
     return plan
 
 
-
 def profile_overrides_problem(overrides: Any) -> str:
     """Why gpufleet_check would refuse these per-SKU overrides (its profiles.merge_overrides), or ""."""
     if overrides is None or overrides == "" or overrides == {}:
@@ -970,10 +974,13 @@ class FilterModule:
         return {"as_list": as_list, "as_dict": as_dict, "apt_policy": apt_policy, "apt_simulation": apt_simulation,
                 "apt_source_files": apt_source_files, "apt_source_conflict": apt_source_conflict,
                 "apt_source_plan": apt_source_plan, "apt_stanzas": apt_stanzas,
-                "check_entry": check_entry, "dcgm_exporter_release": dcgm_exporter_release, "dcgm_level": dcgm_level, "debian_version_compare": debian_version_compare,
-                "delegated_facts": delegated_facts, "dkms_status": dkms_status, "driver_layout": driver_layout, "failed_checks": failed_checks, "fleet_release": fleet_release, "foreign_branches": foreign_branches,
+                "check_entry": check_entry, "dcgm_exporter_release": dcgm_exporter_release, "dcgm_level": dcgm_level,
+                "debian_version_compare": debian_version_compare, "delegated_facts": delegated_facts,
+                "dkms_status": dkms_status, "driver_layout": driver_layout, "failed_checks": failed_checks,
+                "fleet_release": fleet_release, "foreign_branches": foreign_branches,
                 "module_version_matches": module_version_matches, "newest_build": newest_build,
                 "package_branch": package_branch, "per_message": per_message,
                 "profile_overrides_problem": profile_overrides_problem, "rejection": rejection,
-                "sections": sections, "signed_module_packages": signed_module_packages, "signed_module_version": signed_module_version,
+                "sections": sections, "signed_module_packages": signed_module_packages,
+                "signed_module_version": signed_module_version,
                 "signed_module_mismatches": signed_module_mismatches, "unknown_settings": unknown_settings, "wheel_plan": wheel_plan}

@@ -56,7 +56,7 @@ def free_port() -> int:
 
 def run_single(*args: str | Path) -> subprocess.CompletedProcess[str]:
     cmd = [sys.executable, str(TRAIN), *map(str, args)]
-    return subprocess.run(cmd, env=clean_env(), capture_output=True, text=True, timeout=120)
+    return subprocess.run(cmd, env=clean_env(), capture_output=True, text=True, timeout=120, check=False)
 
 
 def run_torchrun(nproc: int, *args: str | Path) -> subprocess.CompletedProcess[str]:
@@ -64,7 +64,7 @@ def run_torchrun(nproc: int, *args: str | Path) -> subprocess.CompletedProcess[s
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc-per-node={nproc}",
            "--node-rank=0", "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{free_port()}",
            str(TRAIN), *map(str, args)]
-    return subprocess.run(cmd, env=clean_env(), capture_output=True, text=True, timeout=180)
+    return subprocess.run(cmd, env=clean_env(), capture_output=True, text=True, timeout=180, check=False)
 
 
 def read_result(path: Path) -> dict:
@@ -306,7 +306,7 @@ def test_dist_env_from_torchrun_variables(train: ModuleType) -> None:
 def test_global_batch_is_the_same_for_any_world_size(train: ModuleType, step: int) -> None:
     """Union over ranks and micro-steps of step s = the same samples, whatever world size and accumulation."""
     def samples(world: int, accum: int) -> list[list[int]]:
-        per_micro: list[list[int]] = [[] for _ in range(accum)]
+        per_micro: list[list[int]] = [[] for _micro in range(accum)]
         for rank in range(world):
             args = train.parse_args(["--grad-accum", str(accum)])
             trainer = train.Trainer(args, {"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank)})
@@ -347,7 +347,7 @@ def test_verdict_rules(train: ModuleType) -> None:
     assert reasons == ["non-finite loss (NaN/inf) at step 12: nan"]
     reasons = train.judge(falling, 0, 2e-6, 0.1)[0]
     assert len(reasons) == 1 and "ranks disagree on parameters" in reasons[0]
-    reasons, notes, _ = train.judge([1.0, 2.0], 0, 0.0, 0.1)
+    reasons, notes, _params = train.judge([1.0, 2.0], 0, 0.0, 0.1)
     assert reasons == [] and "not checked" in notes[0]
 
 
@@ -363,7 +363,7 @@ def assert_usage_error(code: int, err: str, message: str) -> None:
 
 @pytest.mark.parametrize("option", ["--checkpoint", "--result", "--save-params", "--profile-dir"])
 def test_unwritable_output_is_refused_before_training(train: ModuleType, tmp_path: Path, option: str,
-                                                       capsys: pytest.CaptureFixture[str]) -> None:
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
     """Issue 16, item 4: an output that cannot be written was found only after training (rc 3, no JSON)."""
     (tmp_path / "a-file").write_text("")
     bad = tmp_path / "a-file" / "out"

@@ -26,7 +26,7 @@ ROLES = sorted(path.name for path in (REPO / "roles").iterdir() if (path / "task
 
 
 def run(argv: list, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=180)
+    return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=180, check=False)
 
 
 def ansible_doc(installed: dict, kind: str, *args: str) -> subprocess.CompletedProcess:

@@ -69,7 +69,7 @@ def builder() -> Any:
 
 def has_torch(python: str) -> bool:
     probe = subprocess.run([python, "-c", "import importlib.util, sys; sys.exit(importlib.util.find_spec('torch') is None)"],
-                           capture_output=True, timeout=60)
+                           capture_output=True, timeout=60, check=False)
     return probe.returncode == 0
 
 
@@ -97,8 +97,8 @@ def empty_host(tmp_path: Path) -> list[str]:
             "--driver-proc-file", str(tmp_path / "none"), "--driver-lib-dir", str(tmp_path / "libs")]
 
 
-def run(cmd: list[str], env: dict[str, str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120, **kwargs)
+def run(cmd: list[str], env: dict[str, str], check: bool = False, **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120, check=check, **kwargs)
 
 
 def explain(proc: subprocess.CompletedProcess[str]) -> str:

@@ -65,7 +65,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parse.__name__ = kind.__name__  # argparse: "invalid int value: 'x'"
         return parse
 
-    p = Parser(description=__doc__.split("\n\n")[0])
+    p = Parser(description=__doc__.split("\n\n", maxsplit=1)[0])
     count, add = number(int, "1 or more", lambda v: v >= 1), p.add_argument
     add("--mode", choices=("ddp", "dp"), default="ddp", help="ddp: DistributedDataParallel; dp: nn.DataParallel (CUDA)")
     add("--device", choices=("auto", "cpu", "cuda"), default="auto")
@@ -260,13 +260,13 @@ def atomic_write(path: Path, write: Callable[[IO[bytes]], Any]) -> None:
         raise
 
 
-
 class Trainer:
     """One rank's training after plan(): the model (DDP, DataParallel or plain), SGD, the GradScaler, the loop."""
 
-    def __init__(self, args: argparse.Namespace, environ: Mapping[str, str] = os.environ) -> None:
+    def __init__(self, args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> None:
         self.args = args
-        self.plan = plan(args, environ)  # every check, before any process group or step
+        # Every check, before any process group or step.
+        self.plan = plan(args, os.environ if environ is None else environ)
         self.notes: list[str] = []  # for the result
         self.saves = 0  # checkpoints this rank wrote
         self.sampler = DistributedSampler(range(len(self.data.x)), num_replicas=self.world_size, rank=self.rank,
@@ -440,7 +440,7 @@ def gather(t: Trainer, mine: dict[str, Any]) -> tuple[list[dict[str, Any]], floa
         return [mine], 0.0
     data, padded = json.dumps(mine).encode(), torch.zeros(4096, dtype=torch.uint8, device=t.device)
     padded[:len(data)] = torch.tensor(list(data), dtype=torch.uint8)
-    every = [torch.empty_like(padded) for _ in range(t.world_size)]
+    every = [torch.empty_like(padded) for _rank in range(t.world_size)]
     dist.all_gather(every, padded)
     params = torch.cat([p.detach().float().reshape(-1) for p in t.module.parameters()])
     high = torch.nan_to_num(params, nan=3e38)  # NaN on every rank is agreement, NaN on some is not
@@ -483,7 +483,7 @@ def time_all_reduce(t: Trainer, mib: int, iters: int) -> dict[str, Any]:
     """Bus bandwidth of an all-reduce of `mib` MiB over every rank ("world") and over one rank per node, each node's
     local rank 0 ("inter_node": the path between nodes alone). busbw = algbw x 2(n-1)/n, as nccl-tests defines it
     (github.com/NVIDIA/nccl-tests, doc/PERFORMANCE.md); the slowest rank's time counts."""
-    local = [torch.zeros(1, dtype=torch.long, device=t.device) for _ in range(t.world_size)]
+    local = [torch.zeros(1, dtype=torch.long, device=t.device) for _rank in range(t.world_size)]
     dist.all_gather(local, torch.tensor([t.local_rank], device=t.device))
     leaders = [rank for rank, value in enumerate(local) if value.item() == 0]
     groups = {"world": (None, list(range(t.world_size))), "inter_node": (dist.new_group(leaders), leaders)}
