@@ -63,7 +63,8 @@ COLLECTION = "gpufleet.fleet"
 CONNECTION = "gpufleet_no_host"
 _PLUGINS = Path(__file__).resolve().parent / "role_run_plugins"
 # The actions whose failure is a role's refusal (anything else that fails is an error of the run).
-_STOP_ACTIONS = {"fail", "ansible.builtin.fail", "assert", "ansible.builtin.assert"}
+# The tasks that refuse: fail, assert, and the rules of a role (the action gpufleet.fleet.settings).
+_STOP_ACTIONS = {"fail", "ansible.builtin.fail", "assert", "ansible.builtin.assert", "gpufleet.fleet.settings"}
 
 
 @functools.cache

@@ -1,0 +1,196 @@
+"""The rules of gpufleet's roles' settings, as Python: one module per role, judged on the controller.
+
+Each role whose settings have rules across them (a URL that must be http(s),
+a floor that needs a measurement, a CUDA release its driver must run, the
+matrix's resolution for this OS and these GPUs) has them in one module,
+``plugins/module_utils/rules/<role>.py``, with:
+
+* ``READS``: the variables the rules read, as names or prefixes ending in
+  ``*`` (``"cuda_*"``: every variable of that prefix the role sees, its
+  defaults included);
+* ``judge(judgement)``: the rules; each failed rule adds its message with
+  ``judgement.check(ok, message)``, and what the role's later tasks use is
+  set with ``judgement.set(name, value)`` (its private ``__<role>_*`` facts).
+
+The action ``gpufleet.fleet.settings`` (plugins/action/settings.py) templates
+the variables a module reads for one host, runs its ``judge`` and stops the
+host with one message naming the role, the host and every failed rule; the
+unit tests call ``judge`` directly (tests/unit/test_settings_rules.py). The
+helpers below are the one implementation of what Jinja's filters did to a
+setting before a rule read it (``| int``, ``| float``, ``| bool``,
+``| gpufleet.fleet.as_list``), so that the Python rules accept the same
+values the YAML rules did.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from ansible.module_utils.common.validation import check_type_dict, check_type_list
+from ansible.module_utils.parsing.convert_bool import BOOLEANS_TRUE
+
+# An http(s) URL with a host (http://mirror:8080/debian): the test gpufleet.fleet.http_url.
+HTTP_URL = re.compile(r"^https?://[A-Za-z0-9.-]+(:[0-9]+)?(/[^\s{}]*)?$")
+_SPACE = re.compile(r"\s+")
+_RULES_PACKAGE = "ansible_collections.gpufleet.fleet.plugins.module_utils.rules"
+
+
+def as_list(value: Any) -> list[Any]:
+    """A list setting's value as a list (a string is split on commas, as the spec check does). Raises TypeError."""
+    if value is None:
+        return []
+    return list(check_type_list(value))
+
+
+def as_dict(value: Any) -> dict[str, Any]:
+    """A dict setting's value as a dict (``key=value`` pairs and JSON too, as the spec check accepts). Raises TypeError."""
+    if value is None or value == "":
+        return {}
+    return dict(check_type_dict(value))
+
+
+def is_http_url(value: Any) -> bool:
+    """True for an http(s) URL with a host (``http://mirror:8080/debian``)."""
+    return isinstance(value, str) and HTTP_URL.match(value) is not None
+
+
+def to_int(value: Any, default: int = 0) -> int:
+    """Jinja's ``| int``: a number, a numeric string (``"8"``, ``"8.0"``), else ``default``."""
+    if isinstance(value, bool):
+        return int(value)
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        try:
+            return int(float(value))
+        except (TypeError, ValueError, OverflowError):
+            return default
+
+
+def to_float(value: Any, default: float = 0.0) -> float:
+    """Jinja's ``| float``: a number or a numeric string, else ``default``."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return default
+
+
+def to_bool(value: Any) -> bool:
+    """Ansible's ``| bool``: True for true, yes, on, 1 (any case), else False."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        value = value.strip().lower()
+    return value in BOOLEANS_TRUE
+
+
+def text(value: Any) -> str:
+    """Jinja's ``| string``: None is 'None', False is 'False'."""
+    return str(value)
+
+
+def matches(pattern: str, value: Any) -> bool:
+    """Ansible's ``value | string is match(pattern)``: the pattern at the start of the string."""
+    return re.match(pattern, str(value)) is not None
+
+
+def one_line(message: str) -> str:
+    """A message on one line, its runs of white space one space (the YAML rules' folded ``>-`` text)."""
+    return _SPACE.sub(" ", message).strip()
+
+
+def rejection(messages: Sequence[str], role: str, host: str) -> str:
+    """``<role> settings rejected on <host>: [1] first; [2] second``: the filter gpufleet.fleet.rejection."""
+    numbered = "; ".join(f"[{index}] {message}" for index, message in enumerate(messages, start=1))
+    return f"{role} settings rejected on {host}: {numbered}"
+
+
+class Judgement:
+    """One role's settings on one host: what its rules read, what they refuse, what they resolve."""
+
+    def __init__(self, role: str, host: str, values: Mapping[str, Any],
+                 stack: Callable[..., dict[str, Any]] | None = None):
+        self.role = role
+        self.host = host
+        self.values = dict(values)
+        self._stack = stack
+        self.errors: list[str] = []
+        self.facts: dict[str, Any] = {}
+        self.notes: list[str] = []
+
+    def __getitem__(self, name: str) -> Any:
+        """The value of a variable the rules read; a KeyError names the variable and the role."""
+        try:
+            return self.values[name]
+        except KeyError:
+            raise KeyError(f"rules of role {self.role}: variable {name} is not defined") from None
+
+    def get(self, name: str, default: Any = None) -> Any:
+        """The value of a variable, ``default`` when it is not defined (Jinja's ``| default(...)``)."""
+        return self.values.get(name, default)
+
+    def check(self, ok: Any, message: str) -> bool:
+        """One rule: when ``ok`` is false, its message (on one line) is one of the host's reasons."""
+        if not ok:
+            self.errors.append(one_line(message))
+        return bool(ok)
+
+    def refuse(self, messages: Sequence[str]) -> None:
+        """Reasons found elsewhere (the matrix's), added as they are."""
+        self.errors.extend(one_line(str(message)) for message in messages)
+
+    def set(self, name: str, value: Any) -> Any:
+        """A fact the role's later tasks read (set on the host as set_fact would), also readable by later rules."""
+        self.facts[name] = value
+        self.values[name] = value
+        return value
+
+    def note(self, message: str) -> None:
+        """A warning for this host that does not stop it."""
+        self.notes.append(one_line(message))
+
+    def stack(self, **choices: Any) -> dict[str, Any]:
+        """The compatibility matrix resolved for these choices (the lookup gpufleet.fleet.stack)."""
+        if self._stack is None:
+            raise RuntimeError(f"rules of role {self.role}: no matrix reader was given")
+        return self._stack(**choices)
+
+    @property
+    def message(self) -> str:
+        """The host's rejection, or '' when every rule holds."""
+        return rejection(self.errors, self.role, self.host) if self.errors else ""
+
+
+def rules_of(role: str) -> Any:
+    """The rules module of ``role`` (plugins/module_utils/rules/<role>.py). Raises ValueError for a role without one."""
+    if not re.match(r"^[a-z][a-z0-9_]*$", role):
+        raise ValueError(f"{role!r} is not a role name")
+    try:
+        module = importlib.import_module(f"{_RULES_PACKAGE}.{role}")
+    except ModuleNotFoundError as error:
+        if error.name != f"{_RULES_PACKAGE}.{role}":
+            raise
+        raise ValueError(f"role {role} has no rules module (plugins/module_utils/rules/{role}.py)") from None
+    return module
+
+
+def read_names(reads: Sequence[str], defined: Sequence[str]) -> list[str]:
+    """The variable names ``reads`` selects among ``defined``: names as they are, ``prefix*`` every match."""
+    names = []
+    for entry in reads:
+        if entry.endswith("*"):
+            names.extend(name for name in defined if name.startswith(entry[:-1]))
+        elif entry in defined:
+            names.append(entry)
+    return sorted(set(names))
+
+
+def judge(role: str, host: str, values: Mapping[str, Any],
+          stack: Callable[..., dict[str, Any]] | None = None) -> Judgement:
+    """Run ``role``'s rules on these values (already templated) for ``host``."""
+    judgement = Judgement(role, host, values, stack)
+    rules_of(role).judge(judgement)
+    return judgement
