@@ -20,11 +20,18 @@ description:
   - Templates the variables that the role's rules module (plugins/module_utils/rules/<role>.py) reads, runs its
     rules, and fails the host with one message naming the role, the host and every rule that does not hold.
   - Changes nothing on any host, and runs in check mode too.
+  - With O(hosts) instead of O(role), run once (C(run_once)) for a whole play: every host's settings of every role
+    play 1 judges for it (the lookup gpufleet.fleet.parts, judged) are judged on the controller (the role's argument
+    spec, then its rules), each distinct combination of a role's settings and facts once; a rejection shared by
+    several hosts is said once, naming them.
 options:
   role:
-    description: The role whose rules to run (a module of plugins/module_utils/rules).
+    description: The role whose rules to run for this host (a module of plugins/module_utils/rules).
     type: str
-    required: true
+  hosts:
+    description: The hosts to judge (the play's hosts).
+    type: list
+    elements: str
 """
 
 EXAMPLES = r"""
@@ -35,6 +42,14 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+rejected:
+  description: With O(hosts), the hosts whose settings are rejected, each with the message that stops it.
+  returned: with hosts
+  type: dict
+judged:
+  description: With O(hosts), how many distinct combinations of a role's settings were judged.
+  returned: with hosts
+  type: int
 resolved:
   description: The private facts of the role that its rules resolved (name to value), for the role's next task to set.
   returned: always
@@ -51,13 +66,22 @@ errors:
   elements: str
 """
 
+import json
+from pathlib import Path
 from typing import Any
 
 from ansible.errors import AnsibleActionFail
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
-from ansible_collections.gpufleet.fleet.plugins.module_utils.settings import judge, read_names, rules_of
+from ansible.template import Templar
+from ansible_collections.gpufleet.fleet.plugins.module_utils.settings import (
+    PARTS, judge, judged_roles, parts, read_names, rejection_of_hosts, rules_of, spec_options)
 
-ARGUMENT_SPEC = {"role": {"type": "str", "required": True}}
+ARGUMENT_SPEC = {
+    "role": {"type": "str"},
+    "hosts": {"type": "list", "elements": "str"},
+}
+ROLES_DIR = Path(__file__).resolve().parents[2] / "roles"
 
 
 class ActionModule(ActionBase):
@@ -71,7 +95,10 @@ class ActionModule(ActionBase):
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result = super().run(tmp, task_vars)
         task_vars = task_vars or {}
-        _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        _validation, args = self.validate_argument_spec(
+            argument_spec=ARGUMENT_SPEC, mutually_exclusive=[("role", "hosts")], required_one_of=[("role", "hosts")])
+        if args["hosts"] is not None:
+            return {**result, **self._judge_hosts(args["hosts"], task_vars)}
         role = args["role"]
         try:
             rules = rules_of(role)
@@ -93,3 +120,75 @@ class ActionModule(ActionBase):
             return lookup.run([], variables=task_vars, **choices)[0]
 
         return stack
+
+    def _judge_hosts(self, hosts: list[str], task_vars: dict[str, Any]) -> dict[str, Any]:
+        """Every host's settings of every role it runs, each distinct combination judged once (see DOCUMENTATION)."""
+        hostvars = task_vars["hostvars"]
+        stack = self._stack(task_vars)
+        modules: dict[str, Any] = {}
+        # (role, the values its rules read) -> (first host, its hosts, the reasons)
+        groups: dict[tuple[str, str], tuple[str, list[str], list[str]]] = {}
+        messages: dict[str, list[tuple[str, str]]] = {host: [] for host in hosts}
+        for host in hosts:
+            raw = hostvars.raw_get(host)
+            switches = self._role_variables("gpufleet", raw)
+            switched = parts({name: Templar(loader=self._loader, variables=switches).template(switches[name])
+                              for name in PARTS.values() if name in switches})
+            for role in judged_roles(switched):
+                if role not in modules:
+                    try:
+                        modules[role] = rules_of(role)
+                    except ValueError as error:
+                        raise AnsibleActionFail(f"gpufleet.fleet.settings: {error}") from error
+                variables = self._role_variables(role, raw)
+                templar = Templar(loader=self._loader, variables=variables)
+                given = {name: templar.template(raw[name]) for name in spec_options(role, ROLES_DIR) if name in raw}
+                errors = ArgumentSpecValidator(spec_options(role, ROLES_DIR)).validate(
+                    given, validate_role_argument_spec=True).error_messages
+                if errors:
+                    messages[host].append((role, f"{role} settings rejected on {host} (argument spec): {'; '.join(errors)}"))
+                    continue
+                names = read_names(modules[role].READS, list(variables))
+                values = {name: templar.template(variables[name]) for name in names}
+                key = (role, json.dumps(values, sort_keys=True, default=str))
+                if key not in groups:
+                    groups[key] = (host, [], judge(role, host, values, stack=stack).errors)
+                first, members, reasons = groups[key]
+                members.append(host)
+                if reasons:
+                    messages[host].append((role, key[1]))
+        rejected = {}
+        for host, found in messages.items():
+            if not found:
+                continue
+            said = []
+            for role, entry in found:
+                if entry.startswith(f"{role} settings rejected on"):
+                    said.append(entry)
+                    continue
+                first, members, reasons = groups[(role, entry)]
+                said.append(rejection_of_hosts(reasons, role, host, first, members))
+            rejected[host] = " | ".join(said)
+        return {"changed": False, "rejected": rejected, "judged": len(groups)}
+
+    def _role_variables(self, role: str, host_vars: dict[str, Any]) -> dict[str, Any]:
+        """What the role's tasks would see of its variables on this host: its defaults, under the host's variables,
+        under its vars and the vars file of the host's OS (the first of <distribution>-<major>.yml,
+        <distribution>.yml, <os_family>.yml in its vars/, as the roles' include_vars look)."""
+        variables = dict(self._load(ROLES_DIR / role / "defaults" / "main.yml"))
+        variables.update(host_vars)
+        variables.update(self._load(ROLES_DIR / role / "vars" / "main.yml"))
+        facts = host_vars.get("ansible_facts") or {}
+        for name in (f"{facts.get('distribution')}-{facts.get('distribution_major_version')}.yml",
+                     f"{facts.get('distribution')}.yml", f"{facts.get('os_family')}.yml"):
+            path = ROLES_DIR / role / "vars" / name
+            if path.is_file():
+                variables.update(self._load(path))
+                break
+        return variables
+
+    def _load(self, path: Path) -> dict[str, Any]:
+        """A role's variables file as Ansible reads it (its templates trusted), {} when it does not exist."""
+        if not path.is_file():
+            return {}
+        return dict(self._loader.load_from_file(str(path)) or {})

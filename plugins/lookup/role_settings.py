@@ -41,23 +41,9 @@ import yaml
 
 from ansible.errors import AnsibleLookupError
 from ansible.plugins.lookup import LookupBase
+from ansible_collections.gpufleet.fleet.plugins.module_utils.settings import entry_points, without_defaults
 
 ROLES_DIR = Path(__file__).resolve().parents[2] / "roles"
-# Each spec file parsed once per file version and process, with libyaml's
-# parser when PyYAML has it: play 1 reads all of them on every host (a fresh
-# worker process per host and task; 0.2 s a host with the pure-Python
-# parser, docs/scale.md).
-_LOADED: dict[Path, tuple[float, dict[str, Any]]] = {}
-_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
-def entry_points(spec_file: Path) -> dict[str, Any]:
-    """The ``argument_specs`` mapping of a role's spec file. Raises OSError or yaml.YAMLError."""
-    mtime = spec_file.stat().st_mtime
-    if spec_file not in _LOADED or _LOADED[spec_file][0] != mtime:
-        data = yaml.load(spec_file.read_text(), Loader=_YAML_LOADER) or {}  # noqa: S506 (a safe loader)
-        _LOADED[spec_file] = (mtime, data.get("argument_specs") or {})
-    return _LOADED[spec_file][1]
 
 
 def role_spec(role: str, roles_dir: Path = ROLES_DIR) -> dict[str, Any]:
@@ -70,17 +56,6 @@ def role_spec(role: str, roles_dir: Path = ROLES_DIR) -> dict[str, Any]:
     if "main" not in specs:
         raise AnsibleLookupError(f"gpufleet.fleet.role_settings: {spec_file} has no main entry point")
     return without_defaults(specs["main"].get("options") or {})
-
-
-def without_defaults(options: dict[str, Any]) -> dict[str, Any]:
-    """The options without their ``default`` keys, suboptions included."""
-    stripped = {}
-    for name, option in options.items():
-        option = {key: value for key, value in (option or {}).items() if key != "default"}
-        if isinstance(option.get("options"), dict):
-            option["options"] = without_defaults(option["options"])
-        stripped[name] = option
-    return stripped
 
 
 def role_settings(roles_dir: Path = ROLES_DIR) -> dict[str, list[str]]:

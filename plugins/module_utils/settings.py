@@ -108,6 +108,72 @@ def rejection(messages: Sequence[str], role: str, host: str) -> str:
     return f"{role} settings rejected on {host}: {numbered}"
 
 
+def rejection_of_hosts(messages: Sequence[str], role: str, host: str, first: str, hosts: Sequence[str]) -> str:
+    """The rejection of settings that several hosts share: said in full once, by the first host, naming them all;
+    the others point to it."""
+    if len(hosts) == 1:
+        return rejection(messages, role, host)
+    if host != first:
+        return f"{role} settings rejected on {host}: the same settings as {first}, whose message gives the reasons"
+    return rejection(messages, role, f"{len(hosts)} hosts ({', '.join(hosts)})")
+
+
+def entry_points(spec_file: Any) -> dict[str, Any]:
+    """The ``argument_specs`` mapping of a role's spec file (a Path), parsed once per file version and process with
+    libyaml's parser when PyYAML has it. Raises OSError or yaml.YAMLError."""
+    import yaml  # only on the controller
+
+    mtime = spec_file.stat().st_mtime
+    if spec_file not in _SPECS or _SPECS[spec_file][0] != mtime:
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+        data = yaml.load(spec_file.read_text(encoding="utf-8"), Loader=loader) or {}  # noqa: S506 (a safe loader)
+        _SPECS[spec_file] = (mtime, data.get("argument_specs") or {})
+    return _SPECS[spec_file][1]
+
+
+def without_defaults(options: Mapping[str, Any]) -> dict[str, Any]:
+    """The options without their ``default`` keys, suboptions included: play 1 checks the values the inventory
+    gives; a role's default (often a template over facts) is the role's own."""
+    stripped = {}
+    for name, option in options.items():
+        option = {key: value for key, value in (option or {}).items() if key != "default"}
+        if isinstance(option.get("options"), Mapping):
+            option["options"] = without_defaults(option["options"])
+        stripped[name] = option
+    return stripped
+
+
+def spec_options(role: str, roles_dir: Any) -> dict[str, Any]:
+    """The options of ``role``'s main argument spec without their defaults. Raises OSError, yaml.YAMLError, KeyError."""
+    return without_defaults((entry_points(roles_dir / role / "meta" / "argument_specs.yml")["main"]).get("options") or {})
+
+
+_SPECS: dict[Any, tuple[float, dict[str, Any]]] = {}
+
+
+# The parts a run can switch on: the gpufleet role's switch and the role it adds (defaults: its defaults/main.yml).
+PARTS = {"pytorch": "gpufleet_pytorch", "slurm": "gpufleet_slurm", "monitoring": "gpufleet_monitoring",
+         "container": "gpufleet_container"}
+
+
+def parts(switches: Mapping[str, Any]) -> dict[str, bool]:
+    """{part: on} from the gpufleet role's switches (their values, defaults already under them)."""
+    return {part: to_bool(switches.get(name, False)) for part, name in PARTS.items()}
+
+
+def judged_roles(switched: Mapping[str, bool]) -> list[str]:
+    """The roles whose settings play 1 judges: the playbooks', the install's and the verification's, and the parts on
+    (the verification and smoke training too: site.yml runs them after provisioning, and a typo there must not wait
+    for the install)."""
+    return (["gpufleet", "nvidia_driver", "cuda"] + [part for part in PARTS if switched.get(part)]
+            + ["gpu_verify", "smoke_training"])
+
+
+def probed_roles(switched: Mapping[str, bool]) -> list[str]:
+    """The roles whose download sources play 1 tries (their entry point probe)."""
+    return ["nvidia_driver", "cuda"] + [part for part in ("pytorch", "container", "slurm") if switched.get(part)]
+
+
 class Judgement:
     """One role's settings on one host: what its rules read, what they refuse, what they resolve."""
 

@@ -1,0 +1,123 @@
+"""The framework of the roles' Python rules (plugins/module_utils/settings.py) and the cuda role's rules, directly.
+
+The other roles' rules have their own test_rules_<role>.py; every role's rules also run for real through its
+tasks/validate.yml in the role's tests (tests/unit/role_run.py), and through play 1 in tests/e2e/test_bad_input.py.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+import pytest
+from ansible.parsing.dataloader import DataLoader
+from ansible.template import Templar, trust_as_template
+
+settings = importlib.import_module("ansible_collections.gpufleet.fleet.plugins.module_utils.settings")
+cuda = importlib.import_module("ansible_collections.gpufleet.fleet.plugins.module_utils.rules.cuda")
+stack_plugin = importlib.import_module("ansible_collections.gpufleet.fleet.plugins.lookup.stack")
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("text", ["8", "8.0", " 8 ", "abc", "", None, True, 3.7, "-1", "1e3", [1]])
+def test_to_int_and_to_float_are_jinjas_filters(text):
+    """The rules read a setting as Jinja's | int and | float did (a non-number is 0)."""
+    templar = Templar(loader=DataLoader(), variables={"v": text})
+    assert settings.to_int(text) == templar.evaluate_expression(trust_as_template("v | int"))
+    assert settings.to_float(text) == templar.evaluate_expression(trust_as_template("v | float"))
+
+
+@pytest.mark.parametrize("value", ["yes", "True", "on", "1", 1, True, "no", "false", "0", 0, "", None, "perhaps"])
+def test_to_bool_is_ansibles_bool_filter(value):
+    templar = Templar(loader=DataLoader(), variables={"v": value})
+    assert settings.to_bool(value) is templar.evaluate_expression(trust_as_template("v | bool"))
+
+
+def test_a_rule_message_is_one_line_and_the_rejection_numbers_them():
+    judgement = settings.Judgement("cuda", "node-1", {"a": 1})
+    assert judgement.check(True, "never said")
+    assert not judgement.check(False, "first\n   rule ")
+    judgement.refuse(["second"])
+    assert judgement.message == "cuda settings rejected on node-1: [1] first rule; [2] second"
+    with pytest.raises(KeyError, match="rules of role cuda: variable b is not defined"):
+        judgement["b"]
+
+
+def test_a_rejection_several_hosts_share_is_said_once_naming_them():
+    hosts = ["n1", "n2", "n3"]
+    first = settings.rejection_of_hosts(["bad"], "cuda", "n1", "n1", hosts)
+    assert first == "cuda settings rejected on 3 hosts (n1, n2, n3): [1] bad"
+    other = settings.rejection_of_hosts(["bad"], "cuda", "n2", "n1", hosts)
+    assert "bad" not in other and "same settings as n1" in other
+    assert settings.rejection_of_hosts(["bad"], "cuda", "n1", "n1", ["n1"]) == "cuda settings rejected on n1: [1] bad"
+
+
+def test_the_part_switches_and_the_roles_play_1_judges_and_probes():
+    switched = settings.parts({"gpufleet_pytorch": "yes", "gpufleet_slurm": True, "gpufleet_monitoring": False})
+    assert switched == {"pytorch": True, "slurm": True, "monitoring": False, "container": False}
+    assert settings.judged_roles(switched) == ["gpufleet", "nvidia_driver", "cuda", "pytorch", "slurm", "gpu_verify",
+                                               "smoke_training"]
+    assert settings.probed_roles(switched) == ["nvidia_driver", "cuda", "pytorch", "slurm"]
+
+
+def test_every_judged_role_has_rules_and_reads_what_it_names():
+    for role in settings.judged_roles(dict.fromkeys(settings.PARTS, True)):
+        module = settings.rules_of(role)
+        assert callable(module.judge) and module.READS, role
+    with pytest.raises(ValueError, match="role payload has no rules module"):
+        settings.rules_of("payload")
+
+
+def test_read_names_takes_prefixes_and_names():
+    assert settings.read_names(["cuda_*", "preflight_report", "absent"],
+                               ["cuda_release", "cuda_toolkit", "cudax", "preflight_report"]) == [
+        "cuda_release", "cuda_toolkit", "preflight_report"]
+
+
+# --- the cuda role's rules ------------------------------------------------------------------------------------
+
+CUDA_DEFAULTS = {"cuda_release": "", "cuda_repository_url": "", "cuda_repository_key_url": "", "cuda_driver_version": "",
+                 "cuda_toolkit": True, "cuda_libraries": ["cudnn", "nccl"], "cuda_compile_check_archs": ["sm_80"],
+                 "__cuda_supported_os": ["ubuntu2004", "ubuntu2204", "debian12"]}
+
+
+def judge_cuda(**values):
+    matrix = stack_plugin.load_matrix()
+    judgement = settings.Judgement("cuda", "node-1", {**CUDA_DEFAULTS, "__cuda_repo_os": "ubuntu2204", **values},
+                                   stack=lambda **choices: stack_plugin.resolve(matrix, **choices))
+    cuda.judge(judgement)
+    return judgement
+
+
+def test_cuda_resolves_the_default_release_and_its_driver():
+    judgement = judge_cuda(nvidia_driver_branch="535")
+    assert judgement.errors == []
+    assert judgement.facts["__cuda_release"] == "12.1"
+    assert judgement.facts["__cuda_driver_source"] == "nvidia_driver_branch 535 (its default release)"
+    assert judgement.facts["__cuda_spec"]["min_driver"] == "530.30.02"
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"nvidia_driver_branch": "470"},
+     "CUDA 12.1 needs NVIDIA driver 530.30.02 or newer, but nvidia_driver_branch 470 (its default release) is driver"
+     " 470.256.02: choose a newer driver branch (nvidia_driver_branch) or an older CUDA release (cuda_release)"),
+    ({"cuda_driver_version": "470.256.02"}, "but cuda_driver_version is driver 470.256.02"),
+    ({"cuda_release": "11.0"}, "cuda_release '11.0' is not a CUDA release gpufleet knows"),
+    ({"__cuda_repo_os": "ubuntu1804"},
+     "NVIDIA publishes no CUDA repository for ubuntu1804 (it does for ubuntu2004, ubuntu2204, debian12)"),
+    # NVIDIA's debian12 directory starts at CUDA 12.3
+    # (https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64/ lists no cuda-toolkit-12-1).
+    ({"__cuda_repo_os": "debian12"}, "Set cuda_repository_url to a site repository that carries"),
+    ({"cuda_repository_url": "mirror/cuda"}, "cuda_repository_url 'mirror/cuda' is not an http(s) URL"),
+    ({"cuda_repository_key_url": "ftp://mirror/key"}, "cuda_repository_key_url 'ftp://mirror/key' is not an http(s) URL"),
+    ({"cuda_compile_check_archs": ["sm_80", "compute_90"]},
+     "cuda_compile_check_archs must be GPU architectures like sm_80 or sm_90, got ['sm_80', 'compute_90']"),
+])
+def test_cuda_refuses_naming_the_setting(values, message):
+    judgement = judge_cuda(**values)
+    assert any(message in error for error in judgement.errors), judgement.errors
+
+
+def test_cuda_debian_12_passes_with_a_site_repository_or_nothing_to_install():
+    assert judge_cuda(__cuda_repo_os="debian12", cuda_repository_url="http://mirror/cuda").errors == []
+    assert judge_cuda(__cuda_repo_os="debian12", cuda_toolkit=False, cuda_libraries=[]).errors == []
