@@ -36,6 +36,26 @@ def light_fleet(tmp_path_factory):
         remove_lab_nodes(list(hosts))
 
 
+def test_play_1_says_a_fleet_wide_rejection_once_naming_the_hosts(tmp_path, light_fleet):
+    """A wrong setting given for the whole fleet (-e) is judged once on the controller (playbooks/check.yml,
+    gpufleet.fleet.settings): its reason appears once in the run's output, naming every host, and every host stops
+    before anything changes (issue 30)."""
+    inventory, hosts = light_fleet
+    reason = "smoke_training_rendezvous_port '80' is not a TCP port (1024-65535)"
+    run = run_playbook(tmp_path, "playbooks/check.yml", inventory, extravars={"smoke_training_rendezvous_port": 80})
+
+    assert run.status == "failed"
+    assert run.failed_hosts() == set(hosts), run.failures()
+    messages = [message for found in run.failures().values() for message in found]
+    assert sum(reason in message for message in messages) == 1, messages
+    said = next(message for message in messages if reason in message)
+    named = re.search(rf"rejected on {NODES} hosts \(([^)]*)\)", said)
+    assert named and sorted(named[1].split(", ")) == hosts, said
+    output = "".join(ev.get("stdout", "") for ev in run.events)
+    assert output.count(reason) == 1, output[-3000:]
+    assert run.changed_tasks() == {}
+
+
 def test_verify_on_20_light_nodes_groups_the_failures_by_reason(tmp_path, light_fleet):
     inventory, hosts = light_fleet
     for host in MISMATCHED:

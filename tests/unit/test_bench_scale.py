@@ -206,3 +206,14 @@ def test_bad_arguments_are_refused_before_any_node_starts(argv, message, capsys,
     (tmp_path / "hosts.yml").write_text("{}")
     assert scale.main(argv) == 2
     assert message in capsys.readouterr().err
+
+
+def test_tasks_per_host_counts_one_hosts_results_and_includes():
+    output = ("TASK [Gather facts] ***\nok: [node-1]\nok: [node-2]\n"
+              "TASK [Judge] ***\nok: [node-1]\n"
+              "TASK [Skip] ***\nskipping: [node-1]\nskipping: [node-2]\n"
+              "TASK [Include] ***\nincluded: /x/probe.yml for node-1, node-2 => (item=cuda)\n"
+              "TASK [Stop] ***\nfatal: [node-2]: FAILED! => {}\n")
+    assert scale.tasks_per_host(output) == 4
+    assert scale.tasks_per_host(output.replace("ok: [node-1]\n", "", 2)) == 4  # node-2's: ok, skip, include, stop
+    assert scale.tasks_per_host("") == 0

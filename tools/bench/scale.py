@@ -258,6 +258,22 @@ def task_seconds(output: str, task: str) -> float | None:
     return float(found[-1]) if found else None
 
 
+_RESULT_LINE = re.compile(r"^(?:ok|changed|skipping|fatal|failed): \[([^\]]+)\]", re.M)
+_INCLUDED_LINE = re.compile(r"^included: \S+ for (.+?)(?: => .*)?$", re.M)
+
+
+def tasks_per_host(output: str) -> int:
+    """The most task results one host had in a run's output (ok, changed, skipping, failed; an include counts for
+    each host it names): the tasks a host costs the controller, each a forked worker."""
+    counts: dict[str, int] = {}
+    for host in _RESULT_LINE.findall(output):
+        counts[host] = counts.get(host, 0) + 1
+    for names in _INCLUDED_LINE.findall(output):
+        for host in names.split(", "):
+            counts[host.strip()] = counts.get(host.strip(), 0) + 1
+    return max(counts.values(), default=0)
+
+
 def measure(play: str, inventory: Path, workdir: Path, cgroups: dict, env: dict | None = None,
             repo: Path = REPO) -> dict:
     """One ansible-playbook run of a play on an inventory, measured; repo: the tree whose plays, roles and
@@ -292,7 +308,7 @@ def measure(play: str, inventory: Path, workdir: Path, cgroups: dict, env: dict 
         "controller_cpu_s": round(controller_cpu, 2), "controller_peak_pss_bytes": sampler.peak_pss,
         "controller_peak_rss_bytes": sampler.peak_rss, "controller_peak_breakdown": sampler.peak_breakdown,
         "nodes_cpu_s": round(nodes_cpu, 2),
-        "machine_busy_cpu_s": round(busy, 2), "env": env or {},
+        "machine_busy_cpu_s": round(busy, 2), "env": env or {}, "tasks_per_host": tasks_per_host(output),
     }
     if play == "verify":
         report = reports / "fleet-report.json"
@@ -426,8 +442,8 @@ def report(results: dict) -> str:
              f"{results['node_memory_bytes']['max'] / 2**20:.1f} MiB), {results['node_memory_after_bytes'] / 2**20:.1f}"
              f" MiB after the runs; {results['start_nodes_s']} s to start {max(results['sizes'])}", "",
              "| play | nodes | wall s | x 1 node | target | controller CPU s | peak PSS MiB (RSS) | nodes' CPU share |"
-             " report write s | report KiB (json/md/xml) |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             " report write s | report KiB (json/md/xml) | tasks a host |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for play in PLAYS:
         by_size = median_runs(results["runs"], play)
         if not by_size:
@@ -445,11 +461,12 @@ def report(results: dict) -> str:
                 f"{figures['controller_cpu_s']:.1f} | {figures['controller_peak_pss_bytes'] / 2**20:.0f} "
                 f"({figures['controller_peak_rss_bytes'] / 2**20:.0f}) | {share:.0%} | "
                 f"{'-' if first.get('report_write_s') is None else first['report_write_s']} | "
-                + ("/".join(f"{sizes.get(s, 0) / 1024:.0f}" for s in ('.json', '.md', '.xml')) if sizes else "-") + " |")
+                + ("/".join(f"{sizes.get(s, 0) / 1024:.0f}" for s in ('.json', '.md', '.xml')) if sizes else "-")
+                + f" | {first.get('tasks_per_host', '-')} |")
         for key, label in (("wall_s", "wall s"), ("controller_cpu_s", "controller CPU s")):
             added = per_added_node(by_size, key)
             if added is not None:
-                lines.append(f"| {play} | per added node | | | | {label}: {added:.3f} | | | | |")
+                lines.append(f"| {play} | per added node | | | | {label}: {added:.3f} | | | | | |")
     for run in results["runs"]:
         if run["variant"] != "3 failing" and run["rc"] != 0:
             reason = next((line.strip() for line in run.get("tail", []) if line.startswith("failed: ")), "see its log")
@@ -470,7 +487,8 @@ def report(results: dict) -> str:
             new = median_runs(results["runs"], play)[old["nodes"]]
             lines.append(f"  {play}: {old['wall_s']:.1f} s -> {new['wall_s']:.1f} s, controller "
                          f"{old['controller_cpu_s']:.1f} -> {new['controller_cpu_s']:.1f} CPU s, peak PSS "
-                         f"{old['controller_peak_pss_bytes'] / 2**20:.0f} -> {new['controller_peak_pss_bytes'] / 2**20:.0f} MiB")
+                         f"{old['controller_peak_pss_bytes'] / 2**20:.0f} -> {new['controller_peak_pss_bytes'] / 2**20:.0f} MiB"
+                         f", tasks a host {old.get('tasks_per_host', '-')} -> {new['first'].get('tasks_per_host', '-')}")
     failing = next((r for r in results["runs"] if r["variant"] == "3 failing"), None)
     if failing:
         lines += ["", f"verify with 3 of {failing['nodes']} nodes failing (forged mismatch: "
