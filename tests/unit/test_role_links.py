@@ -25,7 +25,7 @@ ROLES = sorted(p.parent.parent for p in (REPO / "roles").glob("*/meta/argument_s
 # Facts roles publish for others to read (set_fact in the named task file).
 PUBLISHED = {"preflight_report": REPO / "roles/preflight/tasks/check.yml"}
 # What every role may read: Ansible's own variables.
-ANSIBLE_VARS = {"ansible_facts", "inventory_hostname", "role_path", "default", "int", "bool", "string", "lower",
+ANSIBLE_VARS = {"ansible_facts", "inventory_hostname", "role_path", "lookup", "default", "int", "bool", "string", "lower",
                 "regex_replace", "true", "false", "if", "else", "and", "or", "not", "in", "is", "none"}
 
 _NAME = re.compile(r"(?<![\w.'\"])([a-z_][a-z0-9_]*)")
