@@ -75,7 +75,7 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
 from ansible.template import Templar
 from ansible_collections.gpufleet.fleet.plugins.module_utils.settings import (
-    PARTS, judge, judged_roles, parts, read_names, rejection_of_hosts, rules_of, spec_options)
+    PARTS, judge, judged_roles, narrowed, parts, read_names, rejection_of_hosts, rules_of, spec_options)
 
 ARGUMENT_SPEC = {
     "role": {"type": "str"},
@@ -149,7 +149,7 @@ class ActionModule(ActionBase):
                     messages[host].append((role, f"{role} settings rejected on {host} (argument spec): {'; '.join(errors)}"))
                     continue
                 names = read_names(modules[role].READS, list(variables))
-                values = {name: templar.template(variables[name]) for name in names}
+                values = narrowed(modules[role].READS, {name: templar.template(variables[name]) for name in names})
                 key = (role, json.dumps(values, sort_keys=True, default=str))
                 if key not in groups:
                     groups[key] = (host, [], judge(role, host, values, stack=stack).errors)

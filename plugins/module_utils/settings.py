@@ -244,19 +244,36 @@ def rules_of(role: str) -> Any:
 
 
 def read_names(reads: Sequence[str], defined: Sequence[str]) -> list[str]:
-    """The variable names ``reads`` selects among ``defined``: names as they are, ``prefix*`` every match."""
+    """The variable names ``reads`` selects among ``defined``: names as they are, ``prefix*`` every match,
+    ``name.key`` the variable ``name`` (of which the rules get only the keys named so: see ``narrowed``)."""
     names = []
     for entry in reads:
         if entry.endswith("*"):
             names.extend(name for name in defined if name.startswith(entry[:-1]))
-        elif entry in defined:
-            names.append(entry)
+        elif entry.split(".", 1)[0] in defined:
+            names.append(entry.split(".", 1)[0])
     return sorted(set(names))
+
+
+def narrowed(reads: Sequence[str], values: Mapping[str, Any]) -> dict[str, Any]:
+    """The values with each mapping that ``reads`` names as ``name.key`` cut to those keys: the rules of a role read
+    a few facts (``ansible_facts.distribution``), and hosts that differ only in the others share one judgement."""
+    keys: dict[str, list[str]] = {}
+    for entry in reads:
+        if "." in entry and not entry.endswith("*"):
+            name, key = entry.split(".", 1)
+            keys.setdefault(name, []).append(key)
+    cut = dict(values)
+    for name, wanted in keys.items():
+        if isinstance(cut.get(name), Mapping):
+            cut[name] = {key: cut[name][key] for key in wanted if key in cut[name]}
+    return cut
 
 
 def judge(role: str, host: str, values: Mapping[str, Any],
           stack: Callable[..., dict[str, Any]] | None = None) -> Judgement:
     """Run ``role``'s rules on these values (already templated) for ``host``."""
-    judgement = Judgement(role, host, values, stack)
-    rules_of(role).judge(judgement)
+    rules = rules_of(role)
+    judgement = Judgement(role, host, narrowed(rules.READS, values), stack)
+    rules.judge(judgement)
     return judgement

@@ -74,6 +74,14 @@ def test_read_names_takes_prefixes_and_names():
         "cuda_release", "cuda_toolkit", "preflight_report"]
 
 
+def test_a_mapping_read_by_key_is_cut_to_those_keys():
+    reads = ["ansible_facts.distribution", "ansible_facts.os_family", "cuda_*"]
+    assert settings.read_names(reads, ["ansible_facts", "cuda_release"]) == ["ansible_facts", "cuda_release"]
+    values = {"ansible_facts": {"distribution": "Ubuntu", "os_family": "Debian", "hostname": "n1"}, "cuda_release": ""}
+    assert settings.narrowed(reads, values) == {"ansible_facts": {"distribution": "Ubuntu", "os_family": "Debian"},
+                                                "cuda_release": ""}
+
+
 # --- the cuda role's rules ------------------------------------------------------------------------------------
 
 CUDA_DEFAULTS = {"cuda_release": "", "cuda_repository_url": "", "cuda_repository_key_url": "", "cuda_driver_version": "",

@@ -10,7 +10,8 @@ import re
 from ansible_collections.gpufleet.fleet.plugins.module_utils.settings import Judgement, as_list, is_http_url, to_bool
 from ansible.module_utils.compat.version import LooseVersion
 
-READS = ("cuda_*", "nvidia_driver_version", "nvidia_driver_branch", "ansible_local", "preflight_report",
+READS = ("cuda_*", "nvidia_driver_version", "nvidia_driver_branch", "ansible_local.nvidia_driver",
+         "preflight_report.gpu_device_ids", "preflight_report.gpu_pci_addresses",
          "__cuda_repo_os", "__cuda_supported_os", "__cuda_public_repository_url", "__cuda_keyring_package_keyring")
 
 _ARCH = re.compile(r"^sm_[0-9]{2,3}a?$")
