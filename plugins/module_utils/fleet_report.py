@@ -80,7 +80,9 @@ passed is not a failed testcase).
 
 Standard library only: it runs with the controller's Ansible Python and
 imports nothing of Ansible, so that the action plugin, the filter, the cron
-entry point and the tests share this one copy.
+entry point and the tests share this one copy. Its files are written with
+gpufleet_check's own write_atomically (plugins/module_utils/gpufleet_check.py
+imports the payload's modules on the controller).
 """
 
 from __future__ import annotations
@@ -93,7 +95,6 @@ import math
 import os
 import re
 import statistics
-import tempfile
 import xml.etree.ElementTree as ET
 from collections import Counter, defaultdict
 from collections.abc import Mapping
@@ -1113,19 +1114,13 @@ def write_run_report(doc: Any, out_dir: Path, basename: str = DEFAULT_BASENAME,
 
 
 def write_atomically(path: Path, text: str) -> Path:
-    """Readers see the old file or the new one, never a partial one."""
-    descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(temporary, 0o644)  # mkstemp's 0600 would hide the report from a web server or a CI agent
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-    return path
+    """Readers see the old file or the new one, never a partial one; mode 0644 (mkstemp's 0600 would hide the
+    report from a web server or a CI agent). gpufleet_check's own (its common module, imported from the collection
+    as the filters import it). Imported here, on first write, so that this module alone still loads by its path
+    (files/gpufleet_verify.py in a checkout without the collection link) for the schema and the table."""
+    from ansible_collections.gpufleet.fleet.plugins.module_utils.gpufleet_check import gpufleet_check_module
+
+    return gpufleet_check_module("common").write_atomically(path, text)
 
 
 def file_basename(value: str) -> str:

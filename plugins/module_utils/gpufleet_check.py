@@ -5,7 +5,8 @@ gpufleet_check.pyz); a few of their rules are needed before any node is
 touched: the validator of the per-SKU overrides (``profiles.merge_overrides``,
 gpu_verify_profile_overrides) and DCGM's time limits per run level
 (``dcgm.DEFAULT_TIMEOUT_S``), and, after the smoke training, the judgement of
-its network figures and NCCL's logs (``nccl.judge``). Rather than copy them, the filters import the
+its network figures and NCCL's logs (``nccl.judge``); and the fleet report writes its files as the
+checks write theirs (``common.write_atomically``). Rather than copy them, the filters and the report import the
 package from the collection (the payload role's files, at the collection root's
 ``roles/payload/files/gpufleet_check``), under a private name so that it never
 meets another copy in ``sys.modules``.

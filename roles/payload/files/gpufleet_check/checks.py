@@ -749,6 +749,14 @@ def measure_gemm(torch: Any, index: int, n: int) -> dict[str, Any]:
             "finite": finite}
 
 
+def slowest_gpu(per_gpu: list[dict[str, Any]], figure: str) -> tuple[dict[str, Any], str, str]:
+    """(the GPU with the lowest figure, the worst verdict of all, the details to show: those of the GPUs
+    that did not pass, else the slowest one's) of a measured check's per-GPU results."""
+    slowest = min(per_gpu, key=lambda g: g[figure])
+    shown = [g for g in per_gpu if g["verdict"] != "pass"] or [slowest]
+    return slowest, health.verdict_of(per_gpu), "; ".join(g["detail"] for g in shown)
+
+
 def check_gemm(probe: Probe) -> dict[str, Any]:
     """Matmul TFLOP/s of every GPU against a fraction of its model's achievable figure; value = the slowest."""
     name, args = "gemm", probe.args
@@ -763,11 +771,8 @@ def check_gemm(probe: Probe) -> dict[str, Any]:
         if not measured["finite"]:
             judged.update(verdict="fail", detail=f"non-finite values in the matmul output; {judged['detail']}")
         per_gpu.append({**measured, **judged, "detail": f"GPU {index} {judged['detail']}"})
-    slowest = min(per_gpu, key=lambda g: g["tflops"])
-    verdicts = {g["verdict"] for g in per_gpu}
-    verdict = "fail" if "fail" in verdicts else "warn" if "warn" in verdicts else "pass"
-    shown = [g for g in per_gpu if g["verdict"] != "pass"] or [slowest]
-    detail = f"n={n} {slowest['dtype']}; " + "; ".join(g["detail"] for g in shown)
+    slowest, verdict, details = slowest_gpu(per_gpu, "tflops")
+    detail = f"n={n} {slowest['dtype']}; {details}"
     return check_result(name, verdict, detail, value=slowest["tflops"], unit="TFLOP/s",
                         threshold=slowest["threshold"], per_gpu=per_gpu)
 
@@ -883,11 +888,8 @@ def check_memory_bandwidth(probe: Probe) -> dict[str, Any]:
         record = gpu_record(probe, measured)
         profile, figures = profiles.find_profile(record.get("name"), record.get("pci_device_id"), probe.profile_table)
         per_gpu.append({**measured, **judge_memory_bandwidth(measured, profile, figures)})
-    slowest = min(per_gpu, key=lambda g: g["memory_bandwidth_gbps"])
-    verdicts = {g["verdict"] for g in per_gpu}
-    verdict = "fail" if "fail" in verdicts else "warn" if "warn" in verdicts else "pass"
-    shown = [g for g in per_gpu if g["verdict"] != "pass"] or [slowest]
-    detail = f"{slowest['size_mib']} MiB copies; " + "; ".join(g["detail"] for g in shown)
+    slowest, verdict, details = slowest_gpu(per_gpu, "memory_bandwidth_gbps")
+    detail = f"{slowest['size_mib']} MiB copies; {details}"
     return check_result(name, verdict, detail, value=slowest["memory_bandwidth_gbps"], unit="GB/s",
                         threshold=slowest["memory_bandwidth_floor"], per_gpu=per_gpu, h2d_gbps=slowest["h2d_gbps"],
                         d2h_gbps=slowest["d2h_gbps"],

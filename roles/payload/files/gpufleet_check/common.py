@@ -120,10 +120,11 @@ def check_writable(path: Path) -> str | None:
     return None
 
 
-def write_atomically(path: Path, text: str, mode: int = 0o644) -> None:
-    """Replace path with text: a temporary file beside it, flushed to disk, then renamed over it.
-    Readers see the old file or the new one, never half of one; on an error the temporary file
-    is removed and the old file is left as it was (OSError raised)."""
+def write_atomically(path: Path, text: str, mode: int = 0o644) -> Path:
+    """Replace path with text: a temporary file beside it, flushed to disk, then renamed over it;
+    returns path. Readers see the old file or the new one, never half of one; on an error the
+    temporary file is removed and the old file is left as it was (OSError raised). The fleet
+    report (plugins/module_utils/fleet_report.py) writes its files with it too."""
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
@@ -136,3 +137,4 @@ def write_atomically(path: Path, text: str, mode: int = 0o644) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp_name)
         raise
+    return path

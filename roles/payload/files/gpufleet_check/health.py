@@ -152,6 +152,24 @@ def total(values: Iterable[int | None]) -> int | None:
     return sum(known) if known else None
 
 
+def ecc_counts(single_double: tuple[str | None, str | None] | None,
+               counters: list[tuple[str, str | None]]) -> dict[str, int | None]:
+    """{"corrected", "uncorrected"} of an ECC block, in either schema: its single/double bit totals where the
+    block has them (drivers 418 and earlier), else the sums of its (lower-case named) (un)correctable counters;
+    threshold flags are not counts."""
+    if single_double is not None:
+        return {"corrected": integer(single_double[0]), "uncorrected": integer(single_double[1])}
+    corrected, uncorrected = [], []
+    for name, text in counters:
+        if "threshold" in name:
+            continue
+        if "uncorrectable" in name:
+            uncorrected.append(integer(text))
+        elif "correctable" in name:
+            corrected.append(integer(text))
+    return {"corrected": total(corrected), "uncorrected": total(uncorrected)}
+
+
 def gpu_label(gpu: dict[str, Any]) -> str:
     return f"GPU {gpu['index']} ({gpu['bus_id']})"
 
@@ -178,20 +196,10 @@ def xml_ecc_counts(node: ET.Element | None) -> dict[str, int | None]:
     schema: sram_/dram_ (un)correctable(_parity/_secded) children, or the older single_bit/double_bit
     <total> (418 and earlier). Threshold flags are not counts."""
     if node is None:
-        return {"corrected": None, "uncorrected": None}
-    if node.find("single_bit") is not None or node.find("double_bit") is not None:
-        return {"corrected": integer(xml_text(node, "single_bit/total")),
-                "uncorrected": integer(xml_text(node, "double_bit/total"))}
-    corrected, uncorrected = [], []
-    for child in node:
-        tag = child.tag.lower()
-        if "threshold" in tag:
-            continue
-        if "uncorrectable" in tag:
-            uncorrected.append(integer(child.text))
-        elif "correctable" in tag:
-            corrected.append(integer(child.text))
-    return {"corrected": total(corrected), "uncorrected": total(uncorrected)}
+        return ecc_counts(None, [])
+    legacy = node.find("single_bit") is not None or node.find("double_bit") is not None
+    return ecc_counts((xml_text(node, "single_bit/total"), xml_text(node, "double_bit/total")) if legacy else None,
+                      [(child.tag.lower(), child.text) for child in node])
 
 
 def xml_clock_reasons(gpu: ET.Element) -> dict[str, bool | None]:
@@ -303,20 +311,12 @@ def text_tree(lines: list[str]) -> Node:
 
 
 def text_ecc_counts(node: Node | None) -> dict[str, int | None]:
+    """xml_ecc_counts of the text schema's "Volatile"/"Aggregate" block."""
     if node is None:
-        return {"corrected": None, "uncorrected": None}
-    if node.get("single bit") is not None or node.get("double bit") is not None:
-        return {"corrected": integer(node.text("single bit", "total")),
-                "uncorrected": integer(node.text("double bit", "total"))}
-    corrected, uncorrected = [], []
-    for key, child in node.children.items():
-        if "threshold" in key:
-            continue
-        if "uncorrectable" in key:
-            uncorrected.append(integer(child.value))
-        elif "correctable" in key:
-            corrected.append(integer(child.value))
-    return {"corrected": total(corrected), "uncorrected": total(uncorrected)}
+        return ecc_counts(None, [])
+    legacy = node.get("single bit") is not None or node.get("double bit") is not None
+    return ecc_counts((node.text("single bit", "total"), node.text("double bit", "total")) if legacy else None,
+                      [(key, child.value) for key, child in node.children.items()])
 
 
 def text_clock_reasons(gpu: Node) -> dict[str, bool | None]:

@@ -253,25 +253,17 @@ def judge(network: Mapping[str, Any] | None, nodes: Sequence[Mapping[str, Any]],
     multi = crossing >= 2
     if multi and expect_transport != "any":
         want = {"ib": "IB", "roce": "RoCE", "socket": "Socket"}[expect_transport]
-        if backend != "nccl":
-            problems.append(f"expected NCCL over {want} between nodes (smoke_training_expect_transport), "
-                            f"but the run used {backend} (no GPU?)")
-        else:
-            for node in per_node:
-                if node["transport"] != want:
-                    problems.append(f"{node['host']}: NCCL used {node['transport'] or 'no logged transport'} "
-                                    f"between nodes, expected {want} (smoke_training_expect_transport)"
-                                    + (f" [{node['evidence'][0]}]" if node["evidence"] else ""))
+        for node in _nodes_off(problems, backend, per_node, "transport", want,
+                               f"NCCL over {want} between nodes (smoke_training_expect_transport)", " (no GPU?)"):
+            problems.append(f"{node['host']}: NCCL used {node['transport'] or 'no logged transport'} "
+                            f"between nodes, expected {want} (smoke_training_expect_transport)"
+                            + (f" [{node['evidence'][0]}]" if node["evidence"] else ""))
     if multi and expect_gdr != "any":
         want_gdr = "on" if expect_gdr == "true" else "off"
-        if backend != "nccl":
-            problems.append(f"expected GPUDirect RDMA {want_gdr} (smoke_training_expect_gdr), "
-                            f"but the run used {backend}, not NCCL")
-        else:
-            for node in per_node:
-                if node["gdr"] != want_gdr:
-                    problems.append(f"{node['host']}: GPUDirect RDMA {node['gdr'] or 'not logged'} "
-                                    f"({node['gdr_basis']}), expected {want_gdr} (smoke_training_expect_gdr)")
+        for node in _nodes_off(problems, backend, per_node, "gdr", want_gdr,
+                               f"GPUDirect RDMA {want_gdr} (smoke_training_expect_gdr)", ", not NCCL"):
+            problems.append(f"{node['host']}: GPUDirect RDMA {node['gdr'] or 'not logged'} "
+                            f"({node['gdr_basis']}), expected {want_gdr} (smoke_training_expect_gdr)")
     key = "gloo" if backend == "gloo" else FLOOR_KEYS.get(transport or "")
     floor = float(floors.get(key) or 0) if key else 0.0
     if multi and floor > 0:
@@ -295,6 +287,16 @@ def _node_view(reading: Mapping[str, Any] | None) -> dict[str, Any]:
     if reading is None:
         return {**{key: None for key in keys}, "evidence": [], "warnings": []}
     return {key: reading.get(key) for key in keys}
+
+
+def _nodes_off(problems: list[str], backend: str | None, per_node: list[dict[str, Any]], key: str, want: str,
+               expected: str, not_nccl: str) -> list[dict[str, Any]]:
+    """The nodes whose reading of key is not want, for the caller to name; none, and the problem that the
+    run did not use NCCL (whose log is what is read) added, when backend is not NCCL."""
+    if backend != "nccl":
+        problems.append(f"expected {expected}, but the run used {backend}{not_nccl}")
+        return []
+    return [node for node in per_node if node[key] != want]
 
 
 def _label(network: Mapping[str, Any] | None, transport: str | None, gdr: str | None) -> str:

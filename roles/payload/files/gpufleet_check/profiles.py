@@ -74,6 +74,38 @@ HOPPER_NVLINK = ("nvidia.com/en-us/data-center/technologies/hopper-architecture/
                  "900 GB/s per GPU in 8 x H200 or H100 servers; the H100's 18 links x 26.562 GB/s "
                  "(bottlerocket pull 4418) taken for the H200, no real H200 output found")
 
+# nccl-tests' message size suffixes in MiB (parsesize, src/common.cu @ a0b82b22: each 1024 x the one below).
+SIZE_MIB = {"M": 1, "G": 1024}
+
+
+def dcgm_sku(sku: str, min_pci_width: int, minimum_bandwidth: str | None = None) -> dict[str, tuple[Any, str]]:
+    """The figures of DCGM's diag-skus entry for sku, each cited: ``min_pci_width`` and, where given (as the
+    entry writes it, MB/s), ``minimum_bandwidth`` as the memory bandwidth floor in GB/s."""
+    found: dict[str, tuple[Any, str]] = {
+        "pcie_min_width": (min_pci_width, f"{DCGM_SKUS}: {sku} min_pci_width {min_pci_width}")}
+    if minimum_bandwidth is not None:
+        found["memory_bandwidth_gbps"] = (float(minimum_bandwidth) / 1000,
+                                          f"{DCGM_SKUS}: {sku} minimum_bandwidth {minimum_bandwidth} MB/s")
+    return found
+
+
+def azure_node(conf: str, gpu_bw: str, nccl_allreduce: str) -> dict[str, tuple[Any, str]]:
+    """The figures of an 8-GPU node's Azure conf file (conf/<conf>), each cited, from its lines' arguments as
+    written there: ``check_gpu_bw <h2d GB/s> [<p2p GB/s>]`` and ``check_nccl_allreduce <GB/s> <repeats> <size>``."""
+    where = f"{AZURE} conf/{conf}"
+    bandwidth = f"{where}: check_gpu_bw {gpu_bw}"
+    h2d, *p2p = gpu_bw.split()
+    found: dict[str, tuple[Any, str]] = {"h2d_gbps": (float(h2d), bandwidth)}
+    if p2p:
+        found["p2p_gbps"] = (float(p2p[0]), bandwidth)
+    allreduce = f"{where}: check_nccl_allreduce {nccl_allreduce}"
+    busbw, _repeats, size = nccl_allreduce.split()
+    found["allreduce_8gpu_busbw_gbps"] = (float(busbw), allreduce)
+    found["allreduce_8gpu_size_mib"] = (int(size[:-1]) * SIZE_MIB[size[-1]],
+                                        f"{allreduce} (nccl-tests -b {size} -e {size})")
+    return found
+
+
 # name -> field -> (value, source). "names" and "device_ids" say which GPUs a profile is for.
 PROFILES: dict[str, dict[str, Any]] = {
     "H100 80GB HBM3": {  # H100 SXM5
@@ -83,13 +115,8 @@ PROFILES: dict[str, dict[str, Any]] = {
         "nvswitch_fabric": (True, "leptonai/gpud nvidia-smi -q of 8 x H100 80GB HBM3, 535.161.08: Fabric State "
                                   "Completed on every GPU (tests/unit/data/gpu/smi-text/h100-8gpu-535.161.08-power-brake.txt)"),
         "pcie_gen": (5, "nvidia-smi -q of H100 80GB HBM3: PCIe Generation Max 5 (gpud testdata, 535.161.08)"),
-        "pcie_min_width": (16, f"{DCGM_SKUS}: 2330 min_pci_width 16"),
-        "memory_bandwidth_gbps": (1905.0, f"{DCGM_SKUS}: 2330 minimum_bandwidth 1905000 MB/s"),
-        "h2d_gbps": (48.0, f"{AZURE} conf/nd96isr_h100_v5.conf: check_gpu_bw 48 335"),
-        "p2p_gbps": (335.0, f"{AZURE} conf/nd96isr_h100_v5.conf: check_gpu_bw 48 335"),
-        "allreduce_8gpu_busbw_gbps": (460.0, f"{AZURE} conf/nd96isr_h100_v5.conf: check_nccl_allreduce 460.0 1 16G"),
-        "allreduce_8gpu_size_mib": (16384, f"{AZURE} conf/nd96isr_h100_v5.conf: check_nccl_allreduce 460.0 1 16G "
-                                           "(nccl-tests -b 16G -e 16G)"),
+        **dcgm_sku("2330", 16, "1905000"),
+        **azure_node("nd96isr_h100_v5.conf", "48 335", "460.0 1 16G"),
     },
     "H200": {  # H200 SXM 141GB; the NVL (233B) is its own profile
         "device_ids": ("2335",),
@@ -97,116 +124,62 @@ PROFILES: dict[str, dict[str, Any]] = {
         "nvlink_link_gbps": (26.562, HOPPER_NVLINK),
         "nvswitch_fabric": (True, "Hopper SXM on NVSwitch, as the H100 80GB HBM3 (same fourth-generation NVLink, "
                                   "nvidia.com Hopper architecture page)"),
-        "pcie_min_width": (16, f"{DCGM_SKUS}: 2335 min_pci_width 16"),
+        **dcgm_sku("2335", 16),
         # DCGM's 2335 entry reads "minimum_bandwidth: 2333", a thousandth of its neighbours' MB/s
         # figures (233B: 2212500); read here as 2333 GB/s.
         "memory_bandwidth_gbps": (2333.0, f"{DCGM_SKUS}: 2335 minimum_bandwidth 2333 (unit read as GB/s: the "
                                           "entry is 1000 x below its neighbours' MB/s)"),
-        "h2d_gbps": (48.0, f"{AZURE} conf/nd96isr_h200_v5.conf: check_gpu_bw 48 335"),
-        "p2p_gbps": (335.0, f"{AZURE} conf/nd96isr_h200_v5.conf: check_gpu_bw 48 335"),
-        "allreduce_8gpu_busbw_gbps": (431.0, f"{AZURE} conf/nd96isr_h200_v5.conf: check_nccl_allreduce 431.0 1 16G"),
-        "allreduce_8gpu_size_mib": (16384, f"{AZURE} conf/nd96isr_h200_v5.conf: check_nccl_allreduce 431.0 1 16G "
-                                           "(nccl-tests -b 16G -e 16G)"),
+        **azure_node("nd96isr_h200_v5.conf", "48 335", "431.0 1 16G"),
     },
-    "H200 NVL": {
-        "device_ids": ("233B",),
-        "pcie_min_width": (16, f"{DCGM_SKUS}: 233b min_pci_width 16"),
-        "memory_bandwidth_gbps": (2212.5, f"{DCGM_SKUS}: 233b minimum_bandwidth 2212500 MB/s"),
-    },
-    "H100 NVL": {
-        "device_ids": ("2321",),
-        "pcie_min_width": (16, f"{DCGM_SKUS}: 2321 min_pci_width 16"),
-        "memory_bandwidth_gbps": (2043.0, f"{DCGM_SKUS}: 2321 minimum_bandwidth 2043000 MB/s"),
-    },
-    "H100 PCIe": {
-        "device_ids": ("2331",),
-        "pcie_min_width": (16, f"{DCGM_SKUS}: 2331 min_pci_width 16"),
-    },
-    "H800": {
-        "device_ids": ("2324",),
-        "pcie_min_width": (16, f"{DCGM_SKUS}: 2324 min_pci_width 16"),
-        "memory_bandwidth_gbps": (1920.0, f"{DCGM_SKUS}: 2324 minimum_bandwidth 1920000.0 MB/s"),
-    },
+    "H200 NVL": {"device_ids": ("233B",), **dcgm_sku("233b", 16, "2212500")},
+    "H100 NVL": {"device_ids": ("2321",), **dcgm_sku("2321", 16, "2043000")},
+    "H100 PCIe": {"device_ids": ("2331",), **dcgm_sku("2331", 16)},
+    "H800": {"device_ids": ("2324",), **dcgm_sku("2324", 16, "1920000.0")},
     "A100-SXM4-80GB": {
         "device_ids": ("20B2",),
         "nvlink_links": (12, NVLINK_A100),
         "nvlink_link_gbps": (25.0, NVLINK_A100),
         "pcie_gen": (4, "nvidia-smi -q -x of NVIDIA A100-SXM4-80GB: max_link_gen 4 (influxdata/telegraf "
                         "plugins/inputs/nvidia_smi/testdata/a100-sxm4-v12.xml)"),
-        "pcie_min_width": (16, f"{DCGM_SKUS}: 20b2 min_pci_width 16"),
-        "memory_bandwidth_gbps": (1173.0, f"{DCGM_SKUS}: 20b2 minimum_bandwidth 1173000.0 MB/s"),
-        "h2d_gbps": (21.0, f"{AZURE} conf/nd96amsr_a100_v4.conf: check_gpu_bw 21 238"),
-        "p2p_gbps": (238.0, f"{AZURE} conf/nd96amsr_a100_v4.conf: check_gpu_bw 21 238"),
-        "allreduce_8gpu_busbw_gbps": (228.0, f"{AZURE} conf/nd96amsr_a100_v4.conf: check_nccl_allreduce 228.0 1 16G"),
-        "allreduce_8gpu_size_mib": (16384, f"{AZURE} conf/nd96amsr_a100_v4.conf: check_nccl_allreduce 228.0 1 16G "
-                                           "(nccl-tests -b 16G -e 16G)"),
+        **dcgm_sku("20b2", 16, "1173000.0"),
+        **azure_node("nd96amsr_a100_v4.conf", "21 238", "228.0 1 16G"),
     },
     "A100-SXM4-40GB": {
         "device_ids": ("20B0",),
         "nvlink_links": (12, f"{NVLINK_A100}; the SXM4 A100s share the 12-link NVLink 3 of the 80GB part"),
         "nvlink_link_gbps": (25.0, NVLINK_A100),
-        "pcie_min_width": (16, f"{DCGM_SKUS}: 20b0 min_pci_width 16"),
         # DCGM's 20b0 entry reads 137500 MB/s, an eighth of the 80GB part's: not taken as a floor.
-        "h2d_gbps": (21.0, f"{AZURE} conf/nd96asr_v4.conf: check_gpu_bw 21 235"),
-        "p2p_gbps": (235.0, f"{AZURE} conf/nd96asr_v4.conf: check_gpu_bw 21 235"),
-        "allreduce_8gpu_busbw_gbps": (228.0, f"{AZURE} conf/nd96asr_v4.conf: check_nccl_allreduce 228.0 1 8G"),
-        "allreduce_8gpu_size_mib": (8192, f"{AZURE} conf/nd96asr_v4.conf: check_nccl_allreduce 228.0 1 8G "
-                                          "(nccl-tests -b 8G -e 8G)"),
+        **dcgm_sku("20b0", 16),
+        **azure_node("nd96asr_v4.conf", "21 235", "228.0 1 8G"),
     },
-    "A100 80GB PCIe": {
-        "device_ids": ("20B5",),
-        "pcie_min_width": (16, f"{DCGM_SKUS}: 20b5 min_pci_width 16"),
-        "memory_bandwidth_gbps": (1121.25, f"{DCGM_SKUS}: 20b5 minimum_bandwidth 1121250.0 MB/s"),
-    },
-    "A100-PCIE-40GB": {
-        "device_ids": ("20F1",),
-        "pcie_min_width": (16, f"{DCGM_SKUS}: 20f1 min_pci_width 16"),
-        "memory_bandwidth_gbps": (969.75, f"{DCGM_SKUS}: 20f1 minimum_bandwidth 969750.0 MB/s"),
-    },
-    "A30": {
-        "device_ids": ("20B7",),
-        "pcie_min_width": (16, f"{DCGM_SKUS}: 20b7 min_pci_width 16"),
-        "memory_bandwidth_gbps": (585.0, f"{DCGM_SKUS}: 20b7 minimum_bandwidth 585000.0 MB/s"),
-    },
-    "A10G": {
-        "device_ids": ("2237",),
-        "pcie_min_width": (8, f"{DCGM_SKUS}: 2237 min_pci_width 8"),
-        "memory_bandwidth_gbps": (362.7, f"{DCGM_SKUS}: 2237 minimum_bandwidth 362700.0 MB/s"),
-    },
+    "A100 80GB PCIe": {"device_ids": ("20B5",), **dcgm_sku("20b5", 16, "1121250.0")},
+    "A100-PCIE-40GB": {"device_ids": ("20F1",), **dcgm_sku("20f1", 16, "969750.0")},
+    "A30": {"device_ids": ("20B7",), **dcgm_sku("20b7", 16, "585000.0")},
+    "A10G": {"device_ids": ("2237",), **dcgm_sku("2237", 8, "362700.0")},
     "A10": {
         "device_ids": ("2236",),
         "pcie_min_width": (16, f"{DCGM_SKUS}: 22361482 (A10, subsystem 1482) min_pci_width 16"),
         "memory_bandwidth_gbps": (480.525, f"{DCGM_SKUS}: 22361482 minimum_bandwidth 480525.0 MB/s"),
     },
-    "L40S": {
-        "device_ids": ("26B9",),
-        "pcie_min_width": (8, f"{DCGM_SKUS}: 26b9 min_pci_width 8"),
-        "memory_bandwidth_gbps": (525.0, f"{DCGM_SKUS}: 26b9 minimum_bandwidth 525000.0 MB/s"),
-    },
+    "L40S": {"device_ids": ("26B9",), **dcgm_sku("26b9", 8, "525000.0")},
     "L4": {
         "device_ids": ("27B8",),
         "pcie_gen": (4, "nvidia-smi -q -x of NVIDIA L4, 555.42.06: max_link_gen 4"),
-        "pcie_min_width": (16, f"{DCGM_SKUS}: 27b8 min_pci_width 16"),
-        "memory_bandwidth_gbps": (198.5, f"{DCGM_SKUS}: 27b8 minimum_bandwidth 198500 MB/s"),
+        **dcgm_sku("27b8", 16, "198500"),
     },
     "T4": {
         "device_ids": ("1EB8",),
         "pcie_gen": (3, "nvidia-smi -q -x of Tesla T4, 515.105.01: max_link_gen 3 (influxdata/telegraf "
                         "plugins/inputs/nvidia_smi/testdata/tesla-t4.xml)"),
-        "pcie_min_width": (8, f"{DCGM_SKUS}: 1eb8 min_pci_width 8"),
-        "memory_bandwidth_gbps": (183.0, f"{DCGM_SKUS}: 1eb8 minimum_bandwidth 183000.0 MB/s"),
+        **dcgm_sku("1eb8", 8, "183000.0"),
     },
     "V100 SXM2 32GB": {
         "device_ids": ("1DB1", "1DB5"),
         "names": ("V100-SXM2-32GB",),
         "nvlink_links": (6, NVLINK_V100),
         "nvlink_link_gbps": (25.781, NVLINK_V100),
-        "pcie_min_width": (16, f"{DCGM_SKUS}: 1db1/1db5 min_pci_width 16"),
-        "memory_bandwidth_gbps": (607.5, f"{DCGM_SKUS}: 1db1/1db5 minimum_bandwidth 607500.0 MB/s"),
-        "h2d_gbps": (9.0, f"{AZURE} conf/nd40rs_v2.conf: check_gpu_bw 9"),
-        "allreduce_8gpu_busbw_gbps": (110.0, f"{AZURE} conf/nd40rs_v2.conf: check_nccl_allreduce 110.0 1 8G"),
-        "allreduce_8gpu_size_mib": (8192, f"{AZURE} conf/nd40rs_v2.conf: check_nccl_allreduce 110.0 1 8G "
-                                          "(nccl-tests -b 8G -e 8G)"),
+        **dcgm_sku("1db1/1db5", 16, "607500.0"),
+        **azure_node("nd40rs_v2.conf", "9", "110.0 1 8G"),
     },
 }
 
