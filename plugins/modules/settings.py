@@ -10,7 +10,8 @@ description:
   - Templates the variables that the role's rules module (plugins/module_utils/rules/<role>.py) reads, runs its
     rules, and fails the host with one message naming the role, the host and every rule that does not hold.
   - Changes nothing on any host, and runs in check mode too.
-  - With O(hosts) instead of O(role), run once (C(run_once)) for a whole play: every host's settings of every role
+  - >-
+    With O(hosts) instead of O(role), run once (C(run_once)) for a whole play; every host's settings of every role
     play 1 judges for it (the lookup gpufleet.fleet.parts, judged) are judged on the controller (the role's argument
     spec, then its rules), each distinct combination of a role's settings and facts once; a rejection shared by
     several hosts is said once, naming them.
