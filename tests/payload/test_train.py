@@ -286,7 +286,7 @@ def test_checkpoint_resume_matches_one_go(tmp_path: Path) -> None:
 
 def test_amp_policy(train: ModuleType) -> None:
     def amp(choice: str) -> str:
-        return train.Trainer(train.parse_args(["--amp", choice, "--device", "cpu"]), {}).amp
+        return train.Trainer(train.parse_args(["--amp", choice, "--device", "cpu"]), {}).plan.amp
     assert amp("auto") == "bf16"
     assert amp("bf16") == "bf16"
     assert amp("off") == "off"
@@ -297,7 +297,7 @@ def test_amp_policy(train: ModuleType) -> None:
 def test_dist_env_from_torchrun_variables(train: ModuleType) -> None:
     def env(environ: dict[str, str]) -> tuple[int, int, int, bool]:
         trainer = train.Trainer(train.parse_args(["--batch-size", "64"]), environ)
-        return trainer.rank, trainer.local_rank, trainer.world_size, trainer.distributed
+        return trainer.plan.rank, trainer.plan.local_rank, trainer.plan.world_size, trainer.plan.distributed
     assert env({}) == (0, 0, 1, False)
     assert env({"RANK": "5", "WORLD_SIZE": "8", "LOCAL_RANK": "1"}) == (5, 1, 8, True)
 
