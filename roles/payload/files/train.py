@@ -127,14 +127,13 @@ class Plan:
 def plan(args: argparse.Namespace, environ: Mapping[str, str]) -> Plan:
     """Every option, input and output checked, before any process group or step: the Plan, or a UsageError."""
     distributed = "RANK" in environ and "WORLD_SIZE" in environ  # set by torchrun; else one process
-    env = environ if distributed else {"RANK": 0, "WORLD_SIZE": 1}
-    rank, world_size = int(env["RANK"]), int(env["WORLD_SIZE"])
-    local_rank, node = int(env.get("LOCAL_RANK", 0)), int(env.get("GROUP_RANK", 0))  # node: torchrun's
+    env = environ if distributed else {}
+    rank, world_size = int(env.get("RANK", 0)), int(env.get("WORLD_SIZE", 1))
+    local_rank, node = int(env.get("LOCAL_RANK", 0)), int(env.get("GROUP_RANK", 0))
     if args.mode == "dp" and world_size > 1:
         raise UsageError("--mode dp is one process driving the node's GPUs: start it with python, not torchrun")
     if args.resume and args.checkpoint is None:
         raise UsageError("--resume needs --checkpoint PATH")
-    # The device: auto is CUDA where there is one; DataParallel only on GPUs.
     cuda = torch.cuda.is_available()
     if args.device == "cuda" and not cuda:
         raise UsageError("--device cuda: CUDA is not available on this host")
@@ -144,8 +143,8 @@ def plan(args: argparse.Namespace, environ: Mapping[str, str]) -> Plan:
     if on_gpu and args.mode == "ddp" and local_rank >= torch.cuda.device_count():
         raise UsageError(f"LOCAL_RANK {local_rank} but only {torch.cuda.device_count()} GPU(s) visible")
     device = torch.device("cuda", local_rank if args.mode == "ddp" else 0) if on_gpu else torch.device("cpu")
-    gpus = (device,) if on_gpu else ()  # the GPUs this process drives
-    if on_gpu and args.mode == "dp":
+    gpus = (device,) if on_gpu else ()
+    if on_gpu and args.mode == "dp":  # DataParallel drives all of the node's GPUs
         gpus = tuple(torch.device("cuda", i) for i in range(torch.cuda.device_count()))
     # AMP: auto is bf16 where supported, else fp16 (GradScaler) on CUDA, else off; what cannot run is refused.
     bf16_ok = torch.cuda.is_bf16_supported() if on_gpu else cpu_autocast_available()
@@ -154,7 +153,6 @@ def plan(args: argparse.Namespace, environ: Mapping[str, str]) -> Plan:
     if args.amp == "fp16" and not on_gpu:
         raise UsageError("--amp fp16 needs CUDA (fp16 with a GradScaler); on CPU use --amp bf16 or off")
     amp = args.amp if args.amp != "auto" else "bf16" if bf16_ok else "fp16" if on_gpu else "off"
-    # The batch split, the data, the output paths and the checkpoint to resume from.
     parts = world_size * args.grad_accum
     if args.batch_size % parts:
         raise UsageError(f"--batch-size {args.batch_size} is not divisible by world size {world_size} x "
@@ -167,11 +165,10 @@ def plan(args: argparse.Namespace, environ: Mapping[str, str]) -> Plan:
             check_writable("--" + option.replace("_", "-"), getattr(args, option))
     if args.profile_dir is not None:  # every rank writes its trace there
         check_writable("--profile-dir", args.profile_dir, directory=True)
-    checkpoint = read_checkpoint(args) if args.resume else None
-    backend = ("nccl" if on_gpu else "gloo") if distributed else None
     return Plan(distributed=distributed, rank=rank, world_size=world_size, local_rank=local_rank, node=node,
-                device=device, gpus=gpus, backend=backend, amp=amp, micro_batch=args.batch_size // parts,
-                data=data, checkpoint=checkpoint)
+                device=device, gpus=gpus, backend=("nccl" if on_gpu else "gloo") if distributed else None, amp=amp,
+                micro_batch=args.batch_size // parts, data=data,
+                checkpoint=read_checkpoint(args) if args.resume else None)
 
 
 def cpu_autocast_available() -> bool:
@@ -193,8 +190,7 @@ def load_data(args: argparse.Namespace) -> Data:
     try:
         blob = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # missing, corrupt, or holding more than tensors
-        why = first_line(exc)
-        raise UsageError(f"--data-dir: {path} cannot be loaded with weights_only=True ({why})") from None
+        raise UsageError(f"--data-dir: {path} cannot be loaded with weights_only=True ({first_line(exc)})") from None
     x, y = (blob.get("x"), blob.get("y")) if isinstance(blob, dict) else (None, None)
     if not (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and len(x) == len(y) > 0):
         raise UsageError(f"{path}: expected a dict with tensors 'x' and 'y' of the same, non-zero length")
@@ -265,40 +261,35 @@ class Trainer:
 
     def __init__(self, args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> None:
         self.args = args
-        # Every check, before any process group or step.
         self.plan = plan(args, os.environ if environ is None else environ)
         self.notes: list[str] = []  # for the result
         self.saves = 0  # checkpoints this rank wrote
-        self.sampler = DistributedSampler(range(len(self.data.x)), num_replicas=self.world_size, rank=self.rank,
-                                          shuffle=True, seed=args.seed, drop_last=True)
+        self.sampler = DistributedSampler(range(len(self.plan.data.x)), num_replicas=self.plan.world_size,
+                                          rank=self.plan.rank, shuffle=True, seed=args.seed, drop_last=True)
         self.epoch, self.order = -1, torch.empty(0, dtype=torch.long)  # the sampler's permutation of that epoch
-
-    def __getattr__(self, name: str) -> Any:  # what the plan settled reads as the trainer's own: trainer.rank, .amp
-        return getattr(vars(self).get("plan"), name)  # vars(): without a plan an AttributeError, not a recursion
 
     def setup(self) -> None:
         """The model on its device (DDP, DataParallel or plain), SGD and the GradScaler (fp16 only), a resumed state."""
-        args = self.args
+        args, data, device, width = self.args, self.plan.data, self.plan.device, self.args.hidden
         torch.manual_seed(args.seed)  # identical initial weights on every rank
-        width = args.hidden
-        self.module = nn.Sequential(nn.Linear(self.data.x.shape[1], width), nn.GELU(), nn.Linear(width, width),
-                                    nn.GELU(), nn.Linear(width, self.data.outputs)).to(self.device)
+        self.module = nn.Sequential(nn.Linear(data.x.shape[1], width), nn.GELU(), nn.Linear(width, width),
+                                    nn.GELU(), nn.Linear(width, data.outputs)).to(device)
         self.optimizer = torch.optim.SGD(self.module.parameters(), lr=args.lr, momentum=SGD_MOMENTUM)
-        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.amp == "fp16")
+        self.scaler = torch.amp.GradScaler(device.type, enabled=self.plan.amp == "fp16")
         self.start_step = self.restore() if args.resume else 0
         if args.mode == "dp":
             self.model = nn.DataParallel(self.module)  # CUDA only (plan): each batch split over the GPUs
-        elif self.distributed:
-            self.model = DistributedDataParallel(self.module, device_ids=[self.device.index] if self.gpus else None)
+        elif self.plan.distributed:
+            self.model = DistributedDataParallel(self.module, device_ids=[device.index] if self.plan.gpus else None)
         else:
             self.model = self.module
             self.notes.append("single process (no RANK/WORLD_SIZE): no process group, a plain module ran")
         # The dataset moves to the device once: no micro-batch is copied or pinned (pin_memory) on its way there.
-        self.x, self.y = self.data.x.to(self.device), self.data.y.to(self.device)
+        self.x, self.y = data.x.to(device), data.y.to(device)
 
     def restore(self) -> int:
         """Load the checked checkpoint on this rank (saved on any world size); returns the step to continue from."""
-        state, path = self.checkpoint, self.args.checkpoint
+        state, path = self.plan.checkpoint, self.args.checkpoint
         if state is None:
             self.notes.append(f"--resume: no checkpoint at {path} yet, started from step 0")
             return 0
@@ -308,8 +299,8 @@ class Trainer:
             if state["scaler"] and self.scaler.is_enabled():
                 self.scaler.load_state_dict(state["scaler"])
             torch.set_rng_state(state["rng"]["torch"])
-            if self.gpus and "cuda" in state["rng"]:
-                torch.cuda.set_rng_state(state["rng"]["cuda"], self.device)
+            if self.plan.gpus and "cuda" in state["rng"]:
+                torch.cuda.set_rng_state(state["rng"]["cuda"], self.plan.device)
         except (RuntimeError, ValueError, KeyError, TypeError) as exc:  # another model's shapes, a damaged state
             raise UsageError(f"--checkpoint {path}: does not fit this run ({first_line(exc)})") from None
         self.notes += [f"resumed with a different {key} than the checkpoint's" for key in ("batch_size", "seed")
@@ -317,11 +308,13 @@ class Trainer:
         return state["step"]
 
     def save_checkpoint(self, step: int) -> None:
-        if self.rank != 0:  # global rank 0 writes the checkpoint
+        if self.plan.rank != 0:  # global rank 0 writes the checkpoint
             return
-        rng = {"torch": torch.get_rng_state(), **({"cuda": torch.cuda.get_rng_state(self.device)} if self.gpus else {})}
+        rng = {"torch": torch.get_rng_state()}
+        if self.plan.gpus:
+            rng["cuda"] = torch.cuda.get_rng_state(self.plan.device)
         config = {"batch_size": self.args.batch_size, "seed": self.args.seed, "hidden": self.args.hidden,
-                  "world_size": self.world_size, "saved_by_rank": self.rank}
+                  "world_size": self.plan.world_size, "saved_by_rank": self.plan.rank}
         state = {"model": self.module.state_dict(), "optimizer": self.optimizer.state_dict(),
                  "scaler": self.scaler.state_dict(), "step": step, "rng": rng, "config": config}
         atomic_write(self.args.checkpoint, lambda handle: torch.save(state, handle))
@@ -331,23 +324,23 @@ class Trainer:
     def micro_batch_indices(self, step: int) -> list[torch.Tensor]:
         """This rank's micro-batches of a step: DistributedSampler gives this rank every world_size-th sample of a
         per-epoch permutation, so step s covers samples [s*B, (s+1)*B) of it on any world size and accumulation."""
-        epoch, index = divmod(step, len(self.data.x) // self.args.batch_size)
+        epoch, index = divmod(step, len(self.plan.data.x) // self.args.batch_size)
         if epoch != self.epoch:
             self.sampler.set_epoch(epoch)
-            self.order, self.epoch = torch.tensor(list(self.sampler), device=self.device), epoch
-        per_step = self.micro_batch * self.args.grad_accum
-        return list(self.order[index * per_step:(index + 1) * per_step].split(self.micro_batch))
+            self.order, self.epoch = torch.tensor(list(self.sampler), device=self.plan.device), epoch
+        per_step = self.plan.micro_batch * self.args.grad_accum
+        return list(self.order[index * per_step:(index + 1) * per_step].split(self.plan.micro_batch))
 
     def forward_backward(self, step: int, sync: bool = True) -> torch.Tensor:
         """The forward and backward passes of a step over this rank's micro-batches (gradient accumulation); returns
         this rank's mean loss. DDP all-reduces the gradients on the last micro-step only, and never without sync."""
-        loss_fn = F.cross_entropy if self.data.task == "classification" else F.mse_loss
-        amp_dtype, micro_batches = AMP_DTYPES.get(self.amp), self.micro_batch_indices(step)
-        rank_loss = torch.zeros((), device=self.device)
+        loss_fn = F.cross_entropy if self.plan.data.task == "classification" else F.mse_loss
+        amp_dtype, micro_batches = AMP_DTYPES.get(self.plan.amp), self.micro_batch_indices(step)
+        rank_loss = torch.zeros((), device=self.plan.device)
         for i, idx in enumerate(micro_batches):
             ddp_skip_sync = isinstance(self.model, DistributedDataParallel) and (i < len(micro_batches) - 1 or not sync)
             with self.model.no_sync() if ddp_skip_sync else contextlib.nullcontext():
-                with torch.amp.autocast(device_type=self.device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
+                with torch.amp.autocast(self.plan.device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
                     loss = loss_fn(self.model(self.x[idx]).float(), self.y[idx]) / len(micro_batches)
                 self.scaler.scale(loss).backward()
             rank_loss += loss.detach()
@@ -363,29 +356,28 @@ class Trainer:
 
     def write_trace(self, prof: torch.profiler.profile) -> None:
         """The profiler's trace, named as torch's tensorboard_trace_handler names it, written with atomic_write."""
-        name = f"{socket.gethostname()}_rank{self.rank}.{time.time_ns()}.pt.trace.json"
+        name = f"{socket.gethostname()}_rank{self.plan.rank}.{time.time_ns()}.pt.trace.json"
         with tempfile.NamedTemporaryFile(suffix=".json") as exported:  # export_chrome_trace writes to a path
             prof.export_chrome_trace(exported.name)
             atomic_write(self.args.profile_dir / name, lambda handle: handle.write(Path(exported.name).read_bytes()))
 
     def train(self) -> tuple[list[float], float]:
         """Steps start_step .. --steps; returns (the global mean loss of each step, seconds)."""
-        args, losses = self.args, []
+        args, losses, saved_at = self.args, [], self.start_step
         profiler = contextlib.nullcontext()
         if args.profile_dir is not None:  # a trace per rank for TensorBoard
             activity = torch.profiler.ProfilerActivity
             profiler = torch.profiler.profile(
-                activities=[activity.CPU, activity.CUDA] if self.gpus else [activity.CPU],
+                activities=[activity.CPU, activity.CUDA] if self.plan.gpus else [activity.CPU],
                 schedule=torch.profiler.schedule(**PROFILE_SCHEDULE), on_trace_ready=self.write_trace)
-        saved_at = self.start_step
         started = time.perf_counter()
         logged = (started, self.start_step)  # when, and at which step, the last progress line was written
         with profiler:
             for step in range(self.start_step, args.steps):
                 loss = self.train_step(step)
-                if self.distributed:
+                if self.plan.distributed:
                     dist.all_reduce(loss, op=dist.ReduceOp.SUM)
-                losses.append(loss.item() / self.world_size)
+                losses.append(loss.item() / self.plan.world_size)
                 if args.profile_dir is not None:
                     profiler.step()
                 done, finite = step + 1, math.isfinite(losses[-1])
@@ -414,9 +406,7 @@ class Verdict(NamedTuple):
 
 def judge(losses: list[float], start_step: int, spread: float, min_drop: float) -> Verdict:
     """losses[i] is the loss of step start_step + i + 1; spread: how far apart the ranks' parameters are."""
-    reasons: list[str] = []
-    notes: list[str] = []
-    drop = None
+    reasons, notes, drop = [], [], None
     bad = [i for i, v in enumerate(losses) if not math.isfinite(v)]
     if bad:
         reasons.append(f"non-finite loss (NaN/inf) at step {start_step + bad[0] + 1}: {losses[bad[0]]}")
@@ -436,11 +426,11 @@ def judge(losses: list[float], start_step: int, spread: float, min_drop: float) 
 
 def gather(t: Trainer, mine: dict[str, Any]) -> tuple[list[dict[str, Any]], float]:
     """Every rank's mine (JSON bytes: all_gather_object needs NumPy) and how far apart the ranks' parameters are."""
-    if not t.distributed:
+    if not t.plan.distributed:
         return [mine], 0.0
-    data, padded = json.dumps(mine).encode(), torch.zeros(4096, dtype=torch.uint8, device=t.device)
+    data, padded = json.dumps(mine).encode(), torch.zeros(4096, dtype=torch.uint8, device=t.plan.device)
     padded[:len(data)] = torch.tensor(list(data), dtype=torch.uint8)
-    every = [torch.empty_like(padded) for _rank in range(t.world_size)]
+    every = [torch.empty_like(padded) for _rank in range(t.plan.world_size)]
     dist.all_gather(every, padded)
     params = torch.cat([p.detach().float().reshape(-1) for p in t.module.parameters()])
     high = torch.nan_to_num(params, nan=3e38)  # NaN on every rank is agreement, NaN on some is not
@@ -451,7 +441,7 @@ def gather(t: Trainer, mine: dict[str, Any]) -> tuple[list[dict[str, Any]], floa
 
 
 def synchronize(t: Trainer) -> None:
-    for gpu in t.gpus:  # every GPU this rank drives (DataParallel: all of the node's)
+    for gpu in t.plan.gpus:  # every GPU this rank drives (DataParallel: all of the node's)
         torch.cuda.synchronize(gpu)
 
 
@@ -479,20 +469,18 @@ def node_pace(ranks: list[dict[str, Any]], samples_per_rank: int) -> list[dict[s
              "samples_per_s": len(rs) * samples_per_rank / slowest[n]} for n, rs in sorted(nodes.items())]
 
 
-def time_all_reduce(t: Trainer, mib: int, iters: int) -> dict[str, Any]:
+def time_all_reduce(t: Trainer, ranks: list[dict[str, Any]], mib: int, iters: int) -> dict[str, Any]:
     """Bus bandwidth of an all-reduce of `mib` MiB over every rank ("world") and over one rank per node, each node's
     local rank 0 ("inter_node": the path between nodes alone). busbw = algbw x 2(n-1)/n, as nccl-tests defines it
     (github.com/NVIDIA/nccl-tests, doc/PERFORMANCE.md); the slowest rank's time counts."""
-    local = [torch.zeros(1, dtype=torch.long, device=t.device) for _rank in range(t.world_size)]
-    dist.all_gather(local, torch.tensor([t.local_rank], device=t.device))
-    leaders = [rank for rank, value in enumerate(local) if value.item() == 0]
-    groups = {"world": (None, list(range(t.world_size))), "inter_node": (dist.new_group(leaders), leaders)}
-    buffer, size = torch.zeros(mib * 2**20 // 4, device=t.device), mib * 2**20 // 4 * 4
-    result = {"backend": t.backend, "measured": "gloo over TCP" if t.backend == "gloo" else "NCCL",
+    leaders = [rank for rank, r in enumerate(ranks) if r["local_rank"] == 0]
+    groups = {"world": (None, list(range(len(ranks)))), "inter_node": (dist.new_group(leaders), leaders)}
+    buffer, size = torch.zeros(mib * 2**20 // 4, device=t.plan.device), mib * 2**20 // 4 * 4
+    result = {"backend": t.plan.backend, "measured": "gloo over TCP" if t.plan.backend == "gloo" else "NCCL",
               "size_bytes": size, "warmup": BUSBW_WARMUP, "iters": iters}
     for name, (group, members) in groups.items():
-        seconds = torch.zeros(1, dtype=torch.float64, device=t.device)
-        if t.rank in members and len(members) > 1:
+        seconds = torch.zeros(1, dtype=torch.float64, device=t.plan.device)
+        if t.plan.rank in members and len(members) > 1:
             for i in range(BUSBW_WARMUP + iters):
                 if i == BUSBW_WARMUP:
                     synchronize(t)
@@ -509,46 +497,46 @@ def time_all_reduce(t: Trainer, mib: int, iters: int) -> dict[str, Any]:
 
 def execute(t: Trainer) -> int:
     """Train, then judge the run on global rank 0 and publish its result."""
-    began, args = time.perf_counter(), t.args
+    began, args, p = time.perf_counter(), t.args, t.plan
     t.setup()
     LOG.info("world %d | %s | %s | %s | amp %s | global batch %d = %d rank(s) x %d micro-step(s) x %d",
-             t.world_size, t.backend, t.device, type(t.model).__name__, t.amp, args.batch_size, t.world_size,
-             args.grad_accum, t.micro_batch)
-    if args.empty_cache and t.gpus:
+             p.world_size, p.backend, p.device, type(t.model).__name__, p.amp, args.batch_size, p.world_size,
+             args.grad_accum, p.micro_batch)
+    if args.empty_cache and p.gpus:
         torch.cuda.empty_cache()  # hand cached, unused blocks back to the driver between phases
-    for gpu in t.gpus:
+    for gpu in p.gpus:
         torch.cuda.reset_peak_memory_stats(gpu)
     losses, duration = t.train()
-    if args.empty_cache and t.gpus:
+    if args.empty_cache and p.gpus:
         torch.cuda.empty_cache()
-    if args.save_params is not None and t.rank == 0:
+    if args.save_params is not None and p.rank == 0:
         params = {k: v.cpu() for k, v in t.module.state_dict().items()}
         atomic_write(args.save_params, lambda handle: torch.save(params, handle))
-    peak = max(map(torch.cuda.max_memory_allocated, t.gpus)) if t.gpus else None  # of the GPUs this rank drives
-    mine = {"host": socket.gethostname(), "node": t.node, "checkpoint_writes": t.saves, "peak_memory_bytes": peak}
-    ranks, spread = gather(t, {**mine, "compute_s": time_compute(t)})
-    network = time_all_reduce(t, args.busbw_mib, args.busbw_iters) if t.distributed and args.busbw_mib else None
+    peak = max(map(torch.cuda.max_memory_allocated, p.gpus)) if p.gpus else None  # of the GPUs this rank drives
+    ranks, spread = gather(t, {"host": socket.gethostname(), "node": p.node, "local_rank": p.local_rank,
+                               "checkpoint_writes": t.saves, "peak_memory_bytes": peak, "compute_s": time_compute(t)})
+    network = time_all_reduce(t, ranks, args.busbw_mib, args.busbw_iters) if p.distributed and args.busbw_mib else None
     verdict = judge(losses, t.start_step, spread, args.min_loss_drop)
     if network is None:
-        why = "--busbw-mib 0" if t.distributed else "no process group"
+        why = "--busbw-mib 0" if p.distributed else "no process group"
         verdict.notes.append(f"bus bandwidth not measured: {why}")
     result = {
         "verdict": "fail" if verdict.reasons else "pass", "reasons": verdict.reasons, "notes": t.notes + verdict.notes,
         "mode": args.mode, "wrapper": "none" if t.model is t.module else type(t.model).__name__,
-        "world_size": t.world_size, "backend": t.backend, "device": t.device.type,
-        "hosts": [r["host"] for r in ranks], "amp": t.amp, "grad_accum": args.grad_accum,
-        "global_batch": args.batch_size, "micro_batch": t.micro_batch, "steps": len(losses),
+        "world_size": p.world_size, "backend": p.backend, "device": p.device.type,
+        "hosts": [r["host"] for r in ranks], "amp": p.amp, "grad_accum": args.grad_accum,
+        "global_batch": args.batch_size, "micro_batch": p.micro_batch, "steps": len(losses),
         "start_step": t.start_step, "final_step": t.start_step + len(losses), "losses": losses,
         "loss_drop": verdict.loss_drop,
         "samples_per_s": args.batch_size * len(losses) / duration if losses else 0.0, "duration_s": duration,
         "wall_s": time.perf_counter() - began, "peak_memory_bytes": [r["peak_memory_bytes"] for r in ranks],
         "param_max_abs_diff": spread, "checkpoint_writes": [r["checkpoint_writes"] for r in ranks],
         "compute_s_per_step": [r["compute_s"] for r in ranks],
-        "nodes": node_pace(ranks, t.micro_batch * args.grad_accum), "network": network,
-        "data": t.data.source, "task": t.data.task, "lr": args.lr, "seed": args.seed, "hidden": args.hidden,
+        "nodes": node_pace(ranks, p.micro_batch * args.grad_accum), "network": network,
+        "data": p.data.source, "task": p.data.task, "lr": args.lr, "seed": args.seed, "hidden": args.hidden,
         "torch_version": torch.__version__, "cuda_version": torch.version.cuda,
     }
-    if t.rank == 0:  # NaN and infinities are written as null: JSON has none
+    if p.rank == 0:  # NaN and infinities are written as null: JSON has none
         text = json.dumps(json.loads(json.dumps(result), parse_constant=lambda _: None), indent=2, allow_nan=False)
         if args.result is not None:
             atomic_write(args.result, lambda handle: handle.write(text.encode() + b"\n"))
@@ -571,11 +559,12 @@ def main(argv: list[str] | None = None) -> int:
     LOG.setLevel(logging.INFO if rank == "0" else logging.WARNING)
     try:
         trainer = ALIVE.trainer = Trainer(parse_args(argv))  # not freed at main's return (ALIVE)
-        if trainer.distributed:
-            if trainer.gpus:
-                torch.cuda.set_device(trainer.device)
-            dist.init_process_group(backend=trainer.backend, timeout=timedelta(seconds=trainer.args.timeout),
-                                    device_id=trainer.device if trainer.gpus else None)  # binds NCCL to this rank's GPU
+        p = trainer.plan
+        if p.distributed:
+            if p.gpus:
+                torch.cuda.set_device(p.device)
+            dist.init_process_group(backend=p.backend, timeout=timedelta(seconds=trainer.args.timeout),
+                                    device_id=p.device if p.gpus else None)  # binds NCCL to this rank's GPU
         code = execute(trainer)
         if dist.is_initialized():  # a rank still here 60 s on dumps its stacks (should a hang return: docs/testing.md)
             faulthandler.dump_traceback_later(60)
