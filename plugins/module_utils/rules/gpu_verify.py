@@ -33,7 +33,8 @@ def judge(j: Judgement) -> None:
     profile_problem = profile_overrides_problem(as_dict(j["gpu_verify_profile_overrides"]))
     drain = [to_int(code) for code in as_list(j["gpu_verify_xid_drain_codes"])]
     ignore = [to_int(code) for code in as_list(j["gpu_verify_xid_ignore_codes"])]
-    both = list(dict.fromkeys(code for code in drain if code in ignore))
+    # Ansible's intersect of the YAML rule: a set's order (for numbers, the same in every run).
+    both = list(set(drain) & set(ignore))
     runs = to_int(j["gpu_verify_repeat_runs"])
     keep = to_int(j["gpu_verify_history_keep"])
     at_least(j, "gpu_verify_expected_gpus", 0, "a GPU count (0 or more; 0: no expectation)")

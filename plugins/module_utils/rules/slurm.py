@@ -81,6 +81,7 @@ def judge(j: Judgement) -> None:
     j.check(text(textfile_dir) in ("", "None") or matches("^/", textfile_dir),
             f"slurm_health_check_textfile_dir '{textfile_dir}' is not an absolute path (empty: no metrics)")
     health_keys = j["__slurm_health_check_keys"]
+    # In slurm_extra_config's order (Ansible's intersect, in the YAML rule, gave a set's order: a run's string hashes).
     written = [key for key in as_dict(j["slurm_extra_config"]) if key in health_keys]
     j.check(not to_bool(j["slurm_health_check"]) or not written,
             f"slurm_extra_config sets {', '.join(written)}, which slurm_health_check writes: set slurm_health_check:"
