@@ -17,7 +17,8 @@ from typing import Any
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.common.validation import check_type_dict, check_type_list
 from ansible_collections.gpufleet.fleet.plugins.module_utils.fleet_report import check_entry
-from ansible_collections.gpufleet.fleet.plugins.module_utils.gpufleet_check import gpufleet_check_module, profile_overrides_problem
+from ansible_collections.gpufleet.fleet.plugins.module_utils.gpufleet_check import (
+    gpufleet_check_module, profile_overrides_problem)
 
 _SPACE = re.compile(r"\s+")
 # One line of `dkms status`: "module/version" (dkms 2.8.6 on) or "module, version" (before), then ", kernel, arch"

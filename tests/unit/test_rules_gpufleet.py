@@ -6,12 +6,14 @@ from __future__ import annotations
 import role_run
 import rules_case
 
-NO_GPU_NODES = ("the inventory (inventory/lab, inventory/extra.yml) has no host in the group gpu_nodes: every play would"
-                " match no host and the run would do nothing (put the GPU servers under gpu_nodes in its hosts.yml)")
+NO_GPU_NODES = ("the inventory (inventory/lab, inventory/extra.yml) has no host in the group gpu_nodes: every play"
+                " would match no host and the run would do nothing (put the GPU servers under gpu_nodes in its"
+                " hosts.yml)")
 
 
 def refusals(**values):
-    return rules_case.refusals("gpufleet", {"ansible_inventory_sources": ["inventory/lab", "inventory/extra.yml"], **values})
+    sources = ["inventory/lab", "inventory/extra.yml"]
+    return rules_case.refusals("gpufleet", {"ansible_inventory_sources": sources, **values})
 
 
 def test_an_inventory_with_gpu_nodes_passes():
@@ -24,7 +26,8 @@ def test_an_inventory_without_gpu_nodes_is_refused():
 
 
 def _validated(groups: tuple[str, ...]) -> role_run.Outcome:
-    (outcome,) = role_run.run([role_run.Host("controller", {}, groups=groups)], [role_run.import_role("gpufleet")]).values()
+    hosts = [role_run.Host("controller", {}, groups=groups)]
+    (outcome,) = role_run.run(hosts, [role_run.import_role("gpufleet")]).values()
     return outcome
 
 

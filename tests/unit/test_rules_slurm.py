@@ -7,11 +7,13 @@ import pytest
 import rules_case
 
 BASE = {
-    **rules_case.defaults("slurm", slurm_torchrun="/opt/gpufleet/venv/bin/torchrun", slurm_payload_dir="/opt/gpufleet/payload",
+    **rules_case.defaults("slurm", slurm_torchrun="/opt/gpufleet/venv/bin/torchrun",
+                          slurm_payload_dir="/opt/gpufleet/payload",
                           slurm_health_check_zipapp="/opt/gpufleet/payload/gpufleet_check.pyz",
                           slurm_health_check_python="/opt/gpufleet/venv/bin/python",
                           slurm_health_check_module_version_file="/sys/module/nvidia/version"),
-    "groups": {"all": ["head-01", "gpu-a01", "gpu-a02"], "slurm_controller": ["head-01"], "gpu_nodes": ["gpu-a01", "gpu-a02"]},
+    "groups": {"all": ["head-01", "gpu-a01", "gpu-a02"], "slurm_controller": ["head-01"],
+               "gpu_nodes": ["gpu-a01", "gpu-a02"]},
     "ansible_facts": {"distribution": "Debian", "distribution_version": "12.5"},
     "__slurm_config_dir": "/etc/slurm",
     "__slurm_health_check_keys": ["HealthCheckProgram", "HealthCheckInterval", "HealthCheckNodeState"],
@@ -28,9 +30,11 @@ def test_the_defaults_on_a_cluster_with_one_controller_pass():
 
 @pytest.mark.parametrize("overrides", [
     {"slurm_partition_max_time": "2-12:00:00"}, {"slurm_partition_max_time": "90"}, {"slurm_node_gpus": 8},
-    {"slurm_gpu_type": "a100-80gb"}, {"slurm_task_plugins": "task/affinity", "slurm_proctrack_type": "proctrack/linuxproc"},
+    {"slurm_gpu_type": "a100-80gb"},
+    {"slurm_task_plugins": "task/affinity", "slurm_proctrack_type": "proctrack/linuxproc"},
     {"slurm_health_check_node_state": ["idle", "CYCLE"]}, {"slurm_health_check_textfile_dir": ""},
-    {"slurm_health_check_textfile_dir": None}, {"slurm_health_check": False, "slurm_extra_config": {"HealthCheckProgram": "/x"}},
+    {"slurm_health_check_textfile_dir": None},
+    {"slurm_health_check": False, "slurm_extra_config": {"HealthCheckProgram": "/x"}},
     {"slurm_extra_config": "SchedulerType=sched/backfill"}, {"slurm_health_check_timeout": "45"},
 ])
 def test_values_the_rules_take(overrides):
@@ -41,15 +45,18 @@ def test_values_the_rules_take(overrides):
     ({"slurm_controller_group": "heads"},
      "slurm_controller_group 'heads' has 0 host(s) (none): Slurm needs exactly one controller host in the inventory"),
     ({"groups": {**BASE["groups"], "slurm_controller": ["head-01", "head-02"]}},
-     "slurm_controller_group 'slurm_controller' has 2 host(s) (head-01, head-02): Slurm needs exactly one controller host in"
+     "slurm_controller_group 'slurm_controller' has 2 host(s) (head-01, head-02): Slurm needs exactly one controller"
+     " host in"
      " the inventory"),
     ({"slurm_node_group": "compute"}, "slurm_node_group 'compute' has no host: Slurm needs compute nodes"),
-    ({"slurm_cluster_name": "GPU fleet"}, "slurm_cluster_name 'GPU fleet' must be 1-40 lowercase letters, digits, - or _"),
+    ({"slurm_cluster_name": "GPU fleet"},
+     "slurm_cluster_name 'GPU fleet' must be 1-40 lowercase letters, digits, - or _"),
     ({"slurm_partition_name": "gpu:1"}, "slurm_partition_name 'gpu:1' must be letters, digits, - or _"),
     ({"slurm_partition_max_time": "1h"},
      "slurm_partition_max_time '1h' is not a Slurm time limit (INFINITE, minutes, or [days-]hours:minutes:seconds)"),
     ({"slurm_node_gpus": "eight"}, "slurm_node_gpus 'eight' is not a GPU count (empty: count the GPUs on the PCI bus)"),
-    ({"slurm_gpu_type": "h100 sxm"}, "slurm_gpu_type 'h100 sxm' must be letters, digits, '.', - or _ (h100, a100-80gb)"),
+    ({"slurm_gpu_type": "h100 sxm"},
+     "slurm_gpu_type 'h100 sxm' must be letters, digits, '.', - or _ (h100, a100-80gb)"),
     ({"slurm_node_memory_reserved_mb": -1}, "slurm_node_memory_reserved_mb '-1' is not a number of MiB (0 or more)"),
     ({"slurm_task_plugins": [], "slurm_proctrack_type": "proctrack/linuxproc"},
      "slurm_task_plugins is empty: name one or more task plugins (task/cgroup, task/affinity, task/none)"),
@@ -67,7 +74,8 @@ def test_values_the_rules_take(overrides):
     ({"slurm_health_check_interval": "5m"},
      "slurm_health_check_interval '5m' is not a number of seconds (above 0; 300 checks every 5 minutes)"),
     ({"slurm_health_check_timeout": 46},
-     "slurm_health_check_timeout '46' must be 1 to 45 seconds: Slurm kills the health check program at 60 s, and drains and"
+     "slurm_health_check_timeout '46' must be 1 to 45 seconds: Slurm kills the health check program at 60 s, and"
+     " drains and"
      " resumes need the rest"),
     ({"slurm_health_check_node_state": ["CYCLE"]},
      "slurm_health_check_node_state '['CYCLE']' needs a node state (IDLE, ANY, ALLOC, MIXED; CYCLE only beside one)"),

@@ -42,7 +42,8 @@ def test_values_the_rules_take(overrides):
      "smoke_training_rendezvous_port '1023' is not a TCP port (1024-65535)"),
     ({"smoke_training_timeout": 29}, "smoke_training_timeout '29' is not a number of seconds (30 or more)"),
     ({"smoke_training_payload_dir": "/"}, "smoke_training_payload_dir '/' is not an absolute directory"),
-    ({"smoke_training_report_dir": ""}, "smoke_training_report_dir is empty: name the controller directory for the result"),
+    ({"smoke_training_report_dir": ""},
+     "smoke_training_report_dir is empty: name the controller directory for the result"),
     ({"smoke_training_busbw_mib": 16385},
      "smoke_training_busbw_mib '16385' is not a size in MiB from 0 (not measured) to 16384"),
     ({"smoke_training_busbw_iters": 0},
@@ -51,7 +52,8 @@ def test_values_the_rules_take(overrides):
      "smoke_training_min_busbw_rdma_gbps, _socket_gbps and _gloo_gbps must be GB/s of 0 or more (0: not judged), got"
      " 6.0, 0.0, -1.0"),
     ({"smoke_training_busbw_mib": 0},
-     "smoke_training_busbw_mib is 0 (nothing measured) but a smoke_training_min_busbw_*_gbps floor is set: give a size, or"
+     "smoke_training_busbw_mib is 0 (nothing measured) but a smoke_training_min_busbw_*_gbps floor is set: give a"
+     " size, or"
      " set the floors to 0"),
     ({"smoke_training_expect_gdr": "True", "smoke_training_expect_transport": "socket"},
      "smoke_training_expect_gdr true with smoke_training_expect_transport socket: GPUDirect RDMA needs ib or roce"),

@@ -9,14 +9,14 @@ from __future__ import annotations
 import os
 
 from ansible_collections.gpufleet.fleet.plugins.module_utils.gpufleet_check import profile_overrides_problem
-from ansible_collections.gpufleet.fleet.plugins.module_utils.settings import (Judgement, as_dict, as_list, matches, text,
-                                                                              to_float, to_int)
+from ansible_collections.gpufleet.fleet.plugins.module_utils.settings import (
+    Judgement, as_dict, as_list, matches, text, to_float, to_int)
 
 READS = ("gpu_verify_*",)
 
 
 def at_least(j: Judgement, name: str, floor: int, what: str, number=to_int) -> None:
-    """The setting ``name``, as a number (``| int`` or ``| float``), is ``floor`` or more; ``what`` is what it is not."""
+    """The setting ``name`` as a number (``| int``, or ``| float``) is ``floor`` or more; ``what``: what it is not."""
     j.check(number(j[name]) >= floor, f"{name} '{j[name]}' is not {what}")
 
 
@@ -63,10 +63,12 @@ def judge(j: Judgement) -> None:
             f" '{j['gpu_verify_repeat_runs']}' are not numbers of runs (0 or more / 1 or more)")
     j.check(1 <= to_int(j["gpu_verify_repeat_failures"]) <= runs,
             f"gpu_verify_repeat_failures '{j['gpu_verify_repeat_failures']}' is not between 1 and"
-            f" gpu_verify_repeat_runs ({j['gpu_verify_repeat_runs']}): a node cannot fail in more runs than are looked at")
+            f" gpu_verify_repeat_runs ({j['gpu_verify_repeat_runs']}): a node cannot fail in more runs than are"
+            " looked at")
     j.check(keep <= 0 or keep >= runs,
             f"gpu_verify_history_keep {j['gpu_verify_history_keep']} keeps fewer runs than gpu_verify_repeat_runs"
-            f" ({j['gpu_verify_repeat_runs']}) looks at: keep at least {j['gpu_verify_repeat_runs']}, or 0 for no history")
+            f" ({j['gpu_verify_repeat_runs']}) looks at: keep at least {j['gpu_verify_repeat_runs']}, or 0 for no"
+            " history")
     j.check(0 < to_float(j["gpu_verify_outlier_fraction"]) < 1,
             f"gpu_verify_outlier_fraction '{j['gpu_verify_outlier_fraction']}' is not a fraction below the median"
             " (above 0, below 1; default 0.1)")

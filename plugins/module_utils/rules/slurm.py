@@ -6,8 +6,8 @@ layout (roles/slurm/vars: ``__slurm_config_dir``), before anything changes.
 
 from __future__ import annotations
 
-from ansible_collections.gpufleet.fleet.plugins.module_utils.settings import (Judgement, as_dict, as_list, matches, text,
-                                                                              to_bool, to_int)
+from ansible_collections.gpufleet.fleet.plugins.module_utils.settings import (
+    Judgement, as_dict, as_list, matches, text, to_bool, to_int)
 
 READS = ("slurm_*", "groups", "ansible_facts", "__slurm_config_dir", "__slurm_health_check_keys")
 
@@ -64,7 +64,8 @@ def judge(j: Judgement) -> None:
             f"slurm_register_timeout '{j['slurm_register_timeout']}' is not a number of seconds (above 0)")
     interval = j["slurm_health_check_interval"]
     j.check(matches("^[0-9]+$", interval) and to_int(interval) > 0,
-            f"slurm_health_check_interval '{interval}' is not a number of seconds (above 0; 300 checks every 5 minutes)")
+            f"slurm_health_check_interval '{interval}' is not a number of seconds (above 0; 300 checks every 5"
+            " minutes)")
     timeout = j["slurm_health_check_timeout"]
     j.check(matches("^[0-9]+$", timeout) and 1 <= to_int(timeout) <= 45,
             f"slurm_health_check_timeout '{timeout}' must be 1 to 45 seconds: Slurm kills the health check program"

@@ -45,7 +45,8 @@ def judge(j: Judgement) -> None:
             f"smoke_training_busbw_mib '{j['smoke_training_busbw_mib']}' is not a size in MiB from 0 (not measured)"
             " to 16384")
     j.check(to_int(j["smoke_training_busbw_iters"]) > 0,
-            f"smoke_training_busbw_iters '{j['smoke_training_busbw_iters']}' is not a number of all-reduces (1 or more)")
+            f"smoke_training_busbw_iters '{j['smoke_training_busbw_iters']}' is not a number of all-reduces"
+            " (1 or more)")
     j.check(all(floor >= 0 for floor in floors),
             "smoke_training_min_busbw_rdma_gbps, _socket_gbps and _gloo_gbps must be GB/s of 0 or more (0: not"
             f" judged), got {', '.join(map(str, floors))}")
@@ -54,4 +55,5 @@ def judge(j: Judgement) -> None:
             " give a size, or set the floors to 0")
     j.check(not (text(j["smoke_training_expect_gdr"]).lower() == "true"
                  and j["smoke_training_expect_transport"] == "socket"),
-            "smoke_training_expect_gdr true with smoke_training_expect_transport socket: GPUDirect RDMA needs ib or roce")
+            "smoke_training_expect_gdr true with smoke_training_expect_transport socket: GPUDirect RDMA needs ib or"
+            " roce")
