@@ -17,7 +17,8 @@ from typing import Any
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.common.validation import check_type_dict, check_type_list
 from ansible_collections.gpufleet.fleet.plugins.module_utils.fleet_report import check_entry
-from ansible_collections.gpufleet.fleet.plugins.module_utils.gpufleet_check import gpufleet_check_module
+from ansible_collections.gpufleet.fleet.plugins.module_utils.gpufleet_check import (
+    gpufleet_check_module, profile_overrides_problem)
 
 _SPACE = re.compile(r"\s+")
 # One line of `dkms status`: "module/version" (dkms 2.8.6 on) or "module, version" (before), then ", kernel, arch"
@@ -933,21 +934,6 @@ def wheel_plan(result: Any, context: Mapping[str, Any] | None = None) -> dict[st
                       "needed_by": judged.parents.get(_canonical(item["name"]), [])} for item in judged.items]
     plan["hosts"] = sorted({f["host"] for f in plan["files"]} | {f["final_host"] for f in plan["files"]})
     return plan
-
-
-def profile_overrides_problem(overrides: Any) -> str:
-    """Why gpufleet_check would refuse these per-SKU overrides (its profiles.merge_overrides), or ""."""
-    if overrides is None or overrides == "" or overrides == {}:
-        return ""
-    try:
-        site = json.loads(json.dumps(overrides))  # plain JSON types, as the checks will read them
-    except (TypeError, ValueError) as error:
-        return f"not JSON data: {error}"
-    try:
-        gpufleet_check_module("profiles").merge_overrides(site)
-    except ValueError as error:
-        return str(error)
-    return ""
 
 
 _DCGM_LEVELS = {"none": 0, "quick": 1, "r2": 2, "r3": 3}

@@ -6,7 +6,8 @@ touched: the validator of the per-SKU overrides (``profiles.merge_overrides``,
 gpu_verify_profile_overrides) and DCGM's time limits per run level
 (``dcgm.DEFAULT_TIMEOUT_S``), and, after the smoke training, the judgement of
 its network figures and NCCL's logs (``nccl.judge``); and the fleet report writes its files as the
-checks write theirs (``common.write_atomically``). Rather than copy them, the filters and the report import the
+checks write theirs (``common.write_atomically``). Rather than copy them, the filters, the report and the
+roles' rules (plugins/module_utils/rules/gpu_verify.py: ``profile_overrides_problem`` below) import the
 package from the collection (the payload role's files, at the collection root's
 ``roles/payload/files/gpufleet_check``), under a private name so that it never
 meets another copy in ``sys.modules``.
@@ -19,9 +20,11 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import json
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 PACKAGE_DIR = Path(__file__).resolve().parents[2] / "roles" / "payload" / "files" / "gpufleet_check"
 PRIVATE_NAME = "_gpufleet_fleet_gpufleet_check"
@@ -49,3 +52,18 @@ def gpufleet_check_module(name: str) -> ModuleType:
     """One module of the package (``profiles``, ``dcgm``, ...)."""
     gpufleet_check_package()
     return importlib.import_module(f"{PRIVATE_NAME}.{name}")
+
+
+def profile_overrides_problem(overrides: Any) -> str:
+    """Why gpufleet_check would refuse these per-SKU overrides (its profiles.merge_overrides), or ""."""
+    if overrides is None or overrides == "" or overrides == {}:
+        return ""
+    try:
+        site = json.loads(json.dumps(overrides))  # plain JSON types, as the checks will read them
+    except (TypeError, ValueError) as error:
+        return f"not JSON data: {error}"
+    try:
+        gpufleet_check_module("profiles").merge_overrides(site)
+    except ValueError as error:
+        return str(error)
+    return ""
