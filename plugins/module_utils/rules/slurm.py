@@ -9,7 +9,8 @@ from __future__ import annotations
 from ansible_collections.gpufleet.fleet.plugins.module_utils.settings import (
     Judgement, as_dict, as_list, matches, text, to_bool, to_int)
 
-READS = ("slurm_*", "groups", "ansible_facts", "__slurm_config_dir", "__slurm_health_check_keys")
+READS = ("slurm_*", "groups", "ansible_facts.distribution", "ansible_facts.distribution_version", "__slurm_config_dir",
+         "__slurm_health_check_keys")
 
 _TIME_LIMIT = r"^(INFINITE|UNLIMITED|[0-9]+|([0-9]+-)?[0-9]+:[0-9]{2}(:[0-9]{2})?)$"
 _NODE_STATES = ("ALLOC", "ANY", "CYCLE", "IDLE", "MIXED")
