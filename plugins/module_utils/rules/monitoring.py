@@ -73,8 +73,8 @@ def check_services(j: Judgement) -> None:
     scrape_groups = as_list(j["monitoring_scrape_groups"])
     missing = list(dict.fromkeys(group for group in scrape_groups if group not in list(groups)))
     j.check(scrape_groups and not missing,
-            f"monitoring_scrape_groups {_json(scrape_groups)} must list inventory groups ({', '.join(map(text, missing))}"
-            f" {'is' if len(missing) == 1 else 'are'} not)")
+            f"monitoring_scrape_groups {_json(scrape_groups)} must list inventory groups"
+            f" ({', '.join(map(text, missing))} {'is' if len(missing) == 1 else 'are'} not)")
     j.check(text(j["monitoring_gpu_group"]),
             "monitoring_gpu_group is empty: name the inventory group of the GPU nodes (gpu_nodes)")
 
@@ -88,7 +88,8 @@ def check_durations(j: Judgement) -> None:
             f"monitoring_prometheus_retention '{j['monitoring_prometheus_retention']}' is not a Prometheus duration"
             " (e.g. 15d)")
     j.check(_duration(j, "monitoring_alert_for", above_zero=False),
-            f"monitoring_alert_for '{j['monitoring_alert_for']}' is not a Prometheus duration (e.g. 10m; 0s fires at once)")
+            f"monitoring_alert_for '{j['monitoring_alert_for']}' is not a Prometheus duration"
+            " (e.g. 10m; 0s fires at once)")
     j.check(_duration(j, "monitoring_verify_stale_after", above_zero=True),
             f"monitoring_verify_stale_after '{j['monitoring_verify_stale_after']}' is not a Prometheus duration above 0"
             " (e.g. 26h)")
@@ -117,7 +118,8 @@ def check_dcgm(j: Judgement) -> None:
             " with monitoring_dcgm, give the checksum of the dcgm-exporter binary")
     major = text(j["monitoring_dcgm_major"])
     j.check(major in j["__monitoring_dcgm_major_packages"],
-            f"monitoring_dcgm_major '{major}' is not a DCGM line gpufleet installs: 4 (datacenter-gpu-manager-4-*) or 3")
+            f"monitoring_dcgm_major '{major}' is not a DCGM line gpufleet installs:"
+            " 4 (datacenter-gpu-manager-4-*) or 3")
     packages = j["monitoring_dcgm_packages"]
     j.check(major != "4" or "datacenter-gpu-manager" not in as_list(packages),
             f"monitoring_dcgm_packages {_json(packages)} names DCGM 3's datacenter-gpu-manager, which DCGM 4's"
