@@ -18,7 +18,8 @@ from ansible_collections.gpufleet.fleet.plugins.module_utils.settings import (
     to_bool,
 )
 
-READS = ("container_*", "ansible_facts", "__container_engines", "__container_engines_refused",
+READS = ("container_*", "ansible_facts.architecture", "ansible_facts.distribution", "ansible_facts.distribution_version",
+         "__container_engines", "__container_engines_refused",
          "__container_engine_runtimes", "__container_runtimes", "__container_deb_architectures",
          "__container_nvidia_toolkit_public_url", "__container_toolkit_version_pattern",
          "__container_image_default_base", "__container_image_base_os", "__container_image_name_pattern",

@@ -20,7 +20,8 @@ from ansible_collections.gpufleet.fleet.plugins.module_utils.settings import (
     to_int,
 )
 
-READS = ("monitoring_*", "ansible_facts", "groups", "__monitoring_node_exporter_package",
+READS = ("monitoring_*", "ansible_facts.distribution", "ansible_facts.distribution_version", "groups",
+         "__monitoring_node_exporter_package",
          "__monitoring_duration_pattern", "__monitoring_zero_duration_pattern", "__monitoring_host_pattern",
          "__monitoring_listen_pattern", "__monitoring_option_pattern", "__monitoring_sha256_pattern",
          "__monitoring_package_version_pattern", "__monitoring_dcgm_major_packages",
