@@ -138,4 +138,4 @@ class ActionModule(ActionBase):
         """A role's variables file as Ansible reads it (its templates trusted), {} when it does not exist."""
         if not path.is_file():
             return {}
-        return dict(self._loader.load_from_file(str(path)) or {})
+        return dict(self._loader.load_from_file(str(path), trusted_as_template=True) or {})

@@ -55,7 +55,7 @@ class LookupModule(LookupBase):
 
     def run(self, terms: list[Any], variables: dict[str, Any] | None = None, **kwargs: Any) -> list[Any]:
         self.set_options(var_options=variables, direct=kwargs)
-        defaults = self._loader.load_from_file(str(DEFAULTS)) or {}
+        defaults = self._loader.load_from_file(str(DEFAULTS), trusted_as_template=True) or {}
         values = {**defaults, **(variables or {})}
         switched = parts({name: self._templar.template(values[name]) for name in defaults if name in values})
         if not terms:
