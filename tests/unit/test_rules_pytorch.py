@@ -11,15 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import rules_case
 import yaml
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
 
 settings = importlib.import_module("ansible_collections.gpufleet.fleet.plugins.module_utils.settings")
 rules = importlib.import_module("ansible_collections.gpufleet.fleet.plugins.module_utils.rules.pytorch")
-stack_plugin = importlib.import_module("ansible_collections.gpufleet.fleet.plugins.lookup.stack")
-ROLE = Path(__file__).resolve().parents[2] / "roles" / "pytorch"
-MATRIX = stack_plugin.load_matrix()
+ROLE = rules_case.ROLES_DIR / "pytorch"
 INDEX = "https://download.pytorch.org/whl/cu121"
 PINS = ["torch==2.5.1+cu121", "torchvision==0.20.1+cu121", "torchaudio==2.5.1+cu121"]
 SHA = "--hash=sha256:" + "a" * 64
@@ -27,15 +26,13 @@ SHA = "--hash=sha256:" + "a" * 64
 # The role's defaults as a host without settings sees them (pytorch_cuda_release follows an undefined cuda_release),
 # its vars, and the facts of Ubuntu 22.04.
 MATRIX_PACKAGES = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())["__pytorch_matrix_packages"]
-DEFAULTS = {**yaml.safe_load((ROLE / "defaults" / "main.yml").read_text()), "pytorch_cuda_release": "",
-            "__pytorch_matrix_packages": MATRIX_PACKAGES,
+DEFAULTS = {**rules_case.defaults("pytorch", pytorch_cuda_release=""), "__pytorch_matrix_packages": MATRIX_PACKAGES,
             "ansible_facts": {"distribution": "Ubuntu", "distribution_version": "22.04"}}
 
 
 def judge(**values: Any) -> Any:
     """The rules on the defaults with ``values`` over them, for host node-1."""
-    return settings.judge("pytorch", "node-1", {**DEFAULTS, **values},
-                          stack=lambda **choices: stack_plugin.resolve(MATRIX, **choices))
+    return settings.judge("pytorch", "node-1", {**DEFAULTS, **values}, stack=rules_case.stack)
 
 
 def lock(tmp_path: Path, text: str) -> str:

@@ -14,7 +14,8 @@ from urllib.parse import urlsplit
 from ansible_collections.gpufleet.fleet.plugins.module_utils.settings import (
     Judgement, as_list, is_http_url, matches, shown, text, to_bool, to_int)
 
-READS = ("pytorch_*", "cuda_release", "ansible_facts", "__pytorch_matrix_packages")
+READS = ("pytorch_*", "cuda_release", "ansible_facts.distribution", "ansible_facts.distribution_version",
+         "__pytorch_matrix_packages")
 
 # name==version, optionally with extras: numpy==1.26.4, ray[default]==2.9.3
 PIN = r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?(\[[A-Za-z0-9._,-]+\])?==[A-Za-z0-9][A-Za-z0-9.!+_-]*$"
