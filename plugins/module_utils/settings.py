@@ -92,6 +92,11 @@ def text(value: Any) -> str:
     return str(value)
 
 
+def shown(value: Any) -> str:
+    """A value as ``{{ value }}`` shows it inside a message: None is '' (Ansible's finalize), anything else ``str``."""
+    return "" if value is None else str(value)
+
+
 def matches(pattern: str, value: Any) -> bool:
     """Ansible's ``value | string is match(pattern)``: the pattern at the start of the string."""
     return re.match(pattern, str(value)) is not None
