@@ -9,7 +9,8 @@ from __future__ import annotations
 from ansible_collections.gpufleet.fleet.plugins.module_utils.settings import Judgement, is_http_url, matches, text
 
 READS = ("nvidia_driver_branch", "nvidia_driver_version", "nvidia_driver_source", "nvidia_driver_repository_url",
-         "nvidia_driver_repository_key_url", "cuda_release", "preflight_report", "ansible_facts", "ansible_local",
+         "nvidia_driver_repository_key_url", "cuda_release", "preflight_report.gpu_device_ids",
+         "preflight_report.gpu_pci_addresses", "ansible_facts.distribution", "ansible_local.nvidia_driver",
          "__nvidia_driver_sources", "__nvidia_driver_latest")
 
 
