@@ -1,0 +1,76 @@
+"""Play 1's judgement of every host's settings, once on the controller (playbooks/check.yml's own two tasks: the
+action gpufleet.fleet.settings with hosts, run_once, then each host's stop), run for real on fake hosts.
+
+The roles' rules are tested one by one in test_rules_<role>.py and through each role's tasks/validate.yml; this
+module checks what only the whole-play judgement does: each host judged with its own settings over the roles'
+defaults and vars (as the role would see them), the part switches choosing the roles, a rejection shared by
+several hosts said once naming them, and only the wrong hosts stopped.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import role_run
+import yaml
+from conftest import FAKE_FACTS, REPO_ROOT
+
+PLAY_1 = next(play for play in yaml.safe_load((REPO_ROOT / "playbooks" / "check.yml").read_text())
+              if play["name"] == "Check hosts and settings (read-only)")
+TASKS = [copy.deepcopy(task) for task in PLAY_1["tasks"]
+         if task["name"] in ("Judge the settings of every host (once, on the controller)",
+                             "Stop a host whose settings are wrong (nothing has been changed)")]
+# What play 1's pre_tasks leave on every host before the judgement (no unknown setting).
+BEFORE = {"__gpufleet_rejected": []}
+
+
+def judged(**hosts):
+    """{host: Outcome} of the two tasks on fake Ubuntu 22.04 hosts with these settings (host vars)."""
+    fake = [role_run.Host(name, FAKE_FACTS["ubuntu2204"], {**BEFORE, **settings}, groups=("gpu_nodes",))
+            for name, settings in hosts.items()]
+    return role_run.run(fake, copy.deepcopy(TASKS))
+
+
+def test_play_1_has_the_two_tasks():
+    assert len(TASKS) == 2 and TASKS[0].get("run_once") is True, TASKS
+
+
+def test_good_hosts_pass_and_only_the_wrong_ones_stop():
+    outcome = judged(**{"node-1": {}, "node-2": {}, "node-3": {"smoke_training_steps": 2},
+                        "node-4": {"pytorch_require_gpu": "perhaps"}})
+    assert outcome["node-1"].failure is None and outcome["node-2"].failure is None
+    assert outcome["node-3"].failure == (
+        "smoke_training settings rejected on node-3: [1] smoke_training_steps '2' is too few: the loss trend needs 4"
+        " steps or more; nothing has been changed")
+    assert outcome["node-4"].failure.startswith(
+        "pytorch settings rejected on node-4 (argument spec): argument 'pytorch_require_gpu' is of type str and we"
+        " were unable to convert to bool")
+
+
+def test_a_rejection_several_hosts_share_is_said_once_naming_them():
+    wrong = {"gpu_verify_timeout": 0}
+    outcome = judged(**{"node-1": wrong, "node-2": {}, "node-3": wrong, "node-4": wrong})
+    reason = "gpu_verify_timeout '0' is not a number of seconds (above 0)"
+    said = [outcome[host].failure for host in ("node-1", "node-3", "node-4")]
+    assert sum(reason in message for message in said) == 1, said
+    assert said[0].startswith("gpu_verify settings rejected on 3 hosts (node-1, node-3, node-4): [1] " + reason), said
+    assert said[1] == ("gpu_verify settings rejected on node-3: the same settings as node-1, whose message gives the"
+                       " reasons; nothing has been changed")
+    assert outcome["node-2"].failure is None
+
+
+def test_the_part_switches_choose_the_roles_judged():
+    """pytorch's settings are judged only where PyTorch is on (gpufleet_pytorch, default true)."""
+    wrong = {"pytorch_release": "1.0.0"}
+    outcome = judged(**{"on": wrong, "off": {**wrong, "gpufleet_pytorch": False}})
+    assert "pytorch_release '1.0.0' is not a PyTorch release gpufleet knows" in outcome["on"].failure
+    assert outcome["off"].failure is None
+
+
+def test_a_role_default_is_judged_as_the_role_sees_it():
+    """A role's default that follows another setting (pytorch_cuda_release follows cuda_release) is templated over
+    the host's variables: an unknown cuda_release reaches pytorch's rules through it, not as the default's text."""
+    outcome = judged(**{"node-1": {"cuda_release": "11.0"}})
+    failure = outcome["node-1"].failure
+    assert "cuda settings rejected on node-1: [1] cuda_release '11.0' is not a CUDA release gpufleet knows" in failure
+    assert "{{" not in failure, failure
