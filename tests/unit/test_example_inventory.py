@@ -55,8 +55,12 @@ def spec_options(checker) -> dict[str, dict[str, Any]]:
 
 
 def site_switches() -> dict[str, bool | str]:
-    """The switches of site.yml (its optional parts, gpufleet_unknown_settings), with the default its playbooks give them."""
-    switches: dict[str, bool | str] = {}
+    """The switches of site.yml (its optional parts, gpufleet_unknown_settings) with their defaults: the gpufleet
+    role's defaults, which the plays read through the lookup gpufleet.fleet.parts (issue 30), and any other
+    switch a playbook reads with a `| default(...)` of its own."""
+    switches: dict[str, bool | str] = {
+        name: value for name, value in yaml.safe_load((REPO_ROOT / "roles/gpufleet/defaults/main.yml").read_text()).items()
+        if name != "gpufleet_example_inventory"}
     for path in [REPO_ROOT / "site.yml", *sorted((REPO_ROOT / "playbooks").rglob("*.yml"))]:
         for name, default in _SWITCH_USE.findall(path.read_text()):
             if name != "gpufleet_example_inventory":
