@@ -154,7 +154,7 @@ def test_the_table_gives_ratios_costs_per_node_and_the_targets():
                 "workers": {"processes": 25, "pss_bytes": 500 * 2**20},
                 "ssh masters": {"processes": 100, "pss_bytes": 170 * 2**20},
                 "ansible-playbook": {"processes": 1, "pss_bytes": 30 * 2**20}}),
-            run("play 1", 1, 20.0, 6.0), run("play 1", 10, 40.0, 20.0), run("play 1", 100, 320.0, 150.0),
+            run("play 1", 1, 20.0, 6.0, tasks_per_host=31), run("play 1", 10, 40.0, 20.0, tasks_per_host=31), run("play 1", 100, 320.0, 150.0),
             run("verify", 100, 70.0, 80.0, variant="before", commit="c8e74c8"),
             run("verify", 100, 40.0, 58.0, variant="3 failing", mismatched=["gpufleet-scale-17", "gpufleet-scale-67"],
                 stopped="gpufleet-scale-51", report_lead=["**FAIL**: 100 nodes", "- 2 nodes: reboot required (a, b)"])]
@@ -163,7 +163,9 @@ def test_the_table_gives_ratios_costs_per_node_and_the_targets():
             if line.startswith("| ")}
     assert "| 2.80 | <= 3 x: met |" in rows[("verify", "10")]
     assert "| 10.40 | <= 10 x: NOT met |" in rows[("verify", "100")]
-    assert "| 16.00 | <= 15 x: NOT met |" in rows[("play 1", "100")]
+    assert "| 16.00 | <= 10 x: NOT met |" in rows[("play 1", "100")]  # issue 30's target (15 x before)
+    assert "<= 1 s: NOT met | controller CPU s: 1.455" in text  # play 1: (150 - 6) / 99
+    assert "| play 1 | tasks a host | | | <= 12: NOT met | 31 |" in text
     assert "| 4/1/1 |" in rows[("verify", "1")]
     assert "wall s: 0.475" in text and "controller CPU s: 0.576" in text  # (52 - 5) / 99, (60 - 3) / 99
     assert "controller peak memory (PSS): 800 MiB; target <= 1.5 GB: met" in text
