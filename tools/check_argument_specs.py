@@ -132,7 +132,9 @@ def check_roles(roles_dir: Path) -> tuple[int, list[str]]:
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point; returns the exit status."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("roles_dir", nargs="?", type=Path, default=DEFAULT_ROLES_DIR, help="directory of roles (default: %(default)s)")
+    parser.add_argument(
+        "roles_dir", nargs="?", type=Path, default=DEFAULT_ROLES_DIR, help="directory of roles (default: %(default)s)"
+    )
     args = parser.parse_args(argv)
     if not args.roles_dir.is_dir():
         print(f"argument specs: {args.roles_dir} is not a directory", file=sys.stderr)

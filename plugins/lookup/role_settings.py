@@ -52,7 +52,9 @@ def role_spec(role: str, roles_dir: Path = ROLES_DIR) -> dict[str, Any]:
     try:
         specs = entry_points(spec_file)
     except (OSError, yaml.YAMLError) as error:
-        raise AnsibleLookupError(f"gpufleet.fleet.role_settings: no argument spec for role {role!r}: {error}") from error
+        raise AnsibleLookupError(
+            f"gpufleet.fleet.role_settings: no argument spec for role {role!r}: {error}"
+        ) from error
     if "main" not in specs:
         raise AnsibleLookupError(f"gpufleet.fleet.role_settings: {spec_file} has no main entry point")
     return without_defaults(specs["main"].get("options") or {})
@@ -76,7 +78,9 @@ def role_settings(roles_dir: Path = ROLES_DIR) -> dict[str, list[str]]:
 class LookupModule(LookupBase):
     """lookup('gpufleet.fleet.role_settings')"""
 
-    def run(self, terms: list[Any], variables: dict[str, Any] | None = None, **kwargs: Any) -> list[dict[str, list[str]]]:
+    def run(
+        self, terms: list[Any], variables: dict[str, Any] | None = None, **kwargs: Any
+    ) -> list[dict[str, list[str]]]:
         self.set_options(var_options=variables, direct=kwargs)
         role = self.get_option("role")
         return [role_spec(role) if role else role_settings()]
