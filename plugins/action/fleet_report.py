@@ -20,6 +20,7 @@ from typing import Any
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
+
 from ansible_collections.gpufleet.fleet.plugins.module_utils.fleet_report import (
     DEFAULT_BASENAME,
     DEFAULT_HISTORY_KEEP,

@@ -38,9 +38,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
 from ansible.errors import AnsibleLookupError
 from ansible.plugins.lookup import LookupBase
+
 from ansible_collections.gpufleet.fleet.plugins.module_utils.settings import entry_points, without_defaults
 
 ROLES_DIR = Path(__file__).resolve().parents[2] / "roles"

@@ -132,7 +132,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
 from ansible.errors import AnsibleLookupError
 from ansible.plugins.lookup import LookupBase
 

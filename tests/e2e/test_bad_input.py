@@ -5,7 +5,6 @@ import shutil
 
 import pytest
 import yaml
-
 from conftest import LAB_INVENTORY, REPO, make_fresh_node, podman, run_playbook
 
 CASES = [

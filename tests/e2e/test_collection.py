@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import yaml
-
 from conftest import LAB_INVENTORY, REPO, podman
 
 BIN = Path(sys.executable).parent

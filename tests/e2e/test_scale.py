@@ -18,7 +18,6 @@ import re
 import xml.etree.ElementTree as ET
 
 import pytest
-
 from conftest import lone_inventory, podman, remove_lab_nodes, run_playbook, start_light_nodes
 
 NODES = 20

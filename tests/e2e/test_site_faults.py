@@ -27,7 +27,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import LAB_INVENTORY, address_of, forget_ssh_master, lab_vars, make_fresh_node, podman, run_playbook
 
 MIRROR = "gpufleet-mirror"

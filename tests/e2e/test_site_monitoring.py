@@ -24,7 +24,6 @@ from typing import Any
 
 import pytest
 import yaml
-
 from conftest import LAB_INVENTORY, REPO, podman, run_playbook
 
 PINNED = "535.261.03"

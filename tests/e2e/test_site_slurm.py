@@ -17,7 +17,6 @@ import time
 
 import pytest
 import yaml
-
 from conftest import LAB_INVENTORY, podman, run_playbook
 from test_site_monitoring import eventually, firing
 

@@ -29,7 +29,6 @@ import uuid
 
 import pytest
 import yaml
-
 from conftest import LAB_INVENTORY, LAB_NETWORK, NODE_IMAGE, REPO, podman
 
 CONTAINERFILE = "roles/container/files/Containerfile.train"

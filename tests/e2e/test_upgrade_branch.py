@@ -29,7 +29,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from conftest import (
     FreshNode,
     lab_vars,

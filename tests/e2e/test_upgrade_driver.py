@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from conftest import LAB_INVENTORY, lab_vars, podman, restart_node, run_playbook
 
 # The slow tier (make test-slow; docs/testing.md): a rollout with its reboots and a downgrade, about 10 min.

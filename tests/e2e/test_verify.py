@@ -11,7 +11,6 @@ import json
 import time
 
 import pytest
-
 from conftest import LAB_INVENTORY, podman, restart_node, run_playbook
 
 CHECK_TASK = "Run the health checks"

@@ -21,7 +21,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-
 # The health checks' own readers of what torch reports (roles/payload/files/gpufleet_check.pyz, a zipapp
 # that imports from sys.path like a directory): one decoding of cuDNN/NCCL versions, not a copy here.
 sys.path.append(str(Path(__file__).resolve().parents[2] / "roles" / "payload" / "files" / "gpufleet_check.pyz"))

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import load_script
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -20,7 +20,6 @@ from typing import Any
 
 import pytest
 import role_run
-
 from conftest import FAKE_FACTS
 
 VERSION = "535.261.03"  # the 535 branch's default release in files/compatibility.yml

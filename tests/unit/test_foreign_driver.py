@@ -27,7 +27,6 @@ from typing import Any
 import pytest
 import role_run
 import yaml
-
 from conftest import FAKE_FACTS, host_tool, load_script
 
 REPO = Path(__file__).resolve().parents[2]

@@ -31,7 +31,6 @@ from typing import Any
 import pytest
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar
-
 from conftest import load_script, load_trusted
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

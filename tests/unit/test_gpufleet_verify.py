@@ -9,7 +9,6 @@ from types import SimpleNamespace
 from typing import Any, Callable
 
 import pytest
-
 from conftest import load_script
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -25,7 +25,6 @@ from typing import Any
 
 import pytest
 import role_run
-
 from conftest import FAKE_FACTS
 
 SHIM = "/var/lib/shim-signed/mok/MOK.der"

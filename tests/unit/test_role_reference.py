@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import REPO_ROOT, ROLES_DIR, load_script
 
 SCRIPT = REPO_ROOT / "tools" / "role_reference.py"

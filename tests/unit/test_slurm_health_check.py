@@ -26,7 +26,6 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-
 from conftest import ROLES_DIR
 
 PROGRAM = ROLES_DIR / "slurm" / "files" / "gpufleet_slurm_health.py"

@@ -24,7 +24,6 @@ from typing import Any
 
 import pytest
 import role_run
-
 from conftest import FAKE_FACTS, ROLES_DIR, load_trusted
 
 ROLE = ROLES_DIR / "slurm"

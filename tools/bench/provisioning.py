@@ -35,8 +35,8 @@ in a re-run. Results also go to reports/bench/provisioning-<UTC time>.json.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import datetime as dt
+import importlib.util
 import json
 import os
 import statistics
