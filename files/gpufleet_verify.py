@@ -34,9 +34,10 @@ Exit status:
   report lists no node), or the arguments are wrong; stderr gives
   ansible-runner's status and rc.
 
-Hourly from cron, in the checkout on the controller (mail on output)::
+Hourly from cron, in the checkout on the controller (mail on output; cron passes REPORTS to the command)::
 
-    0 * * * * cd /opt/gpufleet && .venv/bin/python files/gpufleet_verify.py -i inventory/prod --report-dir /var/lib/gpufleet/reports
+    REPORTS=/var/lib/gpufleet/reports
+    0 * * * * cd /opt/gpufleet && .venv/bin/python files/gpufleet_verify.py -i inventory/prod --report-dir "$REPORTS"
 
 In CI (GitLab), the job fails unless every node passed and the dashboard
 reads the JUnit file::

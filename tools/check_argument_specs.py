@@ -86,7 +86,7 @@ def same_value(a: Any, b: Any) -> bool:
     if isinstance(a, dict):
         return a.keys() == b.keys() and all(same_value(a[k], b[k]) for k in a)
     if isinstance(a, list):
-        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b, strict=True))
     return a == b
 
 
@@ -116,8 +116,8 @@ def check_role(role_dir: Path) -> list[str]:
                 problems.append(f"{name}: option {opt} has no default; defaults/main.yml sets {defaults[opt]!r}")
             elif not same_value(attrs["default"], defaults[opt]):
                 problems.append(
-                    f"{name}: option {opt} defaults to {attrs['default']!r} ({type(attrs['default']).__name__}) in {where} "
-                    f"but to {defaults[opt]!r} ({type(defaults[opt]).__name__}) in defaults/main.yml"
+                    f"{name}: option {opt} defaults to {attrs['default']!r} ({type(attrs['default']).__name__}) in "
+                    f"{where} but to {defaults[opt]!r} ({type(defaults[opt]).__name__}) in defaults/main.yml"
                 )
     return problems
 

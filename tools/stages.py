@@ -328,7 +328,8 @@ def run_stages(stages: list) -> int:
             log = LOGS / f"{stage.name.replace(' ', '-')}.log"
             with printing:
                 print(
-                    f"===== stage: {stage.name} ({time.strftime('%H:%M:%S')}, beside other stages; output when it ends)",
+                    f"===== stage: {stage.name} ({time.strftime('%H:%M:%S')}, beside other stages; output when it "
+                    "ends)",
                     flush=True,
                 )
             if run_stage(stage, log) != 0:

@@ -1,8 +1,7 @@
 """gpufleet's judgement of an NVIDIA driver that gpufleet did not install (a "foreign" driver).
-
-The filter ``gpufleet.fleet.foreign_driver`` and the parsers it reads the probe's commands with (``dpkg_list``,
-``apt_policy_installed``, ``apt_policy_files``, ``dpkg_owners``), each documented in its YAML file beside this
-one (plugins/filter/<name>.yml), which ``ansible-doc -t filter gpufleet.fleet.<name>`` prints.
+ The filter ``gpufleet.fleet.foreign_driver`` and the parsers it reads the probe's commands with (``dpkg_list``,
+``apt_policy_installed``, ``apt_policy_files``, ``dpkg_owners``), each documented in its YAML file beside this one
+(plugins/filter/<name>.yml), which ``ansible-doc -t filter gpufleet.fleet.<name>`` prints.
 """
 
 from __future__ import annotations
@@ -24,8 +23,9 @@ INSTALLER_LOG = "/var/log/nvidia-installer.log"
 UNINSTALL_ARGS = ("--silent", "--skip-module-unload")
 
 # The names of the driver's packages, whatever their source: nvidia in the name (Canonical's nvidia-*-535[-server],
-# libnvidia-*, linux-modules-nvidia-*; NVIDIA's repository, whose branch-less names since 590 keep it: libnvidia-compute;
-# Debian's nvidia-*, libnvidia-*, firmware-nvidia-gsp), and the CUDA driver library and metapackages without it.
+# libnvidia-*, linux-modules-nvidia-*; NVIDIA's repository, whose branch-less names since 590 keep it:
+# libnvidia-compute; Debian's nvidia-*, libnvidia-*, firmware-nvidia-gsp), and the CUDA driver library and metapackages
+# without it.
 _DRIVER_NAME = re.compile(r"nvidia|^libcuda1$|^libcudadebugger1$|^cuda-drivers(-[0-9]+)?$")
 # NVIDIA-named packages that are no part of the driver:
 # - the NVIDIA Container Toolkit (roles/container/vars/main.yml: nvidia-container-toolkit, -base,

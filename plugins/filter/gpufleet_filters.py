@@ -212,7 +212,7 @@ def per_message(messages: Sequence[Any], hosts: Sequence[str]) -> list[str]:
     if len(messages) != len(hosts):
         raise AnsibleFilterError(f"per_message: {len(messages)} message(s) for {len(hosts)} host(s)")
     grouped: dict[str, list[str]] = {}
-    for message, host in zip(messages, hosts):
+    for message, host in zip(messages, hosts, strict=True):
         text = _SPACE.sub(" ", str(message or "")).strip()
         if text:
             grouped.setdefault(text, []).append(str(host))
@@ -407,7 +407,7 @@ def foreign_branches(stanzas: Any, branch: Any) -> list[dict[str, str]]:
                 if all(other and other != wanted for other in branches):
                     records.extend(
                         {"package": package, "version": version, "depends_on": name, "branch": other}
-                        for name, other in zip(names, branches)
+                        for name, other in zip(names, branches, strict=True)
                     )
     return [dict(items) for items in dict.fromkeys(tuple(record.items()) for record in records)]
 
@@ -696,8 +696,9 @@ def apt_source_conflict(claim: Mapping[str, Any], claims: Any, host: Any = "") -
         mine, theirs = claim.get("caller", "?"), other.get("caller", "?")
 
         parts = "; ".join(
-            f"{label} {_apt_source_shown(_apt_source_part(claim, field))}{_apt_source_setting(claim, field)} for {mine}, "
-            f"{_apt_source_shown(_apt_source_part(other, field))}{_apt_source_setting(other, field)} for {theirs}"
+            f"{label} {_apt_source_shown(_apt_source_part(claim, field))}{_apt_source_setting(claim, field)} for "
+            f"{mine}, {_apt_source_shown(_apt_source_part(other, field))}{_apt_source_setting(other, field)} for "
+            f"{theirs}"
             for field, label in differ
         )
         url, other_url = _apt_source_part(claim, "url"), _apt_source_part(other, "url")
@@ -855,8 +856,8 @@ class _Plan:
             redirected = f" (redirected from {_netloc(item['url'])})" if host != _netloc(item["url"]) else ""
             if status in (404, 410):
                 self.problems.append(
-                    f"{entry.get('final_url') or item['url']} answers HTTP {status}: {file}, the wheel of {pin}{self.needed_by(name)}, "
-                    f"is listed but gone. {self.mirror(True)}, or {self.change_pin(name)}"
+                    f"{entry.get('final_url') or item['url']} answers HTTP {status}: {file}, the wheel of "
+                    f"{pin}{self.needed_by(name)}, is listed but gone. {self.mirror(True)}, or {self.change_pin(name)}"
                 )
             elif status == 0 or status >= 400:
                 why = (
@@ -884,9 +885,9 @@ class _Plan:
                 host = _netloc(entry.get("url", ""))
                 self.unread.append(entry.get("url", ""))
                 self.problems.append(
-                    f"{host} does not answer ({_why_unreachable(entry.get('error', ''))}): pip cannot read the listing {entry.get('url')}, "
-                    f"so it finds none of the wheels there. Allow {host} through the site's firewall or proxy, or correct "
-                    f"{self.ctx.get('source_setting', 'the wheel source')}"
+                    f"{host} does not answer ({_why_unreachable(entry.get('error', ''))}): pip cannot read the listing "
+                    f"{entry.get('url')}, so it finds none of the wheels there. Allow {host} through the site's "
+                    f"firewall or proxy, or correct {self.ctx.get('source_setting', 'the wheel source')}"
                 )
 
     def pip_failed(self, pip: Mapping[str, Any]) -> None:
@@ -935,15 +936,17 @@ class _Plan:
                 name = _canonical(_REQ_NAME.match(requirement)[1]) if requirement else ""
                 url = f"{pool['scheme'].lower()}://{host}{pool['path']}"
                 self.problems.append(
-                    f"{host} does not answer ({_why_unreachable(pool['cause'])}): pip fetches {_file_name(pool['path'])} from it "
-                    f"({url}){' for ' + requirement if requirement else ''}{self.needed_by(name, chain)}. Allow {host} through the "
-                    f"site's firewall or proxy, or {self.mirror()}"
+                    f"{host} does not answer ({_why_unreachable(pool['cause'])}): pip fetches "
+                    f"{_file_name(pool['path'])} from it "
+                    f"({url}){' for ' + requirement if requirement else ''}{self.needed_by(name, chain)}. Allow {host} "
+                    f"through the site's firewall or proxy, or {self.mirror()}"
                 )
             elif http:
                 found = True
                 requirement, chain = last
                 name = _canonical(_REQ_NAME.match(requirement)[1]) if requirement else ""
-                what = f"{_file_name(http['url'])}{', the wheel of ' + requirement if requirement else ''}{self.needed_by(name, chain)}"
+                of = f", the wheel of {requirement}" if requirement else ""
+                what = f"{_file_name(http['url'])}{of}{self.needed_by(name, chain)}"
                 if http["code"] in ("404", "410"):
                     self.problems.append(
                         f"{http['url']} answers HTTP {http['code']} ({http['reason']}): {what}, is listed but gone. "
@@ -964,16 +967,17 @@ class _Plan:
                 else len(stdout)
             )
             causes = stdout[start : stdout.index("", start) if "" in stdout[start:] else len(stdout)]
+            pins = "pytorch_hashes_file" if self.ctx.get("hashes_file") else "pytorch_release, pytorch_extra_packages"
             self.problems.append(
                 f"pip cannot install the pins together: {'; '.join(causes) or 'ResolutionImpossible'}. Change the pins "
-                f"({'pytorch_hashes_file' if self.ctx.get('hashes_file') else 'pytorch_release, pytorch_extra_packages'})"
+                f"({pins})"
             )
         elif not found:
             # Not a verdict on the source: the install may well work (or fail the same way); play 1 says so and goes on.
             errors = [line for line in stderr if line.startswith("ERROR:")] or stderr[-3:]
             self.warnings.append(
-                f"pip could not resolve the wheel set on this host (rc {pip.get('rc')}: {_SPACE.sub(' ', ' '.join(errors))[:400]}); "
-                "the wheels' hosts were not checked"
+                f"pip could not resolve the wheel set on this host (rc {pip.get('rc')}: "
+                f"{_SPACE.sub(' ', ' '.join(errors))[:400]}); the wheels' hosts were not checked"
             )
 
     def lock(self) -> None:
@@ -986,9 +990,9 @@ class _Plan:
             if pins.get(name) != item["version"]:
                 locked = f" (it pins {name}=={pins[name]})" if name in pins else ""
                 self.problems.append(
-                    f"pytorch_hashes_file {self.ctx['hashes_file']} does not pin {item['name']}=={item['version']}"
-                    f"{self.needed_by(name) or ''}{locked}: pip --require-hashes refuses the install. Write the lock again with "
-                    "its wheel in it"
+                    f"pytorch_hashes_file {self.ctx['hashes_file']} does not pin "
+                    f"{item['name']}=={item['version']}{self.needed_by(name) or ''}{locked}: pip --require-hashes "
+                    "refuses the install. Write the lock again with its wheel in it"
                 )
 
     def summary(self) -> str:
@@ -1005,7 +1009,10 @@ class _Plan:
             f"{h} ({n}{', redirected to ' + ', '.join(sorted(moved[h])) if h in moved else ''})"
             for h, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
         )
-        return f"{len(self.items)} wheels for CPython {self.out.get('python', '')} on {self.out.get('machine', '')}, from {hosts}"
+        return (
+            f"{len(self.items)} wheels for CPython {self.out.get('python', '')} on {self.out.get('machine', '')}, from "
+            f"{hosts}"
+        )
 
 
 def wheel_plan(result: Any, context: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -1021,7 +1028,8 @@ def wheel_plan(result: Any, context: Mapping[str, Any] | None = None) -> dict[st
     if result.get("rc") != 0 or not isinstance(out, Mapping):
         tail = (str(result.get("stderr") or "").strip().splitlines() or [str(result.get("msg") or "no output")])[-1]
         plan["warnings"].append(
-            f"the wheel plan did not run (rc {result.get('rc')}: {tail[:300]}); the hosts of the wheels were not checked"
+            f"the wheel plan did not run (rc {result.get('rc')}: {tail[:300]}); the hosts of the wheels were not "
+            "checked"
         )
         return plan
     if out.get("skipped"):
@@ -1035,8 +1043,8 @@ def wheel_plan(result: Any, context: Mapping[str, Any] | None = None) -> dict[st
     if pip.get("stopped_download"):
         judged.warnings.append(
             f"{context.get('source', 'the wheel source')} serves neither PEP 658 metadata nor byte ranges for "
-            f"{_file_name(pip['stopped_download'])}: pip would download the whole wheel to read its dependencies, which play 1 "
-            "does not do; the wheels after it and their hosts were not checked"
+            f"{_file_name(pip['stopped_download'])}: pip would download the whole wheel to read its dependencies, "
+            "which play 1 does not do; the wheels after it and their hosts were not checked"
         )
     elif pip.get("rc") != 0:
         judged.pip_failed(pip)

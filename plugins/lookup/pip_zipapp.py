@@ -34,7 +34,10 @@ description:
     temporary directory, and returns its path, pip's version and the oldest Python that pip runs on.
   - A pip older than 25.3 (which downloads whole wheels even with --dry-run) is not built; C(problem) says why.
 options:
-  directory: {description: Where to write the zip; empty for ansible's local temporary directory of the run., type: str, default: ""}
+  directory:
+    description: Where to write the zip; empty for ansible's local temporary directory of the run.
+    type: str
+    default: ""
 """
 
 RETURN = r"""
@@ -101,7 +104,9 @@ def zipapp(directory: str | os.PathLike[str], dist: importlib.metadata.Distribut
             "path": "",
             "version": "",
             "min_python": "",
-            "problem": "the controller's Python has no pip (install pip 25.3 or newer into the Python that runs ansible)",
+            "problem": (
+                "the controller's Python has no pip (install pip 25.3 or newer into the Python that runs ansible)"
+            ),
         }
     version = dist.version
     minimum = min_python(dist.metadata.get("Requires-Python"))

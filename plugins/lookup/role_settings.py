@@ -24,7 +24,10 @@ description:
   - Returns one mapping of role name to the sorted option names of all the role's entry points.
   - With O(role), returns the options of that role's main entry point instead.
 options:
-  role: {description: A role whose main argument spec to return; empty for the settings of every role., type: str, default: ""}
+  role:
+    description: A role whose main argument spec to return; empty for the settings of every role.
+    type: str
+    default: ""
 """
 
 RETURN = r"""

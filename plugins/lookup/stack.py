@@ -74,19 +74,21 @@ options:
     type: str
     default: ""
   os_version:
-    description: ansible_facts.distribution_version of the host (Ubuntu 20.04, Debian 12.5), for the OS's python3 (os_pythons).
+    description: >-
+      ansible_facts.distribution_version of the host (Ubuntu 20.04, Debian 12.5), for the OS's python3 (os_pythons).
     type: str
     default: ""
   python:
     description: >-
-      The interpreter the PyTorch environment is made with (pytorch_python); empty or /usr/bin/python3 is the OS's python3. The
-      default PyTorch release is the newest whose wheels exist for its Python, and a release without them is a reason.
+      The interpreter the PyTorch environment is made with (pytorch_python); empty or /usr/bin/python3 is the OS's
+      python3. The default PyTorch release is the newest whose wheels exist for its Python, and a release without them
+      is a reason.
     type: str
     default: ""
   gpu_device_ids:
     description: >-
-      The host's NVIDIA PCI device IDs (preflight_report.gpu_device_ids, 0x2330); judged against driver_branch and cuda_release
-      (gpu_architectures, gpu_devices), the reasons among errors, unknown IDs among gpus.warnings.
+      The host's NVIDIA PCI device IDs (preflight_report.gpu_device_ids, 0x2330); judged against driver_branch and
+      cuda_release (gpu_architectures, gpu_devices), the reasons among errors, unknown IDs among gpus.warnings.
     type: list
     elements: str
     default: []
@@ -113,8 +115,8 @@ options:
     default: true
   names:
     description: >-
-      The caller's names of the settings, for the reasons (keys cuda_release, pytorch_release, pytorch_cuda_release, pytorch_variant,
-      pytorch_wheel_source).
+      The caller's names of the settings, for the reasons (keys cuda_release, pytorch_release, pytorch_cuda_release,
+      pytorch_variant, pytorch_wheel_source).
     type: dict
     default: {}
 """
@@ -273,7 +275,8 @@ _VERSIONED_PYTHON = re.compile(r"(?:^|/)python(3\.[0-9]+)$")
 
 
 def os_python(matrix: dict[str, Any], distribution: Any = "", os_version: Any = "") -> str:
-    """The OS's python3 (matrix os_pythons): Ubuntu 20.04 -> 3.8; Debian 12.5 -> its major version's, 3.11; '' unknown."""
+    """The OS's python3 (matrix os_pythons): Ubuntu 20.04 -> 3.8; Debian 12.5 -> its major version's, 3.11; ''
+    unknown."""
     pythons = {str(key): value for key, value in (matrix.get("os_pythons") or {}).items()}
     distribution, version = _text(distribution), _text(os_version)
     for key in (f"{distribution} {version}", f"{distribution} {version.split('.', maxsplit=1)[0]}"):
@@ -384,10 +387,11 @@ def resolve_pytorch(
     source = sources.get(source_name)
     errors: list[str] = []
     if not release:
+        pythons = sorted({p for key in torches for p in release_pythons(matrix, key)}, key=_version_tuple)
         errors.append(
-            f"no PyTorch release of files/compatibility.yml has wheels for {python_text} (they exist for "
-            f"Python {', '.join(sorted({p for key in torches for p in release_pythons(matrix, key)}, key=_version_tuple))}"
-            "): make the environment with such an interpreter (pytorch_python, pytorch_python_packages)"
+            f"no PyTorch release of files/compatibility.yml has wheels for {python_text} (they exist for Python "
+            f"{', '.join(pythons)}): make the environment with such an interpreter (pytorch_python, "
+            "pytorch_python_packages)"
         )
         return {"errors": errors}
     if python_gap(matrix, release, python_version):
@@ -670,7 +674,7 @@ def gpu_generations(
     # One entry per device ID, in the order the host lists them.
     seen: dict[str, dict[str, Any]] = {}
     warnings: list[str] = []
-    for raw, place in zip(ids, places):
+    for raw, place in zip(ids, places, strict=True):
         device = device_id(raw)
         if not device:
             warnings.append(

@@ -15,8 +15,8 @@ checks (which read the CUDA build and say "no GPU" for the rest); their
 JSON results are asserted. The image is
 removed at the end.
 
-What needs outside servers or a GPU (the default Ubuntu base, the NVIDIA Container Toolkit, nvidia-ctk, CDI) is covered by
-tests/unit/test_container_role.py on the rendered configuration.
+What needs outside servers or a GPU (the default Ubuntu base, the NVIDIA Container Toolkit, nvidia-ctk, CDI) is covered
+by tests/unit/test_container_role.py on the rendered configuration.
 """
 
 from __future__ import annotations
@@ -132,7 +132,8 @@ def payload_result(run: subprocess.CompletedProcess) -> dict:
 
 
 def test_image_metadata(training_image):
-    """Labels name the torch build and the base image; the payload runs as uid 1000; the default command is the payload."""
+    """Labels name the torch build and the base image; the payload runs as uid 1000; the default command is the
+    payload."""
     config = json.loads(podman("image", "inspect", training_image).stdout)[0]["Config"]
     settings = lab_settings()
     assert config["Labels"]["org.gpufleet.torch-version"] == settings["pytorch_release"]
@@ -147,7 +148,8 @@ def test_unprivileged_user_cannot_change_the_payload(training_image):
         training_image,
         "sh",
         "-c",
-        "id -un; id -u; command -v python; command -v torchrun; test -w /opt/gpufleet/payload/train.py && echo writable || echo read-only",
+        "id -un; id -u; command -v python; command -v torchrun; test -w /opt/gpufleet/payload/train.py && echo "
+        "writable || echo read-only",
     )
     assert run.returncode == 0, run.stderr
     assert run.stdout.split() == [

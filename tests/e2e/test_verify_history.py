@@ -12,7 +12,8 @@ the real ones a verify.yml run on the lab leaves in the report; in each, the GPU
 801 TFLOP/s (this project's H200, measured: docs/gpu.md, "Measured on a GPU"), the last node's figure edited to
 700 (above its floor, 0.85 x 794.5 = 675.3, and 12.6 % below the others' 801). The report's command
 (files/gpufleet_report.py, with plugins/module_utils/fleet_report.py, the code the play's action runs) must name
-that node an outlier while every node passes. Runs after test_site.py (the stack is installed); about 5 verify runs in all."""
+that node an outlier while every node passes. Runs after test_site.py (the stack is installed); about 5 verify runs in
+all."""
 
 from __future__ import annotations
 

@@ -109,7 +109,8 @@ def measure() -> dict[str, Any]:
 def summary(measured: dict[str, Any], compared: dict[str, Any]) -> str:
     stack = (
         f"torch {measured['torch']} (CUDA {measured['cuda']}, cuDNN {measured['cudnn']}, NCCL {measured['nccl']}), "
-        f"driver {measured.get('driver')}, {len(measured.get('gpus') or [])} x {(measured.get('gpus') or ['no GPU'])[0]}"
+        f"driver {measured.get('driver')}, {len(measured.get('gpus') or [])} x "
+        f"{(measured.get('gpus') or ['no GPU'])[0]}"
     )
     if compared["matrix_stack"]:
         return f"stack measured: {stack}: the matrix's {compared['variant']} stack"

@@ -250,7 +250,8 @@ def checker() -> ModuleType:
 
 @pytest.fixture(scope="session")
 def driver() -> Callable[..., role_run.Outcome]:
-    """Factory fixture: ``driver('ubuntu2204', 'nvidia', preflight={'nvswitch_count': 4}, nvidia_driver_headless=False)``.
+    """Factory fixture: ``driver('ubuntu2204', 'nvidia', preflight={'nvswitch_count': 4},
+    nvidia_driver_headless=False)``.
 
     Results are cached for the session (the same arguments give the same
     object); tests must not modify them.

@@ -194,7 +194,8 @@ def _ansible_playbook(tmp_path: Path, plays: list, *args: str) -> subprocess.Com
 
 @pytest.mark.parametrize("entry_point", ["main", "trial", "hold"])
 def test_ansible_refuses_an_entry_point_without_its_inputs(tmp_path, entry_point):
-    """An inline localhost play includes apt_source with no input: the spec check fails, and no task of the role runs."""
+    """An inline localhost play includes apt_source with no input: the spec check fails, and no task of the role
+    runs."""
     include = {"name": "apt_source"} if entry_point == "main" else {"name": "apt_source", "tasks_from": entry_point}
     run = _ansible_playbook(
         tmp_path,
@@ -389,7 +390,8 @@ def test_a_pattern_with_the_source_build_is_two_records_the_build_first():
 
 
 def _policy(tmp_path: Path, preferences: str, repos: dict[str, list[tuple[str, str]]], package: str) -> str:
-    """apt-cache policy of ``package`` with flat file: repositories {name: [(package, version)]} and these preferences."""
+    """apt-cache policy of ``package`` with flat file: repositories {name: [(package, version)]} and these
+    preferences."""
     host_tool("apt-get")
     sources = []
     for name, packages in repos.items():
@@ -397,8 +399,8 @@ def _policy(tmp_path: Path, preferences: str, repos: dict[str, list[tuple[str, s
         repo.mkdir()
         (repo / "Packages").write_text(
             "".join(
-                f"Package: {p}\nVersion: {v}\nArchitecture: amd64\nMaintainer: t <t@example.com>\nFilename: ./{p}_{v}.deb\n"
-                f"Size: 1\nSHA256: {'0' * 64}\nDescription: test\n\n"
+                f"Package: {p}\nVersion: {v}\nArchitecture: amd64\nMaintainer: t <t@example.com>\nFilename: "
+                f"./{p}_{v}.deb\nSize: 1\nSHA256: {'0' * 64}\nDescription: test\n\n"
                 for p, v in packages
             )
         )
@@ -680,7 +682,10 @@ def trials(signed_repository, tmp_path_factory):
                     "name": "Write the results",
                     "run_once": True,
                     "ansible.builtin.copy": {
-                        "content": "{{ dict(ansible_play_hosts_all | zip(ansible_play_hosts_all | map('extract', hostvars, 'trial_result'))) | to_json }}",
+                        "content": (
+                            "{{ dict(ansible_play_hosts_all | zip(ansible_play_hosts_all | map('extract', hostvars, "
+                            "'trial_result'))) | to_json }}"
+                        ),
                         "dest": f"{out}/results.json",
                         "mode": "0644",
                     },
@@ -792,12 +797,13 @@ def test_trial_claims_the_repository_and_refuses_another_roles_different_claim(t
     assert [c["name"] for c in refused["claims"]] == ["other-test"]  # and claimed nothing
     https = url.replace("http:", "https:")
     assert refused["failed"] == (
-        f"tester on claimed-otherwise: the test repository {url}/repo is the repository of other too (the other repository,"
-        f" at {https}/repo): apt reads one source per repository ({filters.apt_source_files(url + '/repo')['sources_file']},"
-        f" written for both), and the two roles give it differently: URL {url}/repo (test_repository_url) for tester,"
-        f" {https}/repo (other_repository_url) for other; Signed-By {root / 'key.asc'} (test_repository_keyring) for tester,"
-        f" /usr/share/keyrings/other.gpg (other_repository_keyring) for other. Give both roles the same URL, Signed-By for"
-        f" this repository, or give each its own repository URL. Nothing has been changed."
+        f"tester on claimed-otherwise: the test repository {url}/repo is the repository of other too (the other "
+        f"repository, at {https}/repo): apt reads one source per repository "
+        f"({filters.apt_source_files(url + '/repo')['sources_file']}, written for both), and the two roles give it "
+        f"differently: URL {url}/repo (test_repository_url) for tester, {https}/repo (other_repository_url) for other; "
+        f"Signed-By {root / 'key.asc'} (test_repository_keyring) for tester, /usr/share/keyrings/other.gpg "
+        "(other_repository_keyring) for other. Give both roles the same URL, Signed-By for this repository, or give "
+        "each its own repository URL. Nothing has been changed."
     )
 
 
@@ -924,12 +930,12 @@ def test_two_signed_by_for_one_repository_break_apt_and_are_refused_in_play_1(dr
     assert cud["main_sources_file"] == drv["main_sources_file"]
     message = filters.apt_source_conflict(cud["trial_claim"], [drv["trial_claim"]], "node1")
     assert message == (
-        f"cuda on node1: NVIDIA's CUDA repository {NVIDIA_UBUNTU2204} is the repository of nvidia_driver too (the driver"
-        f" repository): apt reads one source per repository ({UBUNTU2204_SOURCE_FILE}, written for both), and the two"
-        f" roles give it differently: Signed-By {SITE_KEYRING} (cuda_repository_keyring, cuda_repository_key_url) for cuda,"
-        f" /usr/share/keyrings/cuda-archive-keyring.gpg (nvidia_driver_repository_keyring, nvidia_driver_repository_key_url)"
-        f" for nvidia_driver. Give both roles the same Signed-By for this repository, or give each its own repository URL."
-        f" Nothing has been changed."
+        f"cuda on node1: NVIDIA's CUDA repository {NVIDIA_UBUNTU2204} is the repository of nvidia_driver too (the "
+        f"driver repository): apt reads one source per repository ({UBUNTU2204_SOURCE_FILE}, written for both), and "
+        f"the two roles give it differently: Signed-By {SITE_KEYRING} (cuda_repository_keyring, "
+        "cuda_repository_key_url) for cuda, /usr/share/keyrings/cuda-archive-keyring.gpg "
+        "(nvidia_driver_repository_keyring, nvidia_driver_repository_key_url) for nvidia_driver. Give both roles the "
+        "same Signed-By for this repository, or give each its own repository URL. Nothing has been changed."
     )
     # The driver's trial runs first in play 1; had cuda's, the driver's would say the same from its side.
     assert filters.apt_source_conflict(drv["trial_claim"], [cud["trial_claim"]]).startswith(
@@ -958,8 +964,9 @@ def test_the_roles_defaults_and_a_shared_mirror_with_one_key_url_claim_alike(dri
     )
     message = filters.apt_source_conflict(other_key["trial_claim"], [drv["trial_claim"]], "node1")
     assert (
-        "the two roles give it differently: key URL https://mirror.example.com/other.asc (cuda_repository_key_url) for cuda,"
-        f" {MIRROR['key']} (nvidia_driver_repository_key_url) for nvidia_driver. Give both roles the same key URL"
+        "the two roles give it differently: key URL https://mirror.example.com/other.asc (cuda_repository_key_url) "
+        f"for cuda, {MIRROR['key']} (nvidia_driver_repository_key_url) for nvidia_driver. Give both roles the same key "
+        "URL"
     ) in message
     lab_driver = driver("debian12", "debian_nonfree", nvidia_driver_repository_url="http://mirror.gpufleet.lab/debian")
     lab_cuda = cuda_config("debian12", cuda_repository_url="http://mirror.gpufleet.lab/site/cuda-12.1/debian12")

@@ -28,7 +28,8 @@ FACTS = CUDA_FACTS
 
 
 def cuda(host: str, **settings) -> role_run.Outcome:
-    """What roles/cuda resolved on fake host ``host`` (or the message it stopped with); ``settings``: inventory variables."""
+    """What roles/cuda resolved on fake host ``host`` (or the message it stopped with); ``settings``: inventory
+    variables."""
     return cuda_config(host, **settings)
 
 
@@ -217,8 +218,8 @@ def test_driver_check_refuses_470_for_cuda_12_1():
     refused = cuda("debian12", cuda_driver_version="470.256.02", **SITE)
     assert refused.failure is not None
     assert (
-        f"CUDA 12.1 needs NVIDIA driver {CUDA_RELEASES['12.1']['min_driver']} or newer, but cuda_driver_version is driver "
-        "470.256.02"
+        f"CUDA 12.1 needs NVIDIA driver {CUDA_RELEASES['12.1']['min_driver']} or newer, but cuda_driver_version is "
+        "driver 470.256.02"
     ) in " ".join(refused.failure.split())
     assert cuda("debian12", cuda_driver_version="535.261.03", **SITE).failure is None
 
@@ -227,11 +228,11 @@ def test_driver_check_refuses_470_for_cuda_12_1():
 # cuda-12-3_12.3.0-1_amd64.deb as its oldest cuda-12-*; those of .../debian11/x86_64/ and
 # .../debian10/x86_64/ list cuda-12-1_12.1.1-1_amd64.deb.
 DEBIAN12_REFUSAL = (
-    "cuda settings rejected on {host}: [1] NVIDIA publishes no CUDA 12.1 (cuda-toolkit-12-1) for debian12: its debian12 "
-    "repository starts at CUDA 12.3 and has none of the releases the compatibility matrix lists (12.1); CUDA 12.1 is "
-    "published for ubuntu2004, ubuntu2204, debian10, debian11. Set cuda_repository_url to a site repository that "
-    "carries cuda-toolkit-12-1 12.1.1-1 and the builds of cuda_libraries for debian12 (flat, like NVIDIA's), or choose a CUDA release NVIDIA publishes "
-    "for it (cuda_release)"
+    "cuda settings rejected on {host}: [1] NVIDIA publishes no CUDA 12.1 (cuda-toolkit-12-1) for debian12: its "
+    "debian12 repository starts at CUDA 12.3 and has none of the releases the compatibility matrix lists (12.1); CUDA "
+    "12.1 is published for ubuntu2004, ubuntu2204, debian10, debian11. Set cuda_repository_url to a site repository "
+    "that carries cuda-toolkit-12-1 12.1.1-1 and the builds of cuda_libraries for debian12 (flat, like NVIDIA's), or "
+    "choose a CUDA release NVIDIA publishes for it (cuda_release)"
 )
 
 

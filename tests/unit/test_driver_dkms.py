@@ -93,7 +93,8 @@ CASES = {
         "debian_nonfree",
         BOOKWORM_KERNELS,
         [
-            f"nvidia-current/{VERSION}, 6.1.0-18-amd64, x86_64: installed (WARNING! Diff between built and installed module!)"
+            f"nvidia-current/{VERSION}, 6.1.0-18-amd64, x86_64: installed (WARNING! Diff between built and installed "
+            "module!)"
         ],
         [],
     ),

@@ -74,8 +74,8 @@ def _repository(directory: Path, release: dict[str, str], packages: dict[str, li
     )
     (directory / "Packages").write_text(
         "".join(
-            f"Package: {name}\nVersion: {version}\nArchitecture: amd64\nFilename: ./{name}_{version}_amd64.deb\nSize: 1\n"
-            f"Description: {name}\n\n"
+            f"Package: {name}\nVersion: {version}\nArchitecture: amd64\nFilename: ./{name}_{version}_amd64.deb\nSize: "
+            f"1\nDescription: {name}\n\n"
             for name, versions in packages.items()
             for version in versions
         )
@@ -438,8 +438,9 @@ REBOOT_CHECK = role_run.Batch(
 
 
 def _module_stanza(version: str) -> str:
-    # The form Canonical publishes for a flavour module package (test_plugins.py: linux-modules-nvidia-595-server-nvidia,
-    # linux-modules-nvidia-390-generic-5.15): the kernel's version, the release in Depends on nvidia-kernel-common.
+    # The form Canonical publishes for a flavour module package (test_plugins.py:
+    # linux-modules-nvidia-595-server-nvidia, linux-modules-nvidia-390-generic-5.15): the kernel's version, the release
+    # in Depends on nvidia-kernel-common.
     return (
         "Package: linux-modules-nvidia-535-server-generic\nVersion: 5.15.0-91.101+1\n"
         f"Depends: linux-modules-nvidia-535-server-5.15.0-91-generic (= 5.15.0-91.101+1), "

@@ -405,7 +405,8 @@ def test_explicit_version_is_used(driver):
 
 @pytest.mark.parametrize("host", ["ubuntu2004", "ubuntu2204", "debian12"])
 def test_nvidia_repository_layout(driver, host):
-    """Source nvidia uses NVIDIA's flat per-OS repository, signed by cuda-keyring's keyring, fetched from that repository."""
+    """Source nvidia uses NVIDIA's flat per-OS repository, signed by cuda-keyring's keyring, fetched from that
+    repository."""
     cfg = driver(host, "nvidia")
     url = f"{CUDA_REPOS}/{host}/x86_64"
     assert cfg["__nvidia_driver_repo_url"] == url
@@ -426,7 +427,8 @@ def test_nvidia_repository_layout(driver, host):
 
 @pytest.mark.parametrize("host", ["ubuntu2004", "ubuntu2204", "debian12"])
 def test_nvidia_sources_file_is_a_flat_repository(driver, host):
-    """The rendered .sources names NVIDIA's repository as a flat one: URI with a trailing slash, Suites "/", no Components."""
+    """The rendered .sources names NVIDIA's repository as a flat one: URI with a trailing slash, Suites "/", no
+    Components."""
     cfg = driver(host, "nvidia")
     text = source_text(cfg)
     assert f"\nURIs: {CUDA_REPOS}/{host}/x86_64/\n" in text
@@ -452,7 +454,8 @@ def test_nvidia_sources_file_reads_as_the_real_index_url(driver, host, tmp_path)
 
 @pytest.mark.parametrize("host", list(UBUNTU_RELEASES))
 def test_nvidia_packages_on_ubuntu(driver, host):
-    """NVIDIA's repository names the 535 packages without -server; full driver is cuda-drivers-535; Fabric Manager on NVSwitch."""
+    """NVIDIA's repository names the 535 packages without -server; full driver is cuda-drivers-535; Fabric Manager on
+    NVSwitch."""
     assert driver(host, "nvidia")["__nvidia_driver_packages"] == ["nvidia-headless-535", "nvidia-utils-535"]
     assert driver(host, "nvidia", nvidia_driver_headless=False)["__nvidia_driver_packages"] == ["cuda-drivers-535"]
     assert driver(host, "nvidia", **NVSWITCH)["__nvidia_driver_packages"] == [
@@ -501,7 +504,8 @@ def test_canonical_packages(driver, host):
 
 @pytest.mark.parametrize("host", list(UBUNTU_RELEASES))
 def test_canonical_signed_modules_for_the_target_kernel(driver, host):
-    """Under Secure Boot: Canonical's signed modules for the kernel preflight checked (5.15.0-91-generic, HWE on focal), no DKMS."""
+    """Under Secure Boot: Canonical's signed modules for the kernel preflight checked (5.15.0-91-generic, HWE on
+    focal), no DKMS."""
     cfg = driver(host, "ubuntu", preflight={**SECURE_BOOT["preflight"], "kernel_release": "5.15.0-91-generic"})
     assert cfg["nvidia_driver_module_source"] == "signed"
     assert cfg["nvidia_driver_kernel_release"] == "5.15.0-91-generic"
@@ -530,7 +534,8 @@ def test_fabricmanager_follows_the_nvswitch_count(driver, nvswitch_count, expect
 
 
 def test_canonical_mirror_gets_a_managed_source(driver):
-    """An internal mirror of Canonical's archive is written as a source (trailing slash dropped), with the usual keyring."""
+    """An internal mirror of Canonical's archive is written as a source (trailing slash dropped), with the usual
+    keyring."""
     cfg = driver("ubuntu2204", "ubuntu", nvidia_driver_repository_url="http://mirror.example.com/ubuntu/")
     assert cfg.failure is None
     assert cfg["__nvidia_driver_repo_managed"] is True
@@ -589,7 +594,8 @@ def test_canonical_mirror_reads_as_the_real_index_urls(driver, tmp_path):
 
 
 def test_debian_nonfree_layout(driver):
-    """Debian 12: deb.debian.org's contrib, non-free and non-free-firmware; Debian's package names; DKMS module nvidia-current."""
+    """Debian 12: deb.debian.org's contrib, non-free and non-free-firmware; Debian's package names; DKMS module
+    nvidia-current."""
     cfg = driver("debian12", "debian_nonfree")
     assert cfg["__nvidia_driver_repo_url"] == "http://deb.debian.org/debian"
     assert cfg["__nvidia_driver_repo_suites"] == ["bookworm", "bookworm-updates"]
@@ -610,7 +616,8 @@ def test_debian_nonfree_layout(driver):
 
 
 def test_dkms_targets_the_kernel_preflight_checked(driver):
-    """Headers and the DKMS build follow preflight_report.kernel_release (the lab's mirrored kernel), not the running one."""
+    """Headers and the DKMS build follow preflight_report.kernel_release (the lab's mirrored kernel), not the running
+    one."""
     cfg = driver("debian12", "debian_nonfree", preflight={"kernel_release": "6.1.0-50-amd64"})
     assert cfg["nvidia_driver_kernel_release"] == "6.1.0-50-amd64"
     assert "linux-headers-6.1.0-50-amd64" in cfg["__nvidia_driver_support_packages"]
@@ -635,13 +642,15 @@ def test_debian_nvidia_source(driver):
         (
             SECURE_BOOT,
             "Secure Boot needs signed modules",
-            "Secure Boot calls for signed prebuilt modules (nvidia_driver_module_source=signed) but Debian source 'debian_nonfree' has none",
+            "Secure Boot calls for signed prebuilt modules (nvidia_driver_module_source=signed) but Debian source "
+            "'debian_nonfree' has none",
         ),
     ],
     ids=["nvswitch", "secure-boot"],
 )
 def test_debian_nonfree_stops_where_debian_ships_nothing(driver, overrides, stop, message):
-    """Debian packages neither Fabric Manager nor signed modules: preflight.yml stops rather than install half a driver."""
+    """Debian packages neither Fabric Manager nor signed modules: preflight.yml stops rather than install half a
+    driver."""
     cfg = driver("debian12", "debian_nonfree", **overrides)
     assert stop in cfg.failed_task
     assert cfg.failure.startswith(f"nvidia_driver on {cfg.host}: ") and message in cfg.failure
@@ -652,7 +661,8 @@ def test_debian_nonfree_stops_where_debian_ships_nothing(driver, overrides, stop
 
 @pytest.mark.parametrize(("host", "source"), SCENARIOS, ids=SCENARIO_IDS)
 def test_pin_file(driver, host, source):
-    """One preferences record: the source's package globs, 'Pin: version 535.261.03-*', priority 1001 (above 1000: also downgrades)."""
+    """One preferences record: the source's package globs, 'Pin: version 535.261.03-*', priority 1001 (above 1000: also
+    downgrades)."""
     cfg = driver(host, source)
     stanza = pin_stanza(cfg)
     assert stanza["Pin"] == f"version {VERSION}-*"

@@ -273,7 +273,10 @@ def test_a_slow_node_that_passes_its_floors_is_an_outlier_in_every_report(tmp_pa
     assert report["outlier_rule"] == {"fraction": 0.1, "min_nodes": 3, "not_judged": []}
     written = json.loads((tmp_path / "fleet-report.json").read_text())
     assert written["outliers"] == report["outliers"]
-    line = f"node-3: GEMM of the slowest GPU 600.0 TFLOP/s, 13.6% below the median 694.3 of 4 {H100} nodes → drain and investigate"
+    line = (
+        f"node-3: GEMM of the slowest GPU 600.0 TFLOP/s, 13.6% below the median 694.3 of 4 {H100} nodes → drain and "
+        "investigate"
+    )
     markdown = (tmp_path / "fleet-report.md").read_text()
     assert "- 1 node below its model's median: node-3" in markdown
     assert f"**Outliers (more than 10% below the median of their GPU model)**\n\n- {line}\n" in markdown

@@ -690,7 +690,8 @@ def test_a_passing_fleet_has_no_failure_lines():
 
 
 def pinned_result(host: str, pinned: str | None, requested: str | None = "latest") -> dict[str, Any]:
-    """A passing node whose nvidia_driver fact says what was asked and what was pinned (gpufleet_check --driver-fact)."""
+    """A passing node whose nvidia_driver fact says what was asked and what was pinned (gpufleet_check
+    --driver-fact)."""
     result = passing_result(host)
     result["versions"].update(
         driver_requested=requested,
@@ -990,7 +991,8 @@ def test_the_role_writes_the_report_through_the_action(tmp_path):
   tasks:
     - name: Leave the run the checks would have left
       ansible.builtin.set_fact:
-        __gpu_verify_run: "{{{{ (lookup('ansible.builtin.file', '{tmp_path}/runs.json') | from_json)[inventory_hostname] }}}}"
+        __gpu_verify_run: "{{{{ (lookup('ansible.builtin.file', '{tmp_path}/runs.json') | from_json)[inventory_hostname]
+          }}}}"
     - name: Write the report as gpu_verify does
       ansible.builtin.include_role:
         name: gpufleet.fleet.gpu_verify

@@ -59,22 +59,32 @@ ii  libnvidia-cfg1-535:amd64                                    535.86.05-0ubunt
   NVIDIA binary OpenGL/GLX configuration library
 ii  libnvidia-common-535                                        535.86.05-0ubuntu0.20.04.2                  all        \
   Shared files used by the NVIDIA libraries
-ii  libnvidia-compute-535:amd64                                 535.86.05-0ubuntu0.20.04.2                  amd64        NVIDIA libcompute package
-ii  libnvidia-decode-535:amd64                                  535.86.05-0ubuntu0.20.04.2                  amd64        NVIDIA Video Decoding runtime libraries
-ii  libnvidia-encode-535:amd64                                  535.86.05-0ubuntu0.20.04.2                  amd64        NVENC Video Encoding runtime library
-ii  libnvidia-extra-535:amd64                                   535.86.05-0ubuntu0.20.04.2                  amd64        Extra libraries for the NVIDIA driver
+ii  libnvidia-compute-535:amd64                                 535.86.05-0ubuntu0.20.04.2                  amd64      \
+  NVIDIA libcompute package
+ii  libnvidia-decode-535:amd64                                  535.86.05-0ubuntu0.20.04.2                  amd64      \
+  NVIDIA Video Decoding runtime libraries
+ii  libnvidia-encode-535:amd64                                  535.86.05-0ubuntu0.20.04.2                  amd64      \
+  NVENC Video Encoding runtime library
+ii  libnvidia-extra-535:amd64                                   535.86.05-0ubuntu0.20.04.2                  amd64      \
+  Extra libraries for the NVIDIA driver
 """
 # github.com/NVIDIA/gpu-driver-container/pull/186, description of 2025-01-11 (Ubuntu 24.04, Canonical's
 # 550-server packages and signed modules): the first lines of its `dpkg -l | grep -i nvidia`, verbatim.
 NOBLE_SERVER_DPKG = """\
-ii  libnvidia-cfg1-550-server:amd64                  550.127.08-0ubuntu0.24.04.1       amd64        NVIDIA binary OpenGL/GLX configuration library
-ii  libnvidia-compute-550-server:amd64               550.127.08-0ubuntu0.24.04.1       amd64        NVIDIA libcompute package
-ii  linux-modules-nvidia-550-server-6.8.0-51-generic 6.8.0-51.52+1                     amd64        Linux kernel nvidia modules for version 6.8.0-51
-ii  linux-objects-nvidia-550-server-6.8.0-51-generic 6.8.0-51.52+1                     amd64        Linux kernel nvidia modules for version 6.8.0-51 (objects)
+ii  libnvidia-cfg1-550-server:amd64                  550.127.08-0ubuntu0.24.04.1       amd64      \
+  NVIDIA binary OpenGL/GLX configuration library
+ii  libnvidia-compute-550-server:amd64               550.127.08-0ubuntu0.24.04.1       amd64      \
+  NVIDIA libcompute package
+ii  linux-modules-nvidia-550-server-6.8.0-51-generic 6.8.0-51.52+1                     amd64      \
+  Linux kernel nvidia modules for version 6.8.0-51
+ii  linux-objects-nvidia-550-server-6.8.0-51-generic 6.8.0-51.52+1                     amd64      \
+  Linux kernel nvidia modules for version 6.8.0-51 (objects)
 ii  linux-signatures-nvidia-6.8.0-51-generic         6.8.0-51.52+1                     amd64        Linux kernel\
  signatures for nvidia modules for version 6.8.0-51-generic
-ii  nvidia-compute-utils-550-server                  550.127.08-0ubuntu0.24.04.1       amd64        NVIDIA compute utilities
-ii  nvidia-firmware-550-server-550.127.08            550.127.08-0ubuntu0.24.04.1       amd64        Firmware files used by the kernel module
+ii  nvidia-compute-utils-550-server                  550.127.08-0ubuntu0.24.04.1       amd64      \
+  NVIDIA compute utilities
+ii  nvidia-firmware-550-server-550.127.08            550.127.08-0ubuntu0.24.04.1       amd64      \
+  Firmware files used by the kernel module
 """
 # github.com/NVIDIA/nvidia-container-toolkit/issues/188 (the issue template's `dpkg -l '*nvidia*'`): the header
 # and first lines, verbatim: "un" (known, never installed) and "rc" (removed, configuration kept) are no driver.

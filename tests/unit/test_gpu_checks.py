@@ -582,7 +582,8 @@ def test_a_wrong_build_fails_without_a_gpu(
 def test_a_cuda_build_that_does_not_import_fails_without_a_gpu(
     driver_only: FakeHost, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """torch_cuda says "no GPU" from torch's files; the libraries check imports it, so a broken CUDA build fails there."""
+    """torch_cuda says "no GPU" from torch's files; the libraries check imports it, so a broken CUDA build fails
+    there."""
     install_fake_torch(tmp_path, monkeypatch, "2.3.1+cu121", "12.1", importable=False)
     p = probe(driver_only)
     result = checks.check_libraries(p)
@@ -1733,7 +1734,8 @@ def test_metric_values_are_numbers_prometheus_reads() -> None:
 
 
 def test_metrics_file_is_replaced_atomically(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """cli writes metrics.metrics_text with common.write_atomically: mode 0644, a whole new file renamed over the old."""
+    """cli writes metrics.metrics_text with common.write_atomically: mode 0644, a whole new file renamed over the
+    old."""
     target = tmp_path / "gpufleet.prom"
     report = {"verdict": "pass", "started": "2024-01-01T00:00:00Z", "duration_s": 1.0, "checks": [], "gpus": []}
     old_umask = os.umask(0o077)  # the mode must not depend on the caller's umask
@@ -1846,8 +1848,10 @@ def test_cli_metrics_in_a_missing_directory_warn_only(driver_only: FakeHost) -> 
 # --------------------------------------------------------------------------- torchrun's failure summary
 
 TORCHRUN_FAILURE = """\
-[rank0]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [10.89.77.12]:51234
-E1130 05:50:02.114000 812 torch/distributed/elastic/multiprocessing/api.py:882] failed (exitcode: 1) local_rank: 0 (pid: 811)
+[rank0]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer \
+[10.89.77.12]:51234
+E1130 05:50:02.114000 812 torch/distributed/elastic/multiprocessing/api.py:882] failed (exitcode: 1) local_rank: 0 \
+(pid: 811)
 Traceback (most recent call last):
 torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
 ============================================================

@@ -171,9 +171,9 @@ def test_blackwell_is_refused_with_535_and_cuda_12_1():
         f"0000:2a:00.0, 0000:3a:00.0, ...): Blackwell needs driver branch 570 or newer ({ARCH_MATRIX}); set "
         "nvidia_driver_branch to 580",
         "cuda_release 12.1 does not support the NVIDIA B200 (PCI ID 10de:2901, Blackwell; 8 GPUs: 0000:18:00.0, "
-        f"0000:2a:00.0, 0000:3a:00.0, ...): Blackwell needs CUDA 12.8 or newer ({ARCH_MATRIX}), and torch's cu121 wheels "
-        "are built for CUDA 12.1; the compatibility matrix has no such CUDA release (it lists 12.1): leave this host out "
-        "of the run until it has one",
+        f"0000:2a:00.0, 0000:3a:00.0, ...): Blackwell needs CUDA 12.8 or newer ({ARCH_MATRIX}), and torch's cu121 "
+        "wheels are built for CUDA 12.1; the compatibility matrix has no such CUDA release (it lists 12.1): leave "
+        "this host out of the run until it has one",
     ]
     assert result["gpus"] == [
         {
@@ -235,12 +235,14 @@ def test_a_mixed_host_is_refused_for_its_blackwell_gpus_only():
 
 
 def test_volta_is_refused_past_its_last_branch():
-    """Volta's last driver branch is R580 (NVIDIA's architecture matrix): a matrix with a later branch refuses it there."""
+    """Volta's last driver branch is R580 (NVIDIA's architecture matrix): a matrix with a later branch refuses it
+    there."""
     later = {**MATRIX, "driver_branches": {**MATRIX["driver_branches"], "590": MATRIX["driver_branches"]["580"]}}
     assert gate([V100], branch="580", matrix=later)["errors"] == []
     assert gate([V100], branch="590", matrix=later)["errors"] == [
         "nvidia_driver_branch 590 no longer drives the Tesla V100-PCIE-16GB (PCI ID 10de:1db4, Volta; 1 GPU: "
-        f"0000:18:00.0): branch 580 is the last for Volta ({ARCH_MATRIX}); set nvidia_driver_branch to 470 or 525 or 535 or 580"
+        f"0000:18:00.0): branch 580 is the last for Volta ({ARCH_MATRIX}); set nvidia_driver_branch to 470 or 525 or "
+        "535 or 580"
     ]
 
 

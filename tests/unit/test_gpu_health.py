@@ -370,7 +370,10 @@ def test_nvlink_error_counters() -> None:
 def test_all_links_inactive_message() -> None:
     """The driver's own sentence (NVIDIA/open-gpu-kernel-modules issue 1150's title; Azure's
     check_nvlink_status looks for "all links are inactive")."""
-    text = "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0)\nNVML: Unable to retrieve NVLink information as all links are inActive\n"
+    text = (
+        "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0)\nNVML: Unable to retrieve NVLink information as all links are "
+        "inActive\n"
+    )
     (found,) = health.judge_nvlink(health.parse_nvlink_status(text))
     assert (found["verdict"], found["evidence"]) == ("fail", "all NVLinks inactive")
 

@@ -198,12 +198,13 @@ WRONG = [
     ),
     (
         {"gpu_verify_profile_overrides": {"B300": {"h2d_gbps": 50}}},
-        "[1] gpu_verify_profile_overrides is refused by gpufleet_check: profile overrides: 'B300' is not a known profile",
+        "[1] gpu_verify_profile_overrides is refused by gpufleet_check: profile overrides: 'B300' is not a known "
+        "profile",
     ),
     (
         {"gpu_verify_profile_overrides": {"H200": {"nvlink_links": 17.5}}},
-        "[1] gpu_verify_profile_overrides is refused by gpufleet_check: profile overrides: 'H200': nvlink_links must be a whole "
-        "number, got 17.5",
+        "[1] gpu_verify_profile_overrides is refused by gpufleet_check: profile overrides: 'H200': nvlink_links must "
+        "be a whole number, got 17.5",
     ),
 ]
 for _settings, _ in WRONG:

@@ -330,7 +330,10 @@ def test_count_pci_gpus_imports_from_the_pyz(bare_python: tuple[str, dict[str, s
         (sysfs / address).mkdir(parents=True)
         (sysfs / address / "vendor").write_text("0x10de\n")
         (sysfs / address / "class").write_text(pci_class + "\n")
-    code = f"import sys; sys.path.insert(0, {str(PYZ)!r}); from gpufleet_check import count_pci_gpus; print(count_pci_gpus({str(sysfs)!r}))"
+    code = (
+        f"import sys; sys.path.insert(0, {str(PYZ)!r}); from gpufleet_check import count_pci_gpus; "
+        f"print(count_pci_gpus({str(sysfs)!r}))"
+    )
     proc = run([python, "-c", code], env)
     assert (proc.returncode, proc.stdout.strip()) == (0, "2"), explain(proc)
 
@@ -343,7 +346,10 @@ def test_payload_is_found_beside_the_pyz(bare_python: tuple[str, dict[str, str]]
     where = tmp_path / "somewhere"
     where.mkdir()
     shutil.copyfile(PYZ, where / PYZ.name)
-    code = "import sys; sys.path.insert(0, sys.argv[1]); from gpufleet_check import launcher; print(launcher.find_payload())"
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]); from gpufleet_check import launcher; "
+        "print(launcher.find_payload())"
+    )
     proc = run([python, "-c", code, str(where / PYZ.name)], env)
     assert proc.stdout.strip() == "/opt/gpufleet/payload/train.py", explain(proc)  # nothing beside it
     (where / "train.py").write_text("")

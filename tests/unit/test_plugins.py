@@ -43,9 +43,11 @@ MATRIX = stack.load_matrix()
         },
         {
             "failed": True,
-            "stderr": "ERROR: Could not install packages due to an OSError: HTTPConnectionPool(host='mirror', port=80): "
-            "Max retries exceeded (Caused by NewConnectionError: Failed to establish a new connection: "
-            "[Errno 111] Connection refused)",
+            "stderr": (
+                "ERROR: Could not install packages due to an OSError: HTTPConnectionPool(host='mirror', port=80): Max "
+                "retries exceeded (Caused by NewConnectionError: Failed to establish a new connection: [Errno 111] "
+                "Connection refused)"
+            ),
         },
         {
             "failed": True,
@@ -203,7 +205,8 @@ def _record(module, version, kernel, arch, state, notes=()):
             _record("nvidia", "396.45", "4.17.14-202.fc28.x86_64", "x86_64", "installed", ["original_module exists"]),
         ),
         (
-            "i915-sriov-dkms/2025.03.26, 6.11.11-2-pve, x86_64: installed (WARNING! Diff between built and installed module!)",
+            "i915-sriov-dkms/2025.03.26, 6.11.11-2-pve, x86_64: installed (WARNING! Diff between built and installed "
+            "module!)",
             _record(
                 "i915-sriov-dkms",
                 "2025.03.26",
@@ -263,7 +266,8 @@ def test_dkms_status_reads_a_whole_output_and_leaves_out_other_lines():
 # --- apt_policy ----------------------------------------------------------------
 
 # `LC_ALL=C apt-cache policy slurmd bash` as printed on a Debian 12 host (bookworm's slurm-wlm 22.05.8-4+deb12u3:
-# https://sources.debian.org/src/slurm-wlm/22.05.8-4%2Bdeb12u3/): slurmd not installed, bash installed below its candidate.
+# https://sources.debian.org/src/slurm-wlm/22.05.8-4%2Bdeb12u3/): slurmd not installed, bash installed below its
+# candidate.
 BOOKWORM_POLICY = """slurmd:
   Installed: (none)
   Candidate: 22.05.8-4+deb12u3
@@ -547,17 +551,17 @@ PYTORCH_REASONS = [
     (
         {"pytorch_release": "2.6.0", "pytorch_variant": "cpu"},
         [
-            "pytorch_release '2.6.0' is not a PyTorch release gpufleet knows (files/compatibility.yml lists 2.1.0 ... 2.5.1; "
-            "cpu wheels exist for torch 2.1.0 ... 2.5.1)"
+            "pytorch_release '2.6.0' is not a PyTorch release gpufleet knows (files/compatibility.yml lists 2.1.0 ... "
+            "2.5.1; cpu wheels exist for torch 2.1.0 ... 2.5.1)"
         ],
     ),
     (
         {"pytorch_release": "2.1.0", "pytorch_variant": "cu124"},
         [
-            "pytorch_variant cu124 does not match CUDA 12.1 (pytorch_cuda_release): files/compatibility.yml gives CUDA 12.1 the "
-            "cu121 wheels; use cu121, or cpu for a CPU-only environment",
-            "torch 2.1.0 is published for cu118, cu121, cpu only, not cu124 (pytorch_variant cu124; pytorch_release 2.1.0); "
-            "files/compatibility.yml: cu124 wheels exist for torch 2.4.0 ... 2.5.1",
+            "pytorch_variant cu124 does not match CUDA 12.1 (pytorch_cuda_release): files/compatibility.yml gives "
+            "CUDA 12.1 the cu121 wheels; use cu121, or cpu for a CPU-only environment",
+            "torch 2.1.0 is published for cu118, cu121, cpu only, not cu124 (pytorch_variant cu124; pytorch_release "
+            "2.1.0); files/compatibility.yml: cu124 wheels exist for torch 2.4.0 ... 2.5.1",
         ],
     ),
     (
@@ -622,7 +626,8 @@ def test_pins_carry_the_variant_and_follow_the_companion_switches():
 def test_the_caller_names_the_wheel_source_setting():
     names = {"pytorch_wheel_source": "container_image_wheel_source"}
     assert stack.resolve(MATRIX, pytorch_wheel_source="conda", names=names)["errors"] == [
-        "container_image_wheel_source 'conda' is not a wheel source gpufleet knows (files/compatibility.yml lists pytorch, pypi)"
+        "container_image_wheel_source 'conda' is not a wheel source gpufleet knows (files/compatibility.yml lists "
+        "pytorch, pypi)"
     ]
 
 
@@ -716,8 +721,8 @@ def test_pypi_refuses_2_5_1_whose_pypi_build_is_cu124():
     resolved = stack.resolve(MATRIX, pytorch_release="2.5.1", pytorch_wheel_source="pypi")
     assert resolved["errors"] == [
         "torch 2.5.1 on PyPI (pytorch_wheel_source pypi) is the cu124 build, not cu121 (the variant of CUDA 12.1, "
-        "pytorch_cuda_release): use pytorch_wheel_source pytorch (https://download.pytorch.org/whl/cu121), or a release "
-        "PyPI publishes as cu121: 2.1.0 ... 2.4.1"
+        "pytorch_cuda_release): use pytorch_wheel_source pytorch (https://download.pytorch.org/whl/cu121), or a "
+        "release PyPI publishes as cu121: 2.1.0 ... 2.4.1"
     ]
     assert resolved["pytorch"] == {}
 
@@ -741,7 +746,8 @@ def test_pypi_has_no_cpu_build():
 def test_an_unknown_wheel_source_lists_the_known_ones():
     resolved = stack.resolve(MATRIX, pytorch_release="2.3.1", pytorch_wheel_source="artifactory")
     assert resolved["errors"] == [
-        "pytorch_wheel_source 'artifactory' is not a wheel source gpufleet knows (files/compatibility.yml lists pytorch, pypi)"
+        "pytorch_wheel_source 'artifactory' is not a wheel source gpufleet knows (files/compatibility.yml lists "
+        "pytorch, pypi)"
     ]
     assert resolved["pytorch"] == {}
 
@@ -756,8 +762,8 @@ def test_a_row_without_a_pypi_build_is_refused_for_pypi():
     }
     assert stack.resolve(matrix, pytorch_release="2.9.9", pytorch_wheel_source="pypi")["errors"] == [
         "torch 2.9.9 on PyPI (pytorch_wheel_source pypi) is not recorded as a cu121 build (the variant of CUDA 12.1, "
-        "pytorch_cuda_release): use pytorch_wheel_source pytorch (https://download.pytorch.org/whl/cu121), or a release "
-        "PyPI publishes as cu121: 2.1.0 ... 2.4.1"
+        "pytorch_cuda_release): use pytorch_wheel_source pytorch (https://download.pytorch.org/whl/cu121), or a "
+        "release PyPI publishes as cu121: 2.1.0 ... 2.4.1"
     ]
 
 
@@ -810,10 +816,10 @@ def test_a_branch_is_past_its_end_of_life_once_that_month_is_over(end_of_life, t
 # LTSB until June 2028, runs CUDA 12.1 (580.95.05 >= 530.30.02, CUDA 12.1's minimum driver).
 WARNING_535 = (
     "NVIDIA driver branch 535 (Long Term Support Branch) is past its end of life (2026-06, "
-    "https://docs.nvidia.com/datacenter/tesla/drivers/615/supported-drivers-and-cuda-toolkit-versions.html): branch 580, "
-    "the Long Term Support Branch supported until 2028-06 "
-    "(https://docs.nvidia.com/datacenter/tesla/drivers/620/supported-drivers-and-cuda-toolkit-versions.html), runs CUDA "
-    "12.1 too"
+    "https://docs.nvidia.com/datacenter/tesla/drivers/615/supported-drivers-and-cuda-toolkit-versions.html): branch "
+    "580, the Long Term Support Branch supported until 2028-06 "
+    "(https://docs.nvidia.com/datacenter/tesla/drivers/620/supported-drivers-and-cuda-toolkit-versions.html), runs "
+    "CUDA 12.1 too"
 )
 
 
@@ -1475,7 +1481,10 @@ def test_the_driver_build_filters_are_registered():
 
 
 def test_sections_splits_a_probe_at_its_name_lines():
-    output = "[pci]\n0x10de 0x0302 0x2330 0000:18:00.0\n[df]\nFilesystem 1-blocks\n/dev/x 1 2 3 4% /\n[nouveau]\nfalse\n[empty]\n"
+    output = (
+        "[pci]\n0x10de 0x0302 0x2330 0000:18:00.0\n[df]\nFilesystem 1-blocks\n/dev/x 1 2 3 4% "
+        "/\n[nouveau]\nfalse\n[empty]\n"
+    )
     assert filters.sections(output) == {
         "pci": ["0x10de 0x0302 0x2330 0000:18:00.0"],
         "df": ["Filesystem 1-blocks", "/dev/x 1 2 3 4% /"],
@@ -1662,10 +1671,10 @@ def test_a_release_the_python_cannot_take_is_a_reason_naming_those_it_can():
     )
     assert resolved["pytorch"] == {}
     assert resolved["errors"] == [
-        "pytorch_release 2.5.0: torch 2.5.0 has no wheels for Python 3.8 (/usr/bin/python3, the python3 of Ubuntu 20.04), "
-        "only for Python 3.9, 3.10, 3.11, 3.12, 3.13; choose a release whose wheels exist for Python 3.8: 2.1.0 ... 2.4.1 "
-        "(or leave pytorch_release empty for the newest of them, 2.4.1), or make the environment with an interpreter "
-        "torch 2.5.0 has wheels for (pytorch_python, pytorch_python_packages)"
+        "pytorch_release 2.5.0: torch 2.5.0 has no wheels for Python 3.8 (/usr/bin/python3, the python3 of Ubuntu "
+        "20.04), only for Python 3.9, 3.10, 3.11, 3.12, 3.13; choose a release whose wheels exist for Python 3.8: "
+        "2.1.0 ... 2.4.1 (or leave pytorch_release empty for the newest of them, 2.4.1), or make the environment with "
+        "an interpreter torch 2.5.0 has wheels for (pytorch_python, pytorch_python_packages)"
     ]
     ok = stack.resolve(MATRIX, distribution="Ubuntu", os_version="20.04", python="/usr/bin/python3")
     assert ok["errors"] == [] and ok["pytorch"]["release"] == "2.4.1" and ok["pytorch"]["default"] is True

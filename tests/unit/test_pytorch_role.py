@@ -1,4 +1,5 @@
-"""roles/pytorch without a host: what it resolves from files/compatibility.yml, what it rejects, what its scripts report.
+"""roles/pytorch without a host: what it resolves from files/compatibility.yml, what it rejects, what its scripts
+report.
 
 The role runs for real (tests/unit/role_run.py): ansible-core's executor runs
 ``include_role: gpufleet.fleet.pytorch tasks_from: validate`` on fake hosts
@@ -353,17 +354,19 @@ def test_lab_settings(locked):
 
 
 def test_lab_wheelhouse_downloads_what_the_lab_settings_pin(locked):
-    """tests/lab/vars/lab.yml lab_wheelhouse_requirements (what the lab downloads from PyPI) is the stack lookup's pins for
-    the lab inventory's settings plus its pytorch_extra_packages: a drift between the two fails here, not in the lab."""
+    """tests/lab/vars/lab.yml lab_wheelhouse_requirements (what the lab downloads from PyPI) is the stack lookup's pins
+    for the lab inventory's settings plus its pytorch_extra_packages: a drift between the two fails here, not in the
+    lab."""
     cfg, _lock = locked["lab"]
     assert yaml.safe_load(LAB_PLAYBOOK_VARS.read_text())["lab_wheelhouse_requirements"] == cfg["__pytorch_requirements"]
     assert cfg["__pytorch_requirements"] == cfg["__pytorch_matrix_pins"] + LAB_SETTINGS["pytorch_extra_packages"]
 
 
 def test_lab_wheelhouse_download_accepts_pypi_manylinux1_wheels():
-    """https://pypi.org/project/torch/2.3.1/#files: torch-2.3.1-cp311-cp311-manylinux1_x86_64.whl (its nvidia-*-cu12 wheels are
-    manylinux1 too). pip download --platform expands only the legacy tag manylinux2014 to manylinux2010/manylinux1, not
-    manylinux_2_17: without it pip finds no torch 2.3.1 for the nodes (checked with pip 23.2 --dry-run --report)."""
+    """https://pypi.org/project/torch/2.3.1/#files: torch-2.3.1-cp311-cp311-manylinux1_x86_64.whl (its nvidia-*-cu12
+    wheels are manylinux1 too). pip download --platform expands only the legacy tag manylinux2014 to
+    manylinux2010/manylinux1, not manylinux_2_17: without it pip finds no torch 2.3.1 for the nodes (checked with pip
+    23.2 --dry-run --report)."""
     download = next(
         task
         for play in yaml.safe_load((REPO_ROOT / "tests" / "lab" / "lab.yml").read_text())
@@ -375,7 +378,8 @@ def test_lab_wheelhouse_download_accepts_pypi_manylinux1_wheels():
 
 def test_lab_stack_is_cuda_12_1_with_the_bundled_builds():
     """The lab's release from PyPI is the CUDA 12.1 build: torch must report CUDA 12.1 and its own cuDNN 8.9.2.26 /
-    NCCL 2.20.5 (https://pypi.org/project/torch/2.3.1/, Requires-Dist nvidia-cudnn-cu12==8.9.2.26, nvidia-nccl-cu12==2.20.5)."""
+    NCCL 2.20.5 (https://pypi.org/project/torch/2.3.1/, Requires-Dist nvidia-cudnn-cu12==8.9.2.26,
+    nvidia-nccl-cu12==2.20.5)."""
     stack = load_script(REPO_ROOT / "plugins" / "lookup" / "stack.py", "gpufleet_stack")
     resolved = stack.resolve(stack.load_matrix(), pytorch_release="2.3.1", pytorch_wheel_source="pypi")
     assert resolved["errors"] == []
@@ -398,7 +402,8 @@ INTERNAL_MIRROR = {
 
 
 def test_internal_mirror_and_extra_packages():
-    """An internal http mirror of the index (variant placeholder), a second index and extra pins: pip trusts both http hosts."""
+    """An internal http mirror of the index (variant placeholder), a second index and extra pins: pip trusts both http
+    hosts."""
     cfg = pytorch_config(**INTERNAL_MIRROR)
     assert cfg.failure is None
     assert cfg["__pytorch_index_url"] == "http://pypi.corp.example:8081/repository/pytorch-cu121/simple"
@@ -455,7 +460,8 @@ def test_the_default_source_is_pytorch_index():
 
 
 def test_argument_spec_declares_the_wheel_source_and_its_choices():
-    """meta/argument_specs.yml is the one place for the setting's type and choices (the matrix's pytorch_wheel_sources)."""
+    """meta/argument_specs.yml is the one place for the setting's type and choices (the matrix's
+    pytorch_wheel_sources)."""
     spec = yaml.safe_load((ROLE / "meta" / "argument_specs.yml").read_text())["argument_specs"]
     option = spec["main"]["options"]["pytorch_wheel_source"]
     assert option["type"] == "str" and option["default"] == "pytorch"
@@ -524,8 +530,9 @@ BAD_INPUT = [
     # https://pypi.org/project/torch/2.5.1/: the cu124 build (Requires-Dist nvidia-cuda-runtime-cu12==12.4.127).
     (
         {"pytorch_wheel_source": "pypi"},
-        "torch 2.5.1 on PyPI (pytorch_wheel_source pypi) is the cu124 build, not cu121 (the variant of CUDA 12.1, pytorch_cuda_release): "
-        "use pytorch_wheel_source pytorch (https://download.pytorch.org/whl/cu121), or a release PyPI publishes as cu121: 2.1.0 ... 2.4.1",
+        "torch 2.5.1 on PyPI (pytorch_wheel_source pypi) is the cu124 build, not cu121 (the variant of CUDA 12.1, "
+        "pytorch_cuda_release): use pytorch_wheel_source pytorch (https://download.pytorch.org/whl/cu121), or a "
+        "release PyPI publishes as cu121: 2.1.0 ... 2.4.1",
     ),
     (
         {"pytorch_wheel_source": "pypi", "pytorch_release": "2.3.1", "pytorch_variant": "cpu"},
@@ -533,7 +540,8 @@ BAD_INPUT = [
     ),
     (
         {"pytorch_wheel_source": "devpi"},
-        "pytorch_wheel_source 'devpi' is not a wheel source gpufleet knows (files/compatibility.yml lists pytorch, pypi)",
+        "pytorch_wheel_source 'devpi' is not a wheel source gpufleet knows (files/compatibility.yml lists pytorch, "
+        "pypi)",
     ),
 ]
 
@@ -581,18 +589,25 @@ PYTORCH_TORCH_PAGE = (
         f"torch-2.5.1+cu121-cp{py}-cp{py}-linux_x86_64.whl</a><br/>"
         for py in ("39", "310", "311", "312")
     )
-    + '\n<a href="/whl/cu121/torch-2.4.1%2Bcu121-cp38-cp38-linux_x86_64.whl#sha256=00">torch-2.4.1+cu121-cp38-cp38-linux_x86_64.whl</a><br/>'
+    + '\n<a href="/whl/cu121/torch-2.4.1%2Bcu121-cp38-cp38-linux_x86_64.whl#sha256=00">'
+    "torch-2.4.1+cu121-cp38-cp38-linux_x86_64.whl</a><br/>"
 )
 TORCHVISION_PAGE = (
     '<a href="/whl/cu121/torchvision-0.20.1%2Bcu121-cp311-cp311-linux_x86_64.whl#sha256=aa">'
     "torchvision-0.20.1+cu121-cp311-cp311-linux_x86_64.whl</a>"
 )
-TORCHAUDIO_PAGE = '<a href="/whl/cu121/torchaudio-2.5.1%2Bcu121-cp311-cp311-linux_x86_64.whl#sha256=bb">torchaudio-2.5.1+cu121-cp311-cp311-linux_x86_64.whl</a>'
+TORCHAUDIO_PAGE = (
+    '<a href="/whl/cu121/torchaudio-2.5.1%2Bcu121-cp311-cp311-linux_x86_64.whl#sha256=bb">'
+    "torchaudio-2.5.1+cu121-cp311-cp311-linux_x86_64.whl</a>"
+)
 # The lab mirror's nginx autoindex: the anchor text is cut short, the href is whole (PyPI's wheel names).
 LAB_WHEELHOUSE_PAGE = (
-    '<a href="torch-2.3.1-cp311-cp311-manylinux1_x86_64.whl">torch-2.3.1-cp311-cp311-manylinux1_x86_64.whl</a> 29-Nov-2026 19:32 779098464\n'
-    '<a href="torchaudio-2.3.1-cp311-cp311-manylinux1_x86_64.whl">torchaudio-2.3.1-cp311-cp311-manylinux1_x86_64.whl</a> 29-Nov-2026 19:32 3392917\n'
-    '<a href="torchvision-0.18.1-cp311-cp311-manylinux1_x86_64.whl">torchvision-0.18.1-cp311-cp311-manylinux1_x86_64.whl</a> 29-Nov-2026 19:32 7017423\n'
+    '<a href="torch-2.3.1-cp311-cp311-manylinux1_x86_64.whl">'
+    "torch-2.3.1-cp311-cp311-manylinux1_x86_64.whl</a> 29-Nov-2026 19:32 779098464\n"
+    '<a href="torchaudio-2.3.1-cp311-cp311-manylinux1_x86_64.whl">'
+    "torchaudio-2.3.1-cp311-cp311-manylinux1_x86_64.whl</a> 29-Nov-2026 19:32 3392917\n"
+    '<a href="torchvision-0.18.1-cp311-cp311-manylinux1_x86_64.whl">'
+    "torchvision-0.18.1-cp311-cp311-manylinux1_x86_64.whl</a> 29-Nov-2026 19:32 7017423\n"
     '<a href="triton-2.3.1-cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64.whl">'
     "triton-2.3.1-cp311-cp311-manylinux_2_17_x86_64.m..&gt;</a> 29-Nov-2026 19:32 168072328\n"
     '<a href="sympy-1.14.0-py3-none-any.whl">sympy-1.14.0-py3-none-any.whl</a> 29-Nov-2026 19:32 6299353'
@@ -638,7 +653,7 @@ def _preflight_host(
     probe = (
         source
         if source is not None
-        else [{"item": url, "status": 200, "content": page} for url, page in zip(urls, pages)]
+        else [{"item": url, "status": 200, "content": page} for url, page in zip(urls, pages, strict=True)]
     )
     return host, {
         **settings,
@@ -914,7 +929,8 @@ def locked(tmp_path_factory) -> dict[str, tuple[role_run.Outcome, Path]]:
 
 
 def test_offline_install_is_hash_checked_through_stdin(locked):
-    """A lock makes pip install exactly it with --require-hashes; it travels on stdin, nothing is written on the node."""
+    """A lock makes pip install exactly it with --require-hashes; it travels on stdin, nothing is written on the
+    node."""
     cfg, _lock = locked["offline"]
     assert cfg.failure is None
     argv, stdin = install_argv(cfg)
@@ -970,7 +986,7 @@ def test_pip_compile_style_continuations_and_comments_are_read(locked):
     ]
 
 
-# --- play 1's wheel plan (preflight.yml, files/pytorch_wheel_plan.py; its parts: tests/unit/test_wheel_plan.py) --------
+# --- play 1's wheel plan (preflight.yml, files/pytorch_wheel_plan.py; its parts: tests/unit/test_wheel_plan.py) ---
 
 
 def test_the_wheel_plan_gives_pip_the_install_source_and_options():
@@ -997,9 +1013,9 @@ def test_the_wheel_plan_gives_pip_the_install_source_and_options():
 
 
 def test_the_wheel_plan_of_a_locked_wheelhouse_resolves_the_lock_without_its_hashes(locked):
-    """pip reads only metadata when no hash is required (pip 25.3 prepare.py: "Metadata-only fetching is not used as hash
-    checking is required"): the lock's pins go without their hashes, every pin a requirement, so that a dependency the
-    lock lacks shows in the plan."""
+    """pip reads only metadata when no hash is required (pip 25.3 prepare.py: "Metadata-only fetching is not used as
+    hash checking is required"): the lock's pins go without their hashes, every pin a requirement, so that a dependency
+    the lock lacks shows in the plan."""
     cfg, lock = locked["offline"]
     assert cfg["__pytorch_plan_requirements"] == [line.split()[0] for line in cfg["__pytorch_hash_lines"]]
     assert cfg["__pytorch_plan_pip_args"][:3] == ["--no-index", "--find-links", "http://mirror.corp/wheels/"]
@@ -1032,7 +1048,8 @@ PLAN_MIRROR = {
 
 
 def _plan_case(recorded: str = "", pip: dict | None = None, python_rc: int = 0) -> dict:
-    """The host variables of a wheel-plan case: the probes' results, the pip the lookup gave, the plan's recorded output."""
+    """The host variables of a wheel-plan case: the probes' results, the pip the lookup gave, the plan's recorded
+    output."""
     return {
         **NO_VENV,
         "__pytorch_python_probe": {"rc": python_rc, "stdout_lines": ["3.11", "x86_64"] if python_rc == 0 else []},
@@ -1057,7 +1074,8 @@ def test_play_1_stops_a_host_that_cannot_fetch_a_wheel_naming_the_host_the_file_
     cfg = PLAN_CHECK.get(**PLAN_CASES["second-host"])
     assert cfg.failed_task is not None and "cannot fetch a wheel it needs" in cfg.failed_task
     assert re.match(
-        rf"pytorch on {cfg.host}: pip resolved the pinned wheel set on this host, and the install cannot fetch all of it "
+        rf"pytorch on {cfg.host}: pip resolved the pinned wheel set on this host, and the install cannot fetch all of "
+        r"it "
         r"\(nothing has been changed\): \[1\] 127\.0\.0\.1:\d+ does not answer \(connection refused\): pip fetches "
         r"gpufleet_demo_pinned-2\.0-py3-none-any\.whl from it",
         cfg.failure,
@@ -1087,8 +1105,8 @@ def test_a_fetchable_wheel_set_passes_and_says_where_it_comes_from():
     [
         (
             "old-pip",
-            "the wheel set was not resolved: the controller's pip is 23.2.1 (...); play 1 checked the listings of the pinned "
-            "wheels only, not the wheels they need nor the hosts those come from",
+            "the wheel set was not resolved: the controller's pip is 23.2.1 (...); play 1 checked the listings of "
+            "the pinned wheels only, not the wheels they need nor the hosts those come from",
         ),
         ("no-python", "the wheel set was not resolved: /usr/bin/python3 does not run yet; play 1 checked the listings"),
     ],

@@ -42,7 +42,7 @@ def _spec_options(spec_file: Path) -> dict[str, list[str]]:
 def _sections(markdown: str) -> dict[str, str]:
     """The text of each '## <role>' section."""
     parts = re.split(r"^## (\S+)$", markdown, flags=re.M)
-    return dict(zip(parts[1::2], parts[2::2]))
+    return dict(zip(parts[1::2], parts[2::2], strict=True))
 
 
 def test_docs_roles_md_is_current(reference):

@@ -54,9 +54,10 @@ DESCRIBE = [
     )
 ]
 
-# What `stat --file-system --format=%T /sys/fs/cgroup/` prints: cgroup v2 (unified; Ubuntu 22.04's and Debian 12's default:
-# https://lists.ubuntu.com/archives/ubuntu-devel/2021-August/041598.html), or the tmpfs of the v1 and hybrid layouts (systemd
-# mounts the unified hierarchy on /sys/fs/cgroup "instead of a tmpfs": systemd commit efdb02375beb0a940c3320865572913780b4d7de).
+# What `stat --file-system --format=%T /sys/fs/cgroup/` prints: cgroup v2 (unified; Ubuntu 22.04's and Debian 12's
+# default: https://lists.ubuntu.com/archives/ubuntu-devel/2021-August/041598.html), or the tmpfs of the v1 and hybrid
+# layouts (systemd mounts the unified hierarchy on /sys/fs/cgroup "instead of a tmpfs": systemd commit
+# efdb02375beb0a940c3320865572913780b4d7de).
 CGROUP_V2 = {"stdout": "cgroup2fs"}
 CGROUP_V1 = {"stdout": "tmpfs"}
 # `LC_ALL=C apt-cache policy slurmd` on each OS, slurmd not installed yet (the node's first run) or installed.
@@ -88,8 +89,8 @@ POLICY = {
         100 /var/lib/dpkg/status
 """,
 }
-# A node's probes as each OS boots by default, Ubuntu 22.04 with cgroup v1 (systemd.unified_cgroup_hierarchy=0, the fix the
-# role names): the clusters of the rendering tests, whose files are those of a confined cluster.
+# A node's probes as each OS boots by default, Ubuntu 22.04 with cgroup v1 (systemd.unified_cgroup_hierarchy=0, the fix
+# the role names): the clusters of the rendering tests, whose files are those of a confined cluster.
 BOOTED = {"debian12": CGROUP_V2, "ubuntu2204": CGROUP_V1, "ubuntu2004": CGROUP_V1}
 TEMPLATES = [
     "slurm.conf.j2",
@@ -430,9 +431,9 @@ def test_defaults_pass_validation():
 
 # Slurm 22.05 brought the cgroup/v2 plugin: "Added support for Cgroup Version 2." (HIGHLIGHTS of
 # https://github.com/SchedMD/slurm/blob/slurm-22-05-0-1/RELEASE_NOTES); 21.08.5 has src/plugins/cgroup/v1 only
-# (https://github.com/SchedMD/slurm/tree/slurm-21-08-5-1/src/plugins/cgroup), and its slurmd loads a cgroup plugin at every
-# start, autodetect choosing cgroup/v2 on cgroup2fs (src/slurmd/slurmd/slurmd.c, src/common/cgroup.c at slurm-21-08-5-1):
-# "cannot find cgroup plugin for cgroup/v2". Debian 12 ships cgroup_v2.so
+# (https://github.com/SchedMD/slurm/tree/slurm-21-08-5-1/src/plugins/cgroup), and its slurmd loads a cgroup plugin at
+# every start, autodetect choosing cgroup/v2 on cgroup2fs (src/slurmd/slurmd/slurmd.c, src/common/cgroup.c at
+# slurm-21-08-5-1): "cannot find cgroup plugin for cgroup/v2". Debian 12 ships cgroup_v2.so
 # (https://packages.debian.org/bookworm/amd64/slurm-wlm-basic-plugins/filelist).
 NODE_CASES = {
     "jammy-v2": ("ubuntu2204", CGROUP_V2, POLICY["ubuntu2204"], {}),
@@ -452,7 +453,8 @@ NODE_CASES = {
 
 @functools.cache
 def node_checks() -> dict[str, role_run.Outcome]:
-    """validate.yml and cgroup.yml's checks on one node per case (the probes' results as host variables), in one play; the
+    """validate.yml and cgroup.yml's checks on one node per case (the probes' results as host variables), in one play;
+    the
     controller only in the inventory."""
     controller = role_run.Host(
         CONTROLLER, {**FAKE_FACTS["debian12"], **node_facts(CONTROLLER, 16)}, {}, ("slurm_controller",), targeted=False

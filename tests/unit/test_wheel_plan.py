@@ -85,7 +85,8 @@ CASES: dict[str, dict[str, Any]] = {
             "problems": [
                 [
                     "/files/gpufleet_demo_pinned-2.0-py3-none-any.whl answers HTTP 404",
-                    f"{PINNED_WHEEL}, the wheel of gpufleet-demo-pinned==2.0 (needed by gpufleet-demo-top==1.0), is listed but gone",
+                    f"{PINNED_WHEEL}, the wheel of gpufleet-demo-pinned==2.0 (needed by gpufleet-demo-top==1.0), is "
+                    "listed but gone",
                     "Mirror the file into",
                     "or change the pin (pytorch_release)",
                 ]
@@ -229,7 +230,7 @@ def check_judged(judged: dict[str, Any], expect: dict[str, Any]) -> None:
         if wanted is None:
             continue
         assert len(judged[key]) == len(wanted), (key, judged[key])
-        for text, fragments in zip(judged[key], wanted):
+        for text, fragments in zip(judged[key], wanted, strict=True):
             assert matches(text, fragments), (fragments, text)
     if "summary" in expect:
         assert matches(judged["summary"], expect["summary"]), judged["summary"]
@@ -375,7 +376,8 @@ def test_a_pip_failure_of_another_kind_warns_and_does_not_stop():
     entry["result"]["stdout"] = (
         entry["result"]["stdout"]
         .replace(
-            "ERROR: Could not find a version that satisfies the requirement gpufleet-demo-pinned==2.0 (from gpufleet-demo-top) (from versions: none)",
+            "ERROR: Could not find a version that satisfies the requirement gpufleet-demo-pinned==2.0 (from "
+            "gpufleet-demo-top) (from versions: none)",
             "ERROR: Exception:",
         )
         .replace("ERROR: No matching distribution found for gpufleet-demo-pinned==2.0", "ERROR: Exception:")
@@ -388,8 +390,8 @@ def test_a_pip_failure_of_another_kind_warns_and_does_not_stop():
 
 
 def test_the_script_reduces_a_real_report():
-    """pip's installation report (https://pip.pypa.io/en/stable/reference/installation-report/, version "1"), as pip 25.3
-    wrote it for the happy case: each item's name, version, URL, requested flag, Requires-Dist and sha256."""
+    """pip's installation report (https://pip.pypa.io/en/stable/reference/installation-report/, version "1"), as pip
+    25.3 wrote it for the happy case: each item's name, version, URL, requested flag, Requires-Dist and sha256."""
     report = recorded()["report"]
     assert report["version"] == "1"
     items = plan_script.installs(report)
@@ -551,8 +553,8 @@ def record(workdir: Path) -> None:
         "_source": (
             f"Recorded by `python tests/unit/test_wheel_plan.py --record` with pip {app['version']} on CPython "
             f"{sys.version.split()[0]} ({os.uname().machine}): the output of roles/pytorch/files/pytorch_wheel_plan.py "
-            "for each case of CASES against tests/unit/wheel_index.py on 127.0.0.1, verbatim (the ports are that run's), "
-            "and pip's own --report of the happy case"
+            "for each case of CASES against tests/unit/wheel_index.py on 127.0.0.1, verbatim (the ports are that "
+            "run's), and pip's own --report of the happy case"
         ),
         "cases": cases,
         "report": json.loads(report.read_text()),

@@ -180,9 +180,13 @@ class WheelSource:
             attrs = ""
             if self.metadata:
                 digest = hashlib.sha256(wheel.metadata).hexdigest()
-                attrs = f' data-requires-python="&gt;=3.8" data-dist-info-metadata="sha256={digest}" data-core-metadata="sha256={digest}"'
+                attrs = (
+                    f' data-requires-python="&gt;=3.8" data-dist-info-metadata="sha256={digest}" '
+                    f'data-core-metadata="sha256={digest}"'
+                )
             anchors.append(
-                f'    <a href="{html.escape(self.file_url(wheel))}#sha256={wheel.sha256}"{attrs}>{wheel.filename}</a><br/>'
+                f'    <a href="{html.escape(self.file_url(wheel))}#sha256={wheel.sha256}"{attrs}>'
+                f"{wheel.filename}</a><br/>"
             )
         return (
             "<!DOCTYPE html>\n<html>\n  <body>\n    <h1>Links for "
@@ -206,7 +210,8 @@ class WheelSource:
         for wheel in self._listed():
             shown = wheel.filename if len(wheel.filename) <= 50 else wheel.filename[:47] + "..&gt;"
             rows.append(
-                f'<a href="{wheel.filename}">{shown}</a>{" " * max(1, 51 - len(shown))}29-Nov-2026 19:32 {len(wheel.data):>19}'
+                f'<a href="{wheel.filename}">{shown}</a>{" " * max(1, 51 - len(shown))}29-Nov-2026 19:32 '
+                f"{len(wheel.data):>19}"
             )
         return (
             "<html>\r\n<head><title>Index of /wheels/</title></head>\r\n<body>\r\n<h1>Index of /wheels/</h1><hr><pre>"

@@ -3,7 +3,7 @@
 
     make bench                               # sizes 1 and 3 nodes (about 30 min on 2 cores), then tools/bench/scale.py
     .venv/bin/python tools/bench/provisioning.py --sizes 1 --skip-shell
-    .venv/bin/python tools/bench/provisioning.py --verify-only     # verify on 1, 3, 6 copies of a converged node (minutes)
+    .venv/bin/python tools/bench/provisioning.py --verify-only  # verify on 1, 3, 6 copies of a converged node (minutes)
 
 Needs the lab (`make lab`: the mirror and the node image). For each size N
 it starts N never-provisioned nodes beside the lab's own (gpufleet-bench-*,
@@ -147,8 +147,8 @@ def bench_size(size: int, root: Path) -> dict:
             raise SystemExit(f"the site.yml re-run failed on {size} node(s): {rerun.failures()}")
         verify = [timed_verify(workdir, inventory, f"{size} node(s)") for _round in range(3)]
         log(
-            f"{size} node(s): re-run {rerun_s:.0f} s, {len(rerun_requests)} mirror requests ({len(downloads)} downloads);"
-            f" verify {statistics.median(verify):.1f} s"
+            f"{size} node(s): re-run {rerun_s:.0f} s, {len(rerun_requests)} mirror requests ({len(downloads)} "
+            f"downloads); verify {statistics.median(verify):.1f} s"
         )
         return {
             "nodes": size,
@@ -183,13 +183,15 @@ def shell_sequence() -> str:
     cuda_repo = f"{mirror}/site/cuda-{cuda['release']}/debian12"
     return f"""set -eux
 export DEBIAN_FRONTEND=noninteractive
-echo 'deb [signed-by=/usr/share/keyrings/gpufleet-lab-archive-keyring.gpg] {mirror}/debian bookworm contrib non-free non-free-firmware' \\
-  > /etc/apt/sources.list.d/nvidia.list
-printf 'Package: *nvidia* libcuda* libnvidia*\\nPin: version {driver}-*\\nPin-Priority: 1001\\n' > /etc/apt/preferences.d/nvidia.pref
+echo 'deb [signed-by=/usr/share/keyrings/gpufleet-lab-archive-keyring.gpg] {mirror}/debian bookworm' \\
+  'contrib non-free non-free-firmware' > /etc/apt/sources.list.d/nvidia.list
+printf 'Package: *nvidia* libcuda* libnvidia*\\nPin: version {driver}-*\\nPin-Priority: 1001\\n' \\
+  > /etc/apt/preferences.d/nvidia.pref
 apt-get update
 apt-get install -y --no-install-recommends linux-headers-{kernel} nvidia-kernel-dkms={driver}-* nvidia-smi={driver}-* \\
   libcuda1={driver}-* nvidia-persistenced
-python3 -c "import urllib.request; urllib.request.urlretrieve('{cuda_repo}/cuda-keyring_1.1-1_all.deb', '/tmp/cuda-keyring.deb')"
+python3 -c "import urllib.request
+urllib.request.urlretrieve('{cuda_repo}/cuda-keyring_1.1-1_all.deb', '/tmp/cuda-keyring.deb')"
 dpkg -i /tmp/cuda-keyring.deb
 echo 'deb [signed-by=/usr/share/keyrings/cuda-archive-keyring.gpg] {cuda_repo}/ /' > /etc/apt/sources.list.d/cuda.list
 apt-get update
@@ -197,7 +199,8 @@ apt-get install -y --no-install-recommends cuda-toolkit-12-1={cuda["toolkit_vers
   libcudnn8={cuda["cudnn"]["package_version"]} libnccl2={cuda["nccl"]["package_version"]}
 apt-get install -y --no-install-recommends python3-venv
 python3 -m venv /opt/venv
-/opt/venv/bin/pip install --no-index --find-links {mirror}/wheels/ --trusted-host {mirror.split("//")[1]} {" ".join(wheels)}
+/opt/venv/bin/pip install --no-index --find-links {mirror}/wheels/ --trusted-host {mirror.split("//")[1]} \\
+  {" ".join(wheels)}
 /opt/venv/bin/python -c 'import torch; print(torch.__version__)'
 """
 
@@ -334,8 +337,9 @@ def report(results: dict) -> str:
     lines.append("|---|---|---|---|---|---|---|")
     for s in sizes:
         lines.append(
-            f"| {s['nodes']} | {s['first_converge_s']:.0f} s | {s['first_provisioning_s']:.0f} s | {s['rerun_s']:.0f} s | "
-            f"{s['rerun_ratio']:.0%} | {s['rerun_mirror_requests']} / {len(s['rerun_downloads'])} | {s['verify_median_s']:.1f} s |"
+            f"| {s['nodes']} | {s['first_converge_s']:.0f} s | {s['first_provisioning_s']:.0f} s | {s['rerun_s']:.0f} "
+            f"s | {s['rerun_ratio']:.0%} | {s['rerun_mirror_requests']} / {len(s['rerun_downloads'])} | "
+            f"{s['verify_median_s']:.1f} s |"
         )
     lines.append("")
     by_n = {s["nodes"]: s for s in sizes}
@@ -346,7 +350,8 @@ def report(results: dict) -> str:
     )
     downloads = [d for s in sizes for d in s["rerun_downloads"]]
     lines.append(
-        f"downloads in re-runs: {len(downloads)} (target 0): {'met' if not downloads else 'NOT met: ' + ', '.join(downloads[:5])}"
+        f"downloads in re-runs: {len(downloads)} (target 0): "
+        f"{'met' if not downloads else 'NOT met: ' + ', '.join(downloads[:5])}"
     )
     lines.append(verify_scaling(by_n))
     if "shell_error" in results:
@@ -355,8 +360,9 @@ def report(results: dict) -> str:
         shell = results["shell_s"]
         lines.append(
             f"by hand (shell sequence, 1 node): {shell:.0f} s; gpufleet's provisioning of 1 node: "
-            f"{by_n[1]['first_provisioning_s']:.0f} s ({by_n[1]['first_provisioning_s'] / shell:.2f} x), "
-            f"whole site.yml with verify and smoke: {by_n[1]['first_converge_s']:.0f} s ({by_n[1]['first_converge_s'] / shell:.2f} x)"
+            f"{by_n[1]['first_provisioning_s']:.0f} s ({by_n[1]['first_provisioning_s'] / shell:.2f} x), whole "
+            f"site.yml with verify and smoke: {by_n[1]['first_converge_s']:.0f} s "
+            f"({by_n[1]['first_converge_s'] / shell:.2f} x)"
         )
     if "payload_samples_per_s" in results:
         figures = results["payload_samples_per_s"]

@@ -53,18 +53,18 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "e2e"))
-from conftest import (
+from conftest import (  # noqa: E402 (tests/e2e is on sys.path from the line above)
     LAB_INVENTORY,
     LIGHT_NODE_MAX,
     lone_inventory,
     podman,
-    remove_lab_nodes,  # noqa: E402
+    remove_lab_nodes,
     ssh_control_path,
     start_light_nodes,
 )
 
 sys.path.insert(0, str(REPO / "tools" / "bench"))
-import results as results_file  # noqa: E402
+import results as results_file  # noqa: E402 (tools/bench is on sys.path from the line above)
 
 PLAYS = {"verify": "playbooks/verify.yml", "play 1": "playbooks/check.yml"}
 # Targets of issue 17 (ratios from one run): verify on 100 nodes <= 10 x one node and on 10 <= 3 x;
@@ -528,8 +528,8 @@ def report(results: dict) -> str:
             share = figures["nodes_cpu_s"] / figures["machine_busy_cpu_s"] if figures["machine_busy_cpu_s"] else 0
             sizes = first.get("report_bytes") or {}
             lines.append(
-                f"| {play} | {size} | {figures['wall_s']:.1f} | {'-' if ratio is None else f'{ratio:.2f}'} | {verdict} | "
-                f"{figures['controller_cpu_s']:.1f} | {figures['controller_peak_pss_bytes'] / 2**20:.0f} "
+                f"| {play} | {size} | {figures['wall_s']:.1f} | {'-' if ratio is None else f'{ratio:.2f}'} | {verdict} "
+                f"| {figures['controller_cpu_s']:.1f} | {figures['controller_peak_pss_bytes'] / 2**20:.0f} "
                 f"({figures['controller_peak_rss_bytes'] / 2**20:.0f}) | {share:.0%} | "
                 f"{'-' if first.get('report_write_s') is None else first['report_write_s']} | "
                 + ("/".join(f"{sizes.get(s, 0) / 1024:.0f}" for s in (".json", ".md", ".xml")) if sizes else "-")

@@ -16,8 +16,8 @@ config: {"pip": "<dir>/pip.pyz", "pip_args": [the install's source and extra opt
    source that offers neither would make pip download the whole wheel: pip is stopped at the first such
    download, and the output says which file.
 2. Each distinct file URL of the resolution, and each index and find-links URL of pip_args (pip says
-   nothing of an index it cannot reach: it finds no files there), is asked for with HEAD (redirects
-   followed; GET of one byte where HEAD is refused), through --proxy, --cert, --client-cert and
+   nothing of an index it cannot reach: it finds no files there), is asked for with HEAD (redirects followed; GET of one
+   byte where HEAD is refused), through --proxy, --cert, --client-cert and
    --trusted-host of pip_args as pip uses them, else the environment's proxy variables.
 
 Prints one JSON line; the controller judges it (the gpufleet.fleet.wheel_plan filter):
@@ -166,7 +166,7 @@ def run_pip(config, requirements, workdir):
     result = {
         "rc": process.returncode,
         "stdout": stdout[-KEEP_LINES:],
-        "stderr": [l.rstrip("\n") for l in stderr][-KEEP_LINES:],
+        "stderr": [line.rstrip("\n") for line in stderr][-KEEP_LINES:],
         "collecting": collecting,
         "stopped_download": stopped,
     }

@@ -237,7 +237,8 @@ def relations(branch: str, release: str, version: str) -> dict[str, dict[str, st
 NVIDIA_SMI = """#!/bin/sh
 # gpufleet lab fixture (tests/lab/files/build-fixture-branches.py): nvidia-smi of driver {release} on a host
 # without its kernel module, as the real one answers there.
-echo "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest NVIDIA driver is installed and running."
+echo "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver." \\
+  "Make sure that the latest NVIDIA driver is installed and running."
 exit 9
 """
 PERSISTENCED = """#!/bin/sh

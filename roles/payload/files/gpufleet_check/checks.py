@@ -205,8 +205,8 @@ GEMM_REFERENCE_TFLOPS: tuple[tuple[str, float], ...] = (
 
 # What a healthy GPU of the model really reaches: measured dense bf16 matmul
 # TFLOP/s, the "Maximum Achievable Matmul FLOPS" (MAMF, best shape, mean of
-# 100 iterations) of Stas Bekman's Machine Learning Engineering book,
-# https://github.com/stas00/ml-engineering/blob/master/compute/accelerator/README.md#maximum-achievable-matmul-flops-comparison-table :
+# 100 iterations) of Stas Bekman's Machine Learning Engineering book, whose table is at
+# https://github.com/stas00/ml-engineering/blob/master/compute/accelerator/README.md#maximum-achievable-matmul-flops-comparison-table
 # H100 SXM 794.5 of 989 (80.3 %, torch 2.7.0+cu126, "H200 is the same"),
 # GH200 828.6 (83.8 %), A100 SXM 271.2 of 312 (86.9 %), A100 PCIe 252.9
 # (81.1 %). This project's own H200 at n=8192 (docs/gpu.md): 801, 81 % of 989.
@@ -920,6 +920,7 @@ def measure_memory_bandwidth(torch: Any, index: int, mib: int) -> dict[str, Any]
         end.synchronize()
         return start.elapsed_time(end) / 1e3
 
+    src = dst = host = None
     with torch.cuda.device(device):
         try:
             src = torch.randint(0, 256, (nbytes,), dtype=torch.uint8, device=device)
@@ -932,7 +933,7 @@ def measure_memory_bandwidth(torch: Any, index: int, mib: int) -> dict[str, Any]
             h2d_s = timed(lambda: dst.copy_(host, non_blocking=True))
             correct = correct and bool(torch.equal(dst, src))
         finally:
-            del src, dst, host
+            src = dst = host = None  # the buffers freed before empty_cache, also when one was never allocated
             torch.cuda.empty_cache()
     return {
         "index": index,
