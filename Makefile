@@ -71,9 +71,12 @@ lab-clean: lab-destroy
 cache-clean:
 	rm -rf "$(GPUFLEET_LAB_CACHE)"
 
-# ansible-test sanity on a copy of the working tree (tools/sanity.py; its per-test venvs
+# ruff's lint and format check of every Python file (pyproject.toml; `ruff format .` formats),
+# then ansible-test sanity on a copy of the working tree (tools/sanity.py; its per-test venvs
 # are kept in .cache/ansible-test, the first run builds them from PyPI).
 lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/yamllint --strict .
 	$(BIN)/ansible-lint --profile production
 	$(BIN)/python tools/check_argument_specs.py

@@ -25,24 +25,50 @@ from gpufleet_verify import fleet_report
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """The command line: the report directory, the files' name and the history's and outlier rule's settings."""
-    parser = argparse.ArgumentParser(description="Write the fleet report (JSON, Markdown, JUnit XML) from the "
-                                                 "verification document on stdin; print the Markdown table.")
-    parser.add_argument("--out-dir", metavar="DIR", required=True, type=Path,
-                        help="directory for the three report files")
-    parser.add_argument("--basename", metavar="NAME", default=fleet_report.DEFAULT_BASENAME,
-                        type=fleet_report.file_basename,
-                        help=f"file name without extension (default: {fleet_report.DEFAULT_BASENAME})")
-    parser.add_argument("--history-keep", metavar="N", type=int, default=fleet_report.DEFAULT_HISTORY_KEEP,
-                        help=f"runs kept in DIR/{fleet_report.HISTORY_DIR}/{fleet_report.HISTORY_FILE} "
-                             f"(0: no history; default {fleet_report.DEFAULT_HISTORY_KEEP})")
-    parser.add_argument("--repeat-failures", metavar="K", type=int, default=fleet_report.DEFAULT_REPEAT_FAILURES,
-                        help="repeat offender: failed in K of its last --repeat-runs runs "
-                             f"(default {fleet_report.DEFAULT_REPEAT_FAILURES})")
-    parser.add_argument("--repeat-runs", metavar="N", type=int, default=fleet_report.DEFAULT_REPEAT_RUNS,
-                        help=f"runs the repeat-offender rule looks at (default {fleet_report.DEFAULT_REPEAT_RUNS})")
-    parser.add_argument("--outlier-fraction", metavar="F", type=float, default=fleet_report.DEFAULT_OUTLIER_FRACTION,
-                        help="outlier: more than F below its GPU model's median "
-                             f"(default {fleet_report.DEFAULT_OUTLIER_FRACTION})")
+    parser = argparse.ArgumentParser(
+        description="Write the fleet report (JSON, Markdown, JUnit XML) from the "
+        "verification document on stdin; print the Markdown table."
+    )
+    parser.add_argument(
+        "--out-dir", metavar="DIR", required=True, type=Path, help="directory for the three report files"
+    )
+    parser.add_argument(
+        "--basename",
+        metavar="NAME",
+        default=fleet_report.DEFAULT_BASENAME,
+        type=fleet_report.file_basename,
+        help=f"file name without extension (default: {fleet_report.DEFAULT_BASENAME})",
+    )
+    parser.add_argument(
+        "--history-keep",
+        metavar="N",
+        type=int,
+        default=fleet_report.DEFAULT_HISTORY_KEEP,
+        help=f"runs kept in DIR/{fleet_report.HISTORY_DIR}/{fleet_report.HISTORY_FILE} "
+        f"(0: no history; default {fleet_report.DEFAULT_HISTORY_KEEP})",
+    )
+    parser.add_argument(
+        "--repeat-failures",
+        metavar="K",
+        type=int,
+        default=fleet_report.DEFAULT_REPEAT_FAILURES,
+        help="repeat offender: failed in K of its last --repeat-runs runs "
+        f"(default {fleet_report.DEFAULT_REPEAT_FAILURES})",
+    )
+    parser.add_argument(
+        "--repeat-runs",
+        metavar="N",
+        type=int,
+        default=fleet_report.DEFAULT_REPEAT_RUNS,
+        help=f"runs the repeat-offender rule looks at (default {fleet_report.DEFAULT_REPEAT_RUNS})",
+    )
+    parser.add_argument(
+        "--outlier-fraction",
+        metavar="F",
+        type=float,
+        default=fleet_report.DEFAULT_OUTLIER_FRACTION,
+        help=f"outlier: more than F below its GPU model's median (default {fleet_report.DEFAULT_OUTLIER_FRACTION})",
+    )
     return parser.parse_args(argv)
 
 
@@ -59,8 +85,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gpufleet_report.py: unreadable input, nothing written: {error}", file=sys.stderr)
         return 2
     try:
-        report, _paths = fleet_report.write_run_report(document, args.out_dir, args.basename, args.history_keep,
-                                                       args.repeat_failures, args.repeat_runs, args.outlier_fraction)
+        report, _paths = fleet_report.write_run_report(
+            document,
+            args.out_dir,
+            args.basename,
+            args.history_keep,
+            args.repeat_failures,
+            args.repeat_runs,
+            args.outlier_fraction,
+        )
     except OSError as error:
         print(f"gpufleet_report.py: cannot write the report in {args.out_dir}: {error}", file=sys.stderr)
         return 1

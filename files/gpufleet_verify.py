@@ -34,9 +34,10 @@ Exit status:
   report lists no node), or the arguments are wrong; stderr gives
   ansible-runner's status and rc.
 
-Hourly from cron, in the checkout on the controller (mail on output)::
+Hourly from cron, in the checkout on the controller (mail on output; cron passes REPORTS to the command)::
 
-    0 * * * * cd /opt/gpufleet && .venv/bin/python files/gpufleet_verify.py -i inventory/prod --report-dir /var/lib/gpufleet/reports
+    REPORTS=/var/lib/gpufleet/reports
+    0 * * * * cd /opt/gpufleet && .venv/bin/python files/gpufleet_verify.py -i inventory/prod --report-dir "$REPORTS"
 
 In CI (GitLab), the job fails unless every node passed and the dashboard
 reads the JUnit file::
@@ -77,8 +78,12 @@ DEFAULT_REPORT_DIR = "reports/verify"
 # Set from --report-dir; the role's other variables may come from -e.
 REPORT_DIR_VARIABLE = "gpu_verify_report_dir"
 # The options for the report's history and outlier rule, and the role's variables they set.
-REPORT_OPTIONS = {"history_keep": "gpu_verify_history_keep", "repeat_failures": "gpu_verify_repeat_failures",
-                  "repeat_runs": "gpu_verify_repeat_runs", "outlier_fraction": "gpu_verify_outlier_fraction"}
+REPORT_OPTIONS = {
+    "history_keep": "gpu_verify_history_keep",
+    "repeat_failures": "gpu_verify_repeat_failures",
+    "repeat_runs": "gpu_verify_repeat_runs",
+    "outlier_fraction": "gpu_verify_outlier_fraction",
+}
 VARIABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # The fleet report's code, the one the play's action gpufleet.fleet.fleet_report writes with.
 FLEET_REPORT_MODULE = "ansible_collections.gpufleet.fleet.plugins.module_utils.fleet_report"
@@ -106,7 +111,8 @@ def load_fleet_report(repo_root: Path = REPO_ROOT) -> ModuleType:
             sys.path.append(str(root))
         return importlib.import_module(FLEET_REPORT_MODULE)
     spec = importlib.util.spec_from_file_location(
-        "gpufleet_fleet_report", repo_root / "plugins" / "module_utils" / "fleet_report.py")
+        "gpufleet_fleet_report", repo_root / "plugins" / "module_utils" / "fleet_report.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -201,22 +207,49 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gpufleet_verify.py",
         description="Run playbooks/verify.yml and print the fleet report. "
-                    "Exit 0: every node passed; 1: a node failed or was unreachable; 2: no report.",
+        "Exit 0: every node passed; 1: a node failed or was unreachable; 2: no report.",
     )
     parser.add_argument("-i", "--inventory", required=True, type=Path, help="inventory file or directory")
     parser.add_argument("--limit", metavar="PATTERN", help="verify only the hosts matching PATTERN (ansible --limit)")
-    parser.add_argument("--report-dir", metavar="DIR", type=Path, default=Path(DEFAULT_REPORT_DIR),
-                        help=f"where the play writes fleet-report.json, .md, .xml (default: ./{DEFAULT_REPORT_DIR})")
+    parser.add_argument(
+        "--report-dir",
+        metavar="DIR",
+        type=Path,
+        default=Path(DEFAULT_REPORT_DIR),
+        help=f"where the play writes fleet-report.json, .md, .xml (default: ./{DEFAULT_REPORT_DIR})",
+    )
     parser.add_argument("--check", action="store_true", help="run the playbook in check mode")
-    parser.add_argument("-e", "--extra-var", dest="extra_vars", action="append", default=[], type=extra_variable,
-                        metavar="KEY=VALUE", help="a variable for the play, e.g. gpu_verify_quick=true (repeatable)")
-    parser.add_argument("--history-keep", metavar="N", type=runs,
-                        help="runs the report's history keeps in DIR/history (0: none; default: the role's, 20)")
-    parser.add_argument("--repeat-failures", metavar="K", type=runs,
-                        help="a node that failed in K of its last --repeat-runs runs is a repeat offender (default 2)")
-    parser.add_argument("--repeat-runs", metavar="N", type=runs, help="the runs the repeat-offender rule looks at (default 3)")
-    parser.add_argument("--outlier-fraction", metavar="F", type=fraction,
-                        help="name nodes more than F below their GPU model's fleet median (default 0.1)")
+    parser.add_argument(
+        "-e",
+        "--extra-var",
+        dest="extra_vars",
+        action="append",
+        default=[],
+        type=extra_variable,
+        metavar="KEY=VALUE",
+        help="a variable for the play, e.g. gpu_verify_quick=true (repeatable)",
+    )
+    parser.add_argument(
+        "--history-keep",
+        metavar="N",
+        type=runs,
+        help="runs the report's history keeps in DIR/history (0: none; default: the role's, 20)",
+    )
+    parser.add_argument(
+        "--repeat-failures",
+        metavar="K",
+        type=runs,
+        help="a node that failed in K of its last --repeat-runs runs is a repeat offender (default 2)",
+    )
+    parser.add_argument(
+        "--repeat-runs", metavar="N", type=runs, help="the runs the repeat-offender rule looks at (default 3)"
+    )
+    parser.add_argument(
+        "--outlier-fraction",
+        metavar="F",
+        type=fraction,
+        help="name nodes more than F below their GPU model's fleet median (default 0.1)",
+    )
     parser.add_argument("--quiet", action="store_true", help="hide the playbook's output")
     return parser
 
@@ -230,7 +263,8 @@ def main(argv: list[str] | None = None) -> int:
         fleet_report.check_history_settings(
             fleet_report.DEFAULT_HISTORY_KEEP if args.history_keep is None else args.history_keep,
             fleet_report.DEFAULT_REPEAT_FAILURES if args.repeat_failures is None else args.repeat_failures,
-            fleet_report.DEFAULT_REPEAT_RUNS if args.repeat_runs is None else args.repeat_runs)
+            fleet_report.DEFAULT_REPEAT_RUNS if args.repeat_runs is None else args.repeat_runs,
+        )
     except fleet_report.InputError as error:
         return fail_without_report(f"{error} (--history-keep, --repeat-failures, --repeat-runs)")
     inventory = args.inventory.resolve()
@@ -242,17 +276,25 @@ def main(argv: list[str] | None = None) -> int:
     run = PlaybookRun(
         inventory=inventory,
         limit=args.limit,
-        extravars={**dict(args.extra_vars), REPORT_DIR_VARIABLE: str(report_dir),
-                   **{variable: getattr(args, option) for option, variable in REPORT_OPTIONS.items()
-                      if getattr(args, option) is not None}},
+        extravars={
+            **dict(args.extra_vars),
+            REPORT_DIR_VARIABLE: str(report_dir),
+            **{
+                variable: getattr(args, option)
+                for option, variable in REPORT_OPTIONS.items()
+                if getattr(args, option) is not None
+            },
+        },
         check_mode=args.check,
         quiet=args.quiet,
     )
     try:
         outcome = run_playbook(run)
     except ImportError as error:
-        return fail_without_report(f"{error}: run this script with the Python of the virtual environment "
-                                   "that holds ansible-runner (.venv/bin/python)")
+        return fail_without_report(
+            f"{error}: run this script with the Python of the virtual environment "
+            "that holds ansible-runner (.venv/bin/python)"
+        )
     try:
         report = load_report(report_path, previous_report)
     except NoReport as error:
@@ -260,8 +302,11 @@ def main(argv: list[str] | None = None) -> int:
     print(fleet_report.render_terminal(report), flush=True)  # before the stderr summary, also in a shared log
     problems = node_problems(report, outcome.stats)
     if problems:
-        print(f"gpufleet_verify: {len(problems)} node{'' if len(problems) == 1 else 's'} did not pass "
-              f"(report: {report_dir / fleet_report.DEFAULT_BASENAME}.md):", file=sys.stderr)
+        print(
+            f"gpufleet_verify: {len(problems)} node{'' if len(problems) == 1 else 's'} did not pass "
+            f"(report: {report_dir / fleet_report.DEFAULT_BASENAME}.md):",
+            file=sys.stderr,
+        )
         for host, problem in problems.items():
             print(f"  {host}: {problem}", file=sys.stderr)
         return 1
@@ -293,8 +338,11 @@ def load_report(path: Path, previous_identity: tuple[int, int, int] | None) -> d
         report = json.loads(path.read_bytes())
     except ValueError as error:
         raise NoReport(f"{path} is not JSON: {error}") from error
-    if (not isinstance(report, dict) or report.get("schema") != fleet_report.REPORT_SCHEMA
-            or not isinstance(report.get("nodes"), list)):
+    if (
+        not isinstance(report, dict)
+        or report.get("schema") != fleet_report.REPORT_SCHEMA
+        or not isinstance(report.get("nodes"), list)
+    ):
         raise NoReport(f"{path} is not a {fleet_report.REPORT_SCHEMA} report")
     if not report["nodes"]:
         raise NoReport(f"{path} lists no nodes (does --limit match a host of the inventory's gpu_nodes?)")
@@ -306,8 +354,11 @@ def node_problems(report: dict[str, Any], stats: dict[str, dict[str, int]]) -> d
     a host ansible found unreachable ("dark") must be UNREACHABLE in the report, and every host
     the playbook ran on must be in it."""
     reported = {node["host"]: node for node in report["nodes"]}
-    problems = {host: f"{node['verdict'].upper()}: {reasons_text(node)}"
-                for host, node in reported.items() if node["verdict"] != "pass"}
+    problems = {
+        host: f"{node['verdict'].upper()}: {reasons_text(node)}"
+        for host, node in reported.items()
+        if node["verdict"] != "pass"
+    }
     dark = {host for host, count in stats.get("dark", {}).items() if count}
     for host in sorted(dark | set(stats.get("processed", {})), key=fleet_report.natural_key):
         node = reported.get(host)
@@ -315,8 +366,9 @@ def node_problems(report: dict[str, Any], stats: dict[str, dict[str, int]]) -> d
             status = "unreachable" if host in dark else "ran"
             problems[host] = f"{status} in the playbook run, but absent from the report"
         elif host in dark and node["verdict"] != "unreachable":
-            problems[host] = (f"unreachable in the playbook run, but {node['verdict'].upper()} in the report: "
-                              f"{reasons_text(node)}")
+            problems[host] = (
+                f"unreachable in the playbook run, but {node['verdict'].upper()} in the report: {reasons_text(node)}"
+            )
     return problems
 
 

@@ -58,7 +58,7 @@ def lock_lines(directory: Path) -> list[str]:
         versions = projects[name]
         if len(versions) > 1:
             raise ValueError(f"{directory} holds {name} at {', '.join(sorted(versions))}: keep one version per project")
-        (version, digests), = versions.items()
+        ((version, digests),) = versions.items()
         hashes = " ".join(f"--hash=sha256:{d}" for d in sorted(set(digests)))
         lines.append(f"{name}=={version} {hashes}")
     return lines
@@ -77,7 +77,11 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as error:
         print(f"wheelhouse_lock: {error}", file=sys.stderr)
         return 2
-    text = f"# pip hash lock of {args.directory.name}/ ({len(lines)} projects), by files/wheelhouse_lock.py\n" + "\n".join(lines) + "\n"
+    text = (
+        f"# pip hash lock of {args.directory.name}/ ({len(lines)} projects), by files/wheelhouse_lock.py\n"
+        + "\n".join(lines)
+        + "\n"
+    )
     if args.out:
         tmp = args.out.with_name(args.out.name + ".tmp")
         tmp.write_text(text)

@@ -81,10 +81,18 @@ def write(path: Path, data: bytes) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Build gpufleet_check.pyz from roles/payload/files/gpufleet_check/.")
-    parser.add_argument("--check", action="store_true",
-                        help="build in memory and exit 1 when the archive differs from this build (writes nothing)")
-    parser.add_argument("--output", type=Path, default=TARGET, metavar="PATH",
-                        help=f"the archive to write or check (default {TARGET.relative_to(REPO)})")
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="build in memory and exit 1 when the archive differs from this build (writes nothing)",
+    )
+    parser.add_argument(
+        "--output",
+        type=Path,
+        default=TARGET,
+        metavar="PATH",
+        help=f"the archive to write or check (default {TARGET.relative_to(REPO)})",
+    )
     args = parser.parse_args(argv)
     data = build()
     if args.check:

@@ -86,7 +86,7 @@ def same_value(a: Any, b: Any) -> bool:
     if isinstance(a, dict):
         return a.keys() == b.keys() and all(same_value(a[k], b[k]) for k in a)
     if isinstance(a, list):
-        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b, strict=True))
     return a == b
 
 
@@ -116,8 +116,8 @@ def check_role(role_dir: Path) -> list[str]:
                 problems.append(f"{name}: option {opt} has no default; defaults/main.yml sets {defaults[opt]!r}")
             elif not same_value(attrs["default"], defaults[opt]):
                 problems.append(
-                    f"{name}: option {opt} defaults to {attrs['default']!r} ({type(attrs['default']).__name__}) in {where} "
-                    f"but to {defaults[opt]!r} ({type(defaults[opt]).__name__}) in defaults/main.yml"
+                    f"{name}: option {opt} defaults to {attrs['default']!r} ({type(attrs['default']).__name__}) in "
+                    f"{where} but to {defaults[opt]!r} ({type(defaults[opt]).__name__}) in defaults/main.yml"
                 )
     return problems
 
@@ -132,7 +132,9 @@ def check_roles(roles_dir: Path) -> tuple[int, list[str]]:
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point; returns the exit status."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("roles_dir", nargs="?", type=Path, default=DEFAULT_ROLES_DIR, help="directory of roles (default: %(default)s)")
+    parser.add_argument(
+        "roles_dir", nargs="?", type=Path, default=DEFAULT_ROLES_DIR, help="directory of roles (default: %(default)s)"
+    )
     args = parser.parse_args(argv)
     if not args.roles_dir.is_dir():
         print(f"argument specs: {args.roles_dir} is not a directory", file=sys.stderr)

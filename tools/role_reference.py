@@ -153,7 +153,7 @@ def render(roles_dir: Path = DEFAULT_ROLES_DIR) -> str:
             if spec.get("short_description"):
                 out += ["", f"**{_text(spec['short_description'])}**"]
             description = spec.get("description")
-            for paragraph in (description if isinstance(description, list) else [description] if description else []):
+            for paragraph in description if isinstance(description, list) else [description] if description else []:
                 out += ["", _text(paragraph)]
             title = "Options" if name == MAIN else f"Options of `{name}`"
             out += ["", f"#### {title}" if name != MAIN else f"### {title}", ""]

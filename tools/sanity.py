@@ -39,7 +39,10 @@ def collection_files() -> list[str]:
     """Paths, relative to ROOT, of the tracked files and the untracked ones git does not ignore, as they are now."""
     listed = subprocess.run(
         ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=ROOT, check=True, capture_output=True, text=True,
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout.split("\0")
     # A tracked file deleted in the working tree is still listed: the collection is the working tree.
     return sorted({path for path in listed if path and os.path.lexists(ROOT / path)})
@@ -78,8 +81,10 @@ def user_pip_environment() -> dict[str, str]:
 def main() -> int:
     """Run ansible-test sanity on a copy of the working tree; return its exit status."""
     if len(str(HOME)) + len(VENV_PYTHON_TAIL) > SHEBANG_LIMIT:
-        sys.exit(f"{HOME} is too long a path for ansible-test's virtual environments (their scripts' shebangs "
-                 f"would pass Linux's {SHEBANG_LIMIT} characters): clone the project to a shorter path")
+        sys.exit(
+            f"{HOME} is too long a path for ansible-test's virtual environments (their scripts' shebangs "
+            f"would pass Linux's {SHEBANG_LIMIT} characters): clone the project to a shorter path"
+        )
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
     install_bootstrap(version)
     env = {**os.environ, **user_pip_environment(), "HOME": str(HOME)}

@@ -94,8 +94,12 @@ def e2e_modules() -> list:
 def _is_slow_mark(node: ast.expr) -> bool:
     """``pytest.mark.slow`` (or a call of it)."""
     node = node.func if isinstance(node, ast.Call) else node
-    return (isinstance(node, ast.Attribute) and node.attr == SLOW and isinstance(node.value, ast.Attribute)
-            and node.value.attr == "mark")
+    return (
+        isinstance(node, ast.Attribute)
+        and node.attr == SLOW
+        and isinstance(node.value, ast.Attribute)
+        and node.value.attr == "mark"
+    )
 
 
 def e2e_tests() -> dict:
@@ -104,12 +108,17 @@ def e2e_tests() -> dict:
     out = {}
     for name in e2e_modules():
         tree = ast.parse((REPO / "tests" / "e2e" / name).read_text())
-        module_slow = any(isinstance(n, ast.Assign) and any(getattr(t, "id", "") == "pytestmark" for t in n.targets)
-                          and any(_is_slow_mark(v)
-                                  for v in (n.value.elts if isinstance(n.value, ast.List) else [n.value]))
-                          for n in tree.body)
-        out[name] = {n.name: module_slow or any(_is_slow_mark(d) for d in n.decorator_list)
-                     for n in tree.body if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")}
+        module_slow = any(
+            isinstance(n, ast.Assign)
+            and any(getattr(t, "id", "") == "pytestmark" for t in n.targets)
+            and any(_is_slow_mark(v) for v in (n.value.elts if isinstance(n.value, ast.List) else [n.value]))
+            for n in tree.body
+        )
+        out[name] = {
+            n.name: module_slow or any(_is_slow_mark(d) for d in n.decorator_list)
+            for n in tree.body
+            if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")
+        }
     return out
 
 
@@ -132,16 +141,25 @@ def plan(tier: str = "suite") -> list:
     if tier == "slow":
         # The slow tests start from a converged lab, as they do after the suite's converge.
         modules = sorted({f"tests/e2e/{t.split('::')[0]}.py" for t in slow_tests()})
-        return [Stage("lab", [*make, "lab"]), converge,
-                Stage("e2e slow", [*pytest, "-m", SLOW, *modules], junit="reports/e2e-slow.xml")]
+        return [
+            Stage("lab", [*make, "lab"]),
+            converge,
+            Stage("e2e slow", [*pytest, "-m", SLOW, *modules], junit="reports/e2e-slow.xml"),
+        ]
     # Two lanes at once: the controller-only stages (CPU), then the scenarios that build the driver's DKMS
     # module (CPU, after the lab is built), beside the lab's build and the molecule scenarios that mostly wait
     # on SSH and apt; then the e2e stages, one at a time.
     stages = [Stage(name, [*make, name], lane=1) for name in ("lint", "unit", "payload")]
     stages.append(Stage("lab", [*make, "lab"], lane=2))
-    molecule = {s: Stage(f"molecule {s}", [str(bin_dir / "molecule"), "-c", "molecule/shared/base.yml", "test", "-s", s],
-                         lane=1 if s in DKMS_SCENARIOS else 2, after="lab" if s in DKMS_SCENARIOS else "")
-                for s in molecule_scenarios()}
+    molecule = {
+        s: Stage(
+            f"molecule {s}",
+            [str(bin_dir / "molecule"), "-c", "molecule/shared/base.yml", "test", "-s", s],
+            lane=1 if s in DKMS_SCENARIOS else 2,
+            after="lab" if s in DKMS_SCENARIOS else "",
+        )
+        for s in molecule_scenarios()
+    }
     stages += [m for m in molecule.values() if m.lane == 2]
     stages.append(Stage("e2e scale", [*pytest, E2E_SCALE], junit="reports/e2e-scale.xml", lane=2))
     stages += [m for m in molecule.values() if m.lane == 1]
@@ -184,6 +202,7 @@ def load(path: Path) -> dict:
 
 def table(run: dict, previous: dict, record: dict) -> str:
     """The stage table as Markdown: this run, the previous run here, the last recorded rehearsal."""
+
     def seconds_by_name(data: dict) -> dict:
         out = {}
         for s in data.get("stages", []):
@@ -195,23 +214,31 @@ def table(run: dict, previous: dict, record: dict) -> str:
     prev, rec = seconds_by_name(previous), seconds_by_name(record)
     rows = ["| stage | status | time | previous run | last rehearsal |", "|---|---|---|---|---|"]
     for s in run["stages"]:
-        rows.append(f"| {s['name']} | {s['status']} | {minutes(s['seconds'])} | "
-                    f"{minutes(prev.get(s['name']))} | {minutes(rec.get(s['name']))} |")
+        rows.append(
+            f"| {s['name']} | {s['status']} | {minutes(s['seconds'])} | "
+            f"{minutes(prev.get(s['name']))} | {minutes(rec.get(s['name']))} |"
+        )
         if s["name"] == "e2e converge":
             continue  # one module, the stage itself
         for module, secs, tests in s.get("detail", []):
-            rows.append(f"| &nbsp;&nbsp;{module} | | {minutes(secs)} | {minutes(prev.get('  ' + module))} | "
-                        f"{minutes(rec.get('  ' + module))} |")
+            rows.append(
+                f"| &nbsp;&nbsp;{module} | | {minutes(secs)} | {minutes(prev.get('  ' + module))} | "
+                f"{minutes(rec.get('  ' + module))} |"
+            )
             for test, tsecs, outcome in tests:
                 rows.append(f"| &nbsp;&nbsp;&nbsp;&nbsp;{test} | {outcome} | {minutes(tsecs)} | | |")
     total = run["total_s"]
     verdict = _verdict(run)
-    rows.append(f"| **total** | {run['status']} | **{minutes(total)}** | {minutes(previous.get('total_s'))} | "
-                f"{minutes(record.get('total_s'))} |")
+    rows.append(
+        f"| **total** | {run['status']} | **{minutes(total)}** | {minutes(previous.get('total_s'))} | "
+        f"{minutes(record.get('total_s'))} |"
+    )
     rows.append("")
-    rows.append(f"{verdict} "
-                f"({run['host']}, {run['cores']} cores, download cache {run.get('download_cache', '?')}, "
-                f"started {run['started']}, CI={run['ci']})")
+    rows.append(
+        f"{verdict} "
+        f"({run['host']}, {run['cores']} cores, download cache {run.get('download_cache', '?')}, "
+        f"started {run['started']}, CI={run['ci']})"
+    )
     return "\n".join(rows) + "\n"
 
 
@@ -230,7 +257,7 @@ def terminal_table(run: dict) -> str:
             if s["name"] != "e2e converge":
                 lines.append(f"  {module:<{width - 2}} {'':<8} {minutes(secs):>8}")
             for test, tsecs, outcome in tests:
-                lines.append(f"    {test[:width - 4]:<{width - 4}} {outcome:<8} {minutes(tsecs):>8}")
+                lines.append(f"    {test[: width - 4]:<{width - 4}} {outcome:<8} {minutes(tsecs):>8}")
     lines.append(f"{'total':<{width}} {run['status']:<8} {minutes(run['total_s']):>8}")
     lines.append(f"{_verdict(run)} (download cache {run['download_cache']})")
     return "\n".join(lines)
@@ -300,14 +327,20 @@ def run_stages(stages: list) -> int:
                 return
             log = LOGS / f"{stage.name.replace(' ', '-')}.log"
             with printing:
-                print(f"===== stage: {stage.name} ({time.strftime('%H:%M:%S')}, beside other stages; output when it ends)",
-                      flush=True)
+                print(
+                    f"===== stage: {stage.name} ({time.strftime('%H:%M:%S')}, beside other stages; output when it "
+                    "ends)",
+                    flush=True,
+                )
             if run_stage(stage, log) != 0:
                 failed.set()
             done[stage.name].set()
             with printing:
-                print(f"\n===== stage: {stage.name} =====\n{log.read_text(errors='replace')}"
-                      f"===== stage: {stage.name} {stage.status} in {minutes(stage.seconds)} =====", flush=True)
+                print(
+                    f"\n===== stage: {stage.name} =====\n{log.read_text(errors='replace')}"
+                    f"===== stage: {stage.name} {stage.status} in {minutes(stage.seconds)} =====",
+                    flush=True,
+                )
 
     index = 0
     while index < len(stages) and not failed.is_set():
@@ -340,10 +373,17 @@ def main(argv: list | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--only", default="", help="run only the stages whose name starts with this")
     parser.add_argument("--list", action="store_true", help="print the stage names and exit")
-    parser.add_argument("--tier", choices=("suite", "slow"), default="suite",
-                        help="suite: make test (the default); slow: make test-slow")
-    parser.add_argument("--record", action="store_true",
-                        help="also write the table to docs/ci-rehearsal.json (the slow tier: docs/slow-tier-run.json)")
+    parser.add_argument(
+        "--tier",
+        choices=("suite", "slow"),
+        default="suite",
+        help="suite: make test (the default); slow: make test-slow",
+    )
+    parser.add_argument(
+        "--record",
+        action="store_true",
+        help="also write the table to docs/ci-rehearsal.json (the slow tier: docs/slow-tier-run.json)",
+    )
     args = parser.parse_args(argv)
     stages = [s for s in plan(args.tier) if s.name.startswith(args.only)]
     if args.list:

@@ -20,10 +20,22 @@ from typing import Any
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
+
 from ansible_collections.gpufleet.fleet.plugins.module_utils.fleet_report import (
-    DEFAULT_BASENAME, DEFAULT_HISTORY_KEEP, DEFAULT_OUTLIER_FRACTION, DEFAULT_REPEAT_FAILURES, DEFAULT_REPEAT_RUNS,
-    HISTORY_METRICS_FILE, InputError, collect_document, file_basename, history_metrics, metrics_not_written,
-    render_terminal, write_run_report)
+    DEFAULT_BASENAME,
+    DEFAULT_HISTORY_KEEP,
+    DEFAULT_OUTLIER_FRACTION,
+    DEFAULT_REPEAT_FAILURES,
+    DEFAULT_REPEAT_RUNS,
+    HISTORY_METRICS_FILE,
+    InputError,
+    collect_document,
+    file_basename,
+    history_metrics,
+    metrics_not_written,
+    render_terminal,
+    write_run_report,
+)
 
 ARGUMENT_SPEC = {
     "out_dir": {"type": "path", "required": True},
@@ -57,16 +69,30 @@ class ActionModule(ActionBase):
         out_dir = Path(args["out_dir"])
         try:
             document = collect_document(args["runs"], args["gone"], args["inventory"], args["playbook"])
-            report, paths = write_run_report(document, out_dir, basename, args["history_keep"], args["repeat_failures"],
-                                             args["repeat_runs"], args["outlier_fraction"])
+            report, paths = write_run_report(
+                document,
+                out_dir,
+                basename,
+                args["history_keep"],
+                args["repeat_failures"],
+                args["repeat_runs"],
+                args["outlier_fraction"],
+            )
         except InputError as error:
             raise AnsibleActionFail(f"fleet_report: {error}") from error
         except OSError as error:
             raise AnsibleActionFail(f"fleet_report: cannot write the report in {out_dir}: {error}") from error
-        result.update(changed=False, verdict=report["verdict"], summary=report["summary"],
-                      fleet_warnings=report["warnings"], files=[str(path) for path in paths],
-                      terminal=render_terminal(report), metrics_not_written=metrics_not_written(args["runs"]),
-                      repeat_offenders=[entry["host"] for entry in report["repeat_offenders"]],
-                      outliers=sorted({entry["host"] for entry in report["outliers"]}),
-                      history_metrics=history_metrics(report), history_metrics_file=HISTORY_METRICS_FILE)
+        result.update(
+            changed=False,
+            verdict=report["verdict"],
+            summary=report["summary"],
+            fleet_warnings=report["warnings"],
+            files=[str(path) for path in paths],
+            terminal=render_terminal(report),
+            metrics_not_written=metrics_not_written(args["runs"]),
+            repeat_offenders=[entry["host"] for entry in report["repeat_offenders"]],
+            outliers=sorted({entry["host"] for entry in report["outliers"]}),
+            history_metrics=history_metrics(report),
+            history_metrics_file=HISTORY_METRICS_FILE,
+        )
         return result

@@ -21,8 +21,18 @@ from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
 from ansible.template import Templar
+
 from ansible_collections.gpufleet.fleet.plugins.module_utils.settings import (
-    PARTS, judge, judged_roles, narrowed, parts, read_names, rejection_of_hosts, rules_of, spec_options)
+    PARTS,
+    judge,
+    judged_roles,
+    narrowed,
+    parts,
+    read_names,
+    rejection_of_hosts,
+    rules_of,
+    spec_options,
+)
 
 ARGUMENT_SPEC = {
     "role": {"type": "str"},
@@ -43,7 +53,8 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         task_vars = task_vars or {}
         _validation, args = self.validate_argument_spec(
-            argument_spec=ARGUMENT_SPEC, mutually_exclusive=[("role", "hosts")], required_one_of=[("role", "hosts")])
+            argument_spec=ARGUMENT_SPEC, mutually_exclusive=[("role", "hosts")], required_one_of=[("role", "hosts")]
+        )
         if args["hosts"] is not None:
             return {**result, **self._judge_hosts(args["hosts"], task_vars)}
         role = args["role"]
@@ -61,7 +72,9 @@ class ActionModule(ActionBase):
 
     def _stack(self, task_vars: dict[str, Any]) -> Any:
         """The lookup gpufleet.fleet.stack as a function of its options."""
-        lookup = self._shared_loader_obj.lookup_loader.get("gpufleet.fleet.stack", loader=self._loader, templar=self._templar)
+        lookup = self._shared_loader_obj.lookup_loader.get(
+            "gpufleet.fleet.stack", loader=self._loader, templar=self._templar
+        )
 
         def stack(**choices: Any) -> dict[str, Any]:
             return lookup.run([], variables=task_vars, **choices)[0]
@@ -79,8 +92,13 @@ class ActionModule(ActionBase):
         for host in hosts:
             raw = hostvars.raw_get(host)
             switches = self._role_variables("gpufleet", raw)
-            switched = parts({name: Templar(loader=self._loader, variables=switches).template(switches[name])
-                              for name in PARTS.values() if name in switches})
+            switched = parts(
+                {
+                    name: Templar(loader=self._loader, variables=switches).template(switches[name])
+                    for name in PARTS.values()
+                    if name in switches
+                }
+            )
             for role in judged_roles(switched):
                 if role not in modules:
                     try:
@@ -90,10 +108,15 @@ class ActionModule(ActionBase):
                 variables = self._role_variables(role, raw)
                 templar = Templar(loader=self._loader, variables=variables)
                 given = {name: templar.template(raw[name]) for name in spec_options(role, ROLES_DIR) if name in raw}
-                errors = ArgumentSpecValidator(spec_options(role, ROLES_DIR)).validate(
-                    given, validate_role_argument_spec=True).error_messages
+                errors = (
+                    ArgumentSpecValidator(spec_options(role, ROLES_DIR))
+                    .validate(given, validate_role_argument_spec=True)
+                    .error_messages
+                )
                 if errors:
-                    messages[host].append((role, f"{role} settings rejected on {host} (argument spec): {'; '.join(errors)}"))
+                    messages[host].append(
+                        (role, f"{role} settings rejected on {host} (argument spec): {'; '.join(errors)}")
+                    )
                     continue
                 names = read_names(modules[role].READS, list(variables))
                 values = narrowed(modules[role].READS, {name: templar.template(variables[name]) for name in names})
@@ -126,8 +149,11 @@ class ActionModule(ActionBase):
         variables.update(host_vars)
         variables.update(self._load(ROLES_DIR / role / "vars" / "main.yml"))
         facts = host_vars.get("ansible_facts") or {}
-        for name in (f"{facts.get('distribution')}-{facts.get('distribution_major_version')}.yml",
-                     f"{facts.get('distribution')}.yml", f"{facts.get('os_family')}.yml"):
+        for name in (
+            f"{facts.get('distribution')}-{facts.get('distribution_major_version')}.yml",
+            f"{facts.get('distribution')}.yml",
+            f"{facts.get('os_family')}.yml",
+        ):
             path = ROLES_DIR / role / "vars" / name
             if path.is_file():
                 variables.update(self._load(path))

@@ -1,4 +1,5 @@
-"""Keep the controller's forked workers sharing the main process's memory: the garbage collector frozen before each task.
+"""Keep the controller's forked workers sharing the main process's memory: the garbage collector frozen before each
+task.
 
 Ansible forks a worker per host and task (up to ``forks`` at a time). A fork
 shares the main process's pages until one is written. CPython's cyclic

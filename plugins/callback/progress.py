@@ -109,7 +109,9 @@ class CallbackModule(CallbackBase):
                 return None
             interval = float(self.get_option("interval"))
             self._next = now + interval
-            return progress_line(self._task, list(self._pending), now - self._started, int(self.get_option("max_hosts")))
+            return progress_line(
+                self._task, list(self._pending), now - self._started, int(self.get_option("max_hosts"))
+            )
 
     def _watch(self) -> None:
         while not self._stop.wait(1.0):

@@ -105,14 +105,22 @@ class CallbackModule(CallbackBase):
         host = self._seen(result)
         if not ignore_errors:
             message = result._result.get("msg") or result._result.get("stderr") or "failed"
-            self.stopped.setdefault(self._play, {})[host] = ("failed", result._task.get_name().strip(), first_line(message))
+            self.stopped.setdefault(self._play, {})[host] = (
+                "failed",
+                result._task.get_name().strip(),
+                first_line(message),
+            )
 
     def v2_runner_on_unreachable(self, result):
         host = self._seen(result)
         if getattr(result._task, "ignore_unreachable", False):
             return  # the task goes on without that answer (a delegated probe of another host)
         message = result._result.get("msg") or "no answer"
-        self.stopped.setdefault(self._play, {})[host] = ("unreachable", result._task.get_name().strip(), first_line(message))
+        self.stopped.setdefault(self._play, {})[host] = (
+            "unreachable",
+            result._task.get_name().strip(),
+            first_line(message),
+        )
 
     def v2_playbook_on_stats(self, stats):
         for line in self.summary_lines(stats.custom.get("_run", {}) if hasattr(stats, "custom") else {}):

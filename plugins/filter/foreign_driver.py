@@ -1,8 +1,7 @@
 """gpufleet's judgement of an NVIDIA driver that gpufleet did not install (a "foreign" driver).
-
-The filter ``gpufleet.fleet.foreign_driver`` and the parsers it reads the probe's commands with (``dpkg_list``,
-``apt_policy_installed``, ``apt_policy_files``, ``dpkg_owners``), each documented in its YAML file beside this
-one (plugins/filter/<name>.yml), which ``ansible-doc -t filter gpufleet.fleet.<name>`` prints.
+ The filter ``gpufleet.fleet.foreign_driver`` and the parsers it reads the probe's commands with (``dpkg_list``,
+``apt_policy_installed``, ``apt_policy_files``, ``dpkg_owners``), each documented in its YAML file beside this one
+(plugins/filter/<name>.yml), which ``ansible-doc -t filter gpufleet.fleet.<name>`` prints.
 """
 
 from __future__ import annotations
@@ -24,8 +23,9 @@ INSTALLER_LOG = "/var/log/nvidia-installer.log"
 UNINSTALL_ARGS = ("--silent", "--skip-module-unload")
 
 # The names of the driver's packages, whatever their source: nvidia in the name (Canonical's nvidia-*-535[-server],
-# libnvidia-*, linux-modules-nvidia-*; NVIDIA's repository, whose branch-less names since 590 keep it: libnvidia-compute;
-# Debian's nvidia-*, libnvidia-*, firmware-nvidia-gsp), and the CUDA driver library and metapackages without it.
+# libnvidia-*, linux-modules-nvidia-*; NVIDIA's repository, whose branch-less names since 590 keep it:
+# libnvidia-compute; Debian's nvidia-*, libnvidia-*, firmware-nvidia-gsp), and the CUDA driver library and metapackages
+# without it.
 _DRIVER_NAME = re.compile(r"nvidia|^libcuda1$|^libcudadebugger1$|^cuda-drivers(-[0-9]+)?$")
 # NVIDIA-named packages that are no part of the driver:
 # - the NVIDIA Container Toolkit (roles/container/vars/main.yml: nvidia-container-toolkit, -base,
@@ -34,13 +34,21 @@ _DRIVER_NAME = re.compile(r"nvidia|^libcuda1$|^libcudadebugger1$|^cuda-drivers(-
 # - the EGL platform libraries the distributions build from free sources (libnvidia-egl-wayland1: Ubuntu's
 #   archive installs it for the desktop, github.com/elementary/settings-system/issues/333);
 # - the settings and PRIME tools.
-NOT_DRIVER = ("*nvidia-container*", "nvidia-docker*", "nvidia-cuda-*", "libnvidia-egl-wayland*", "nvidia-settings",
-              "nvidia-prime")
+NOT_DRIVER = (
+    "*nvidia-container*",
+    "nvidia-docker*",
+    "nvidia-cuda-*",
+    "libnvidia-egl-wayland*",
+    "nvidia-settings",
+    "nvidia-prime",
+)
 
 # dpkg -l: "ii  libnvidia-compute-535:amd64  535.86.05-0ubuntu0.20.04.2  amd64  NVIDIA libcompute package": the
 # desired state, the package state and an error flag, then name, version, architecture, description.
-_DPKG_LINE = re.compile(r"^(?P<status>[a-z][a-z][A-Z ]?)\s+(?P<name>[^\s:]+)(?::(?P<arch>\S+))?\s+(?P<version>\S+)"
-                        r"\s+(?P<architecture>\S+)(?:\s+(?P<description>.*))?$")
+_DPKG_LINE = re.compile(
+    r"^(?P<status>[a-z][a-z][A-Z ]?)\s+(?P<name>[^\s:]+)(?::(?P<arch>\S+))?\s+(?P<version>\S+)"
+    r"\s+(?P<architecture>\S+)(?:\s+(?P<description>.*))?$"
+)
 # The package states with the package's files on disk: installed, unpacked, half-configured, half-installed,
 # triggers awaited or pending (dpkg-query(1), --list).
 _ON_DISK = set("iufhwt")
@@ -82,11 +90,17 @@ def dpkg_list(output: Any) -> list[dict[str, Any]]:
         found = _DPKG_LINE.match(line)
         if found is None or found["status"].startswith(("||", "+")):
             continue
-        records.append({"package": found["name"], "arch": found["arch"] or found["architecture"],
-                        # As dpkg names it: with the architecture where it does (Multi-Arch: same packages).
-                        "name": f"{found['name']}:{found['arch']}" if found["arch"] else found["name"],
-                        "version": found["version"], "status": found["status"].strip(),
-                        "on_disk": found["status"][1] in _ON_DISK})
+        records.append(
+            {
+                "package": found["name"],
+                "arch": found["arch"] or found["architecture"],
+                # As dpkg names it: with the architecture where it does (Multi-Arch: same packages).
+                "name": f"{found['name']}:{found['arch']}" if found["arch"] else found["name"],
+                "version": found["version"],
+                "status": found["status"].strip(),
+                "on_disk": found["status"][1] in _ON_DISK,
+            }
+        )
     return records
 
 
@@ -158,8 +172,11 @@ def dpkg_owners(output: Any) -> dict[str, list[str]]:
 
 def _pattern(pattern: str) -> re.Pattern[str]:
     """A layout's fnmatch pattern, ``{b}`` any branch, as a regular expression."""
-    return re.compile("^" + "[0-9]+".join(re.escape(part).replace(r"\*", ".*").replace(r"\?", ".")
-                                          for part in pattern.split("{b}")) + "$")
+    return re.compile(
+        "^"
+        + "[0-9]+".join(re.escape(part).replace(r"\*", ".*").replace(r"\?", ".") for part in pattern.split("{b}"))
+        + "$"
+    )
 
 
 def _is_driver(name: str) -> bool:
@@ -178,15 +195,26 @@ def _branch(name: str, version: str) -> str:
 
 
 def _origin_text(fields: Mapping[str, str]) -> str:
-    words = [f"origin {fields['o']}" if fields.get("o") else "",
-             f"label {fields['l']}" if fields.get("l") and fields.get("l") != fields.get("o") else "",
-             f"suite {fields['a']}" if fields.get("a") else ""]
+    words = [
+        f"origin {fields['o']}" if fields.get("o") else "",
+        f"label {fields['l']}" if fields.get("l") and fields.get("l") != fields.get("o") else "",
+        f"suite {fields['a']}" if fields.get("a") else "",
+    ]
     return ", ".join(word for word in words if word) or "a repository without a Release origin"
 
 
 class _Judge:
-    def __init__(self, sections: Mapping[str, Any], layouts: Mapping[str, Any], source: str, branch: str,
-                 repository_url: str, fact: Mapping[str, Any], mode: str, host: str) -> None:
+    def __init__(
+        self,
+        sections: Mapping[str, Any],
+        layouts: Mapping[str, Any],
+        source: str,
+        branch: str,
+        repository_url: str,
+        fact: Mapping[str, Any],
+        mode: str,
+        host: str,
+    ) -> None:
         if mode not in MODES:
             raise AnsibleFilterError(f"foreign_driver: mode {mode!r} is none of {', '.join(MODES)}")
         if source not in layouts:
@@ -195,7 +223,9 @@ class _Judge:
         self.mode, self.host, self.fact = mode, host, dict(fact or {})
         url = repository_url or str(layouts[source].get("repository_url", ""))
         self.repository_url = url.rstrip("/")
-        self.patterns = {name: [_pattern(str(p)) for p in layout.get("pin_patterns", [])] for name, layout in layouts.items()}
+        self.patterns = {
+            name: [_pattern(str(p)) for p in layout.get("pin_patterns", [])] for name, layout in layouts.items()
+        }
 
     # ------------------------------------------------------------------ packages
 
@@ -208,10 +238,16 @@ class _Judge:
                 continue
             stanza = policy.get(record["package"], {})
             # The repositories that offer the installed version (not the local status file).
-            indexes = [index for index in stanza.get("indexes", []) if files.get(index, {}).get("a") != "now"
-                       and index.split()[0].startswith(("http:", "https:", "file:", "ftp:", "cdrom:", "copy:"))]
-            origins = [{"index": index, "url": index.split()[0].rstrip("/"), "fields": files.get(index, {})}
-                       for index in indexes]
+            indexes = [
+                index
+                for index in stanza.get("indexes", [])
+                if files.get(index, {}).get("a") != "now"
+                and index.split()[0].startswith(("http:", "https:", "file:", "ftp:", "cdrom:", "copy:"))
+            ]
+            origins = [
+                {"index": index, "url": index.split()[0].rstrip("/"), "fields": files.get(index, {})}
+                for index in indexes
+            ]
             records.append({**record, "origins": origins, "branch": _branch(record["package"], record["version"])})
         for record in records:
             record["sources"] = [name for name in self.layouts if self._accepts(name, record)]
@@ -240,9 +276,13 @@ class _Judge:
         owners = dpkg_owners(self.sections.get("owners"))
         traces = [path for path in listed if path != INSTALLER_LOG and not owners.get(path)]
         versions = [found["version"] for found in map(_LIB_VERSION.search, traces) if found]
-        return {"found": bool(traces), "files": traces, "version": versions[0] if versions else "",
-                "uninstaller": UNINSTALLER if UNINSTALLER in traces else "",
-                "log": INSTALLER_LOG if traces and INSTALLER_LOG in listed else ""}
+        return {
+            "found": bool(traces),
+            "files": traces,
+            "version": versions[0] if versions else "",
+            "uninstaller": UNINSTALLER if UNINSTALLER in traces else "",
+            "log": INSTALLER_LOG if traces and INSTALLER_LOG in listed else "",
+        }
 
     # ------------------------------------------------------------------ verdict
 
@@ -250,30 +290,48 @@ class _Judge:
         records = self.packages()
         own = [r for r in records if self.fact and r["sources"]]
         rest = [r for r in records if r not in own]
-        adopted = [r for r in rest if self.mode == "adopt" and self.source in r["sources"]
-                   and r["branch"] in ("", self.branch)]
+        adopted = [
+            r for r in rest if self.mode == "adopt" and self.source in r["sources"] and r["branch"] in ("", self.branch)
+        ]
         foreign = [r for r in rest if r not in adopted]
         runfile = self.runfile()
         result: dict[str, Any] = {
             "foreign": bool(foreign) or runfile["found"],
-            "packages": [{key: r[key] for key in ("package", "version", "status", "sources")}
-                         | {"origin": self._origin(r)} for r in foreign],
-            "adopted": [r["package"] for r in adopted], "own": [r["package"] for r in own], "runfile": runfile,
-            "remove": [], "uninstall": [], "stop": False, "message": "", "notice": ""}
+            "packages": [
+                {key: r[key] for key in ("package", "version", "status", "sources")} | {"origin": self._origin(r)}
+                for r in foreign
+            ],
+            "adopted": [r["package"] for r in adopted],
+            "own": [r["package"] for r in own],
+            "runfile": runfile,
+            "remove": [],
+            "uninstall": [],
+            "stop": False,
+            "message": "",
+            "notice": "",
+        }
         if not result["foreign"]:
             return result
         found = self._found(foreign, runfile)
         if self.mode == "replace" and (not runfile["found"] or runfile["uninstaller"]):
             result["remove"] = [r["name"] for r in foreign]
             result["uninstall"] = [runfile["uninstaller"], *UNINSTALL_ARGS] if runfile["found"] else []
-            uninstall = ([f"runs {' '.join(result['uninstall'])} (NVIDIA's .run installer's own uninstaller)"]
-                         if result["uninstall"] else [])
-            purge = ([f"purges {', '.join(result['remove'])} (apt also removes what depends on them)"]
-                     if result["remove"] else [])
+            uninstall = (
+                [f"runs {' '.join(result['uninstall'])} (NVIDIA's .run installer's own uninstaller)"]
+                if result["uninstall"]
+                else []
+            )
+            purge = (
+                [f"purges {', '.join(result['remove'])} (apt also removes what depends on them)"]
+                if result["remove"]
+                else []
+            )
             steps = uninstall + purge
-            result["notice"] = (f"nvidia_driver on {self.host}: {found}. nvidia_driver_foreign_driver is replace: before it "
-                                f"installs source '{self.source}', play 2 {' and then '.join(steps)}; the loaded module "
-                                f"stays until the reboot the new driver needs.")
+            result["notice"] = (
+                f"nvidia_driver on {self.host}: {found}. nvidia_driver_foreign_driver is replace: before it "
+                f"installs source '{self.source}', play 2 {' and then '.join(steps)}; the loaded module "
+                f"stays until the reboot the new driver needs."
+            )
             return result
         result["stop"] = True
         result["message"] = self._message(found, foreign, runfile)
@@ -282,8 +340,11 @@ class _Judge:
     def _origin(self, record: Mapping[str, Any]) -> str:
         if not record["origins"]:
             return "offered by no repository of the host (installed from a file, or its repository dropped that build)"
-        texts = list(dict.fromkeys(_origin_text(origin["fields"]) if origin["fields"] else origin["url"]
-                                   for origin in record["origins"]))
+        texts = list(
+            dict.fromkeys(
+                _origin_text(origin["fields"]) if origin["fields"] else origin["url"] for origin in record["origins"]
+            )
+        )
         return "; ".join(texts)
 
     def _found(self, foreign: Sequence[Mapping[str, Any]], runfile: Mapping[str, Any]) -> str:
@@ -292,43 +353,62 @@ class _Judge:
             groups: dict[tuple[str, str], list[str]] = {}
             for record in foreign:
                 groups.setdefault((record["version"], self._origin(record)), []).append(record["package"])
-            parts.append("NVIDIA driver packages gpufleet did not install: " + "; ".join(
-                f"{', '.join(names)} {version} ({origin})" for (version, origin), names in groups.items()))
+            parts.append(
+                "NVIDIA driver packages gpufleet did not install: "
+                + "; ".join(f"{', '.join(names)} {version} ({origin})" for (version, origin), names in groups.items())
+            )
         if runfile["found"]:
             version = f" {runfile['version']}" if runfile["version"] else ""
             log = f" (its log: {runfile['log']})" if runfile["log"] else ""
-            parts.append(f"files of NVIDIA's .run installer{version} that no package owns: "
-                         f"{', '.join(runfile['files'])}{log}")
+            parts.append(
+                f"files of NVIDIA's .run installer{version} that no package owns: {', '.join(runfile['files'])}{log}"
+            )
         return "; ".join(parts)
 
     def _message(self, found: str, foreign: Sequence[Mapping[str, Any]], runfile: Mapping[str, Any]) -> str:
         harm = []
         if foreign:
-            harm.append("apt would have to replace those packages: it refuses where they are held, and dpkg stops "
-                        "mid-install where a package of another name ships the same files")
+            harm.append(
+                "apt would have to replace those packages: it refuses where they are held, and dpkg stops "
+                "mid-install where a package of another name ships the same files"
+            )
         if runfile["found"]:
-            harm.append("dpkg would overwrite the .run driver's files without a word and leave the rest of it in place "
-                        "(the libraries and kernel modules of two drivers)")
-        how = ([f"{UNINSTALLER}" if runfile["uninstaller"] else "the .run installer's --uninstall"] if runfile["found"] else []
-               ) + (["apt-get purge of those packages"] if foreign else [])
+            harm.append(
+                "dpkg would overwrite the .run driver's files without a word and leave the rest of it in place "
+                "(the libraries and kernel modules of two drivers)"
+            )
+        how = (
+            [f"{UNINSTALLER}" if runfile["uninstaller"] else "the .run installer's --uninstall"]
+            if runfile["found"]
+            else []
+        ) + (["apt-get purge of those packages"] if foreign else [])
         moves = [f"remove it yourself ({' then '.join(how)}; {HOW_TO})"]
         if runfile["found"] and not runfile["uninstaller"]:
-            moves.append(f"there is no {UNINSTALLER} to remove the .run driver with: run the same release's "
-                         "installer with --uninstall")
+            moves.append(
+                f"there is no {UNINSTALLER} to remove the .run driver with: run the same release's "
+                "installer with --uninstall"
+            )
         else:
-            moves.append("or set nvidia_driver_foreign_driver: replace (play 2 "
-                         + ("runs the .run installer's uninstaller, " if runfile["found"] else "")
-                         + ("purges these packages, " if foreign else "") + "then installs)")
+            moves.append(
+                "or set nvidia_driver_foreign_driver: replace (play 2 "
+                + ("runs the .run installer's uninstaller, " if runfile["found"] else "")
+                + ("purges these packages, " if foreign else "")
+                + "then installs)"
+            )
         adopt = self._adoption(foreign) if foreign and not runfile["found"] else ""
         if adopt:
             moves.append(adopt)
-        mode = {"refuse": "",
-                "adopt": f" (nvidia_driver_foreign_driver is adopt, which takes over only packages of source "
-                         f"'{self.source}' and branch {self.branch}, from that source)",
-                "replace": f" (nvidia_driver_foreign_driver is replace, which cannot remove a .run driver without "
-                           f"{UNINSTALLER})"}[self.mode]
-        return (f"nvidia_driver on {self.host}: {found}{mode}. Were source '{self.source}' installed over it, "
-                f"{'; '.join(harm)}. Nothing has been changed. The moves: {'; '.join(moves)}.")
+        mode = {
+            "refuse": "",
+            "adopt": f" (nvidia_driver_foreign_driver is adopt, which takes over only packages of source "
+            f"'{self.source}' and branch {self.branch}, from that source)",
+            "replace": f" (nvidia_driver_foreign_driver is replace, which cannot remove a .run driver without "
+            f"{UNINSTALLER})",
+        }[self.mode]
+        return (
+            f"nvidia_driver on {self.host}: {found}{mode}. Were source '{self.source}' installed over it, "
+            f"{'; '.join(harm)}. Nothing has been changed. The moves: {'; '.join(moves)}."
+        )
 
     def _adoption(self, foreign: Sequence[Mapping[str, Any]]) -> str:
         """The setting that takes the packages over as they are, where one gpufleet source accepts them all."""
@@ -342,24 +422,42 @@ class _Judge:
             first = str((self.layouts[name].get("origins") or ["="])[0]).split("=", 1)
             hits = sum(any(o["fields"].get(first[0]) == first[-1] for o in r["origins"]) for r in foreign)
             return (name == self.source, hits)
+
         chosen = max(accepting, key=weight)
         branch = branches[0] if branches else self.branch
         settings = ([] if chosen == self.source else [f"nvidia_driver_source: {chosen}"]) + (
-            [] if branch == self.branch else [f"nvidia_driver_branch: \"{branch}\""])
-        return (f"or, as they are source '{chosen}''s packages of branch {branch}, take them over as they are: "
-                + ", ".join(settings + ["nvidia_driver_foreign_driver: adopt"]))
+            [] if branch == self.branch else [f'nvidia_driver_branch: "{branch}"']
+        )
+        return (
+            f"or, as they are source '{chosen}''s packages of branch {branch}, take them over as they are: "
+            + ", ".join(settings + ["nvidia_driver_foreign_driver: adopt"])
+        )
 
 
-def foreign_driver(sections: Any, layouts: Mapping[str, Any], source: str, branch: Any, repository_url: str = "",
-                   fact: Mapping[str, Any] | None = None, mode: str = "refuse", host: str = "") -> dict[str, Any]:
+def foreign_driver(
+    sections: Any,
+    layouts: Mapping[str, Any],
+    source: str,
+    branch: Any,
+    repository_url: str = "",
+    fact: Mapping[str, Any] | None = None,
+    mode: str = "refuse",
+    host: str = "",
+) -> dict[str, Any]:
     """The judgement of what the probe found (foreign_driver.yml)."""
     if not isinstance(sections, Mapping):
         raise AnsibleFilterError("foreign_driver: expects the probe's sections (gpufleet.fleet.sections)")
-    return _Judge(sections, layouts, str(source), str(branch), str(repository_url or ""), fact or {}, str(mode),
-                  str(host)).verdict()
+    return _Judge(
+        sections, layouts, str(source), str(branch), str(repository_url or ""), fact or {}, str(mode), str(host)
+    ).verdict()
 
 
 class FilterModule:
     def filters(self) -> dict[str, Any]:
-        return {"foreign_driver": foreign_driver, "dpkg_list": dpkg_list, "dpkg_owners": dpkg_owners,
-                "apt_policy_installed": apt_policy_installed, "apt_policy_files": apt_policy_files}
+        return {
+            "foreign_driver": foreign_driver,
+            "dpkg_list": dpkg_list,
+            "dpkg_owners": dpkg_owners,
+            "apt_policy_installed": apt_policy_installed,
+            "apt_policy_files": apt_policy_files,
+        }

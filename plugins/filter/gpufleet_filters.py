@@ -16,15 +16,20 @@ from typing import Any
 
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.common.validation import check_type_dict, check_type_list
+
 from ansible_collections.gpufleet.fleet.plugins.module_utils.fleet_report import check_entry
 from ansible_collections.gpufleet.fleet.plugins.module_utils.gpufleet_check import (
-    gpufleet_check_module, profile_overrides_problem)
+    gpufleet_check_module,
+    profile_overrides_problem,
+)
 
 _SPACE = re.compile(r"\s+")
 # One line of `dkms status`: "module/version" (dkms 2.8.6 on) or "module, version" (before), then ", kernel, arch"
 # unless the module is only added, then ": state" and any remarks.
-_DKMS_LINE = re.compile(r"^(?P<module>[^\s,/:]+)(?:/|,\s*)(?P<version>[^\s,:]+)"
-                        r"(?:,\s*(?P<kernel>[^\s,:]+),\s*(?P<arch>[^\s,:]+))?:\s*(?P<state>[^\s(]+)(?P<rest>.*)$")
+_DKMS_LINE = re.compile(
+    r"^(?P<module>[^\s,/:]+)(?:/|,\s*)(?P<version>[^\s,:]+)"
+    r"(?:,\s*(?P<kernel>[^\s,:]+),\s*(?P<arch>[^\s,:]+))?:\s*(?P<state>[^\s(]+)(?P<rest>.*)$"
+)
 _POLICY_LINE = re.compile(r"^\s*(Installed|Candidate):\s*(\S+)\s*$", re.MULTILINE)
 _RELEASE = re.compile(r"^(?:[0-9]+:)?([0-9]+\.[0-9]+)")
 
@@ -74,8 +79,9 @@ def delegated_facts(results: Any) -> dict[str, dict[str, Any]]:
     for result in as_list(results):
         facts = result.get("ansible_facts") if isinstance(result, Mapping) else None
         if isinstance(facts, Mapping) and "item" in result:
-            found[str(result["item"])] = {(key[len("ansible_"):] if key.startswith("ansible_") else key): value
-                                          for key, value in facts.items()}
+            found[str(result["item"])] = {
+                (key[len("ansible_") :] if key.startswith("ansible_") else key): value for key, value in facts.items()
+            }
     return found
 
 
@@ -114,7 +120,7 @@ def _owner(name: str, roles: Sequence[str]) -> str | None:
 
 def suggestion(name: str, role: str, options: Sequence[str]) -> str | None:
     """The valid setting ``name`` most likely meant."""
-    rest = name[len(role) + 1:]
+    rest = name[len(role) + 1 :]
     for word, meant in SYNONYMS.items():
         candidate = f"{role}_" + re.sub(rf"(^|_){word}($|_)", rf"\g<1>{meant}\g<2>", rest)
         if candidate != name and candidate in options:
@@ -172,8 +178,16 @@ def dkms_status(output: str | Sequence[str] | None) -> list[dict[str, Any]]:
         if found is None:
             continue
         notes = [part.strip() for part in re.split(r"[()]", found["rest"]) if part.strip()]
-        records.append({"module": found["module"], "version": found["version"], "kernel": found["kernel"],
-                        "arch": found["arch"], "state": found["state"], "notes": list(dict.fromkeys(notes))})
+        records.append(
+            {
+                "module": found["module"],
+                "version": found["version"],
+                "kernel": found["kernel"],
+                "arch": found["arch"],
+                "state": found["state"],
+                "notes": list(dict.fromkeys(notes)),
+            }
+        )
     return records
 
 
@@ -187,8 +201,12 @@ def apt_policy(stdout: Any) -> dict[str, str]:
             found[key] = value
     version = found["Installed"] or found["Candidate"]
     release = _RELEASE.match(version)
-    return {"installed": found["Installed"], "candidate": found["Candidate"], "version": version,
-            "release": release.group(1) if release else ""}
+    return {
+        "installed": found["Installed"],
+        "candidate": found["Candidate"],
+        "version": version,
+        "release": release.group(1) if release else "",
+    }
 
 
 def per_message(messages: Sequence[Any], hosts: Sequence[str]) -> list[str]:
@@ -197,7 +215,7 @@ def per_message(messages: Sequence[Any], hosts: Sequence[str]) -> list[str]:
     if len(messages) != len(hosts):
         raise AnsibleFilterError(f"per_message: {len(messages)} message(s) for {len(hosts)} host(s)")
     grouped: dict[str, list[str]] = {}
-    for message, host in zip(messages, hosts):
+    for message, host in zip(messages, hosts, strict=True):
         text = _SPACE.sub(" ", str(message or "")).strip()
         if text:
             grouped.setdefault(text, []).append(str(host))
@@ -208,9 +226,11 @@ def per_message(messages: Sequence[Any], hosts: Sequence[str]) -> list[str]:
 _FIELD = re.compile(r"^(?P<field>[!-9;-~][!-9;-~]*):\s?(?P<value>.*)$")
 RELATION_FIELDS = ("Depends", "Pre-Depends", "Recommends", "Suggests", "Provides", "Conflicts", "Breaks", "Replaces")
 # One alternative of a relationship field (Debian Policy 7.1): name[:arch] [(op version)] [[archs]] [<profiles>].
-_RELATION = re.compile(r"^(?P<name>[^\s:(\[<|,]+)(?::\S+?)?\s*"
-                       r"(?:\(\s*(?P<relation><<|<=|>=|>>|=|<|>)\s*(?P<version>[^\s)]+)\s*\))?\s*"
-                       r"(?:\[[^\]]*\]\s*)?(?:<[^>]*>\s*)*$")
+_RELATION = re.compile(
+    r"^(?P<name>[^\s:(\[<|,]+)(?::\S+?)?\s*"
+    r"(?:\(\s*(?P<relation><<|<=|>=|>>|=|<|>)\s*(?P<version>[^\s)]+)\s*\))?\s*"
+    r"(?:\[[^\]]*\]\s*)?(?:<[^>]*>\s*)*$"
+)
 
 
 def apt_relations(value: Any) -> list[list[dict[str, str]]]:
@@ -223,8 +243,9 @@ def apt_relations(value: Any) -> list[list[dict[str, str]]]:
             if alternative.strip() and found is None:
                 raise AnsibleFilterError(f"apt_relations: not a package relation: {alternative.strip()!r}")
             if found is not None:
-                alternatives.append({"name": found["name"], "relation": found["relation"] or "",
-                                     "version": found["version"] or ""})
+                alternatives.append(
+                    {"name": found["name"], "relation": found["relation"] or "", "version": found["version"] or ""}
+                )
         if alternatives:
             groups.append(alternatives)
     return groups
@@ -265,8 +286,10 @@ def _stanza(fields: Mapping[str, str]) -> dict[str, Any]:
 
 
 # A Debian version (Debian Policy 5.6.12): [epoch:]upstream_version[-debian_revision].
-_DEB_VERSION = re.compile(r"^(?:(?P<epoch>[0-9]+):)?(?P<upstream>[0-9][A-Za-z0-9.+~:-]*?)"
-                          r"(?:-(?P<revision>[A-Za-z0-9.+~]+))?$")
+_DEB_VERSION = re.compile(
+    r"^(?:(?P<epoch>[0-9]+):)?(?P<upstream>[0-9][A-Za-z0-9.+~:-]*?)"
+    r"(?:-(?P<revision>[A-Za-z0-9.+~]+))?$"
+)
 
 
 def _deb_version(version: Any) -> tuple[int, str, str]:
@@ -385,8 +408,10 @@ def foreign_branches(stanzas: Any, branch: Any) -> list[dict[str, str]]:
                 names = [str(alternative["name"]) for alternative in group]
                 branches = [package_branch(name) for name in names]
                 if all(other and other != wanted for other in branches):
-                    records.extend({"package": package, "version": version, "depends_on": name, "branch": other}
-                                   for name, other in zip(names, branches))
+                    records.extend(
+                        {"package": package, "version": version, "depends_on": name, "branch": other}
+                        for name, other in zip(names, branches, strict=True)
+                    )
     return [dict(items) for items in dict.fromkeys(tuple(record.items()) for record in records)]
 
 
@@ -407,7 +432,7 @@ def signed_module_packages(kernels: Any, branch: Any, flavours: Any = None, serv
         flavours = [match["flavour"] for match in found if match]
     for flavour in [flavours] if isinstance(flavours, str) else list(flavours):
         text = str(flavour).strip()
-        names.append(prefix + (text[len("linux-"):] if text.startswith("linux-") else text))
+        names.append(prefix + (text[len("linux-") :] if text.startswith("linux-") else text))
     return list(dict.fromkeys(names))
 
 
@@ -444,8 +469,14 @@ def signed_module_mismatches(stanzas: Any, userspace_version: Any) -> list[dict[
     return records
 
 
-def driver_layout(source: Any, branch: Any, kernel: Any = "", module_source: Any = "dkms", headless: Any = True,
-                  fabricmanager: Any = False) -> dict[str, Any]:
+def driver_layout(
+    source: Any,
+    branch: Any,
+    kernel: Any = "",
+    module_source: Any = "dkms",
+    headless: Any = True,
+    fabricmanager: Any = False,
+) -> dict[str, Any]:
     """A driver source's package layout for one branch and kernel (driver_layout.yml)."""
     layout = as_dict(source)
     branch, kernel = str(branch), str(kernel)
@@ -459,12 +490,18 @@ def driver_layout(source: Any, branch: Any, kernel: Any = "", module_source: Any
         packages = fill(layout.get("packages_headless" if _truthy(headless) else "packages_full"))
     if _truthy(fabricmanager):
         packages += fill(layout.get("packages_fabricmanager"))
-    named = [str(name) for key in ("packages_headless", "packages_full", "packages_signed", "version_package")
-             for name in as_list(layout.get(key) or [])]
-    return {"packages": packages, "pin_patterns": fill(layout.get("pin_patterns")),
-            "upgrade_blacklist": fill(layout.get("upgrade_blacklist")),
-            "version_package": fill([layout.get("version_package", "")])[0],
-            "branch_named": any("{b}" in name for name in named)}
+    named = [
+        str(name)
+        for key in ("packages_headless", "packages_full", "packages_signed", "version_package")
+        for name in as_list(layout.get(key) or [])
+    ]
+    return {
+        "packages": packages,
+        "pin_patterns": fill(layout.get("pin_patterns")),
+        "upgrade_blacklist": fill(layout.get("upgrade_blacklist")),
+        "version_package": fill([layout.get("version_package", "")])[0],
+        "branch_named": any("{b}" in name for name in named),
+    }
 
 
 def _truthy(value: Any) -> bool:
@@ -479,15 +516,18 @@ _UNMET_ENTRY = re.compile(r"^ (?P<package>[^\s:]+)(?::[a-z0-9]+)? : ")
 
 def apt_simulation(output: Any, held: Any = ()) -> dict[str, Any]:
     """What ``apt-get -s install`` says it would do (apt_simulation.yml)."""
-    lines = [] if output is None else (output.splitlines() if isinstance(output, str) else [str(line) for line in output])
+    lines = (
+        [] if output is None else (output.splitlines() if isinstance(output, str) else [str(line) for line in output])
+    )
     installs: dict[str, dict[str, str]] = {}
     removals: dict[str, dict[str, str]] = {}
     errors, unmet, exit_code, in_unmet = [], [], None, False
     for line in lines:
         found = _SIMULATED_INSTALL.match(line)
         if found:
-            installs.setdefault(found["package"], {"package": found["package"], "version": found["version"],
-                                                   "old": found["old"] or ""})
+            installs.setdefault(
+                found["package"], {"package": found["package"], "version": found["version"], "old": found["old"] or ""}
+            )
             continue
         found = _SIMULATED_REMOVAL.match(line)
         if found:
@@ -511,10 +551,17 @@ def apt_simulation(output: Any, held: Any = ()) -> dict[str, Any]:
     held_names = set(as_list(list(held or [])))
     in_the_way = sorted(held_names & (set(unmet) | set(removals)))
     ran = exit_code is not None or bool(lines)
-    return {"ran": ran, "ok": ran and exit_code == 0 and not errors, "exit": exit_code,
-            "installs": list(installs.values()), "removals": list(removals.values()), "errors": errors,
-            "unmet": list(dict.fromkeys(unmet)), "held_in_the_way": in_the_way,
-            "kernels": sorted(name for name in installs if name.startswith("linux-image-"))}
+    return {
+        "ran": ran,
+        "ok": ran and exit_code == 0 and not errors,
+        "exit": exit_code,
+        "installs": list(installs.values()),
+        "removals": list(removals.values()),
+        "errors": errors,
+        "unmet": list(dict.fromkeys(unmet)),
+        "held_in_the_way": in_the_way,
+        "kernels": sorted(name for name in installs if name.startswith("linux-image-")),
+    }
 
 
 # --------------------------------------------------------------------------- one apt source per repository
@@ -559,10 +606,16 @@ def apt_source_files(url: Any) -> dict[str, str]:
     key = _apt_source_key(url)
     name = _apt_file_name(key)
     if len(name) > _APT_NAME_MAX:
-        raise AnsibleFilterError(f"apt_source_files: the repository URL {url} is too long to name its apt source file "
-                                 f"({len(name)} characters, at most {_APT_NAME_MAX}): use a shorter URL (a mirror's)")
-    return {"key": key, "name": name, "sources_file": f"{APT_SOURCES_DIR}/gpufleet-{name}.sources",
-            "keyring_file": f"{APT_KEYRINGS_DIR}/gpufleet-{name}.asc"}
+        raise AnsibleFilterError(
+            f"apt_source_files: the repository URL {url} is too long to name its apt source file "
+            f"({len(name)} characters, at most {_APT_NAME_MAX}): use a shorter URL (a mirror's)"
+        )
+    return {
+        "key": key,
+        "name": name,
+        "sources_file": f"{APT_SOURCES_DIR}/gpufleet-{name}.sources",
+        "keyring_file": f"{APT_KEYRINGS_DIR}/gpufleet-{name}.asc",
+    }
 
 
 def _same_repository(url: Any, key: str) -> bool:
@@ -597,8 +650,14 @@ def apt_source_plan(probe: Any, name: Any, url: Any) -> dict[str, Any]:
 
 
 # The parts of a source that must be alike for two roles to share its one file: (field, how messages call it).
-_APT_SOURCE_PARTS = (("url", "URL"), ("suites", "Suites"), ("components", "Components"),
-                     ("architectures", "Architectures"), ("keyring", "Signed-By"), ("key_url", "key URL"))
+_APT_SOURCE_PARTS = (
+    ("url", "URL"),
+    ("suites", "Suites"),
+    ("components", "Components"),
+    ("architectures", "Architectures"),
+    ("keyring", "Signed-By"),
+    ("key_url", "key URL"),
+)
 
 
 def _apt_source_part(claim: Mapping[str, Any], field: str) -> Any:
@@ -630,24 +689,31 @@ def apt_source_conflict(claim: Mapping[str, Any], claims: Any, host: Any = "") -
             continue
         if not _same_repository(other.get("url"), key):
             continue
-        differ = [(field, label) for field, label in _APT_SOURCE_PARTS
-                  if _apt_source_part(claim, field) != _apt_source_part(other, field)]
+        differ = [
+            (field, label)
+            for field, label in _APT_SOURCE_PARTS
+            if _apt_source_part(claim, field) != _apt_source_part(other, field)
+        ]
         if not differ:
             continue
         mine, theirs = claim.get("caller", "?"), other.get("caller", "?")
 
         parts = "; ".join(
-            f"{label} {_apt_source_shown(_apt_source_part(claim, field))}{_apt_source_setting(claim, field)} for {mine}, "
-            f"{_apt_source_shown(_apt_source_part(other, field))}{_apt_source_setting(other, field)} for {theirs}"
-            for field, label in differ)
+            f"{label} {_apt_source_shown(_apt_source_part(claim, field))}{_apt_source_setting(claim, field)} for "
+            f"{mine}, {_apt_source_shown(_apt_source_part(other, field))}{_apt_source_setting(other, field)} for "
+            f"{theirs}"
+            for field, label in differ
+        )
         url, other_url = _apt_source_part(claim, "url"), _apt_source_part(other, "url")
         also = f", at {other_url}" if other_url != url else ""
         at = f" on {host}" if host else ""
-        return (f"{mine}{at}: {claim.get('description', 'its repository')} {url} is the repository of {theirs} too "
-                f"({other.get('description', 'its repository')}{also}): apt reads one source per repository "
-                f"({apt_source_files(url)['sources_file']}, written for both), and the two roles give it differently: "
-                f"{parts}. Give both roles the same {', '.join(label for _field, label in differ)} for this repository, or "
-                f"give each its own repository URL. Nothing has been changed.")
+        return (
+            f"{mine}{at}: {claim.get('description', 'its repository')} {url} is the repository of {theirs} too "
+            f"({other.get('description', 'its repository')}{also}): apt reads one source per repository "
+            f"({apt_source_files(url)['sources_file']}, written for both), and the two roles give it differently: "
+            f"{parts}. Give both roles the same {', '.join(label for _field, label in differ)} for this repository, or "
+            f"give each its own repository URL. Nothing has been changed."
+        )
     return ""
 
 
@@ -655,23 +721,36 @@ def apt_source_conflict(claim: Mapping[str, Any], claims: Any, host: Any = "") -
 # pip's messages, as pip 25.3 prints them (read off real runs against a wheel source on 127.0.0.1,
 # tests/unit/test_wheel_plan.py): a pin the source does not offer, a host that does not answer (urllib3's
 # MaxRetryError inside pip's OSError), and a file that answers an HTTP error.
-_PIP_NO_MATCH = re.compile(r"^ERROR: Could not find a version that satisfies the requirement (?P<req>\S+)"
-                           r"(?: \(from (?P<parent>[^()]*)\))? \(from versions: (?P<versions>[^()]*)\)")
-_PIP_POOL = re.compile(r"(?P<scheme>HTTPS?)ConnectionPool\(host='(?P<host>[^']+)', port=(?P<port>\d+)\): "
-                       r"Max retries exceeded with url: (?P<path>\S+) \(Caused by (?P<cause>.*)\)")
+_PIP_NO_MATCH = re.compile(
+    r"^ERROR: Could not find a version that satisfies the requirement (?P<req>\S+)"
+    r"(?: \(from (?P<parent>[^()]*)\))? \(from versions: (?P<versions>[^()]*)\)"
+)
+_PIP_POOL = re.compile(
+    r"(?P<scheme>HTTPS?)ConnectionPool\(host='(?P<host>[^']+)', port=(?P<port>\d+)\): "
+    r"Max retries exceeded with url: (?P<path>\S+) \(Caused by (?P<cause>.*)\)"
+)
 _PIP_HTTP = re.compile(r"^ERROR: (?P<code>\d{3}) (?:Client|Server) Error: (?P<reason>.*?) for url: (?P<url>\S+)")
 _PIP_COLLECTING = re.compile(r"^Collecting (?P<req>\S+)(?: \(from (?P<chain>.*)\))?$")
-_PIP_IGNORED_PYTHON = re.compile(r"^ERROR: Ignored the following versions that require a different python version: "
-                                 r"(?P<which>.*)$")
+_PIP_IGNORED_PYTHON = re.compile(
+    r"^ERROR: Ignored the following versions that require a different python version: "
+    r"(?P<which>.*)$"
+)
 _REQ_NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
 # What makes a host not answer, in the words of urllib3 (pip) and urllib (the HEAD requests), first match wins.
 _UNREACHABLE = [
     (re.compile(r"Connection refused"), "connection refused"),
-    (re.compile(r"NameResolutionError|Name or service not known|Temporary failure in name resolution|nodename nor servname|"
-                r"No address associated with hostname|getaddrinfo failed"), "its name does not resolve"),
+    (
+        re.compile(
+            r"NameResolutionError|Name or service not known|Temporary failure in name resolution|nodename nor servname|"
+            r"No address associated with hostname|getaddrinfo failed"
+        ),
+        "its name does not resolve",
+    ),
     (re.compile(r"ProxyError|Tunnel connection failed"), "the proxy refused to connect to it"),
-    (re.compile(r"SSLError|SSL: |CERTIFICATE_VERIFY_FAILED|certificate verify failed"),
-     "TLS failed (its certificate is not trusted: pytorch_pip_extra_args --cert?)"),
+    (
+        re.compile(r"SSLError|SSL: |CERTIFICATE_VERIFY_FAILED|certificate verify failed"),
+        "TLS failed (its certificate is not trusted: pytorch_pip_extra_args --cert?)",
+    ),
     (re.compile(r"[Tt]imed? ?out|ConnectTimeoutError|ReadTimeoutError"), "timed out"),
     (re.compile(r"No route to host"), "no route to host"),
     (re.compile(r"Network is unreachable"), "network unreachable"),
@@ -745,7 +824,11 @@ class _Plan:
     def pin_setting(self, top: str) -> str:
         if self.ctx.get("hashes_file"):
             return "pytorch_hashes_file"
-        return "pytorch_release" if top in {_canonical(n) for n in self.ctx.get("matrix_packages") or []} else "pytorch_extra_packages"
+        return (
+            "pytorch_release"
+            if top in {_canonical(n) for n in self.ctx.get("matrix_packages") or []}
+            else "pytorch_extra_packages"
+        )
 
     def needed_by(self, name: str, chain: Sequence[str] = ()) -> str:
         parents = self.parents.get(name) or list(chain[:1])
@@ -776,16 +859,28 @@ class _Plan:
             redirected = f" (redirected from {_netloc(item['url'])})" if host != _netloc(item["url"]) else ""
             if status in (404, 410):
                 self.problems.append(
-                    f"{entry.get('final_url') or item['url']} answers HTTP {status}: {file}, the wheel of {pin}{self.needed_by(name)}, "
-                    f"is listed but gone. {self.mirror(True)}, or {self.change_pin(name)}")
+                    f"{entry.get('final_url') or item['url']} answers HTTP {status}: {file}, the wheel of "
+                    f"{pin}{self.needed_by(name)}, is listed but gone. {self.mirror(True)}, or {self.change_pin(name)}"
+                )
             elif status == 0 or status >= 400:
-                why = (f"does not answer ({_why_unreachable(entry.get('error', ''))})" if status == 0
-                       else f"answers HTTP {status} {entry.get('error', '')}".rstrip())
-                refusing.setdefault((host + redirected, why, host), []).append(f"{file}, the wheel of {pin}{self.needed_by(name)}")
+                why = (
+                    f"does not answer ({_why_unreachable(entry.get('error', ''))})"
+                    if status == 0
+                    else f"answers HTTP {status} {entry.get('error', '')}".rstrip()
+                )
+                refusing.setdefault((host + redirected, why, host), []).append(
+                    f"{file}, the wheel of {pin}{self.needed_by(name)}"
+                )
         for (where, why, host), files in refusing.items():
-            served = f"it serves {files[0]}" if len(files) == 1 else f"it serves {len(files)} wheels of the install: {'; '.join(files)}"
-            self.problems.append(f"{where} {why}: {served}. Allow {host} through the site's firewall or proxy"
-                                 f"{' (and its credentials)' if 'HTTP 40' in why else ''}, or {self.mirror()}")
+            served = (
+                f"it serves {files[0]}"
+                if len(files) == 1
+                else f"it serves {len(files)} wheels of the install: {'; '.join(files)}"
+            )
+            self.problems.append(
+                f"{where} {why}: {served}. Allow {host} through the site's firewall or proxy"
+                f"{' (and its credentials)' if 'HTTP 40' in why else ''}, or {self.mirror()}"
+            )
 
     def sources(self) -> None:
         for entry in self.out.get("sources") or []:
@@ -793,9 +888,10 @@ class _Plan:
                 host = _netloc(entry.get("url", ""))
                 self.unread.append(entry.get("url", ""))
                 self.problems.append(
-                    f"{host} does not answer ({_why_unreachable(entry.get('error', ''))}): pip cannot read the listing {entry.get('url')}, "
-                    f"so it finds none of the wheels there. Allow {host} through the site's firewall or proxy, or correct "
-                    f"{self.ctx.get('source_setting', 'the wheel source')}")
+                    f"{host} does not answer ({_why_unreachable(entry.get('error', ''))}): pip cannot read the listing "
+                    f"{entry.get('url')}, so it finds none of the wheels there. Allow {host} through the site's "
+                    f"firewall or proxy, or correct {self.ctx.get('source_setting', 'the wheel source')}"
+                )
 
     def pip_failed(self, pip: Mapping[str, Any]) -> None:
         stderr = [line for line in pip.get("stderr") or [] if line.strip()]
@@ -804,7 +900,11 @@ class _Plan:
         for line in pip.get("collecting") or []:
             match = _PIP_COLLECTING.match(line)
             if match:
-                chain = [part.strip() for part in (match["chain"] or "").split("->") if part.strip() and not part.strip().startswith("-r ")]
+                chain = [
+                    part.strip()
+                    for part in (match["chain"] or "").split("->")
+                    if part.strip() and not part.strip().startswith("-r ")
+                ]
                 chains[_canonical(_REQ_NAME.match(match["req"])[1])] = chain
                 last = (match["req"], chain)
         ignored = next((m["which"] for m in map(_PIP_IGNORED_PYTHON.match, stderr) if m), "")
@@ -825,44 +925,63 @@ class _Plan:
                     f"{'.'.join(python.split('.')[:2])} on {self.out.get('machine', '')} (it offers "
                     f"{('versions ' + versions) if versions and versions != 'none' else 'no version of it'}"
                     f"{'; for other Pythons: ' + ignored if ignored else ''}). {self.mirror(True)}, or "
-                    f"{self.change_pin(name, chain)}")
+                    f"{self.change_pin(name, chain)}"
+                )
             elif pool:
                 found = True
-                host = pool["host"] if (pool["scheme"] == "HTTPS" and pool["port"] == "443") or \
-                    (pool["scheme"] == "HTTP" and pool["port"] == "80") else f"{pool['host']}:{pool['port']}"
+                host = (
+                    pool["host"]
+                    if (pool["scheme"] == "HTTPS" and pool["port"] == "443")
+                    or (pool["scheme"] == "HTTP" and pool["port"] == "80")
+                    else f"{pool['host']}:{pool['port']}"
+                )
                 requirement, chain = last
                 name = _canonical(_REQ_NAME.match(requirement)[1]) if requirement else ""
                 url = f"{pool['scheme'].lower()}://{host}{pool['path']}"
                 self.problems.append(
-                    f"{host} does not answer ({_why_unreachable(pool['cause'])}): pip fetches {_file_name(pool['path'])} from it "
-                    f"({url}){' for ' + requirement if requirement else ''}{self.needed_by(name, chain)}. Allow {host} through the "
-                    f"site's firewall or proxy, or {self.mirror()}")
+                    f"{host} does not answer ({_why_unreachable(pool['cause'])}): pip fetches "
+                    f"{_file_name(pool['path'])} from it "
+                    f"({url}){' for ' + requirement if requirement else ''}{self.needed_by(name, chain)}. Allow {host} "
+                    f"through the site's firewall or proxy, or {self.mirror()}"
+                )
             elif http:
                 found = True
                 requirement, chain = last
                 name = _canonical(_REQ_NAME.match(requirement)[1]) if requirement else ""
-                what = f"{_file_name(http['url'])}{', the wheel of ' + requirement if requirement else ''}{self.needed_by(name, chain)}"
+                of = f", the wheel of {requirement}" if requirement else ""
+                what = f"{_file_name(http['url'])}{of}{self.needed_by(name, chain)}"
                 if http["code"] in ("404", "410"):
-                    self.problems.append(f"{http['url']} answers HTTP {http['code']} ({http['reason']}): {what}, is listed but gone. "
-                                         f"{self.mirror(True)}, or {self.change_pin(name, chain)}")
+                    self.problems.append(
+                        f"{http['url']} answers HTTP {http['code']} ({http['reason']}): {what}, is listed but gone. "
+                        f"{self.mirror(True)}, or {self.change_pin(name, chain)}"
+                    )
                 else:
                     host = _netloc(http["url"])
-                    self.problems.append(f"{host} answers HTTP {http['code']} ({http['reason']}) for {what}. Allow {host} through the "
-                                         f"site's firewall or proxy (and its credentials), or {self.mirror()}")
+                    self.problems.append(
+                        f"{host} answers HTTP {http['code']} ({http['reason']}) for {what}. Allow {host} through the "
+                        f"site's firewall or proxy (and its credentials), or {self.mirror()}"
+                    )
         if not found and any(line.startswith("ERROR: ResolutionImpossible") for line in stderr):
             # pip's account of the conflict is on stdout: "The conflict is caused by:" and one line per cause.
             stdout = [line.strip() for line in pip.get("stdout") or []]
-            start = stdout.index("The conflict is caused by:") + 1 if "The conflict is caused by:" in stdout else len(stdout)
-            causes = stdout[start:stdout.index("", start) if "" in stdout[start:] else len(stdout)]
+            start = (
+                stdout.index("The conflict is caused by:") + 1
+                if "The conflict is caused by:" in stdout
+                else len(stdout)
+            )
+            causes = stdout[start : stdout.index("", start) if "" in stdout[start:] else len(stdout)]
+            pins = "pytorch_hashes_file" if self.ctx.get("hashes_file") else "pytorch_release, pytorch_extra_packages"
             self.problems.append(
                 f"pip cannot install the pins together: {'; '.join(causes) or 'ResolutionImpossible'}. Change the pins "
-                f"({'pytorch_hashes_file' if self.ctx.get('hashes_file') else 'pytorch_release, pytorch_extra_packages'})")
+                f"({pins})"
+            )
         elif not found:
             # Not a verdict on the source: the install may well work (or fail the same way); play 1 says so and goes on.
             errors = [line for line in stderr if line.startswith("ERROR:")] or stderr[-3:]
             self.warnings.append(
-                f"pip could not resolve the wheel set on this host (rc {pip.get('rc')}: {_SPACE.sub(' ', ' '.join(errors))[:400]}); "
-                "the wheels' hosts were not checked")
+                f"pip could not resolve the wheel set on this host (rc {pip.get('rc')}: "
+                f"{_SPACE.sub(' ', ' '.join(errors))[:400]}); the wheels' hosts were not checked"
+            )
 
     def lock(self) -> None:
         lines = self.ctx.get("requirements") or []
@@ -874,9 +993,10 @@ class _Plan:
             if pins.get(name) != item["version"]:
                 locked = f" (it pins {name}=={pins[name]})" if name in pins else ""
                 self.problems.append(
-                    f"pytorch_hashes_file {self.ctx['hashes_file']} does not pin {item['name']}=={item['version']}"
-                    f"{self.needed_by(name) or ''}{locked}: pip --require-hashes refuses the install. Write the lock again with "
-                    "its wheel in it")
+                    f"pytorch_hashes_file {self.ctx['hashes_file']} does not pin "
+                    f"{item['name']}=={item['version']}{self.needed_by(name) or ''}{locked}: pip --require-hashes "
+                    "refuses the install. Write the lock again with its wheel in it"
+                )
 
     def summary(self) -> str:
         counts: dict[str, int] = {}
@@ -888,9 +1008,14 @@ class _Plan:
             final = _netloc((answers.get(item["url"]) or {}).get("final_url") or item["url"])
             if final != host:
                 moved.setdefault(host, set()).add(final)
-        hosts = ", ".join(f"{h} ({n}{', redirected to ' + ', '.join(sorted(moved[h])) if h in moved else ''})"
-                          for h, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
-        return f"{len(self.items)} wheels for CPython {self.out.get('python', '')} on {self.out.get('machine', '')}, from {hosts}"
+        hosts = ", ".join(
+            f"{h} ({n}{', redirected to ' + ', '.join(sorted(moved[h])) if h in moved else ''})"
+            for h, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+        )
+        return (
+            f"{len(self.items)} wheels for CPython {self.out.get('python', '')} on {self.out.get('machine', '')}, from "
+            f"{hosts}"
+        )
 
 
 def wheel_plan(result: Any, context: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -905,10 +1030,15 @@ def wheel_plan(result: Any, context: Mapping[str, Any] | None = None) -> dict[st
         out = None
     if result.get("rc") != 0 or not isinstance(out, Mapping):
         tail = (str(result.get("stderr") or "").strip().splitlines() or [str(result.get("msg") or "no output")])[-1]
-        plan["warnings"].append(f"the wheel plan did not run (rc {result.get('rc')}: {tail[:300]}); the hosts of the wheels were not checked")
+        plan["warnings"].append(
+            f"the wheel plan did not run (rc {result.get('rc')}: {tail[:300]}); the hosts of the wheels were not "
+            "checked"
+        )
         return plan
     if out.get("skipped"):
-        plan["warnings"].append(f"the wheel set was not resolved: {out['skipped']}; the hosts of the wheels were not checked")
+        plan["warnings"].append(
+            f"the wheel set was not resolved: {out['skipped']}; the hosts of the wheels were not checked"
+        )
         return plan
     judged = _Plan(out, context)
     pip = out.get("pip") or {}
@@ -916,22 +1046,33 @@ def wheel_plan(result: Any, context: Mapping[str, Any] | None = None) -> dict[st
     if pip.get("stopped_download"):
         judged.warnings.append(
             f"{context.get('source', 'the wheel source')} serves neither PEP 658 metadata nor byte ranges for "
-            f"{_file_name(pip['stopped_download'])}: pip would download the whole wheel to read its dependencies, which play 1 "
-            "does not do; the wheels after it and their hosts were not checked")
+            f"{_file_name(pip['stopped_download'])}: pip would download the whole wheel to read its dependencies, "
+            "which play 1 does not do; the wheels after it and their hosts were not checked"
+        )
     elif pip.get("rc") != 0:
         judged.pip_failed(pip)
     elif str(out.get("report_version")) != "1":
-        judged.warnings.append(f"pip's report is of version {out.get('report_version')!r}, not 1: the wheel set was not read")
+        judged.warnings.append(
+            f"pip's report is of version {out.get('report_version')!r}, not 1: the wheel set was not read"
+        )
     else:
         judged.fetched()
         judged.lock()
         plan["summary"] = judged.summary()
     plan["problems"], plan["warnings"] = judged.problems, judged.warnings
     answers = {entry.get("url"): entry for entry in out.get("fetch") or []}
-    plan["files"] = [{"name": item["name"], "version": item["version"], "url": item["url"],
-                      "host": _netloc(item["url"]), "final_host": _netloc((answers.get(item["url"]) or {}).get("final_url") or item["url"]),
-                      "status": (answers.get(item["url"]) or {}).get("status", 0),
-                      "needed_by": judged.parents.get(_canonical(item["name"]), [])} for item in judged.items]
+    plan["files"] = [
+        {
+            "name": item["name"],
+            "version": item["version"],
+            "url": item["url"],
+            "host": _netloc(item["url"]),
+            "final_host": _netloc((answers.get(item["url"]) or {}).get("final_url") or item["url"]),
+            "status": (answers.get(item["url"]) or {}).get("status", 0),
+            "needed_by": judged.parents.get(_canonical(item["name"]), []),
+        }
+        for item in judged.items
+    ]
     plan["hosts"] = sorted({f["host"] for f in plan["files"]} | {f["final_host"] for f in plan["files"]})
     return plan
 
@@ -950,23 +1091,45 @@ def dcgm_level(tier: Any, timeout: Any = 0) -> dict[str, int]:
         raise AnsibleFilterError(f"dcgm_level: timeout {timeout!r} is not a number of seconds") from error
     if level == 0:
         return {"level": 0, "timeout": 0}
-    return {"level": level, "timeout": seconds if seconds > 0 else int(gpufleet_check_module("dcgm").DEFAULT_TIMEOUT_S[level])}
+    return {
+        "level": level,
+        "timeout": seconds if seconds > 0 else int(gpufleet_check_module("dcgm").DEFAULT_TIMEOUT_S[level]),
+    }
 
 
 class FilterModule:
     """gpufleet.fleet filters."""
 
     def filters(self) -> dict[str, Any]:
-        return {"as_list": as_list, "as_dict": as_dict, "apt_policy": apt_policy, "apt_simulation": apt_simulation,
-                "apt_source_files": apt_source_files, "apt_source_conflict": apt_source_conflict,
-                "apt_source_plan": apt_source_plan, "apt_stanzas": apt_stanzas,
-                "check_entry": check_entry, "dcgm_exporter_release": dcgm_exporter_release, "dcgm_level": dcgm_level,
-                "debian_version_compare": debian_version_compare, "delegated_facts": delegated_facts,
-                "dkms_status": dkms_status, "driver_layout": driver_layout, "failed_checks": failed_checks,
-                "fleet_release": fleet_release, "foreign_branches": foreign_branches,
-                "module_version_matches": module_version_matches, "newest_build": newest_build,
-                "package_branch": package_branch, "per_message": per_message,
-                "profile_overrides_problem": profile_overrides_problem, "rejection": rejection,
-                "sections": sections, "signed_module_packages": signed_module_packages,
-                "signed_module_version": signed_module_version,
-                "signed_module_mismatches": signed_module_mismatches, "unknown_settings": unknown_settings, "wheel_plan": wheel_plan}
+        return {
+            "as_list": as_list,
+            "as_dict": as_dict,
+            "apt_policy": apt_policy,
+            "apt_simulation": apt_simulation,
+            "apt_source_files": apt_source_files,
+            "apt_source_conflict": apt_source_conflict,
+            "apt_source_plan": apt_source_plan,
+            "apt_stanzas": apt_stanzas,
+            "check_entry": check_entry,
+            "dcgm_exporter_release": dcgm_exporter_release,
+            "dcgm_level": dcgm_level,
+            "debian_version_compare": debian_version_compare,
+            "delegated_facts": delegated_facts,
+            "dkms_status": dkms_status,
+            "driver_layout": driver_layout,
+            "failed_checks": failed_checks,
+            "fleet_release": fleet_release,
+            "foreign_branches": foreign_branches,
+            "module_version_matches": module_version_matches,
+            "newest_build": newest_build,
+            "package_branch": package_branch,
+            "per_message": per_message,
+            "profile_overrides_problem": profile_overrides_problem,
+            "rejection": rejection,
+            "sections": sections,
+            "signed_module_packages": signed_module_packages,
+            "signed_module_version": signed_module_version,
+            "signed_module_mismatches": signed_module_mismatches,
+            "unknown_settings": unknown_settings,
+            "wheel_plan": wheel_plan,
+        }

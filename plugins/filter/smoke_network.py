@@ -11,16 +11,27 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
+
 from ansible_collections.gpufleet.fleet.plugins.module_utils.gpufleet_check import gpufleet_check_module
 
 
-def smoke_network(network: Mapping[str, Any] | None, nodes: Sequence[Mapping[str, Any]], floors: Mapping[str, Any],
-                  expect_transport: str = "any", expect_gdr: Any = "any") -> dict[str, Any]:
+def smoke_network(
+    network: Mapping[str, Any] | None,
+    nodes: Sequence[Mapping[str, Any]],
+    floors: Mapping[str, Any],
+    expect_transport: str = "any",
+    expect_gdr: Any = "any",
+) -> dict[str, Any]:
     if network is not None and not isinstance(network, Mapping):
         raise AnsibleFilterError(f"smoke_network: the payload's network figures must be a mapping, got {network!r}")
     try:
-        return gpufleet_check_module("nccl").judge(dict(network) if network else None, [dict(n) for n in nodes or []],
-                                                   dict(floors or {}), expect_transport, expect_gdr)
+        return gpufleet_check_module("nccl").judge(
+            dict(network) if network else None,
+            [dict(n) for n in nodes or []],
+            dict(floors or {}),
+            expect_transport,
+            expect_gdr,
+        )
     except (TypeError, ValueError) as exc:
         raise AnsibleFilterError(f"smoke_network: {exc}") from None
 

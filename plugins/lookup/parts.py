@@ -45,6 +45,7 @@ from typing import Any
 
 from ansible.errors import AnsibleLookupError
 from ansible.plugins.lookup import LookupBase
+
 from ansible_collections.gpufleet.fleet.plugins.module_utils.settings import judged_roles, parts, probed_roles
 
 DEFAULTS = Path(__file__).resolve().parents[2] / "roles" / "gpufleet" / "defaults" / "main.yml"

@@ -34,7 +34,10 @@ description:
     temporary directory, and returns its path, pip's version and the oldest Python that pip runs on.
   - A pip older than 25.3 (which downloads whole wheels even with --dry-run) is not built; C(problem) says why.
 options:
-  directory: {description: Where to write the zip; empty for ansible's local temporary directory of the run., type: str, default: ""}
+  directory:
+    description: Where to write the zip; empty for ansible's local temporary directory of the run.
+    type: str
+    default: ""
 """
 
 RETURN = r"""
@@ -97,15 +100,23 @@ def zipapp(directory: str | os.PathLike[str], dist: importlib.metadata.Distribut
     """The mapping the lookup returns, the zip written into ``directory`` when it is not there yet."""
     dist = dist if dist is not None else controller_pip()
     if dist is None:
-        return {"path": "", "version": "", "min_python": "",
-                "problem": "the controller's Python has no pip (install pip 25.3 or newer into the Python that runs ansible)"}
+        return {
+            "path": "",
+            "version": "",
+            "min_python": "",
+            "problem": (
+                "the controller's Python has no pip (install pip 25.3 or newer into the Python that runs ansible)"
+            ),
+        }
     version = dist.version
     minimum = min_python(dist.metadata.get("Requires-Python"))
     result = {"path": "", "version": version, "min_python": minimum, "problem": ""}
     if _release(version) < MIN_PIP:
-        result["problem"] = (f"the controller's pip is {version} ({dist.locate_file('')}), which downloads every wheel to read "
-                             f"its dependencies; pip {'.'.join(map(str, MIN_PIP))} or newer reads only the index's metadata "
-                             "(requirements/dev.txt pins it: make venv, or python3 -m pip install 'pip>=25.3' in ansible's Python)")
+        result["problem"] = (
+            f"the controller's pip is {version} ({dist.locate_file('')}), which downloads every wheel to read "
+            f"its dependencies; pip {'.'.join(map(str, MIN_PIP))} or newer reads only the index's metadata "
+            "(requirements/dev.txt pins it: make venv, or python3 -m pip install 'pip>=25.3' in ansible's Python)"
+        )
         return result
     package_dir = Path(str(dist.locate_file("pip")))
     if not (package_dir / "__main__.py").is_file():

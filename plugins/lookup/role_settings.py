@@ -24,7 +24,10 @@ description:
   - Returns one mapping of role name to the sorted option names of all the role's entry points.
   - With O(role), returns the options of that role's main entry point instead.
 options:
-  role: {description: A role whose main argument spec to return; empty for the settings of every role., type: str, default: ""}
+  role:
+    description: A role whose main argument spec to return; empty for the settings of every role.
+    type: str
+    default: ""
 """
 
 RETURN = r"""
@@ -38,9 +41,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
 from ansible.errors import AnsibleLookupError
 from ansible.plugins.lookup import LookupBase
+
 from ansible_collections.gpufleet.fleet.plugins.module_utils.settings import entry_points, without_defaults
 
 ROLES_DIR = Path(__file__).resolve().parents[2] / "roles"
@@ -52,7 +55,9 @@ def role_spec(role: str, roles_dir: Path = ROLES_DIR) -> dict[str, Any]:
     try:
         specs = entry_points(spec_file)
     except (OSError, yaml.YAMLError) as error:
-        raise AnsibleLookupError(f"gpufleet.fleet.role_settings: no argument spec for role {role!r}: {error}") from error
+        raise AnsibleLookupError(
+            f"gpufleet.fleet.role_settings: no argument spec for role {role!r}: {error}"
+        ) from error
     if "main" not in specs:
         raise AnsibleLookupError(f"gpufleet.fleet.role_settings: {spec_file} has no main entry point")
     return without_defaults(specs["main"].get("options") or {})
@@ -76,7 +81,9 @@ def role_settings(roles_dir: Path = ROLES_DIR) -> dict[str, list[str]]:
 class LookupModule(LookupBase):
     """lookup('gpufleet.fleet.role_settings')"""
 
-    def run(self, terms: list[Any], variables: dict[str, Any] | None = None, **kwargs: Any) -> list[dict[str, list[str]]]:
+    def run(
+        self, terms: list[Any], variables: dict[str, Any] | None = None, **kwargs: Any
+    ) -> list[dict[str, list[str]]]:
         self.set_options(var_options=variables, direct=kwargs)
         role = self.get_option("role")
         return [role_spec(role) if role else role_settings()]

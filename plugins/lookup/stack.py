@@ -74,19 +74,21 @@ options:
     type: str
     default: ""
   os_version:
-    description: ansible_facts.distribution_version of the host (Ubuntu 20.04, Debian 12.5), for the OS's python3 (os_pythons).
+    description: >-
+      ansible_facts.distribution_version of the host (Ubuntu 20.04, Debian 12.5), for the OS's python3 (os_pythons).
     type: str
     default: ""
   python:
     description: >-
-      The interpreter the PyTorch environment is made with (pytorch_python); empty or /usr/bin/python3 is the OS's python3. The
-      default PyTorch release is the newest whose wheels exist for its Python, and a release without them is a reason.
+      The interpreter the PyTorch environment is made with (pytorch_python); empty or /usr/bin/python3 is the OS's
+      python3. The default PyTorch release is the newest whose wheels exist for its Python, and a release without them
+      is a reason.
     type: str
     default: ""
   gpu_device_ids:
     description: >-
-      The host's NVIDIA PCI device IDs (preflight_report.gpu_device_ids, 0x2330); judged against driver_branch and cuda_release
-      (gpu_architectures, gpu_devices), the reasons among errors, unknown IDs among gpus.warnings.
+      The host's NVIDIA PCI device IDs (preflight_report.gpu_device_ids, 0x2330); judged against driver_branch and
+      cuda_release (gpu_architectures, gpu_devices), the reasons among errors, unknown IDs among gpus.warnings.
     type: list
     elements: str
     default: []
@@ -113,8 +115,8 @@ options:
     default: true
   names:
     description: >-
-      The caller's names of the settings, for the reasons (keys cuda_release, pytorch_release, pytorch_cuda_release, pytorch_variant,
-      pytorch_wheel_source).
+      The caller's names of the settings, for the reasons (keys cuda_release, pytorch_release, pytorch_cuda_release,
+      pytorch_variant, pytorch_wheel_source).
     type: dict
     default: {}
 """
@@ -132,7 +134,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
 from ansible.errors import AnsibleLookupError
 from ansible.plugins.lookup import LookupBase
 
@@ -156,8 +157,12 @@ def load_matrix(path: Path = MATRIX_FILE) -> dict[str, Any]:
             _LOADED[path] = (mtime, yaml.load(path.read_text(), Loader=_YAML_LOADER))  # noqa: S506 (a safe loader)
         data = _LOADED[path][1]
     except (OSError, yaml.YAMLError) as error:
-        raise AnsibleLookupError(f"gpufleet.fleet.stack: cannot read the compatibility matrix {path}: {error}") from error
-    if not isinstance(data, dict) or not {"driver_branches", "cuda_releases", "pytorch_releases", "defaults"} <= set(data):
+        raise AnsibleLookupError(
+            f"gpufleet.fleet.stack: cannot read the compatibility matrix {path}: {error}"
+        ) from error
+    if not isinstance(data, dict) or not {"driver_branches", "cuda_releases", "pytorch_releases", "defaults"} <= set(
+        data
+    ):
         raise AnsibleLookupError(f"gpufleet.fleet.stack: {path} is not gpufleet's compatibility matrix")
     return data
 
@@ -173,9 +178,13 @@ def expected_cuda(variant: str) -> str:
 
 
 # The settings the reasons name, unless the caller renames them.
-SETTING_NAMES = {"cuda_release": "cuda_release", "pytorch_release": "pytorch_release",
-                 "pytorch_cuda_release": "pytorch_cuda_release", "pytorch_variant": "pytorch_variant",
-                 "pytorch_wheel_source": "pytorch_wheel_source"}
+SETTING_NAMES = {
+    "cuda_release": "cuda_release",
+    "pytorch_release": "pytorch_release",
+    "pytorch_cuda_release": "pytorch_cuda_release",
+    "pytorch_variant": "pytorch_variant",
+    "pytorch_wheel_source": "pytorch_wheel_source",
+}
 _VARIANT_FORM = re.compile(r"^(cpu|cu[0-9]{3})$")
 
 
@@ -193,35 +202,56 @@ NO_CUDA = "none"
 # Where torch's wheels come from: an empty setting is PyTorch's own index.
 DEFAULT_WHEEL_SOURCE = "pytorch"
 # For a matrix without pytorch_wheel_sources (the entries of files/compatibility.yml).
-WHEEL_SOURCES = {"pytorch": {"index_url": "https://download.pytorch.org/whl/{variant}", "local_version": True},
-                 "pypi": {"index_url": "https://pypi.org/simple", "local_version": False}}
+WHEEL_SOURCES = {
+    "pytorch": {"index_url": "https://download.pytorch.org/whl/{variant}", "local_version": True},
+    "pypi": {"index_url": "https://pypi.org/simple", "local_version": False},
+}
 
 
 def wheel_sources(matrix: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """The wheel sources the matrix knows (pytorch_wheel_sources), by name."""
-    return {str(key): dict(value or {}) for key, value in (matrix.get("pytorch_wheel_sources") or WHEEL_SOURCES).items()}
+    return {
+        str(key): dict(value or {}) for key, value in (matrix.get("pytorch_wheel_sources") or WHEEL_SOURCES).items()
+    }
 
 
-def _pypi_check(torches: dict[str, Any], release: str, row: dict[str, Any], variant: str, origin: str,
-                names: dict[str, str], source: str, pytorch_index: str) -> list[str]:
+def _pypi_check(
+    torches: dict[str, Any],
+    release: str,
+    row: dict[str, Any],
+    variant: str,
+    origin: str,
+    names: dict[str, str],
+    source: str,
+    pytorch_index: str,
+) -> list[str]:
     """Why a source without local version labels (PyPI) cannot give these wheels; empty when it can.
 
     Such a source has one build per release (the row's ``pypi``), and no CPU-only build on Linux.
     """
     setting = f"{names['pytorch_wheel_source']} {source}"
-    way_out = f"use {names['pytorch_wheel_source']} {DEFAULT_WHEEL_SOURCE} ({pytorch_index.replace('{variant}', variant)})"
+    way_out = (
+        f"use {names['pytorch_wheel_source']} {DEFAULT_WHEEL_SOURCE} ({pytorch_index.replace('{variant}', variant)})"
+    )
     if variant == "cpu":
-        return [f"torch {release} on PyPI ({setting}) has no CPU-only build: PyPI's Linux x86_64 torch wheels are CUDA "
-                f"builds ({_text(row.get('pypi')) or 'none recorded'} for {release}); {way_out} for the cpu wheels"]
+        return [
+            f"torch {release} on PyPI ({setting}) has no CPU-only build: PyPI's Linux x86_64 torch wheels are CUDA "
+            f"builds ({_text(row.get('pypi')) or 'none recorded'} for {release}); {way_out} for the cpu wheels"
+        ]
     built = _text(row.get("pypi"))
     if built == variant:
         return []
     on_pypi = [key for key, value in torches.items() if _text(value.get("pypi")) == variant]
-    return [f"torch {release} on PyPI ({setting}) is "
-            + (f"the {built} build, not {variant}" if built else f"not recorded as a {variant} build")
-            + f" ({origin}): {way_out}"
-            + (f", or a release PyPI publishes as {variant}: {_span(on_pypi)}" if on_pypi
-               else f"; files/compatibility.yml records no release PyPI publishes as {variant}")]
+    return [
+        f"torch {release} on PyPI ({setting}) is "
+        + (f"the {built} build, not {variant}" if built else f"not recorded as a {variant} build")
+        + f" ({origin}): {way_out}"
+        + (
+            f", or a release PyPI publishes as {variant}: {_span(on_pypi)}"
+            if on_pypi
+            else f"; files/compatibility.yml records no release PyPI publishes as {variant}"
+        )
+    ]
 
 
 def bundled_libraries(row: dict[str, Any], variant: str) -> dict[str, str]:
@@ -245,7 +275,8 @@ _VERSIONED_PYTHON = re.compile(r"(?:^|/)python(3\.[0-9]+)$")
 
 
 def os_python(matrix: dict[str, Any], distribution: Any = "", os_version: Any = "") -> str:
-    """The OS's python3 (matrix os_pythons): Ubuntu 20.04 -> 3.8; Debian 12.5 -> its major version's, 3.11; '' unknown."""
+    """The OS's python3 (matrix os_pythons): Ubuntu 20.04 -> 3.8; Debian 12.5 -> its major version's, 3.11; ''
+    unknown."""
     pythons = {str(key): value for key, value in (matrix.get("os_pythons") or {}).items()}
     distribution, version = _text(distribution), _text(os_version)
     for key in (f"{distribution} {version}", f"{distribution} {version.split('.', maxsplit=1)[0]}"):
@@ -255,8 +286,9 @@ def os_python(matrix: dict[str, Any], distribution: Any = "", os_version: Any = 
     return ""
 
 
-def environment_python(matrix: dict[str, Any], interpreter: Any = "", distribution: Any = "",
-                       os_version: Any = "") -> dict[str, str]:
+def environment_python(
+    matrix: dict[str, Any], interpreter: Any = "", distribution: Any = "", os_version: Any = ""
+) -> dict[str, str]:
     """The Python (X.Y) the environment is made with, and where that comes from; version '' when not known.
 
     /usr/bin/python3 (or no interpreter) is the OS's python3 (os_pythons); a
@@ -268,8 +300,11 @@ def environment_python(matrix: dict[str, Any], interpreter: Any = "", distributi
     os_name = " ".join(part for part in (_text(distribution), _text(os_version)) if part)
     if path in ("", OS_PYTHON3):
         version = os_python(matrix, distribution, os_version)
-        return {"version": version, "origin": f"{OS_PYTHON3}, the python3 of {os_name or 'the OS'}"
-                + ("" if version else " (files/compatibility.yml os_pythons does not know it)")}
+        return {
+            "version": version,
+            "origin": f"{OS_PYTHON3}, the python3 of {os_name or 'the OS'}"
+            + ("" if version else " (files/compatibility.yml os_pythons does not know it)"),
+        }
     match = _VERSIONED_PYTHON.search(path)
     return {"version": match.group(1) if match else "", "origin": path}
 
@@ -297,15 +332,23 @@ def default_release(matrix: dict[str, Any], python: str = "") -> str:
     if not python:
         return ceiling
     order = [str(key) for key in matrix["pytorch_releases"]]
-    upto = order[:order.index(ceiling) + 1] if ceiling in order else order
+    upto = order[: order.index(ceiling) + 1] if ceiling in order else order
     fitting = [key for key in releases_for_python(matrix, python) if key in upto]
     return fitting[-1] if fitting else ""
 
 
-def resolve_pytorch(matrix: dict[str, Any], release: Any = "", cuda_release: Any = "", variant: Any = "",
-                    torchvision: bool = True, torchaudio: bool = True, names: dict[str, str] | None = None,
-                    cuda_follows: bool = False, wheel_source: Any = "",
-                    python: dict[str, str] | None = None) -> dict[str, Any]:
+def resolve_pytorch(
+    matrix: dict[str, Any],
+    release: Any = "",
+    cuda_release: Any = "",
+    variant: Any = "",
+    torchvision: bool = True,
+    torchaudio: bool = True,
+    names: dict[str, str] | None = None,
+    cuda_follows: bool = False,
+    wheel_source: Any = "",
+    python: dict[str, str] | None = None,
+) -> dict[str, Any]:
     """The PyTorch wheels for these choices: release, variant, pins, the CUDA torch must report, where they come
     from; or reasons.
 
@@ -334,58 +377,85 @@ def resolve_pytorch(matrix: dict[str, Any], release: Any = "", cuda_release: Any
     row = torches.get(release)
     with_variant = [key for key, value in torches.items() if variant in value.get("variants", [])]
     known_variants = list(dict.fromkeys(v for value in torches.values() for v in value.get("variants", [])))
-    origin = (f"{names['pytorch_variant']} {variant}" if asked
-              else f"the variant of CUDA {cuda_release}, {names['pytorch_cuda_release']}")
+    origin = (
+        f"{names['pytorch_variant']} {variant}"
+        if asked
+        else f"the variant of CUDA {cuda_release}, {names['pytorch_cuda_release']}"
+    )
     sources = wheel_sources(matrix)
     source_name = _text(wheel_source) or DEFAULT_WHEEL_SOURCE
     source = sources.get(source_name)
     errors: list[str] = []
     if not release:
-        errors.append(f"no PyTorch release of files/compatibility.yml has wheels for {python_text} (they exist for "
-                      f"Python {', '.join(sorted({p for key in torches for p in release_pythons(matrix, key)}, key=_version_tuple))}"
-                      "): make the environment with such an interpreter (pytorch_python, pytorch_python_packages)")
+        pythons = sorted({p for key in torches for p in release_pythons(matrix, key)}, key=_version_tuple)
+        errors.append(
+            f"no PyTorch release of files/compatibility.yml has wheels for {python_text} (they exist for Python "
+            f"{', '.join(pythons)}): make the environment with such an interpreter (pytorch_python, "
+            "pytorch_python_packages)"
+        )
         return {"errors": errors}
     if python_gap(matrix, release, python_version):
         fitting = releases_for_python(matrix, python_version)
-        errors.append(f"{names['pytorch_release']} {release}: torch {release} has no wheels for {python_text}, only for "
-                      f"Python {', '.join(release_pythons(matrix, release))}; "
-                      + (f"choose a release whose wheels exist for Python {python_version}: {_span(fitting)} (or leave "
-                         f"{names['pytorch_release']} empty for the newest of them, {fitting[-1]})" if fitting
-                         else f"no release of files/compatibility.yml has wheels for Python {python_version}")
-                      + f", or make the environment with an interpreter torch {release} has wheels for (pytorch_python, "
-                      "pytorch_python_packages)")
+        errors.append(
+            f"{names['pytorch_release']} {release}: torch {release} has no wheels for {python_text}, only for "
+            f"Python {', '.join(release_pythons(matrix, release))}; "
+            + (
+                f"choose a release whose wheels exist for Python {python_version}: {_span(fitting)} (or leave "
+                f"{names['pytorch_release']} empty for the newest of them, {fitting[-1]})"
+                if fitting
+                else f"no release of files/compatibility.yml has wheels for Python {python_version}"
+            )
+            + f", or make the environment with an interpreter torch {release} has wheels for (pytorch_python, "
+            "pytorch_python_packages)"
+        )
     if source is None:
-        errors.append(f"{names['pytorch_wheel_source']} '{source_name}' is not a wheel source gpufleet knows "
-                      f"(files/compatibility.yml lists {', '.join(sources)})")
+        errors.append(
+            f"{names['pytorch_wheel_source']} '{source_name}' is not a wheel source gpufleet knows "
+            f"(files/compatibility.yml lists {', '.join(sources)})"
+        )
     if row is None:
-        errors.append(f"{names['pytorch_release']} '{release}' is not a PyTorch release gpufleet knows "
-                      f"(files/compatibility.yml lists {_span(list(torches))}"
-                      + (f"; {variant} wheels exist for torch {_span(with_variant)})" if with_variant else ")"))
+        errors.append(
+            f"{names['pytorch_release']} '{release}' is not a PyTorch release gpufleet knows "
+            f"(files/compatibility.yml lists {_span(list(torches))}"
+            + (f"; {variant} wheels exist for torch {_span(with_variant)})" if with_variant else ")")
+        )
     if asked and not _VARIANT_FORM.match(asked):
-        errors.append(f"{names['pytorch_variant']} '{asked}' is not a wheel variant: cpu or cuXYZ "
-                      f"(files/compatibility.yml knows {', '.join(known_variants)})")
+        errors.append(
+            f"{names['pytorch_variant']} '{asked}' is not a wheel variant: cpu or cuXYZ "
+            f"(files/compatibility.yml knows {', '.join(known_variants)})"
+        )
         return {"errors": errors}
     if variant != "cpu" and cuda_row is None:
         # Said once: by the CUDA setting this release follows, else here.
         if not cuda_follows:
-            errors.append(f"{names['pytorch_cuda_release']} '{cuda_release}' is not a CUDA release gpufleet knows "
-                          f"(files/compatibility.yml lists {', '.join(cudas)}); set {names['pytorch_variant']}=cpu "
-                          "for a CPU-only environment")
+            errors.append(
+                f"{names['pytorch_cuda_release']} '{cuda_release}' is not a CUDA release gpufleet knows "
+                f"(files/compatibility.yml lists {', '.join(cudas)}); set {names['pytorch_variant']}=cpu "
+                "for a CPU-only environment"
+            )
         return {"errors": errors}
     if not variant:
-        errors.append(f"files/compatibility.yml gives CUDA {cuda_release} no pytorch_variant: "
-                      f"set {names['pytorch_variant']}")
+        errors.append(
+            f"files/compatibility.yml gives CUDA {cuda_release} no pytorch_variant: set {names['pytorch_variant']}"
+        )
         return {"errors": errors}
     if variant != "cpu" and variant != _text(cuda_row.get("pytorch_variant")):
         wanted = _text(cuda_row.get("pytorch_variant")) or "?"
-        errors.append(f"{names['pytorch_variant']} {variant} does not match CUDA {cuda_release} "
-                      f"({names['pytorch_cuda_release']}): files/compatibility.yml gives CUDA {cuda_release} the "
-                      f"{wanted} wheels; use {wanted}, or cpu for a CPU-only environment")
+        errors.append(
+            f"{names['pytorch_variant']} {variant} does not match CUDA {cuda_release} "
+            f"({names['pytorch_cuda_release']}): files/compatibility.yml gives CUDA {cuda_release} the "
+            f"{wanted} wheels; use {wanted}, or cpu for a CPU-only environment"
+        )
     if row is not None and variant not in row.get("variants", []):
-        errors.append(f"torch {release} is published for {', '.join(row.get('variants', []))} only, not {variant} "
-                      f"({origin}; {names['pytorch_release']} {release})"
-                      + (f"; files/compatibility.yml: {variant} wheels exist for torch {_span(with_variant)}"
-                         if with_variant else ""))
+        errors.append(
+            f"torch {release} is published for {', '.join(row.get('variants', []))} only, not {variant} "
+            f"({origin}; {names['pytorch_release']} {release})"
+            + (
+                f"; files/compatibility.yml: {variant} wheels exist for torch {_span(with_variant)}"
+                if with_variant
+                else ""
+            )
+        )
     if not errors and not source.get("local_version", True):
         pytorch_index = _text((sources.get(DEFAULT_WHEEL_SOURCE) or {}).get("index_url")) or "PyTorch's index"
         errors += _pypi_check(torches, release, row, variant, origin, names, source_name, pytorch_index)
@@ -396,15 +466,28 @@ def resolve_pytorch(matrix: dict[str, Any], release: Any = "", cuda_release: Any
     for name, wanted in (("torchvision", torchvision), ("torchaudio", torchaudio)):
         if wanted and _text(row.get(name)):
             pins.append(f"{name}=={_text(row.get(name))}{label}")
-    return {"errors": [], "release": release, "cuda_release": cuda_release, "variant": variant,
-            "variants": list(row.get("variants", [])), "expected_cuda": expected_cuda(variant), "label": label,
-            "torchvision": _text(row.get("torchvision")), "torchaudio": _text(row.get("torchaudio")),
-            "pins": pins, "packages": ["torch", "torchvision", "torchaudio"],
-            "source": source_name, "index_url": _text(source.get("index_url")).replace("{variant}", variant),
-            "bundled": bundled_libraries(row, variant),
-            "python": {"version": python_version, "origin": _text(python.get("origin")),
-                       "releases": releases_for_python(matrix, python_version) if python_version else []},
-            "default": not asked_release}
+    return {
+        "errors": [],
+        "release": release,
+        "cuda_release": cuda_release,
+        "variant": variant,
+        "variants": list(row.get("variants", [])),
+        "expected_cuda": expected_cuda(variant),
+        "label": label,
+        "torchvision": _text(row.get("torchvision")),
+        "torchaudio": _text(row.get("torchaudio")),
+        "pins": pins,
+        "packages": ["torch", "torchvision", "torchaudio"],
+        "source": source_name,
+        "index_url": _text(source.get("index_url")).replace("{variant}", variant),
+        "bundled": bundled_libraries(row, variant),
+        "python": {
+            "version": python_version,
+            "origin": _text(python.get("origin")),
+            "releases": releases_for_python(matrix, python_version) if python_version else [],
+        },
+        "default": not asked_release,
+    }
 
 
 # --- driver branch lifecycle -------------------------------------------------
@@ -435,8 +518,13 @@ def past_end_of_life(end_of_life: Any, today: datetime.date) -> bool:
     return (today.year, today.month) > (year, month)
 
 
-def lifecycle(matrix: dict[str, Any], branch: str, cuda_release: str = "", distribution: str = "",
-              today: datetime.date | None = None) -> dict[str, Any]:
+def lifecycle(
+    matrix: dict[str, Any],
+    branch: str,
+    cuda_release: str = "",
+    distribution: str = "",
+    today: datetime.date | None = None,
+) -> dict[str, Any]:
     """A branch's designation and end of life, whether it is past it, and the supported Long Term Support
     Branch that runs the same CUDA release (its default release at least the release's minimum driver),
     with the warning play 1 gives (empty while the branch is supported)."""
@@ -444,9 +532,14 @@ def lifecycle(matrix: dict[str, Any], branch: str, cuda_release: str = "", distr
     branches = {str(key): value for key, value in matrix["driver_branches"].items()}
     cudas = {str(key): value for key, value in matrix["cuda_releases"].items()}
     row = (branches.get(branch) or {}).get("lifecycle") or {}
-    info = {"designation": _text(row.get("designation")), "end_of_life": _text(row.get("end_of_life")),
-            "published": _text(row.get("published")),
-            "past_end_of_life": past_end_of_life(row.get("end_of_life"), today), "successor": {}, "warning": ""}
+    info = {
+        "designation": _text(row.get("designation")),
+        "end_of_life": _text(row.get("end_of_life")),
+        "published": _text(row.get("published")),
+        "past_end_of_life": past_end_of_life(row.get("end_of_life"), today),
+        "successor": {},
+        "warning": "",
+    }
     if not info["past_end_of_life"]:
         return info
     min_driver = _text((cudas.get(cuda_release) or {}).get("min_driver"))
@@ -458,20 +551,29 @@ def lifecycle(matrix: dict[str, Any], branch: str, cuda_release: str = "", distr
             continue
         if min_driver and _version_tuple(_text(other.get("default_version"))) < _version_tuple(min_driver):
             continue
-        info["successor"] = {"branch": name, "version": _text(other.get("default_version")),
-                             "end_of_life": _text(other_life.get("end_of_life")),
-                             "published": _text(other_life.get("published")),
-                             "sources": list((other.get("sources") or {}).get(distribution, []))}
+        info["successor"] = {
+            "branch": name,
+            "version": _text(other.get("default_version")),
+            "end_of_life": _text(other_life.get("end_of_life")),
+            "published": _text(other_life.get("published")),
+            "sources": list((other.get("sources") or {}).get(distribution, [])),
+        }
     cuda_part = f"CUDA {cuda_release}" if cuda_release else "the same CUDA release"
-    text = (f"NVIDIA driver branch {branch} ({info['designation'] or 'no designation'}) is past its end of life "
-            f"({info['end_of_life']}, {info['published']})")
+    text = (
+        f"NVIDIA driver branch {branch} ({info['designation'] or 'no designation'}) is past its end of life "
+        f"({info['end_of_life']}, {info['published']})"
+    )
     successor = info["successor"]
     if successor:
-        text += (f": branch {successor['branch']}, the {LTSB} supported until {successor['end_of_life']} "
-                 f"({successor['published']}), runs {cuda_part} too")
+        text += (
+            f": branch {successor['branch']}, the {LTSB} supported until {successor['end_of_life']} "
+            f"({successor['published']}), runs {cuda_part} too"
+        )
         if successor["sources"]:
-            text += (f", on {distribution} from source {' or '.join(successor['sources'])} (nvidia_driver_source); "
-                     f"move to it with playbooks/upgrade-driver.yml -e upgrade_driver_version={successor['version']}")
+            text += (
+                f", on {distribution} from source {' or '.join(successor['sources'])} (nvidia_driver_source); "
+                f"move to it with playbooks/upgrade-driver.yml -e upgrade_driver_version={successor['version']}"
+            )
         else:
             text += f", but no source gpufleet knows offers it on {distribution or 'this OS'}"
     else:
@@ -493,11 +595,13 @@ def repository_gap(matrix: dict[str, Any], cuda_release: str, repository_os: str
     has = [name for name, other in cudas.items() if repository_os in [str(i) for i in other.get("repositories") or []]]
     directory = (matrix.get("cuda_repositories") or {}).get(repository_os) or {}
     oldest = _text(directory.get("oldest_release"))
-    return (f"NVIDIA publishes no CUDA {cuda_release} (cuda-toolkit-{cuda_release.replace('.', '-')}) for "
-            f"{repository_os}: its {repository_os} repository "
-            + (f"starts at CUDA {oldest} and " if oldest else "")
-            + f"has {'CUDA ' + ', '.join(has) if has else 'none'} of the releases the compatibility matrix lists "
-            f"({', '.join(cudas)}); CUDA {cuda_release} is published for {', '.join(published) or 'no directory'}")
+    return (
+        f"NVIDIA publishes no CUDA {cuda_release} (cuda-toolkit-{cuda_release.replace('.', '-')}) for "
+        f"{repository_os}: its {repository_os} repository "
+        + (f"starts at CUDA {oldest} and " if oldest else "")
+        + f"has {'CUDA ' + ', '.join(has) if has else 'none'} of the releases the compatibility matrix lists "
+        f"({', '.join(cudas)}); CUDA {cuda_release} is published for {', '.join(published) or 'no directory'}"
+    )
 
 
 # --- the GPU-generation gate -------------------------------------------------
@@ -538,8 +642,14 @@ def _counted(name: str, device: str, architecture: str, addresses: list[str]) ->
     return f"the {name} (PCI ID 10de:{device.lower()}, {architecture}{where})"
 
 
-def gpu_generations(matrix: dict[str, Any], device_ids: Any = (), driver_branch: Any = "", cuda_release: Any = "",
-                    addresses: Any = (), names: dict[str, str] | None = None) -> dict[str, Any]:
+def gpu_generations(
+    matrix: dict[str, Any],
+    device_ids: Any = (),
+    driver_branch: Any = "",
+    cuda_release: Any = "",
+    addresses: Any = (),
+    names: dict[str, str] | None = None,
+) -> dict[str, Any]:
     """Whether the host's GPUs can run this driver branch and CUDA release: the compatibility matrix's
     gpu_architectures / gpu_devices against the host's PCI device IDs (preflight_report.gpu_device_ids).
 
@@ -564,22 +674,27 @@ def gpu_generations(matrix: dict[str, Any], device_ids: Any = (), driver_branch:
     # One entry per device ID, in the order the host lists them.
     seen: dict[str, dict[str, Any]] = {}
     warnings: list[str] = []
-    for raw, place in zip(ids, places):
+    for raw, place in zip(ids, places, strict=True):
         device = device_id(raw)
         if not device:
-            warnings.append(f"GPU {place or '?'} reports PCI device ID '{raw}', which is not one (4 hex digits): "
-                            "its architecture is not checked")
+            warnings.append(
+                f"GPU {place or '?'} reports PCI device ID '{raw}', which is not one (4 hex digits): "
+                "its architecture is not checked"
+            )
             continue
         if device not in seen:
             entry = gpu_device(matrix, device)
             arch = architectures.get(_text(entry.get("architecture")), {})
-            seen[device] = {"device_id": device, "name": _text(entry.get("name")),
-                            "architecture": _text(entry.get("architecture")) if arch else "",
-                            "min_driver_branch": _text(entry.get("min_driver_branch")) or _text(arch.get("min_driver_branch")),
-                            "last_driver_branch": _text(arch.get("last_driver_branch")),
-                            "min_cuda": _text(entry.get("min_cuda")) or _text(arch.get("min_cuda")),
-                            "own_minimum": bool(_text(entry.get("min_driver_branch"))),
-                            "addresses": []}
+            seen[device] = {
+                "device_id": device,
+                "name": _text(entry.get("name")),
+                "architecture": _text(entry.get("architecture")) if arch else "",
+                "min_driver_branch": _text(entry.get("min_driver_branch")) or _text(arch.get("min_driver_branch")),
+                "last_driver_branch": _text(arch.get("last_driver_branch")),
+                "min_cuda": _text(entry.get("min_cuda")) or _text(arch.get("min_cuda")),
+                "own_minimum": bool(_text(entry.get("min_driver_branch"))),
+                "addresses": [],
+            }
         if place:
             seen[device]["addresses"].append(place)
 
@@ -588,53 +703,95 @@ def gpu_generations(matrix: dict[str, Any], device_ids: Any = (), driver_branch:
         device, where = gpu["device_id"], gpu["addresses"]
         if not gpu["architecture"]:
             many = len(where) > 1
-            warnings.append(f"{f'{len(where)} GPUs' if many else 'a GPU'} with PCI ID 10de:{device.lower()}"
-                            + (f" ({', '.join(where)})" if where else "")
-                            + f" {'are' if many else 'is'} not in the compatibility matrix (files/compatibility.yml "
-                            f"gpu_devices): the driver branch and CUDA release {'they need' if many else 'it needs'}"
-                            " are not checked; add the device ID with its architecture, from NVIDIA's supported-GPU list "
-                            "of the driver release, to gpu_devices")
+            warnings.append(
+                f"{f'{len(where)} GPUs' if many else 'a GPU'} with PCI ID 10de:{device.lower()}"
+                + (f" ({', '.join(where)})" if where else "")
+                + f" {'are' if many else 'is'} not in the compatibility matrix (files/compatibility.yml "
+                f"gpu_devices): the driver branch and CUDA release {'they need' if many else 'it needs'}"
+                " are not checked; add the device ID with its architecture, from NVIDIA's supported-GPU list "
+                "of the driver release, to gpu_devices"
+            )
             continue
         gpu_text = _counted(gpu["name"] or "GPU", device, gpu["architecture"], where)
         minimum = _branch_number(gpu["min_driver_branch"])
         last = _branch_number(gpu["last_driver_branch"])
         if branch_number is not None and minimum is not None and branch_number < minimum:
-            fits = [b for b in branches if _branch_number(b) is not None and _branch_number(b) >= minimum
-                    and (last is None or _branch_number(b) <= last)]
-            who = (f"the {gpu['name']} needs driver branch {minimum} or newer, the first whose supported-GPU list "
-                   f"names it ({_text(published.get('devices'))})" if gpu["own_minimum"]
-                   else f"{gpu['architecture']} needs driver branch {minimum} or newer "
-                        f"({_text(published.get('architectures'))})")
-            errors.append(f"{names['driver_branch']} {branch} cannot drive {gpu_text}: {who}; "
-                          + (f"set {names['driver_branch']} to {' or '.join(fits)}" if fits else
-                             f"no driver branch of the compatibility matrix ({', '.join(branches)}) drives it: leave "
-                             "this host out of the run until the matrix has a stack for it"))
+            fits = [
+                b
+                for b in branches
+                if _branch_number(b) is not None
+                and _branch_number(b) >= minimum
+                and (last is None or _branch_number(b) <= last)
+            ]
+            who = (
+                f"the {gpu['name']} needs driver branch {minimum} or newer, the first whose supported-GPU list "
+                f"names it ({_text(published.get('devices'))})"
+                if gpu["own_minimum"]
+                else f"{gpu['architecture']} needs driver branch {minimum} or newer "
+                f"({_text(published.get('architectures'))})"
+            )
+            errors.append(
+                f"{names['driver_branch']} {branch} cannot drive {gpu_text}: {who}; "
+                + (
+                    f"set {names['driver_branch']} to {' or '.join(fits)}"
+                    if fits
+                    else f"no driver branch of the compatibility matrix ({', '.join(branches)}) drives it: leave "
+                    "this host out of the run until the matrix has a stack for it"
+                )
+            )
         if branch_number is not None and last is not None and branch_number > last:
-            fits = [b for b in branches if _branch_number(b) is not None and minimum is not None
-                    and minimum <= _branch_number(b) <= last]
-            errors.append(f"{names['driver_branch']} {branch} no longer drives {gpu_text}: branch {last} is the last "
-                          f"for {gpu['architecture']} ({_text(published.get('architectures'))}); "
-                          + (f"set {names['driver_branch']} to {' or '.join(fits)}" if fits else
-                             "no driver branch of the compatibility matrix drives it"))
+            fits = [
+                b
+                for b in branches
+                if _branch_number(b) is not None and minimum is not None and minimum <= _branch_number(b) <= last
+            ]
+            errors.append(
+                f"{names['driver_branch']} {branch} no longer drives {gpu_text}: branch {last} is the last "
+                f"for {gpu['architecture']} ({_text(published.get('architectures'))}); "
+                + (
+                    f"set {names['driver_branch']} to {' or '.join(fits)}"
+                    if fits
+                    else "no driver branch of the compatibility matrix drives it"
+                )
+            )
         needed = gpu["min_cuda"]
         if release and needed and _version_tuple(release) < _version_tuple(needed):
             fits = [c for c in cudas if _version_tuple(c) >= _version_tuple(needed)]
-            errors.append(f"{names['cuda_release']} {release} does not support {gpu_text}: {gpu['architecture']} needs "
-                          f"CUDA {needed} or newer ({_text(published.get('architectures'))}), and torch's "
-                          f"cu{release.replace('.', '')} wheels are built for CUDA {release}; "
-                          + (f"set {names['cuda_release']} to {' or '.join(fits)}" if fits else
-                             f"the compatibility matrix has no such CUDA release (it lists {', '.join(cudas)}): leave "
-                             "this host out of the run until it has one"))
+            errors.append(
+                f"{names['cuda_release']} {release} does not support {gpu_text}: {gpu['architecture']} needs "
+                f"CUDA {needed} or newer ({_text(published.get('architectures'))}), and torch's "
+                f"cu{release.replace('.', '')} wheels are built for CUDA {release}; "
+                + (
+                    f"set {names['cuda_release']} to {' or '.join(fits)}"
+                    if fits
+                    else f"the compatibility matrix has no such CUDA release (it lists {', '.join(cudas)}): leave "
+                    "this host out of the run until it has one"
+                )
+            )
     gpus = [{key: value for key, value in gpu.items() if key != "own_minimum"} for gpu in seen.values()]
     return {"gpus": gpus, "errors": errors, "warnings": warnings}
 
 
-def resolve(matrix: dict[str, Any], driver_branch: Any = "", driver_version: Any = "", cuda_release: Any = "",
-            pytorch_release: Any = "", pytorch_cuda_release: Any = "", pytorch_variant: Any = "",
-            distribution: Any = "", torchvision: bool = True, torchaudio: bool = True,
-            names: dict[str, str] | None = None, repository_os: Any = "", today: Any = "",
-            pytorch_wheel_source: Any = "", os_version: Any = "", python: Any = "",
-            gpu_device_ids: Any = (), gpu_addresses: Any = ()) -> dict[str, Any]:
+def resolve(
+    matrix: dict[str, Any],
+    driver_branch: Any = "",
+    driver_version: Any = "",
+    cuda_release: Any = "",
+    pytorch_release: Any = "",
+    pytorch_cuda_release: Any = "",
+    pytorch_variant: Any = "",
+    distribution: Any = "",
+    torchvision: bool = True,
+    torchaudio: bool = True,
+    names: dict[str, str] | None = None,
+    repository_os: Any = "",
+    today: Any = "",
+    pytorch_wheel_source: Any = "",
+    os_version: Any = "",
+    python: Any = "",
+    gpu_device_ids: Any = (),
+    gpu_addresses: Any = (),
+) -> dict[str, Any]:
     """One stack for these choices, or its reasons in ``errors``.
 
     ``names`` renames the settings in the reasons (the container role's
@@ -658,45 +815,76 @@ def resolve(matrix: dict[str, Any], driver_branch: Any = "", driver_version: Any
     if branch:
         row = branches.get(branch)
         if row is None:
-            errors.append(f"nvidia_driver_branch '{branch}' is not a driver branch gpufleet knows "
-                          f"(the compatibility matrix lists {', '.join(branches)})")
+            errors.append(
+                f"nvidia_driver_branch '{branch}' is not a driver branch gpufleet knows "
+                f"(the compatibility matrix lists {', '.join(branches)})"
+            )
         else:
             version = version or _text(row.get("default_version"))
             if not re.match(rf"^{re.escape(branch)}\.[0-9]+(\.[0-9]+)?$", version):
-                errors.append(f"nvidia_driver_version '{version}' is not a release of branch {branch} (expected the form "
-                              f"{branch}.NNN.NN, for example {row.get('default_version')})")
-            driver = {"branch": branch, "version": version, "fabricmanager": bool(row.get("fabricmanager")),
-                      "sources": list((row.get("sources") or {}).get(_text(distribution), [])),
-                      "lifecycle": lifecycle(matrix, branch, release if release in cudas else "", _text(distribution),
-                                             _today(today))}
+                errors.append(
+                    f"nvidia_driver_version '{version}' is not a release of branch {branch} (expected the form "
+                    f"{branch}.NNN.NN, for example {row.get('default_version')})"
+                )
+            driver = {
+                "branch": branch,
+                "version": version,
+                "fabricmanager": bool(row.get("fabricmanager")),
+                "sources": list((row.get("sources") or {}).get(_text(distribution), [])),
+                "lifecycle": lifecycle(
+                    matrix, branch, release if release in cudas else "", _text(distribution), _today(today)
+                ),
+            }
 
     cuda: dict[str, Any] = {}
     row = cudas.get(release)
     if row is None:
-        errors.append(f"{names['cuda_release']} '{release}' is not a CUDA release gpufleet knows "
-                      f"(the compatibility matrix lists {', '.join(cudas)})")
+        errors.append(
+            f"{names['cuda_release']} '{release}' is not a CUDA release gpufleet knows "
+            f"(the compatibility matrix lists {', '.join(cudas)})"
+        )
     else:
-        cuda = {"release": release, "dashed": release.replace(".", "-"),
-                "toolkit_package": "cuda-toolkit-" + release.replace(".", "-"),
-                "toolkit_version": _text(row.get("toolkit_version")),
-                "component_version": _text(row.get("component_version")),
-                "min_driver": _text(row.get("min_driver")), "pytorch_variant": _text(row.get("pytorch_variant")),
-                "repositories": [str(item) for item in row.get("repositories") or []],
-                "repository_gap": repository_gap(matrix, release, _text(repository_os))}
+        cuda = {
+            "release": release,
+            "dashed": release.replace(".", "-"),
+            "toolkit_package": "cuda-toolkit-" + release.replace(".", "-"),
+            "toolkit_version": _text(row.get("toolkit_version")),
+            "component_version": _text(row.get("component_version")),
+            "min_driver": _text(row.get("min_driver")),
+            "pytorch_variant": _text(row.get("pytorch_variant")),
+            "repositories": [str(item) for item in row.get("repositories") or []],
+            "repository_gap": repository_gap(matrix, release, _text(repository_os)),
+        }
     cudnn = dict(row.get("cudnn") or {}) if row else {}
     nccl = dict(row.get("nccl") or {}) if row else {}
 
-    pytorch = resolve_pytorch(matrix, pytorch_release, pytorch_cuda_release or release, pytorch_variant,
-                              torchvision=torchvision, torchaudio=torchaudio, names=names,
-                              cuda_follows=not _text(pytorch_cuda_release), wheel_source=pytorch_wheel_source,
-                              python=environment_python(matrix, python, distribution, os_version))
+    pytorch = resolve_pytorch(
+        matrix,
+        pytorch_release,
+        pytorch_cuda_release or release,
+        pytorch_variant,
+        torchvision=torchvision,
+        torchaudio=torchaudio,
+        names=names,
+        cuda_follows=not _text(pytorch_cuda_release),
+        wheel_source=pytorch_wheel_source,
+        python=environment_python(matrix, python, distribution, os_version),
+    )
     errors += pytorch.pop("errors")
 
     gpus = gpu_generations(matrix, gpu_device_ids, branch, release if release in cudas else "", gpu_addresses, names)
     errors += gpus.pop("errors")
 
-    return {"errors": errors, "driver": driver, "cuda": cuda, "cudnn": cudnn, "nccl": nccl, "pytorch": pytorch,
-            "gpus": gpus, "known": known}
+    return {
+        "errors": errors,
+        "driver": driver,
+        "cuda": cuda,
+        "cudnn": cudnn,
+        "nccl": nccl,
+        "pytorch": pytorch,
+        "gpus": gpus,
+        "known": known,
+    }
 
 
 class LookupModule(LookupBase):
@@ -705,8 +893,26 @@ class LookupModule(LookupBase):
     def run(self, terms: list[Any], variables: dict[str, Any] | None = None, **kwargs: Any) -> list[dict[str, Any]]:
         self.set_options(var_options=variables, direct=kwargs)
         matrix = load_matrix()
-        choices = {name: self.get_option(name) for name in (
-            "driver_branch", "driver_version", "cuda_release", "pytorch_release", "pytorch_cuda_release",
-            "pytorch_variant", "distribution", "torchvision", "torchaudio", "names", "repository_os", "today",
-            "pytorch_wheel_source", "os_version", "python", "gpu_device_ids", "gpu_addresses")}
+        choices = {
+            name: self.get_option(name)
+            for name in (
+                "driver_branch",
+                "driver_version",
+                "cuda_release",
+                "pytorch_release",
+                "pytorch_cuda_release",
+                "pytorch_variant",
+                "distribution",
+                "torchvision",
+                "torchaudio",
+                "names",
+                "repository_os",
+                "today",
+                "pytorch_wheel_source",
+                "os_version",
+                "python",
+                "gpu_device_ids",
+                "gpu_addresses",
+            )
+        }
         return [resolve(matrix, **choices)]

@@ -112,8 +112,19 @@ MISSING = "—"
 # torch's own cuDNN/NCCL (the builds its wheels bring, what torch reports) and the
 # system's (the dpkg versions of libcudnn8 / libnccl2, which torch does not load)
 # are separate columns.
-TABLE_HEADER = ("Node", "Verdict", "Driver", "CUDA", "torch", "torch's own cuDNN/NCCL", "system cuDNN/NCCL", "GPUs",
-                "TFLOP/s (min)", "busbw GB/s", "Reason")
+TABLE_HEADER = (
+    "Node",
+    "Verdict",
+    "Driver",
+    "CUDA",
+    "torch",
+    "torch's own cuDNN/NCCL",
+    "system cuDNN/NCCL",
+    "GPUs",
+    "TFLOP/s (min)",
+    "busbw GB/s",
+    "Reason",
+)
 # The "Checks skipped" note names this many nodes per line, then counts the rest.
 NOTE_MAX_HOSTS = 8
 # Characters XML 1.0 cannot carry, even escaped (terminal control codes in a detail).
@@ -122,8 +133,12 @@ XML_INVALID_CHARACTERS = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-
 
 # The kinds of work a finding asks for (gpufleet_check's health.ACTION_CLASSES), in the report's order, and
 # how the report says them.
-ACTION_LABELS = {"replace": "replace the GPU", "drain": "drain and investigate", "reboot": "reboot",
-                 "configure": "fix the configuration"}
+ACTION_LABELS = {
+    "replace": "replace the GPU",
+    "drain": "drain and investigate",
+    "reboot": "reboot",
+    "configure": "fix the configuration",
+}
 # A node more than this fraction below its model's median is an outlier (gpu_verify_outlier_fraction;
 # docs/gpu.md, "Outliers", says why 0.1), judged among at least this many nodes of the model with the figure.
 DEFAULT_OUTLIER_FRACTION = 0.1
@@ -140,6 +155,7 @@ class InputError(ValueError):
 
 
 # --- from the nodes' runs to the collector's document -------------------------------------------
+
 
 def check_entry(run: Any) -> dict[str, Any]:
     """A node's entry for the fleet report from the registered result of its health-check run (gpu_verify):
@@ -180,8 +196,9 @@ def check_entry(run: Any) -> dict[str, Any]:
     return {"result": None, "error": error, "unreachable": unreachable, "metrics_not_written": metrics}
 
 
-def collect_document(runs: Mapping[str, Any], gone: Any = (), inventory: str = "", playbook: str = "verify",
-                     generated: str | None = None) -> dict[str, Any]:
+def collect_document(
+    runs: Mapping[str, Any], gone: Any = (), inventory: str = "", playbook: str = "verify", generated: str | None = None
+) -> dict[str, Any]:
     """The collector's document from every node's registered run (``runs``: host -> the registered result of
     gpu_verify's "Run the health checks") and the nodes that left the play before their checks ran."""
     if not isinstance(runs, Mapping):
@@ -189,8 +206,12 @@ def collect_document(runs: Mapping[str, Any], gone: Any = (), inventory: str = "
     hosts: dict[str, Any] = {str(host): check_entry(run) for host, run in runs.items()}
     for host in gone or ():
         hosts.setdefault(str(host), {"result": None, "error": GONE_ERROR})
-    return {"generated": generated or datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "inventory": inventory, "playbook": playbook, "hosts": hosts}
+    return {
+        "generated": generated or datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "inventory": inventory,
+        "playbook": playbook,
+        "hosts": hosts,
+    }
 
 
 def metrics_not_written(runs: Mapping[str, Any]) -> dict[str, list[str]]:
@@ -201,8 +222,12 @@ def metrics_not_written(runs: Mapping[str, Any]) -> dict[str, list[str]]:
 
 # --- the report ---------------------------------------------------------------------------------
 
-def build_report(doc: Any, outlier_fraction: float = DEFAULT_OUTLIER_FRACTION,
-                 extra_figures: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
+
+def build_report(
+    doc: Any,
+    outlier_fraction: float = DEFAULT_OUTLIER_FRACTION,
+    extra_figures: Mapping[str, Mapping[str, Any]] | None = None,
+) -> dict[str, Any]:
     """Summarise the collector's document: the fleet verdict, the counts, one entry per node, and the nodes
     whose measured figures are more than ``outlier_fraction`` below their model's fleet median (``outliers``;
     ``extra_figures``: more figures per host, see node_figures).
@@ -218,8 +243,13 @@ def build_report(doc: Any, outlier_fraction: float = DEFAULT_OUTLIER_FRACTION,
     nodes = [build_node(host, entry) for host, entry in hosts]
     for node in nodes:
         node["figures"].update(extra_figure_entries((extra_figures or {}).get(node["host"])))
-    judged = outliers([{"host": node["host"], "model": node["gpu_model"], "gpus": node["gpus"],
-                        "figures": node["figures"]} for node in nodes], outlier_fraction)
+    judged = outliers(
+        [
+            {"host": node["host"], "model": node["gpu_model"], "gpus": node["gpus"], "figures": node["figures"]}
+            for node in nodes
+        ],
+        outlier_fraction,
+    )
     verdicts = Counter(node["verdict"] for node in nodes)
     return {
         "schema": REPORT_SCHEMA,
@@ -236,8 +266,11 @@ def build_report(doc: Any, outlier_fraction: float = DEFAULT_OUTLIER_FRACTION,
         },
         "warnings": fleet_warnings(nodes),
         "outliers": judged["outliers"],
-        "outlier_rule": {"fraction": outlier_fraction, "min_nodes": OUTLIER_MIN_NODES,
-                         "not_judged": judged["not_judged"]},
+        "outlier_rule": {
+            "fraction": outlier_fraction,
+            "min_nodes": OUTLIER_MIN_NODES,
+            "not_judged": judged["not_judged"],
+        },
         "repeat_offenders": [],
         "history": None,
         "nodes": nodes,
@@ -252,8 +285,10 @@ def fleet_warnings(nodes: list[dict[str, Any]]) -> list[str]:
             pinned[node["driver_pinned"]].append(str(node["host"]))
     if len(pinned) < 2:
         return []
-    builds = ", ".join(f"{version} ({named_hosts(hosts)})" for version, hosts in
-                       sorted(pinned.items(), key=lambda item: natural_key(item[0])))
+    builds = ", ".join(
+        f"{version} ({named_hosts(hosts)})"
+        for version, hosts in sorted(pinned.items(), key=lambda item: natural_key(item[0]))
+    )
     return [f"{len(pinned)} driver builds pinned across the fleet: {builds}"]
 
 
@@ -326,9 +361,16 @@ def node_findings(result: Any) -> list[dict[str, Any]]:
             if not isinstance(finding, dict):
                 continue
             klass = finding.get("action_class")
-            found.append({"check": check["name"], **{key: version_text(finding.get(key)) for key in
-                                                     ("gpu", "verdict", "signal", "action", "evidence")},
-                          "action_class": klass if klass in ACTION_LABELS else None})
+            found.append(
+                {
+                    "check": check["name"],
+                    **{
+                        key: version_text(finding.get(key))
+                        for key in ("gpu", "verdict", "signal", "action", "evidence")
+                    },
+                    "action_class": klass if klass in ACTION_LABELS else None,
+                }
+            )
     return found
 
 
@@ -338,17 +380,20 @@ def document_problems(result: Any) -> list[str]:
         return [f"not a JSON object: {short_repr(result)}"]
     problems = []
     if result.get("schema") != CHECK_SCHEMA:
-        problems.append(f"schema is {short_repr(result.get('schema'))}, expected \"{CHECK_SCHEMA}\"")
+        problems.append(f'schema is {short_repr(result.get("schema"))}, expected "{CHECK_SCHEMA}"')
     if "verdict" not in result:
         problems.append("no verdict")
     elif result["verdict"] not in NODE_VERDICTS:
-        problems.append(f"verdict {short_repr(result['verdict'])} is not \"pass\" or \"fail\"")
+        problems.append(f'verdict {short_repr(result["verdict"])} is not "pass" or "fail"')
     checks = result.get("checks", [])
     if not isinstance(checks, list):
         problems.append(f"checks is not a list: {short_repr(checks)}")
     else:
-        problems.extend(f"checks[{index}] is not a check (a name and a verdict of {', '.join(CHECK_VERDICTS)}): "
-                        f"{short_repr(check)}" for index, check in enumerate(checks) if not is_check(check))
+        problems.extend(
+            f"checks[{index}] is not a check (a name and a verdict of {', '.join(CHECK_VERDICTS)}): {short_repr(check)}"
+            for index, check in enumerate(checks)
+            if not is_check(check)
+        )
     return problems
 
 
@@ -358,8 +403,11 @@ def node_reasons(result: dict[str, Any]) -> list[str]:
     if isinstance(reasons, list) and reasons:
         return [str(reason) for reason in reasons]
     if result["verdict"] == "fail":
-        return [f"{check['name']}: {check.get('detail') or 'failed'}" for check in valid_checks(result)
-                if check["verdict"] == "fail"] or ["the node failed and gave no reason"]
+        return [
+            f"{check['name']}: {check.get('detail') or 'failed'}"
+            for check in valid_checks(result)
+            if check["verdict"] == "fail"
+        ] or ["the node failed and gave no reason"]
     return []
 
 
@@ -397,7 +445,7 @@ def finite_number(value: Any) -> float | int | None:
 
 def short_repr(value: Any, limit: int = 80) -> str:
     text = json.dumps(value, ensure_ascii=False, default=repr)
-    return text if len(text) <= limit else text[:limit - 1] + "…"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def natural_key(name: str) -> list[Any]:
@@ -415,14 +463,31 @@ def natural_key(name: str) -> list[Any]:
 # build_report's ``extra_figures``.
 FIGURES: dict[str, dict[str, Any]] = {
     "gemm_tflops": {"check": "gemm", "unit": "TFLOP/s", "label": "GEMM of the slowest GPU", "basis": ()},
-    "memory_bandwidth_gbps": {"check": "memory_bandwidth", "unit": "GB/s", "label": "device memory bandwidth of the "
-                              "slowest GPU", "basis": ("size_mib",)},
-    "host_copy_gbps": {"check": "memory_bandwidth", "field": "host_copy_min_gbps", "unit": "GB/s",
-                       "label": "slowest host<->device copy", "basis": ("size_mib",)},
-    "allreduce_busbw_gbps": {"check": "allreduce_busbw", "unit": "GB/s", "label": "all-reduce bus bandwidth",
-                             "basis": ("world_size", "size_mib")},
-    "training_samples_per_s": {"check": "training", "unit": "samples/s", "label": "training throughput",
-                               "basis": ("gpus",)},
+    "memory_bandwidth_gbps": {
+        "check": "memory_bandwidth",
+        "unit": "GB/s",
+        "label": "device memory bandwidth of the slowest GPU",
+        "basis": ("size_mib",),
+    },
+    "host_copy_gbps": {
+        "check": "memory_bandwidth",
+        "field": "host_copy_min_gbps",
+        "unit": "GB/s",
+        "label": "slowest host<->device copy",
+        "basis": ("size_mib",),
+    },
+    "allreduce_busbw_gbps": {
+        "check": "allreduce_busbw",
+        "unit": "GB/s",
+        "label": "all-reduce bus bandwidth",
+        "basis": ("world_size", "size_mib"),
+    },
+    "training_samples_per_s": {
+        "check": "training",
+        "unit": "samples/s",
+        "label": "training throughput",
+        "basis": ("gpus",),
+    },
 }
 BASIS_WORDS = {"world_size": "{} GPUs", "size_mib": "{} MiB", "gpus": "{} GPUs"}
 OUTLIER_ACTION = "drain"
@@ -430,8 +495,10 @@ OUTLIER_ACTION = "drain"
 
 def check_fraction(fraction: Any) -> None:
     if not isinstance(fraction, (int, float)) or isinstance(fraction, bool) or not 0 < fraction < 1:
-        raise InputError(f"gpu_verify_outlier_fraction (--outlier-fraction) {fraction!r} is not a fraction below the "
-                         f"median (above 0, below 1; default {DEFAULT_OUTLIER_FRACTION})")
+        raise InputError(
+            f"gpu_verify_outlier_fraction (--outlier-fraction) {fraction!r} is not a fraction below the "
+            f"median (above 0, below 1; default {DEFAULT_OUTLIER_FRACTION})"
+        )
 
 
 def node_figures(result: Any) -> dict[str, dict[str, Any]]:
@@ -449,8 +516,12 @@ def node_figures(result: Any) -> dict[str, dict[str, Any]]:
             continue
         parts = [(key, gpus if key == "gpus" else check.get(key)) for key in spec["basis"]]
         unit = (check.get("unit") if field == "value" else None) or spec["unit"]
-        figures[name] = {"value": value, "unit": unit, "label": spec["label"],
-                         "basis": ", ".join(BASIS_WORDS[key].format(part) for key, part in parts if part is not None)}
+        figures[name] = {
+            "value": value,
+            "unit": unit,
+            "label": spec["label"],
+            "basis": ", ".join(BASIS_WORDS[key].format(part) for key, part in parts if part is not None),
+        }
     return figures
 
 
@@ -458,15 +529,16 @@ def extra_figure_entries(entries: Any) -> dict[str, dict[str, Any]]:
     """Figures given from outside the checks, {name: {"value", "unit", "label", "basis"}}: those with a finite
     value, the others' fields as text ("" where absent)."""
     out = {}
-    for name, entry in (entries.items() if isinstance(entries, Mapping) else ()):
+    for name, entry in entries.items() if isinstance(entries, Mapping) else ():
         value = finite_number(entry.get("value")) if isinstance(entry, Mapping) else None
         if value is not None:
             out[str(name)] = {"value": value, **{key: str(entry.get(key) or "") for key in ("unit", "label", "basis")}}
     return out
 
 
-def outliers(rows: list[dict[str, Any]], fraction: float = DEFAULT_OUTLIER_FRACTION,
-             min_nodes: int = OUTLIER_MIN_NODES) -> dict[str, list[dict[str, Any]]]:
+def outliers(
+    rows: list[dict[str, Any]], fraction: float = DEFAULT_OUTLIER_FRACTION, min_nodes: int = OUTLIER_MIN_NODES
+) -> dict[str, list[dict[str, Any]]]:
     """The outlier rule: each node's figure against the median of that figure over the nodes of the same GPU
     model (and basis, node_figures), the node included; more than ``fraction`` below it is an outlier.
 
@@ -496,21 +568,51 @@ def outliers(rows: list[dict[str, Any]], fraction: float = DEFAULT_OUTLIER_FRACT
         label = members[0][2].get("label") or name
         hosts = sorted((host for host, _value, _figure in members), key=natural_key)
         if len(members) < min_nodes:
-            not_judged.append({"figure": name, "label": label, "model": model, "basis": basis, "nodes": len(members),
-                               "hosts": hosts, "why": f"fewer than {min_nodes} nodes of this model"})
+            not_judged.append(
+                {
+                    "figure": name,
+                    "label": label,
+                    "model": model,
+                    "basis": basis,
+                    "nodes": len(members),
+                    "hosts": hosts,
+                    "why": f"fewer than {min_nodes} nodes of this model",
+                }
+            )
             continue
         median = statistics.median(value for _host, value, _figure in members)
         if median <= 0:
             continue
         for host, value, figure in members:
             if value < median * (1 - fraction):
-                flagged.append({"host": host, "figure": name, "label": label, "value": value,
-                                "unit": figure.get("unit") or "", "median": median, "model": model, "basis": basis,
-                                "nodes": len(members), "below": round(1 - value / median, 4),
-                                "action_class": OUTLIER_ACTION, "action": ACTION_LABELS[OUTLIER_ACTION]})
+                flagged.append(
+                    {
+                        "host": host,
+                        "figure": name,
+                        "label": label,
+                        "value": value,
+                        "unit": figure.get("unit") or "",
+                        "median": median,
+                        "model": model,
+                        "basis": basis,
+                        "nodes": len(members),
+                        "below": round(1 - value / median, 4),
+                        "action_class": OUTLIER_ACTION,
+                        "action": ACTION_LABELS[OUTLIER_ACTION],
+                    }
+                )
     for (name, model, why), hosts in sorted(unjudged.items()):
-        not_judged.append({"figure": name, "label": FIGURES.get(name, {}).get("label", name), "model": model or None,
-                           "basis": "", "nodes": len(hosts), "hosts": sorted(hosts, key=natural_key), "why": why})
+        not_judged.append(
+            {
+                "figure": name,
+                "label": FIGURES.get(name, {}).get("label", name),
+                "model": model or None,
+                "basis": "",
+                "nodes": len(hosts),
+                "hosts": sorted(hosts, key=natural_key),
+                "why": why,
+            }
+        )
     flagged.sort(key=lambda entry: (natural_key(entry["host"]), entry["figure"]))
     return {"outliers": flagged, "not_judged": not_judged}
 
@@ -519,15 +621,16 @@ def outlier_line(entry: dict[str, Any]) -> str:
     """'node-3: GEMM of the slowest GPU 700.0 TFLOP/s, 12.6% below the median 801.0 of 4 NVIDIA H200 nodes
     → drain and investigate'."""
     basis = f" ({entry['basis']})" if entry.get("basis") else ""
-    return (f"{entry['host']}: {entry['label']} {entry['value']:.1f} {entry['unit']}".rstrip() +
-            f", {entry['below']:.1%} below the median {entry['median']:.1f} of {entry['nodes']} {entry['model']} "
-            f"nodes{basis} → {entry['action']}")
+    return (
+        f"{entry['host']}: {entry['label']} {entry['value']:.1f} {entry['unit']}".rstrip()
+        + f", {entry['below']:.1%} below the median {entry['median']:.1f} of {entry['nodes']} {entry['model']} "
+        f"nodes{basis} → {entry['action']}"
+    )
 
 
 def not_judged_line(entry: dict[str, Any]) -> str:
     model = f" on {entry['model']}" if entry.get("model") else ""
-    return (f"{entry['label']}{model}: not judged, {entry['why']} ({entry['nodes']}: "
-            f"{named_hosts(entry['hosts'])})")
+    return f"{entry['label']}{model}: not judged, {entry['why']} ({entry['nodes']}: {named_hosts(entry['hosts'])})"
 
 
 # --- node history and repeat offenders -----------------------------------------------------------
@@ -546,33 +649,50 @@ HISTORY_REASON_CHARS = 300
 # The metrics of the history the play writes beside each node's gpufleet.prom (history_metrics).
 HISTORY_METRICS_FILE = "gpufleet-history.prom"
 HISTORY_METRICS: dict[str, tuple[str, str]] = {
-    "gpufleet_repeat_failures": ("gauge", "Verification runs the node failed or was unreachable in, among its last "
-                                          "runs (window) in the fleet report's history."),
-    "gpufleet_repeat_offender": ("gauge", "1 when the node failed in at least threshold of its last window runs "
-                                          "(the fleet report's repeat offenders), else 0."),
+    "gpufleet_repeat_failures": (
+        "gauge",
+        "Verification runs the node failed or was unreachable in, among its last "
+        "runs (window) in the fleet report's history.",
+    ),
+    "gpufleet_repeat_offender": (
+        "gauge",
+        "1 when the node failed in at least threshold of its last window runs "
+        "(the fleet report's repeat offenders), else 0.",
+    ),
 }
 
 
 def check_history_settings(keep: Any, failures: Any, runs: Any) -> None:
     """The history's settings, each named with its fix (InputError)."""
-    for name, value, least in (("gpu_verify_history_keep", keep, 0), ("gpu_verify_repeat_failures", failures, 1),
-                               ("gpu_verify_repeat_runs", runs, 1)):
+    for name, value, least in (
+        ("gpu_verify_history_keep", keep, 0),
+        ("gpu_verify_repeat_failures", failures, 1),
+        ("gpu_verify_repeat_runs", runs, 1),
+    ):
         if not isinstance(value, int) or isinstance(value, bool) or value < least:
             raise InputError(f"{name} {value!r} is not a whole number of runs ({least} or more)")
     if failures > runs:
-        raise InputError(f"gpu_verify_repeat_failures {failures} is more than gpu_verify_repeat_runs {runs}: a node "
-                         f"cannot fail in more runs than are looked at")
+        raise InputError(
+            f"gpu_verify_repeat_failures {failures} is more than gpu_verify_repeat_runs {runs}: a node "
+            f"cannot fail in more runs than are looked at"
+        )
     if keep and keep < runs:
-        raise InputError(f"gpu_verify_history_keep {keep} keeps fewer runs than gpu_verify_repeat_runs {runs} looks "
-                         f"at: keep at least {runs} (or 0: no history)")
+        raise InputError(
+            f"gpu_verify_history_keep {keep} keeps fewer runs than gpu_verify_repeat_runs {runs} looks "
+            f"at: keep at least {runs} (or 0: no history)"
+        )
 
 
 def history_record(report: dict[str, Any]) -> dict[str, Any]:
     """This run as one line of the history: when, which playbook, and per node its verdict, reasons, failed
     checks (each with its reason and action class), GPU model and figures."""
-    return {"schema": HISTORY_SCHEMA, "generated": report.get("generated"), "playbook": report.get("playbook"),
-            "inventory": report.get("inventory"),
-            "nodes": {str(node["host"]): node_record(node) for node in report.get("nodes", [])}}
+    return {
+        "schema": HISTORY_SCHEMA,
+        "generated": report.get("generated"),
+        "playbook": report.get("playbook"),
+        "inventory": report.get("inventory"),
+        "nodes": {str(node["host"]): node_record(node) for node in report.get("nodes", [])},
+    }
 
 
 def node_record(node: dict[str, Any]) -> dict[str, Any]:
@@ -586,11 +706,20 @@ def node_record(node: dict[str, Any]) -> dict[str, Any]:
         if not classes and check["name"] == "driver_version" and node.get("reboot_required"):
             classes = ["reboot"]
         reason = found[0].get("evidence") if found and found[0].get("evidence") else check.get("detail") or "failed"
-        failed.append({"check": check["name"], "reason": one_line(reason)[:HISTORY_REASON_CHARS],
-                       "action_class": classes[0] if classes else None})
-    return {"verdict": node.get("verdict"), "reasons": [one_line(r)[:HISTORY_REASON_CHARS] for r in node.get("reasons") or []],
-            "failed": failed, "model": node.get("gpu_model"),
-            "figures": {name: figure["value"] for name, figure in (node.get("figures") or {}).items()}}
+        failed.append(
+            {
+                "check": check["name"],
+                "reason": one_line(reason)[:HISTORY_REASON_CHARS],
+                "action_class": classes[0] if classes else None,
+            }
+        )
+    return {
+        "verdict": node.get("verdict"),
+        "reasons": [one_line(r)[:HISTORY_REASON_CHARS] for r in node.get("reasons") or []],
+        "failed": failed,
+        "model": node.get("gpu_model"),
+        "figures": {name: figure["value"] for name, figure in (node.get("figures") or {}).items()},
+    }
 
 
 def read_history(path: Path) -> tuple[list[dict[str, Any]], str | None]:
@@ -633,8 +762,9 @@ def history_lock(directory: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def record_history(report: dict[str, Any], directory: Path, keep: int = DEFAULT_HISTORY_KEEP,
-                   now: datetime | None = None) -> dict[str, Any]:
+def record_history(
+    report: dict[str, Any], directory: Path, keep: int = DEFAULT_HISTORY_KEEP, now: datetime | None = None
+) -> dict[str, Any]:
     """Append this run to directory/HISTORY_FILE, keep the last ``keep`` runs, rewrite it atomically; returns
     {"file", "keep", "runs" (the history, oldest first, this run last), "warnings"}.
 
@@ -656,11 +786,14 @@ def record_history(report: dict[str, Any], directory: Path, keep: int = DEFAULT_
                 stamp = (now or datetime.now(timezone.utc)).strftime("%Y%m%dT%H%M%SZ")
                 aside = path.with_name(f"{path.name}.set-aside-{stamp}")
                 os.replace(path, aside)
-                outcome["warnings"].append(f"the history {path} is not a {HISTORY_SCHEMA} file ({problem}): set aside "
-                                           f"as {aside.name}, its {len(runs)} readable run(s) kept")
+                outcome["warnings"].append(
+                    f"the history {path} is not a {HISTORY_SCHEMA} file ({problem}): set aside "
+                    f"as {aside.name}, its {len(runs)} readable run(s) kept"
+                )
             runs = (runs + [record])[-keep:]
-            write_atomically(path, "".join(json.dumps(run, ensure_ascii=False, separators=(",", ":")) + "\n"
-                                           for run in runs))
+            write_atomically(
+                path, "".join(json.dumps(run, ensure_ascii=False, separators=(",", ":")) + "\n" for run in runs)
+            )
     except OSError as error:
         outcome["warnings"].append(f"the history in {directory} was not kept this run: {error}")
         return {**outcome, "runs": []}
@@ -670,13 +803,20 @@ def record_history(report: dict[str, Any], directory: Path, keep: int = DEFAULT_
 
 def node_runs(runs: list[dict[str, Any]], host: str, window: int) -> list[dict[str, Any]]:
     """{"generated", "playbook", **the node's record} of the last ``window`` runs that include ``host``."""
-    mine = [{"generated": run.get("generated"), "playbook": run.get("playbook"), **run["nodes"][host]}
-            for run in runs if isinstance(run["nodes"].get(host), dict)]
+    mine = [
+        {"generated": run.get("generated"), "playbook": run.get("playbook"), **run["nodes"][host]}
+        for run in runs
+        if isinstance(run["nodes"].get(host), dict)
+    ]
     return mine[-window:]
 
 
-def repeat_offenders(runs: list[dict[str, Any]], failures: int = DEFAULT_REPEAT_FAILURES,
-                     window: int = DEFAULT_REPEAT_RUNS, hosts: Any = None) -> list[dict[str, Any]]:
+def repeat_offenders(
+    runs: list[dict[str, Any]],
+    failures: int = DEFAULT_REPEAT_FAILURES,
+    window: int = DEFAULT_REPEAT_RUNS,
+    hosts: Any = None,
+) -> list[dict[str, Any]]:
     """The k-of-n rule: the nodes that did not pass (failed or unreachable) in at least ``failures`` of their
     last ``window`` runs of the history (the runs that include them: a --limit run counts only for its
     hosts), with each failing run's time, verdict, reasons and failed checks, and the work they ask for:
@@ -689,19 +829,34 @@ def repeat_offenders(runs: list[dict[str, Any]], failures: int = DEFAULT_REPEAT_
         failing = [run for run in recent if run.get("verdict") != "pass"]
         if len(failing) < failures:
             continue
-        classes = {entry.get("action_class") for run in failing for entry in run.get("failed") or []
-                   if isinstance(entry, dict)}
+        classes = {
+            entry.get("action_class") for run in failing for entry in run.get("failed") or [] if isinstance(entry, dict)
+        }
         klass = REPEAT_REPLACE if REPEAT_REPLACE in classes else REPEAT_INVESTIGATE
-        found.append({"host": str(host), "failed_runs": len(failing), "runs": len(recent), "window": window,
-                      "threshold": failures, "action_class": klass,
-                      "action": "replace the GPU" if klass == REPEAT_REPLACE else "investigate (drain and investigate)",
-                      "failures": [{key: run.get(key) for key in ("generated", "playbook", "verdict", "reasons", "failed")}
-                                   for run in failing]})
+        found.append(
+            {
+                "host": str(host),
+                "failed_runs": len(failing),
+                "runs": len(recent),
+                "window": window,
+                "threshold": failures,
+                "action_class": klass,
+                "action": "replace the GPU" if klass == REPEAT_REPLACE else "investigate (drain and investigate)",
+                "failures": [
+                    {key: run.get(key) for key in ("generated", "playbook", "verdict", "reasons", "failed")}
+                    for run in failing
+                ],
+            }
+        )
     return found
 
 
-def apply_history(report: dict[str, Any], history: dict[str, Any], failures: int = DEFAULT_REPEAT_FAILURES,
-                  window: int = DEFAULT_REPEAT_RUNS) -> dict[str, Any]:
+def apply_history(
+    report: dict[str, Any],
+    history: dict[str, Any],
+    failures: int = DEFAULT_REPEAT_FAILURES,
+    window: int = DEFAULT_REPEAT_RUNS,
+) -> dict[str, Any]:
     """The history's part of the report (record_history's outcome): ``history`` (file, runs kept, the rule),
     ``repeat_offenders`` among this run's nodes, each node's ``recent_runs`` ({"failed", "runs", "window"}),
     and the history's warnings among the report's."""
@@ -709,13 +864,21 @@ def apply_history(report: dict[str, Any], history: dict[str, Any], failures: int
         return report  # no history kept: "history" stays None, as build_report left it
     runs = history.get("runs") or []
     hosts = [str(node["host"]) for node in report.get("nodes", [])]
-    report["history"] = {"file": history.get("file"), "keep": history.get("keep"), "runs_kept": len(runs),
-                         "rule": {"failures": failures, "runs": window}, "warnings": list(history.get("warnings") or [])}
+    report["history"] = {
+        "file": history.get("file"),
+        "keep": history.get("keep"),
+        "runs_kept": len(runs),
+        "rule": {"failures": failures, "runs": window},
+        "warnings": list(history.get("warnings") or []),
+    }
     report["repeat_offenders"] = repeat_offenders(runs, failures, window, hosts) if runs else []
     for node in report.get("nodes", []):
         recent = node_runs(runs, str(node["host"]), window) if runs else []
-        node["recent_runs"] = {"failed": sum(run.get("verdict") != "pass" for run in recent), "runs": len(recent),
-                               "window": window} if runs else None
+        node["recent_runs"] = (
+            {"failed": sum(run.get("verdict") != "pass" for run in recent), "runs": len(recent), "window": window}
+            if runs
+            else None
+        )
     report["warnings"] = list(report.get("warnings") or []) + report["history"]["warnings"]
     return report
 
@@ -724,13 +887,20 @@ def repeat_offender_lines(report: dict[str, Any]) -> list[str]:
     """'node-2: failed 2 of its last 3 runs → replace the GPU' then one line per failing run with its reasons."""
     lines = []
     for entry in report.get("repeat_offenders") or []:
-        lines.append(f"{entry['host']}: failed {entry['failed_runs']} of its last {entry['runs']} runs → {entry['action']}")
+        lines.append(
+            f"{entry['host']}: failed {entry['failed_runs']} of its last {entry['runs']} runs → {entry['action']}"
+        )
         for run in entry.get("failures") or []:
-            failed = [f"{item['check']}: {item['reason']}" + (f" ({ACTION_LABELS[item['action_class']]})"
-                                                              if item.get("action_class") in ACTION_LABELS else "")
-                      for item in run.get("failed") or [] if isinstance(item, dict)]
+            failed = [
+                f"{item['check']}: {item['reason']}"
+                + (f" ({ACTION_LABELS[item['action_class']]})" if item.get("action_class") in ACTION_LABELS else "")
+                for item in run.get("failed") or []
+                if isinstance(item, dict)
+            ]
             why = "; ".join(failed or run.get("reasons") or ["no reason given"])
-            lines.append(f"  {run.get('generated') or 'undated'} {str(run.get('verdict') or 'fail').upper()}: {one_line(why)}")
+            lines.append(
+                f"  {run.get('generated') or 'undated'} {str(run.get('verdict') or 'fail').upper()}: {one_line(why)}"
+            )
     return lines
 
 
@@ -746,8 +916,10 @@ def history_metrics(report: dict[str, Any]) -> dict[str, str]:
         if not recent:
             continue
         window, threshold = rule.get("runs", recent["window"]), rule.get("failures", DEFAULT_REPEAT_FAILURES)
-        values = {"gpufleet_repeat_failures": (f'window="{window}"', recent["failed"]),
-                  "gpufleet_repeat_offender": (f'window="{window}",threshold="{threshold}"', int(node["host"] in offenders))}
+        values = {
+            "gpufleet_repeat_failures": (f'window="{window}"', recent["failed"]),
+            "gpufleet_repeat_offender": (f'window="{window}",threshold="{threshold}"', int(node["host"] in offenders)),
+        }
         text = []
         for name, (kind, help_text) in HISTORY_METRICS.items():
             labels, value = values[name]
@@ -757,6 +929,7 @@ def history_metrics(report: dict[str, Any]) -> dict[str, str]:
 
 
 # --- Markdown -----------------------------------------------------------------------------------
+
 
 def render_markdown(report: dict[str, Any]) -> str:
     """The whole Markdown report: title with the date, verdict line, context, table, skipped checks."""
@@ -784,15 +957,20 @@ def history_section(report: dict[str, Any], markdown: bool) -> list[str]:
     rule = history.get("rule") or {}
     offenders = repeat_offender_lines(report)
     if offenders:
-        title = (f"Repeat offenders (failed in {rule.get('failures')} or more of their last {rule.get('runs')} runs, "
-                 f"history: {history.get('runs_kept')} runs)")
+        title = (
+            f"Repeat offenders (failed in {rule.get('failures')} or more of their last {rule.get('runs')} runs, "
+            f"history: {history.get('runs_kept')} runs)"
+        )
         out += ["", f"**{title}**", ""] if markdown else ["", f"{title}:"]
-        out += [(f"- {line}" if not line.startswith("  ") else f"  - {line.strip()}") if markdown else f"  {line}"
-                for line in offenders]
+        out += [
+            (f"- {line}" if not line.startswith("  ") else f"  - {line.strip()}") if markdown else f"  {line}"
+            for line in offenders
+        ]
     flagged = [outlier_line(entry) for entry in report.get("outliers") or []]
     # The groups too small to judge: in the Markdown (and the JSON), the terminal shows only what was flagged.
-    unjudged = [not_judged_line(entry) for entry in (report.get("outlier_rule") or {}).get("not_judged") or []
-                if markdown]
+    unjudged = [
+        not_judged_line(entry) for entry in (report.get("outlier_rule") or {}).get("not_judged") or [] if markdown
+    ]
     if flagged or unjudged:
         fraction = (report.get("outlier_rule") or {}).get("fraction", DEFAULT_OUTLIER_FRACTION)
         title = f"Outliers (more than {fraction:.0%} below the median of their GPU model)"
@@ -806,8 +984,10 @@ def summary_line(report: dict[str, Any]) -> str:
     """The verdict line's counts: "3 nodes: 2 passed, 1 failed, 0 unreachable"."""
     summary = report.get("summary", {})
     nodes = summary.get("nodes", 0)
-    return (f"{nodes} node{'' if nodes == 1 else 's'}: {summary.get('passed', 0)} passed, "
-            f"{summary.get('failed', 0)} failed, {summary.get('unreachable', 0)} unreachable")
+    return (
+        f"{nodes} node{'' if nodes == 1 else 's'}: {summary.get('passed', 0)} passed, "
+        f"{summary.get('failed', 0)} failed, {summary.get('unreachable', 0)} unreachable"
+    )
 
 
 def failure_cause(node: dict[str, Any]) -> str:
@@ -839,8 +1019,10 @@ def failure_groups(report: dict[str, Any]) -> list[tuple[str, list[str]]]:
 
 def failure_lines(report: dict[str, Any]) -> list[str]:
     """'2 nodes: reboot required (gpu-node-17, gpu-node-63)': one line per cause, every host named."""
-    return [f"{len(hosts)} node{'' if len(hosts) == 1 else 's'}: {cause} ({', '.join(hosts)})"
-            for cause, hosts in failure_groups(report)]
+    return [
+        f"{len(hosts)} node{'' if len(hosts) == 1 else 's'}: {cause} ({', '.join(hosts)})"
+        for cause, hosts in failure_groups(report)
+    ]
 
 
 def warning_lines(report: dict[str, Any]) -> list[str]:
@@ -854,7 +1036,9 @@ def action_lines(report: dict[str, Any]) -> list[str]:
     it, passed or failed; none for a class no finding asks for."""
     lines = []
     for klass, label in ACTION_LABELS.items():
-        hosts = [str(node.get("host", MISSING)) for node in report.get("nodes", []) if klass in (node.get("actions") or [])]
+        hosts = [
+            str(node.get("host", MISSING)) for node in report.get("nodes", []) if klass in (node.get("actions") or [])
+        ]
         if hosts:
             lines.append(f"{len(hosts)} node{'' if len(hosts) == 1 else 's'} to {label}: {named_hosts(hosts)}")
     return lines
@@ -874,8 +1058,10 @@ def history_lead_lines(report: dict[str, Any]) -> list[str]:
         lines.append(f"{len(offenders)} repeat offender{'' if len(offenders) == 1 else 's'}: {named_hosts(offenders)}")
     slow = sorted({str(entry["host"]) for entry in report.get("outliers") or []}, key=natural_key)
     if slow:
-        lines.append(f"{len(slow)} node{'' if len(slow) == 1 else 's'} below {'its' if len(slow) == 1 else 'their'} "
-                     f"model's median: {named_hosts(slow)}")
+        lines.append(
+            f"{len(slow)} node{'' if len(slow) == 1 else 's'} below {'its' if len(slow) == 1 else 'their'} "
+            f"model's median: {named_hosts(slow)}"
+        )
     return lines
 
 
@@ -890,12 +1076,17 @@ def evidence_section(report: dict[str, Any]) -> list[str]:
         lines.append(f"- {len(hosts)} node{'' if len(hosts) == 1 else 's'}: {cause} ({', '.join(hosts)})")
         for host in hosts:
             lines += [f"  - {host}: {line}" for line in node_evidence(nodes[host])]
-    passed = [(host, [f for f in node.get("findings") or [] if f.get("action_class")])
-              for host, node in nodes.items() if node.get("verdict") == "pass"]
+    passed = [
+        (host, [f for f in node.get("findings") or [] if f.get("action_class")])
+        for host, node in nodes.items()
+        if node.get("verdict") == "pass"
+    ]
     passed = [(host, found) for host, found in passed if found]
     if passed:
-        lines.append(f"- {len(passed)} node{'' if len(passed) == 1 else 's'} passed with findings that ask for work "
-                     f"({', '.join(host for host, _found in passed)})")
+        lines.append(
+            f"- {len(passed)} node{'' if len(passed) == 1 else 's'} passed with findings that ask for work "
+            f"({', '.join(host for host, _found in passed)})"
+        )
         for host, found in passed:
             lines += [f"  - {host}: {finding['check']}, {finding_line(finding)}" for finding in found]
     return ["", "**Evidence, by failure reason**", "", *lines] if lines else []
@@ -915,9 +1106,11 @@ def node_evidence(node: dict[str, Any]) -> list[str]:
         if len(found) > EVIDENCE_MAX_FINDINGS:
             lines.append(f"{check['name']}: and {len(found) - EVIDENCE_MAX_FINDINGS} more findings (fleet-report.json)")
     shown = {check["name"] for check in failed}
-    lines += [f"{finding['check']} ({finding.get('verdict') or MISSING}), {finding_line(finding)}"
-              for finding in node.get("findings") or []
-              if finding.get("action_class") and (finding["check"] not in shown or finding.get("verdict") != "fail")]
+    lines += [
+        f"{finding['check']} ({finding.get('verdict') or MISSING}), {finding_line(finding)}"
+        for finding in node.get("findings") or []
+        if finding.get("action_class") and (finding["check"] not in shown or finding.get("verdict") != "fail")
+    ]
     return lines
 
 
@@ -985,7 +1178,7 @@ def torch_without_cuda(node: dict[str, Any]) -> bool:
 
 
 def library_pair(node: dict[str, Any], cudnn: str, nccl: str, none: str) -> str:
-    """"9.1.0 / 2.21.5": a node's cuDNN and NCCL versions, `none` when it has neither, MISSING for an absent one."""
+    """ "9.1.0 / 2.21.5": a node's cuDNN and NCCL versions, `none` when it has neither, MISSING for an absent one."""
     if not node.get(cudnn) and not node.get(nccl):
         return none if node.get("result") is not None else MISSING
     return f"{node.get(cudnn) or MISSING} / {node.get(nccl) or MISSING}"
@@ -1016,19 +1209,23 @@ def skipped_checks_note(report: dict[str, Any]) -> list[str]:
         named = ", ".join(hosts[:NOTE_MAX_HOSTS])
         if len(hosts) > NOTE_MAX_HOSTS:
             named += f" and {len(hosts) - NOTE_MAX_HOSTS} more"
-        lines.append(f"- \"{' '.join(detail.split())}\" on {len(hosts)} node{'' if len(hosts) == 1 else 's'} "
-                     f"({named}): {', '.join(names)}")
+        lines.append(
+            f'- "{" ".join(detail.split())}" on {len(hosts)} node{"" if len(hosts) == 1 else "s"} '
+            f"({named}): {', '.join(names)}"
+        )
     return lines
 
 
 # --- JUnit XML ----------------------------------------------------------------------------------
 
+
 def render_junit(report: dict[str, Any]) -> str:
     """One <testsuite>: per node a testcase per check (classname = host); an unreachable node gets
     one "reachable" testcase with an <error>; a failed node none of whose checks failed (an invalid
     result, a reason outside the checks) gets a failed "verdict" testcase, so that it never shows green."""
-    suite = ET.Element("testsuite", {"name": JUNIT_SUITE_NAME, "tests": "0", "failures": "0", "errors": "0",
-                                     "skipped": "0"})
+    suite = ET.Element(
+        "testsuite", {"name": JUNIT_SUITE_NAME, "tests": "0", "failures": "0", "errors": "0", "skipped": "0"}
+    )
     if report.get("generated"):
         suite.set("timestamp", str(report["generated"]))
     outcomes: Counter[str] = Counter()
@@ -1087,6 +1284,7 @@ def xml_text(text: str) -> str:
 
 # --- files ---
 
+
 def write_reports(report: dict[str, Any], out_dir: Path, basename: str = DEFAULT_BASENAME) -> list[Path]:
     """Write <basename>.json, .md and .xml in ``out_dir`` (created if needed), each replaced atomically."""
     contents = {
@@ -1098,11 +1296,16 @@ def write_reports(report: dict[str, Any], out_dir: Path, basename: str = DEFAULT
     return [write_atomically(out_dir / name, text) for name, text in contents.items()]
 
 
-def write_run_report(doc: Any, out_dir: Path, basename: str = DEFAULT_BASENAME,
-                     history_keep: int = DEFAULT_HISTORY_KEEP, repeat_failures: int = DEFAULT_REPEAT_FAILURES,
-                     repeat_runs: int = DEFAULT_REPEAT_RUNS,
-                     outlier_fraction: float = DEFAULT_OUTLIER_FRACTION,
-                     extra_figures: Mapping[str, Mapping[str, Any]] | None = None) -> tuple[dict[str, Any], list[Path]]:
+def write_run_report(
+    doc: Any,
+    out_dir: Path,
+    basename: str = DEFAULT_BASENAME,
+    history_keep: int = DEFAULT_HISTORY_KEEP,
+    repeat_failures: int = DEFAULT_REPEAT_FAILURES,
+    repeat_runs: int = DEFAULT_REPEAT_RUNS,
+    outlier_fraction: float = DEFAULT_OUTLIER_FRACTION,
+    extra_figures: Mapping[str, Mapping[str, Any]] | None = None,
+) -> tuple[dict[str, Any], list[Path]]:
     """A run's whole report, for every caller (the action, this command): the settings checked (InputError
     before anything is written), the report built, the run kept in <out_dir>/history (record_history), the
     history's verdicts added, the three files written (OSError when they cannot be)."""

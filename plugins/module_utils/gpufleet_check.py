@@ -34,8 +34,9 @@ def gpufleet_check_package() -> ModuleType:
     """The package gpufleet_check of this collection, imported once under PRIVATE_NAME."""
     if PRIVATE_NAME in sys.modules:
         return sys.modules[PRIVATE_NAME]
-    spec = importlib.util.spec_from_file_location(PRIVATE_NAME, PACKAGE_DIR / "__init__.py",
-                                                  submodule_search_locations=[str(PACKAGE_DIR)])
+    spec = importlib.util.spec_from_file_location(
+        PRIVATE_NAME, PACKAGE_DIR / "__init__.py", submodule_search_locations=[str(PACKAGE_DIR)]
+    )
     if spec is None or spec.loader is None:
         raise ImportError(f"gpufleet_check not found at {PACKAGE_DIR}")
     package = importlib.util.module_from_spec(spec)

@@ -150,15 +150,21 @@ def without_defaults(options: Mapping[str, Any]) -> dict[str, Any]:
 
 def spec_options(role: str, roles_dir: Any) -> dict[str, Any]:
     """The options of ``role``'s main argument spec without their defaults. Raises OSError, yaml.YAMLError, KeyError."""
-    return without_defaults((entry_points(roles_dir / role / "meta" / "argument_specs.yml")["main"]).get("options") or {})
+    return without_defaults(
+        (entry_points(roles_dir / role / "meta" / "argument_specs.yml")["main"]).get("options") or {}
+    )
 
 
 _SPECS: dict[Any, tuple[float, dict[str, Any]]] = {}
 
 
 # The parts a run can switch on: the gpufleet role's switch and the role it adds (defaults: its defaults/main.yml).
-PARTS = {"pytorch": "gpufleet_pytorch", "slurm": "gpufleet_slurm", "monitoring": "gpufleet_monitoring",
-         "container": "gpufleet_container"}
+PARTS = {
+    "pytorch": "gpufleet_pytorch",
+    "slurm": "gpufleet_slurm",
+    "monitoring": "gpufleet_monitoring",
+    "container": "gpufleet_container",
+}
 
 
 def parts(switches: Mapping[str, Any]) -> dict[str, bool]:
@@ -170,8 +176,11 @@ def judged_roles(switched: Mapping[str, bool]) -> list[str]:
     """The roles whose settings play 1 judges: the playbooks', the install's and the verification's, and the parts on
     (the verification and smoke training too: site.yml runs them after provisioning, and a typo there must not wait
     for the install)."""
-    return (["gpufleet", "nvidia_driver", "cuda"] + [part for part in PARTS if switched.get(part)]
-            + ["gpu_verify", "smoke_training"])
+    return (
+        ["gpufleet", "nvidia_driver", "cuda"]
+        + [part for part in PARTS if switched.get(part)]
+        + ["gpu_verify", "smoke_training"]
+    )
 
 
 def probed_roles(switched: Mapping[str, bool]) -> list[str]:
@@ -182,8 +191,9 @@ def probed_roles(switched: Mapping[str, bool]) -> list[str]:
 class Judgement:
     """One role's settings on one host: what its rules read, what they refuse, what they resolve."""
 
-    def __init__(self, role: str, host: str, values: Mapping[str, Any],
-                 stack: Callable[..., dict[str, Any]] | None = None):
+    def __init__(
+        self, role: str, host: str, values: Mapping[str, Any], stack: Callable[..., dict[str, Any]] | None = None
+    ):
         self.role = role
         self.host = host
         self.values = dict(values)
@@ -275,8 +285,9 @@ def narrowed(reads: Sequence[str], values: Mapping[str, Any]) -> dict[str, Any]:
     return cut
 
 
-def judge(role: str, host: str, values: Mapping[str, Any],
-          stack: Callable[..., dict[str, Any]] | None = None) -> Judgement:
+def judge(
+    role: str, host: str, values: Mapping[str, Any], stack: Callable[..., dict[str, Any]] | None = None
+) -> Judgement:
     """Run ``role``'s rules on these values (already templated) for ``host``."""
     rules = rules_of(role)
     judgement = Judgement(role, host, narrowed(rules.READS, values), stack)

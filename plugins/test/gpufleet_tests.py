@@ -18,7 +18,8 @@ FETCH_FAILURE = re.compile(
     r"(?i)(failed|unable) to fetch|could not fetch|fetch failed"
     r"|(failed|unable) to connect|(could not|cannot) connect|connection (refused|reset|timed out|aborted)"
     r"|temporary failure (in name )?resolv|could not resolve|name or service not known|name resolution"
-    r"|no route to host|network is unreachable|timed out|refused")
+    r"|no route to host|network is unreachable|timed out|refused"
+)
 HTTP_URL = re.compile(r"^https?://[A-Za-z0-9.-]+(:[0-9]+)?(/[^\s{}]*)?$")
 
 

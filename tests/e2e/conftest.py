@@ -27,8 +27,7 @@ LAB_NETWORK = "gpufleet-lab"
 
 
 def pytest_configure(config):
-    config.addinivalue_line(
-        "markers", "slow: the slow tier (make test-slow, docs/testing.md); make test deselects it")
+    config.addinivalue_line("markers", "slow: the slow tier (make test-slow, docs/testing.md); make test deselects it")
 
 
 def podman(*args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -90,9 +89,16 @@ class PlaybookRun:
 os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
 
 
-def run_playbook(tmp_path: Path, playbook: str, inventory: Path, extravars: dict | None = None,
-                 limit: str | None = None, cmdline: str | None = None, on_event=None,
-                 envvars: dict | None = None) -> PlaybookRun:
+def run_playbook(
+    tmp_path: Path,
+    playbook: str,
+    inventory: Path,
+    extravars: dict | None = None,
+    limit: str | None = None,
+    cmdline: str | None = None,
+    on_event=None,
+    envvars: dict | None = None,
+) -> PlaybookRun:
     """Runs a playbook through ansible-runner; ``on_event`` sees every event as it comes (what it returns
     does not matter: ansible-runner would drop an event, and the stats with it, when its handler returns
     a false value, so the wrapper always keeps it);
@@ -132,8 +138,11 @@ def address_of(name: str) -> str:
     if name in EXTRA_NODE_NUMBERS:
         return f"{lab_vars()['lab_address_prefix']}{EXTRA_NODE_NUMBERS[name]}"
     groups = yaml.safe_load((LAB_INVENTORY / "hosts.yml").read_text())["all"]["children"]
-    return next(g["hosts"][name]["ansible_host"] for g in groups.values()
-                if name in (g.get("hosts") or {}) and (g["hosts"][name] or {}).get("ansible_host"))
+    return next(
+        g["hosts"][name]["ansible_host"]
+        for g in groups.values()
+        if name in (g.get("hosts") or {}) and (g["hosts"][name] or {}).get("ansible_host")
+    )
 
 
 def ssh_control_path(address: str) -> Path:
@@ -149,8 +158,9 @@ def forget_ssh_master(address: str) -> None:
     sessions; a real reboot goes through the reboot module, which resets it."""
     socket = ssh_control_path(address)
     if socket.exists():
-        subprocess.run(["ssh", "-S", str(socket), "-O", "exit", "lab-node"], capture_output=True, timeout=30,
-                       check=False)  # the master may be gone already
+        subprocess.run(
+            ["ssh", "-S", str(socket), "-O", "exit", "lab-node"], capture_output=True, timeout=30, check=False
+        )  # the master may be gone already
         socket.unlink(missing_ok=True)
 
 
@@ -203,13 +213,25 @@ LIGHT_NODE_MAX = 110
 # Fixed lab addresses of the extra nodes (lab_address_prefix + number), so
 # that a restarted node keeps its address as a server does: .100-.239
 # (tests/lab/vars/lab.yml), the light nodes at .130-.239.
-EXTRA_NODE_NUMBERS = {"gpufleet-e2e-fresh": 100, "gpufleet-e2e-noble": 101, "gpufleet-e2e-fault": 102,
-                      "gpufleet-e2e-small-disk": 103, "gpufleet-e2e-branch": 104, **{f"gpufleet-bench-{i}": 110 + i for i in range(1, 10)},
-                      **{f"{LIGHT_NODE_PREFIX}-{i}": LIGHT_NODE_FIRST_NUMBER - 1 + i for i in range(1, LIGHT_NODE_MAX + 1)}}
+EXTRA_NODE_NUMBERS = {
+    "gpufleet-e2e-fresh": 100,
+    "gpufleet-e2e-noble": 101,
+    "gpufleet-e2e-fault": 102,
+    "gpufleet-e2e-small-disk": 103,
+    "gpufleet-e2e-branch": 104,
+    **{f"gpufleet-bench-{i}": 110 + i for i in range(1, 10)},
+    **{f"{LIGHT_NODE_PREFIX}-{i}": LIGHT_NODE_FIRST_NUMBER - 1 + i for i in range(1, LIGHT_NODE_MAX + 1)},
+}
 
 
-def start_lab_nodes(names: list, label: str, extra_args: tuple = (), image: str = NODE_IMAGE,
-                    host_vars: dict | None = None, ccache: bool = True) -> dict:
+def start_lab_nodes(
+    names: list,
+    label: str,
+    extra_args: tuple = (),
+    image: str = NODE_IMAGE,
+    host_vars: dict | None = None,
+    ccache: bool = True,
+) -> dict:
     """Never-provisioned nodes from the lab's node image (or another image)
     on their fixed addresses, booted and answering SSH; returns name -> host
     variables (LONE_NODE_VARS, then host_vars)."""
@@ -221,9 +243,27 @@ def start_lab_nodes(names: list, label: str, extra_args: tuple = (), image: str 
         podman("rm", "-f", name, check=False)
         forget_ssh_master(address)
         mac = "02:00:" + ":".join(f"{int(octet):02x}" for octet in address.split("."))  # fixed, as lab.yml's
-        podman("run", "-d", "--name", name, "--hostname", name, "--network", LAB_NETWORK, "--ip", address, "--mac-address", mac,
-               "--systemd=always", "--label", f"gpufleet.lab={label}", *volume,
-               *extra_args, image, "/sbin/init")
+        podman(
+            "run",
+            "-d",
+            "--name",
+            name,
+            "--hostname",
+            name,
+            "--network",
+            LAB_NETWORK,
+            "--ip",
+            address,
+            "--mac-address",
+            mac,
+            "--systemd=always",
+            "--label",
+            f"gpufleet.lab={label}",
+            *volume,
+            *extra_args,
+            image,
+            "/sbin/init",
+        )
         hosts[name] = {"ansible_host": address, **LONE_NODE_VARS, **(host_vars or {})}
     for name in names:
         wait_for_boot(name)
@@ -241,16 +281,19 @@ def wait_for_boot(name: str) -> None:
     state = ""
     while time.monotonic() < deadline:
         left = max(1, int(deadline - time.monotonic()))
-        state = podman("exec", name, "timeout", str(left), "systemctl", "is-system-running", "--wait",
-                       check=False).stdout.strip()
+        state = podman(
+            "exec", name, "timeout", str(left), "systemctl", "is-system-running", "--wait", check=False
+        ).stdout.strip()
         if state not in ("initializing", "starting", ""):
             return
         time.sleep(0.5)
     if state in ("initializing", "starting", ""):
         journal = podman("exec", name, "journalctl", "-b", "--no-pager", "-n", "5", check=False).stdout.strip()
-        raise RuntimeError(f"{name} did not finish booting in {BOOT_TIMEOUT_S} s ({state or 'no answer'}); "
-                           f"too many lab containers for fs.inotify.max_user_instances (make lab raises it)? "
-                           f"Its journal ends:\n{journal}")
+        raise RuntimeError(
+            f"{name} did not finish booting in {BOOT_TIMEOUT_S} s ({state or 'no answer'}); "
+            f"too many lab containers for fs.inotify.max_user_instances (make lab raises it)? "
+            f"Its journal ends:\n{journal}"
+        )
 
 
 def remove_lab_nodes(names: list) -> None:
@@ -271,14 +314,21 @@ def this_lab_serves() -> None:
     """Stops when the lab's running mirror serves another clone's .lab (its archive key and packages are that
     clone's: nodes built from this clone would not trust it), or none runs: `make lab` here first."""
     container = yaml.safe_load((REPO / "tests" / "lab" / "vars" / "lab.yml").read_text())["lab_mirror_container"]
-    served = podman("inspect", container, "--format",
-                    '{{range .Mounts}}{{if eq .Destination "/srv/mirror"}}{{.Source}}{{end}}{{end}}', check=False)
+    served = podman(
+        "inspect",
+        container,
+        "--format",
+        '{{range .Mounts}}{{if eq .Destination "/srv/mirror"}}{{.Source}}{{end}}{{end}}',
+        check=False,
+    )
     mine = (REPO / ".lab" / "mirror").resolve()
     if served.returncode != 0:
         raise RuntimeError(f"the lab's mirror ({container}) is not there: run `make lab` in {REPO}")
     if Path(served.stdout.strip()).resolve() != mine:
-        raise RuntimeError(f"the lab's mirror ({container}) serves {served.stdout.strip() or 'nothing'}, another clone's"
-                           f" lab, not {mine}: run `make lab` in {REPO}")
+        raise RuntimeError(
+            f"the lab's mirror ({container}) serves {served.stdout.strip() or 'nothing'}, another clone's"
+            f" lab, not {mine}: run `make lab` in {REPO}"
+        )
 
 
 def light_image() -> str:
@@ -291,8 +341,10 @@ def light_image() -> str:
     pool = REPO / ".lab" / "mirror" / "debian" / "pool"
     debs = [p for p in pool.rglob("libnvidia-ml1_*_amd64.deb") if not p.name.startswith(f"libnvidia-ml1_{upgrade}-")]
     if len(debs) != 1:
-        raise RuntimeError(f"the lab mirror ({pool}) should hold one libnvidia-ml1 of the lab's driver besides the "
-                           f"upgrade's ({upgrade}): found {sorted(p.name for p in debs)}; run `make lab`")
+        raise RuntimeError(
+            f"the lab mirror ({pool}) should hold one libnvidia-ml1 of the lab's driver besides the "
+            f"upgrade's ({upgrade}): found {sorted(p.name for p in debs)}; run `make lab`"
+        )
     containerfile = REPO / "tests" / "lab" / "files" / "Containerfile.light"
     digest = hashlib.sha1(f"{node_image}\n{debs[0].name}\n".encode() + containerfile.read_bytes()).hexdigest()[:12]
     image = f"{LIGHT_IMAGE}:{digest}"
@@ -300,8 +352,17 @@ def light_image() -> str:
         with tempfile.TemporaryDirectory(prefix="gpufleet-light-") as context:
             shutil.copyfile(containerfile, Path(context) / "Containerfile")
             shutil.copyfile(debs[0], Path(context) / "libnvidia-ml1.deb")
-            build = podman("build", "--format", "docker", "--build-arg", f"NODE_IMAGE={node_image}", "--tag", image,
-                           context, check=False)
+            build = podman(
+                "build",
+                "--format",
+                "docker",
+                "--build-arg",
+                f"NODE_IMAGE={node_image}",
+                "--tag",
+                image,
+                context,
+                check=False,
+            )
             if build.returncode != 0:
                 raise RuntimeError(f"building {image} failed: {(build.stdout + build.stderr).strip()[-2000:]}")
     return image
@@ -312,8 +373,9 @@ def start_light_nodes(count: int, label: str, host_vars: dict | None = None) -> 
     if not 1 <= count <= LIGHT_NODE_MAX:
         raise ValueError(f"1 to {LIGHT_NODE_MAX} light nodes (their fixed addresses), not {count}")
     names = [f"{LIGHT_NODE_PREFIX}-{i}" for i in range(1, count + 1)]
-    return start_lab_nodes(names, label, image=light_image(), ccache=False,
-                           host_vars={**LIGHT_NODE_VARS, **(host_vars or {})})
+    return start_lab_nodes(
+        names, label, image=light_image(), ccache=False, host_vars={**LIGHT_NODE_VARS, **(host_vars or {})}
+    )
 
 
 def lone_inventory(directory: Path, hosts: dict) -> Path:
@@ -322,8 +384,9 @@ def lone_inventory(directory: Path, hosts: dict) -> Path:
     if not (directory / "group_vars").exists():
         (directory / "group_vars").symlink_to(LAB_INVENTORY / "group_vars")
     connection = yaml.safe_load((LAB_INVENTORY / "hosts.yml").read_text())["all"]["vars"]
-    (directory / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": {"gpu_nodes": {
-        "hosts": hosts, "vars": connection}}}}))
+    (directory / "hosts.yml").write_text(
+        yaml.safe_dump({"all": {"children": {"gpu_nodes": {"hosts": hosts, "vars": connection}}}})
+    )
     return directory
 
 

@@ -5,80 +5,149 @@ import shutil
 
 import pytest
 import yaml
-
 from conftest import LAB_INVENTORY, REPO, make_fresh_node, podman, run_playbook
 
 CASES = [
-    pytest.param({"nvidia_driver_branch": "abc"},
-                 "nvidia_driver_branch 'abc' is not a driver branch gpufleet knows", id="branch-abc"),
-    pytest.param({"nvidia_driver_version": "550.54.15"},
-                 "nvidia_driver_version '550.54.15' is not a release of branch 535", id="version-of-other-branch"),
-    pytest.param({"nvidia_driver_source": "rpmfusion"},
-                 "value of nvidia_driver_source must be one of: , ubuntu, nvidia, debian_nonfree, got: rpmfusion", id="unknown-source"),
-    pytest.param({"nvidia_driver_source": "ubuntu"},
-                 "nvidia_driver_source 'ubuntu' does not exist on Debian", id="source-of-another-os"),
-    pytest.param({"nvidia_driver_repository_url": "gpufleet-mirror/debian"},
-                 "nvidia_driver_repository_url 'gpufleet-mirror/debian' is not an http(s) URL", id="malformed-mirror-url"),
-    pytest.param({"nvidia_driver_repository_url": "", "nvidia_driver_repository_key_url": "http://gpufleet-mirror/gpufleet-lab.asc"},
-                 "nvidia_driver_repository_key_url is set but nvidia_driver_repository_url is empty", id="missing-mirror-url"),
-    pytest.param({"nvidia_driver_repository_keyring": "/etc/apt/keyrings/absent.gpg"},
-                 "nvidia_driver_repository_keyring /etc/apt/keyrings/absent.gpg does not exist", id="missing-keyring"),
-    pytest.param({"nvidia_driver_version": "535.999.99"},
-                 "nvidia_driver_version 535.999.99 is not in http://gpufleet-mirror/debian; nvidia-smi is offered at",
-                 id="version-not-in-repository"),
+    pytest.param(
+        {"nvidia_driver_branch": "abc"},
+        "nvidia_driver_branch 'abc' is not a driver branch gpufleet knows",
+        id="branch-abc",
+    ),
+    pytest.param(
+        {"nvidia_driver_version": "550.54.15"},
+        "nvidia_driver_version '550.54.15' is not a release of branch 535",
+        id="version-of-other-branch",
+    ),
+    pytest.param(
+        {"nvidia_driver_source": "rpmfusion"},
+        "value of nvidia_driver_source must be one of: , ubuntu, nvidia, debian_nonfree, got: rpmfusion",
+        id="unknown-source",
+    ),
+    pytest.param(
+        {"nvidia_driver_source": "ubuntu"},
+        "nvidia_driver_source 'ubuntu' does not exist on Debian",
+        id="source-of-another-os",
+    ),
+    pytest.param(
+        {"nvidia_driver_repository_url": "gpufleet-mirror/debian"},
+        "nvidia_driver_repository_url 'gpufleet-mirror/debian' is not an http(s) URL",
+        id="malformed-mirror-url",
+    ),
+    pytest.param(
+        {
+            "nvidia_driver_repository_url": "",
+            "nvidia_driver_repository_key_url": "http://gpufleet-mirror/gpufleet-lab.asc",
+        },
+        "nvidia_driver_repository_key_url is set but nvidia_driver_repository_url is empty",
+        id="missing-mirror-url",
+    ),
+    pytest.param(
+        {"nvidia_driver_repository_keyring": "/etc/apt/keyrings/absent.gpg"},
+        "nvidia_driver_repository_keyring /etc/apt/keyrings/absent.gpg does not exist",
+        id="missing-keyring",
+    ),
+    pytest.param(
+        {"nvidia_driver_version": "535.999.99"},
+        "nvidia_driver_version 535.999.99 is not in http://gpufleet-mirror/debian; nvidia-smi is offered at",
+        id="version-not-in-repository",
+    ),
     # The lab's fixture of a transitional build (tests/lab/files/build-fixture-transitional.sh): its nvidia-smi
     # 535.261.03 depends on branch 580's libnvidia-compute-580, as Canonical's 535-server builds depend on 580-server's.
-    pytest.param({"nvidia_driver_repository_url": "http://gpufleet-mirror/fixtures/transitional",
-                  "nvidia_driver_repository_suites": ["gpufleet-fixture-transitional"],
-                  "nvidia_driver_repository_components": ["non-free"]},
-                 "nvidia-smi 535.261.03-1+gpufleetlab1 depends on libnvidia-compute-580 of branch 580",
-                 id="release-of-another-branch"),
-    pytest.param({"nvidia_driver_repository_key_url": "http://gpufleet-mirror/debian/dists/bookworm/Release",
-                  "nvidia_driver_repository_keyring": ""},
-                 "apt rejects the driver repository http://gpufleet-mirror/debian", id="wrong-key"),
-    pytest.param({"nvidia_driver_branch": "470"},
-                 "CUDA 12.1 needs NVIDIA driver 530.30.02 or newer, but nvidia_driver_branch 470 (its default release)"
-                 " is driver 470.256.02", id="driver-branch-too-old-for-cuda"),
-    pytest.param({"cuda_release": "11.0"},
-                 "cuda_release '11.0' is not a CUDA release gpufleet knows", id="unknown-cuda-release"),
-    pytest.param({"pytorch_release": "2.0.1", "pytorch_variant": "cu121"},
-                 "pytorch_release '2.0.1' is not a PyTorch release gpufleet knows", id="torch-release-without-cu121"),
+    pytest.param(
+        {
+            "nvidia_driver_repository_url": "http://gpufleet-mirror/fixtures/transitional",
+            "nvidia_driver_repository_suites": ["gpufleet-fixture-transitional"],
+            "nvidia_driver_repository_components": ["non-free"],
+        },
+        "nvidia-smi 535.261.03-1+gpufleetlab1 depends on libnvidia-compute-580 of branch 580",
+        id="release-of-another-branch",
+    ),
+    pytest.param(
+        {
+            "nvidia_driver_repository_key_url": "http://gpufleet-mirror/debian/dists/bookworm/Release",
+            "nvidia_driver_repository_keyring": "",
+        },
+        "apt rejects the driver repository http://gpufleet-mirror/debian",
+        id="wrong-key",
+    ),
+    pytest.param(
+        {"nvidia_driver_branch": "470"},
+        "CUDA 12.1 needs NVIDIA driver 530.30.02 or newer, but nvidia_driver_branch 470 (its default release)"
+        " is driver 470.256.02",
+        id="driver-branch-too-old-for-cuda",
+    ),
+    pytest.param(
+        {"cuda_release": "11.0"}, "cuda_release '11.0' is not a CUDA release gpufleet knows", id="unknown-cuda-release"
+    ),
+    pytest.param(
+        {"pytorch_release": "2.0.1", "pytorch_variant": "cu121"},
+        "pytorch_release '2.0.1' is not a PyTorch release gpufleet knows",
+        id="torch-release-without-cu121",
+    ),
     # PyPI's torch 2.5.1 is the CUDA 12.4 build (https://pypi.org/project/torch/2.5.1/): the lab's source
     # (pytorch_wheel_source pypi) has no cu121 build of it.
-    pytest.param({"pytorch_release": "2.5.1"},
-                 "torch 2.5.1 on PyPI", id="pypi-torch-2.5-is-cu124"),
+    pytest.param({"pytorch_release": "2.5.1"}, "torch 2.5.1 on PyPI", id="pypi-torch-2.5-is-cu124"),
     # The wheelhouse without its lock: refused before any change (pytorch_require_hashes_offline).
-    pytest.param({"pytorch_hashes_file": ""},
-                 "pytorch_wheelhouse_url is an offline install, which gpufleet checks wheel by wheel", id="wheelhouse-without-lock"),
-    pytest.param({"preflight_secure_boot_policy": "sometimes"},
-                 "preflight_secure_boot_policy", id="unknown-secure-boot-policy"),
-    pytest.param({"gpu_verify_expected_gpus": -1},
-                 "gpu_verify_expected_gpus '-1' is not a GPU count", id="negative-gpu-count"),
-    pytest.param({"smoke_training_amp": "fp8"},
-                 "value of smoke_training_amp must be one of: auto, bf16, fp16, off, got: fp8", id="unknown-amp-mode"),
-    pytest.param({"smoke_training_rendezvous_port": 80},
-                 "smoke_training_rendezvous_port '80' is not a TCP port (1024-65535)", id="privileged-rendezvous-port"),
-    pytest.param({"smoke_training_busbw_mib": 0},
-                 "smoke_training_busbw_mib is 0 (nothing measured) but a smoke_training_min_busbw_*_gbps floor is set",
-                 id="floor-without-measurement"),
+    pytest.param(
+        {"pytorch_hashes_file": ""},
+        "pytorch_wheelhouse_url is an offline install, which gpufleet checks wheel by wheel",
+        id="wheelhouse-without-lock",
+    ),
+    pytest.param(
+        {"preflight_secure_boot_policy": "sometimes"}, "preflight_secure_boot_policy", id="unknown-secure-boot-policy"
+    ),
+    pytest.param(
+        {"gpu_verify_expected_gpus": -1}, "gpu_verify_expected_gpus '-1' is not a GPU count", id="negative-gpu-count"
+    ),
+    pytest.param(
+        {"smoke_training_amp": "fp8"},
+        "value of smoke_training_amp must be one of: auto, bf16, fp16, off, got: fp8",
+        id="unknown-amp-mode",
+    ),
+    pytest.param(
+        {"smoke_training_rendezvous_port": 80},
+        "smoke_training_rendezvous_port '80' is not a TCP port (1024-65535)",
+        id="privileged-rendezvous-port",
+    ),
+    pytest.param(
+        {"smoke_training_busbw_mib": 0},
+        "smoke_training_busbw_mib is 0 (nothing measured) but a smoke_training_min_busbw_*_gbps floor is set",
+        id="floor-without-measurement",
+    ),
     # Types and choices: the roles' argument specs, applied by play 1 (their message).
-    pytest.param({"pytorch_require_gpu": "perhaps"},
-                 "pytorch settings rejected on {host} (argument spec): argument 'pytorch_require_gpu' is of type str"
-                 " and we were unable to convert to bool", id="spec-bool"),
-    pytest.param({"cuda_compile_check": "perhaps"},
-                 "cuda settings rejected on {host} (argument spec): argument 'cuda_compile_check' is of type str",
-                 id="spec-bool-cuda"),
-    pytest.param({"gpu_verify_gemm_min_fraction": "most"},
-                 "argument 'gpu_verify_gemm_min_fraction' is of type str and we were unable to convert to float", id="spec-float"),
-    pytest.param({"smoke_training_steps": "many"},
-                 "argument 'smoke_training_steps' is of type str and we were unable to convert to int", id="spec-int"),
-    pytest.param({"smoke_training_expect_transport": "infiniband"},
-                 "value of smoke_training_expect_transport must be one of: any, ib, roce, socket, got: infiniband",
-                 id="unknown-transport"),
+    pytest.param(
+        {"pytorch_require_gpu": "perhaps"},
+        "pytorch settings rejected on {host} (argument spec): argument 'pytorch_require_gpu' is of type str"
+        " and we were unable to convert to bool",
+        id="spec-bool",
+    ),
+    pytest.param(
+        {"cuda_compile_check": "perhaps"},
+        "cuda settings rejected on {host} (argument spec): argument 'cuda_compile_check' is of type str",
+        id="spec-bool-cuda",
+    ),
+    pytest.param(
+        {"gpu_verify_gemm_min_fraction": "most"},
+        "argument 'gpu_verify_gemm_min_fraction' is of type str and we were unable to convert to float",
+        id="spec-float",
+    ),
+    pytest.param(
+        {"smoke_training_steps": "many"},
+        "argument 'smoke_training_steps' is of type str and we were unable to convert to int",
+        id="spec-int",
+    ),
+    pytest.param(
+        {"smoke_training_expect_transport": "infiniband"},
+        "value of smoke_training_expect_transport must be one of: any, ib, roce, socket, got: infiniband",
+        id="unknown-transport",
+    ),
     # A setting no role has: refused, naming the one meant.
-    pytest.param({"cuda_version": "12.4"},
-                 "inventory settings rejected on {host}: [1] cuda_version is not a setting of role cuda"
-                 " (did you mean cuda_release?)", id="unknown-setting"),
+    pytest.param(
+        {"cuda_version": "12.4"},
+        "inventory settings rejected on {host}: [1] cuda_version is not a setting of role cuda"
+        " (did you mean cuda_release?)",
+        id="unknown-setting",
+    ),
 ]
 
 
@@ -86,19 +155,33 @@ CASES = [
 # (each role's `probe`), so none is found after the driver is installed
 # (issue 16, item 18).
 SOURCE_CASES = [
-    pytest.param({"nvidia_driver_repository_url": "http://gpufleet-mirror/no-such-repo"},
-                 "(nvidia_driver_repository_url) is not usable from this host", id="driver-repository"),
-    pytest.param({"cuda_repository_url": "http://gpufleet-mirror/no-such-cuda"},
-                 "http://gpufleet-mirror/no-such-cuda (cuda_repository_url) is not usable from this host", id="cuda-repository"),
-    pytest.param({"pytorch_wheelhouse_url": "http://gpufleet-mirror/no-such-wheels/"},
-                 "the wheel source is not usable from this host: http://gpufleet-mirror/no-such-wheels/ answered HTTP 404",
-                 id="wheel-source"),
+    pytest.param(
+        {"nvidia_driver_repository_url": "http://gpufleet-mirror/no-such-repo"},
+        "(nvidia_driver_repository_url) is not usable from this host",
+        id="driver-repository",
+    ),
+    pytest.param(
+        {"cuda_repository_url": "http://gpufleet-mirror/no-such-cuda"},
+        "http://gpufleet-mirror/no-such-cuda (cuda_repository_url) is not usable from this host",
+        id="cuda-repository",
+    ),
+    pytest.param(
+        {"pytorch_wheelhouse_url": "http://gpufleet-mirror/no-such-wheels/"},
+        "the wheel source is not usable from this host: http://gpufleet-mirror/no-such-wheels/ answered HTTP 404",
+        id="wheel-source",
+    ),
     # Play 1's wheel plan (roles/pytorch/files/pytorch_wheel_plan.py): the wheelhouse answers, but a wheel the
     # install needs is not there, or is served by a second host that does not answer (mirror_listings below).
-    pytest.param({"pytorch_wheelhouse_url": "http://gpufleet-mirror/wheels-without-one/"},
-                 "offers no wheel of nvidia-nccl-cu12==2.20.5", id="wheelhouse-without-a-wheel"),
-    pytest.param({"pytorch_wheelhouse_url": "http://gpufleet-mirror/wheels-second-host/"},
-                 "gpufleet-mirror:8099 does not answer", id="wheel-on-a-second-host"),
+    pytest.param(
+        {"pytorch_wheelhouse_url": "http://gpufleet-mirror/wheels-without-one/"},
+        "offers no wheel of nvidia-nccl-cu12==2.20.5",
+        id="wheelhouse-without-a-wheel",
+    ),
+    pytest.param(
+        {"pytorch_wheelhouse_url": "http://gpufleet-mirror/wheels-second-host/"},
+        "gpufleet-mirror:8099 does not answer",
+        id="wheel-on-a-second-host",
+    ),
 ]
 
 # The wheel the two listings leave out, or serve from a second host: NCCL, a dependency of torch 2.3.1.
@@ -111,15 +194,21 @@ def mirror_listings() -> list:
     root = REPO / ".lab" / "mirror"
     wheels = sorted(p.name for p in (root / "wheels").glob("*.whl"))
     assert MISSING_WHEEL in wheels, wheels
-    pages = {"wheels-without-one": [f"../wheels/{w}" for w in wheels if w != MISSING_WHEEL],
-             "wheels-second-host": [f"http://gpufleet-mirror{':8099' if w == MISSING_WHEEL else ''}/wheels/{w}"
-                                    for w in wheels]}
+    pages = {
+        "wheels-without-one": [f"../wheels/{w}" for w in wheels if w != MISSING_WHEEL],
+        "wheels-second-host": [
+            f"http://gpufleet-mirror{':8099' if w == MISSING_WHEEL else ''}/wheels/{w}" for w in wheels
+        ],
+    }
     made = []
     for name, links in pages.items():
         directory = root / name
         directory.mkdir(exist_ok=True)
-        (directory / "index.html").write_text("<html><body>\n" + "".join(
-            f'<a href="{link}">{link.rsplit("/", 1)[1]}</a><br>\n' for link in links) + "</body></html>\n")
+        (directory / "index.html").write_text(
+            "<html><body>\n"
+            + "".join(f'<a href="{link}">{link.rsplit("/", 1)[1]}</a><br>\n' for link in links)
+            + "</body></html>\n"
+        )
         made.append(directory)
     return made
 
@@ -180,8 +269,11 @@ def test_a_dead_download_source_stops_play_1(request, bad_input_run, extravars, 
     run, before, after = bad_input_run
     host = alias(request.node.callspec.id)
     stopped_before_any_change(run, before, after, host, expected)
-    plays = {ev["event_data"].get("play") for ev in run.events
-             if ev.get("event") == "runner_on_failed" and ev["event_data"]["host"] == host}
+    plays = {
+        ev["event_data"].get("play")
+        for ev in run.events
+        if ev.get("event") == "runner_on_failed" and ev["event_data"]["host"] == host
+    }
     assert plays == {"Check hosts and settings (read-only)"}, plays
 
 
@@ -198,19 +290,29 @@ def test_every_case_stopped_and_no_other_host(bad_input_run):
 
 def test_unknown_setting_given_with_e(tmp_path, fresh_node):
     """A setting no role has, given with -e (extra vars outrank the inventory): refused, naming the one meant."""
-    stops_before_any_change(tmp_path, fresh_node, {"cuda_version": "12.4"},
-                            "inventory settings rejected on {host}: [1] cuda_version is not a setting of role cuda"
-                            " (did you mean cuda_release?)")
+    stops_before_any_change(
+        tmp_path,
+        fresh_node,
+        {"cuda_version": "12.4"},
+        "inventory settings rejected on {host}: [1] cuda_version is not a setting of role cuda"
+        " (did you mean cuda_release?)",
+    )
 
 
 # The playbooks' own settings (roles/gpufleet) and the inventory itself:
 # refused by play 0 on the controller, before any host is contacted.
 CONTROLLER_CASES = [
-    pytest.param({"gpufleet_slurm": "perhaps"},
-                 "gpufleet settings rejected on localhost (argument spec): argument 'gpufleet_slurm' is of type str and"
-                 " we were unable to convert to bool", id="switch-not-a-bool"),
-    pytest.param({"gpufleet_unknown_settings": "ignore"},
-                 "value of gpufleet_unknown_settings must be one of: refuse, warn, got: ignore", id="unknown-settings-mode"),
+    pytest.param(
+        {"gpufleet_slurm": "perhaps"},
+        "gpufleet settings rejected on localhost (argument spec): argument 'gpufleet_slurm' is of type str and"
+        " we were unable to convert to bool",
+        id="switch-not-a-bool",
+    ),
+    pytest.param(
+        {"gpufleet_unknown_settings": "ignore"},
+        "value of gpufleet_unknown_settings must be one of: refuse, warn, got: ignore",
+        id="unknown-settings-mode",
+    ),
 ]
 
 
@@ -231,7 +333,9 @@ def test_a_misspelled_switch_is_refused(tmp_path, fresh_node):
     run = run_playbook(tmp_path, "site.yml", fresh_node.inventory, extravars={"gpufleet_monitorng": True})
     assert run.status == "failed"
     messages = " ".join(run.failures().get(fresh_node.name, []))
-    assert "gpufleet_monitorng is not a setting of role gpufleet (did you mean gpufleet_monitoring?)" in messages, messages
+    assert "gpufleet_monitorng is not a setting of role gpufleet (did you mean gpufleet_monitoring?)" in messages, (
+        messages
+    )
     assert run.changed_tasks() == {}
 
 
@@ -259,8 +363,9 @@ def test_a_misspelled_setting_in_group_vars_is_refused(tmp_path, fresh_node):
     run = run_playbook(tmp_path, "site.yml", inventory)
     assert run.status == "failed"
     messages = " ".join(run.failures().get(fresh_node.name, []))
-    assert ("nvidia_driver_verison is not a setting of role nvidia_driver (did you mean nvidia_driver_version?)"
-            in messages), messages
+    assert (
+        "nvidia_driver_verison is not a setting of role nvidia_driver (did you mean nvidia_driver_version?)" in messages
+    ), messages
     assert run.changed_tasks() == {}
     assert fresh_node.state() == before
 
@@ -298,8 +403,12 @@ def test_conflicting_admin_source_stops_before_apt_breaks(tmp_path, fresh_node):
     )
     try:
         before = fresh_node.state()
-        run = run_playbook(tmp_path, "site.yml", fresh_node.inventory,
-                           extravars={"nvidia_driver_repository_url": "http://mirror.gpufleet.lab/debian"})
+        run = run_playbook(
+            tmp_path,
+            "site.yml",
+            fresh_node.inventory,
+            extravars={"nvidia_driver_repository_url": "http://mirror.gpufleet.lab/debian"},
+        )
         assert run.status == "failed"
         messages = " ".join(run.failures().get(fresh_node.name, []))
         assert "apt rejects the driver repository http://mirror.gpufleet.lab/debian" in messages
@@ -325,8 +434,12 @@ def _bool_settings() -> list[str]:
 def _what_ran(run) -> dict[str, list[tuple]]:
     """{host: [(task, outcome), ...] in order}: the behaviour of the run. Per host, since the order of the
     results of one task on several hosts (play 0 runs on localhost and the node) is the forks' race."""
-    outcome = {"runner_on_ok": "ok", "runner_on_skipped": "skipped", "runner_on_failed": "failed",
-               "runner_on_unreachable": "unreachable"}
+    outcome = {
+        "runner_on_ok": "ok",
+        "runner_on_skipped": "skipped",
+        "runner_on_failed": "failed",
+        "runner_on_unreachable": "unreachable",
+    }
     ran: dict[str, list[tuple]] = {}
     for ev in run.events:
         if ev.get("event") in outcome:
@@ -342,8 +455,10 @@ def test_string_booleans_behave_as_false(tmp_path, fresh_node):
     assert len(names) > 30 and "preflight_require_kernel_headers" in names
     as_false = {name: False for name in names}
     as_strings = {name: ("no", "false")[i % 2] for i, name in enumerate(names)}
-    runs = {label: run_playbook(tmp_path / label, "playbooks/check.yml", fresh_node.inventory, extravars=values)
-            for label, values in (("false", as_false), ("strings", as_strings))}
+    runs = {
+        label: run_playbook(tmp_path / label, "playbooks/check.yml", fresh_node.inventory, extravars=values)
+        for label, values in (("false", as_false), ("strings", as_strings))
+    }
     assert runs["strings"].failures() == runs["false"].failures()
     assert _what_ran(runs["strings"]) == _what_ran(runs["false"])
     assert runs["strings"].status == runs["false"].status

@@ -18,7 +18,6 @@ import re
 import xml.etree.ElementTree as ET
 
 import pytest
-
 from conftest import lone_inventory, podman, remove_lab_nodes, run_playbook, start_light_nodes
 
 NODES = 20
@@ -63,8 +62,13 @@ def test_verify_on_20_light_nodes_groups_the_failures_by_reason(tmp_path, light_
     podman("stop", "--time", "0", STOPPED)
     reports = tmp_path / "verify"
     # A stopped server does not answer: a short SSH timeout keeps the test short (ansible.cfg: 30 s).
-    run = run_playbook(tmp_path, "playbooks/verify.yml", inventory,
-                       extravars={"gpu_verify_report_dir": str(reports)}, envvars={"ANSIBLE_TIMEOUT": "5"})
+    run = run_playbook(
+        tmp_path,
+        "playbooks/verify.yml",
+        inventory,
+        extravars={"gpu_verify_report_dir": str(reports)},
+        envvars={"ANSIBLE_TIMEOUT": "5"},
+    )
 
     assert run.status == "failed"
     assert run.failed_hosts() == {*MISMATCHED, STOPPED}, run.failures()
@@ -81,7 +85,10 @@ def test_verify_on_20_light_nodes_groups_the_failures_by_reason(tmp_path, light_
         assert nodes[host]["verdict"] == "pass" and nodes[host]["checks"]["driver_version"] == "pass", nodes[host]
 
     # The lead of the Markdown and of the terminal summary: the verdict, then the groups, largest first.
-    groups = ["2 nodes: reboot required (gpufleet-scale-6, gpufleet-scale-17)", "1 node: unreachable (gpufleet-scale-13)"]
+    groups = [
+        "2 nodes: reboot required (gpufleet-scale-6, gpufleet-scale-17)",
+        "1 node: unreachable (gpufleet-scale-13)",
+    ]
     verdict = f"{NODES} nodes: {NODES - 3} passed, 2 failed, 1 unreachable"
     markdown = (reports / "fleet-report.md").read_text().splitlines()
     lead = [line for line in markdown if line.strip()][1:4]

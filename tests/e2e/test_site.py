@@ -87,11 +87,17 @@ def test_site_converges_then_is_idempotent(tmp_path, lab_hosts):
         f = res["ansible_facts"]
         assert f["pytorch_torch_version"] == "2.3.1+cu121", host
         assert f["pytorch_cpu_only"] is False and f["pytorch_variant_installed"] == "cu121", host
-        assert (f["pytorch_cuda_version"], f["pytorch_cudnn_version"], f["pytorch_nccl_version"]) == ("12.1", "8.9.2", "2.20.5"), host
+        assert (f["pytorch_cuda_version"], f["pytorch_cudnn_version"], f["pytorch_nccl_version"]) == (
+            "12.1",
+            "8.9.2",
+            "2.20.5",
+        ), host
 
     check_reports(reports, lab_hosts)
     [show] = list(first.results("Show the smoke training").values())  # run once
-    assert " GB/s busbw (" in show["msg"] and "one rank each; gloo over TCP, transport not read: not NCCL)" in show["msg"]
+    assert (
+        " GB/s busbw (" in show["msg"] and "one rank each; gloo over TCP, transport not read: not NCCL)" in show["msg"]
+    )
 
     second = run_playbook(tmp_path, "site.yml", LAB_INVENTORY, extravars=extravars)
     assert second.status == "successful", second.failures()
@@ -108,8 +114,13 @@ def test_a_source_that_installed_nothing_is_not_recorded(tmp_path, lab_hosts):
     report = ["exec", node, "cat", "/var/lib/gpufleet/pytorch.json"]
     before = json.loads(podman(*report).stdout)
     assert before["source"].startswith("http://gpufleet-mirror/"), before["source"]
-    run = run_playbook(tmp_path, "playbooks/provision.yml", LAB_INVENTORY, limit=node,
-                       extravars={"pytorch_wheelhouse_url": "http://gpufleet-mirror/never-used-wheels/"})
+    run = run_playbook(
+        tmp_path,
+        "playbooks/provision.yml",
+        LAB_INVENTORY,
+        limit=node,
+        extravars={"pytorch_wheelhouse_url": "http://gpufleet-mirror/never-used-wheels/"},
+    )
     assert run.status == "successful", run.failures()
     assert run.changed_tasks() == {}
     after = json.loads(podman(*report).stdout)

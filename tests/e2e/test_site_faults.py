@@ -27,7 +27,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import LAB_INVENTORY, address_of, forget_ssh_master, lab_vars, make_fresh_node, podman, run_playbook
 
 MIRROR = "gpufleet-mirror"
@@ -42,8 +41,10 @@ STATE: dict = {}
 
 def dpkg_state(node) -> tuple[str, str]:
     """(pending journal entries, dpkg --audit): both empty when no dpkg run was interrupted."""
-    return (node.exec("ls /var/lib/dpkg/updates | grep -E '^[0-9]+$' || true").strip(),
-            node.exec("dpkg --audit || true").strip())
+    return (
+        node.exec("ls /var/lib/dpkg/updates | grep -E '^[0-9]+$' || true").strip(),
+        node.exec("dpkg --audit || true").strip(),
+    )
 
 
 def package_status(node, package: str) -> str:
@@ -60,8 +61,12 @@ class OnTaskStart:
 
     def __call__(self, event: dict) -> bool:
         data = event.get("event_data", {})
-        if (self.thread is None and event.get("event") == "runner_on_start"
-                and data.get("task") == self.task and data.get("host") == self.host):
+        if (
+            self.thread is None
+            and event.get("event") == "runner_on_start"
+            and data.get("task") == self.task
+            and data.get("host") == self.host
+        ):
             self.thread = threading.Thread(target=self.action, daemon=True)
             self.thread.start()
         return True
@@ -75,7 +80,9 @@ def when_dpkg_unpacks(node_name: str, then, limit_s: float = 240.0) -> dict:
     """Polls the node for a `dpkg --unpack`, then calls ``then(pid)``; what happened, for the test."""
     seen: dict = {}
     deadline = time.monotonic() + limit_s
-    probe = ("for p in $(pgrep -x dpkg); do tr '\\0' ' ' < /proc/$p/cmdline | grep -q -- --unpack && echo $p && break; done")
+    probe = (
+        "for p in $(pgrep -x dpkg); do tr '\\0' ' ' < /proc/$p/cmdline | grep -q -- --unpack && echo $p && break; done"
+    )
     while time.monotonic() < deadline:
         pid = podman("exec", node_name, "sh", "-c", probe, check=False).stdout.strip()
         if pid:
@@ -96,8 +103,9 @@ def fault_node(tmp_path_factory, lab_hosts):
 
 @pytest.mark.slow
 def test_mirror_stopping_mid_install_is_retried_then_named(tmp_path, fault_node):
-    stop_mirror = OnTaskStart(DRIVER_DOWNLOAD_TASK, fault_node.name,
-                              lambda: podman("exec", MIRROR, "systemctl", "stop", "nginx"))
+    stop_mirror = OnTaskStart(
+        DRIVER_DOWNLOAD_TASK, fault_node.name, lambda: podman("exec", MIRROR, "systemctl", "stop", "nginx")
+    )
     start = time.monotonic()
     try:
         run = run_playbook(tmp_path, "playbooks/provision.yml", fault_node.inventory, on_event=stop_mirror)
@@ -121,7 +129,9 @@ def test_mirror_stopping_mid_install_is_retried_then_named(tmp_path, fault_node)
 @pytest.mark.slow
 def test_interrupted_dpkg_is_finished_by_the_next_run(tmp_path, fault_node):
     def kill_dpkg():
-        STATE["dpkg"] = when_dpkg_unpacks(fault_node.name, lambda pid: podman("exec", fault_node.name, "kill", "-9", pid))
+        STATE["dpkg"] = when_dpkg_unpacks(
+            fault_node.name, lambda pid: podman("exec", fault_node.name, "kill", "-9", pid)
+        )
 
     killer = OnTaskStart(DRIVER_DOWNLOAD_TASK, fault_node.name, kill_dpkg)
     run = run_playbook(tmp_path, "playbooks/provision.yml", fault_node.inventory, on_event=killer)
@@ -137,7 +147,9 @@ def test_interrupted_dpkg_is_finished_by_the_next_run(tmp_path, fault_node):
     # The next run finishes dpkg's run first, then installs the driver; the
     # node is killed later in that run (the next test).
     def kill_node_when_cuda_unpacks():
-        STATE["node_kill"] = when_dpkg_unpacks(fault_node.name, lambda pid: podman("kill", "--signal", "KILL", fault_node.name))
+        STATE["node_kill"] = when_dpkg_unpacks(
+            fault_node.name, lambda pid: podman("kill", "--signal", "KILL", fault_node.name)
+        )
 
     kill_node = OnTaskStart(CUDA_INSTALL_TASK, fault_node.name, kill_node_when_cuda_unpacks)
     STATE["rerun"] = rerun = run_playbook(tmp_path, "playbooks/provision.yml", fault_node.inventory, on_event=kill_node)
@@ -174,8 +186,10 @@ def test_node_killed_mid_converge_is_completed_by_a_rerun(tmp_path, fault_node):
 @pytest.mark.slow
 def test_rank_killed_mid_smoke_fails_in_bounded_time_naming_it(tmp_path, lab_hosts):
     victim = lab_hosts[1]
-    worker = ("for p in $(pgrep -f '[p]ayload/train.py'); do tr '\\0' ' ' < /proc/$p/cmdline | grep -q torchrun"
-              " || { grep -qz '^LOCAL_RANK=1$' /proc/$p/environ && echo $p; }; done")
+    worker = (
+        "for p in $(pgrep -f '[p]ayload/train.py'); do tr '\\0' ' ' < /proc/$p/cmdline | grep -q torchrun"
+        " || { grep -qz '^LOCAL_RANK=1$' /proc/$p/environ && echo $p; }; done"
+    )
 
     def kill_a_rank():
         deadline = time.monotonic() + 180
@@ -189,9 +203,17 @@ def test_rank_killed_mid_smoke_fails_in_bounded_time_naming_it(tmp_path, lab_hos
 
     killer = OnTaskStart(SMOKE_TASK, lab_hosts[0], kill_a_rank)
     start = time.monotonic()
-    run = run_playbook(tmp_path, "playbooks/smoke.yml", LAB_INVENTORY, on_event=killer,
-                       extravars={"smoke_training_timeout": 120, "smoke_training_steps": 400,
-                                  "smoke_training_report_dir": str(tmp_path / "smoke")})
+    run = run_playbook(
+        tmp_path,
+        "playbooks/smoke.yml",
+        LAB_INVENTORY,
+        on_event=killer,
+        extravars={
+            "smoke_training_timeout": 120,
+            "smoke_training_steps": 400,
+            "smoke_training_report_dir": str(tmp_path / "smoke"),
+        },
+    )
     seconds = time.monotonic() - start
     killer.join()
     assert run.status == "failed"
@@ -206,8 +228,11 @@ def test_rank_killed_mid_smoke_fails_in_bounded_time_naming_it(tmp_path, lab_hos
 def test_too_small_a_file_system_stops_in_preflight(tmp_path, tmp_path_factory, lab_hosts):
     """/opt is a 64 MB file system on this node, and the operator points preflight at it
     (preflight_disk_path): preflight measures it and stops before anything changes."""
-    node = make_fresh_node(tmp_path_factory, "gpufleet-e2e-small-disk",
-                           extra_args=("--mount", "type=tmpfs,destination=/opt,tmpfs-size=64m"))
+    node = make_fresh_node(
+        tmp_path_factory,
+        "gpufleet-e2e-small-disk",
+        extra_args=("--mount", "type=tmpfs,destination=/opt,tmpfs-size=64m"),
+    )
     try:
         before = node.state()
         run = run_playbook(tmp_path, "site.yml", node.inventory, extravars={"preflight_disk_path": "/opt"})
@@ -228,16 +253,37 @@ def test_a_wheel_swapped_on_the_mirror_is_refused(lab_hosts):
     real wheel of the set, small enough to fetch twice)."""
     lock = Path(lab_vars()["lab_wheelhouse_lock"]).read_text()
     assert re.search(r"^torch==2\.3\.1 --hash=sha256:[0-9a-f]{64}$", lock, re.M), lock
-    for pin in ("nvidia-cuda-runtime-cu12==12.1.105", "nvidia-cudnn-cu12==8.9.2.26", "nvidia-nccl-cu12==2.20.5", "triton==2.3.1"):
+    for pin in (
+        "nvidia-cuda-runtime-cu12==12.1.105",
+        "nvidia-cudnn-cu12==8.9.2.26",
+        "nvidia-nccl-cu12==2.20.5",
+        "triton==2.3.1",
+    ):
         assert re.search(rf"^{re.escape(pin)} --hash=sha256:[0-9a-f]{{64}}$", lock, re.M), pin
     line = next(entry for entry in lock.splitlines() if entry.startswith("nvidia-nvtx-cu12=="))
     swapped = re.sub(r"(--hash=sha256:)([0-9a-f])", lambda m: m[1] + ("0" if m[2] != "0" else "1"), line, count=1)
-    pip = ["/opt/gpufleet/venv/bin/python", "-m", "pip", "install", "--dry-run", "--ignore-installed", "--no-deps", "--no-cache-dir",
-           "--require-hashes", "--no-index", "--find-links", "http://gpufleet-mirror/wheels/", "--trusted-host", "gpufleet-mirror",
-           "-r", "/dev/stdin"]
+    pip = [
+        "/opt/gpufleet/venv/bin/python",
+        "-m",
+        "pip",
+        "install",
+        "--dry-run",
+        "--ignore-installed",
+        "--no-deps",
+        "--no-cache-dir",
+        "--require-hashes",
+        "--no-index",
+        "--find-links",
+        "http://gpufleet-mirror/wheels/",
+        "--trusted-host",
+        "gpufleet-mirror",
+        "-r",
+        "/dev/stdin",
+    ]
     for text, refused in ((line, False), (swapped, True)):
-        done = subprocess.run(["podman", "exec", "-i", lab_hosts[0], *pip], input=text + "\n", capture_output=True, text=True,
-                              check=False)
+        done = subprocess.run(
+            ["podman", "exec", "-i", lab_hosts[0], *pip], input=text + "\n", capture_output=True, text=True, check=False
+        )
         assert (done.returncode != 0) == refused, done.stdout[-2000:] + done.stderr[-2000:]
         if refused:
             assert "THESE PACKAGES DO NOT MATCH THE HASHES FROM THE REQUIREMENTS FILE" in done.stderr

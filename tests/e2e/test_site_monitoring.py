@@ -24,19 +24,33 @@ from typing import Any
 
 import pytest
 import yaml
-
 from conftest import LAB_INVENTORY, REPO, podman, run_playbook
 
 PINNED = "535.261.03"
 MODULE_FIXTURE = "/run/gpufleet-lab/nvidia-module-version"
 PROMETHEUS_API = "http://localhost:9090/api/v1/"
 RULES_TEST_FILE = REPO / "roles" / "monitoring" / "files" / "gpufleet-alerts.test.yml"
-RULES_FILE = yaml.safe_load((REPO / "roles" / "monitoring" / "vars" / "main.yml").read_text())["__monitoring_rules_file"]
-ALERTS = {"GpufleetVerificationFailed", "GpufleetRebootRequired", "GpufleetUncorrectedEccErrors", "GpufleetVerificationStale",
-          "GpufleetVerificationMissing", "GpufleetNodeExporterDown", "GpufleetDcgmExporterDown",
-          "GpufleetGpuXid", "GpufleetRowRemapPending", "GpufleetRowRemapFailure", "GpufleetNvlinkDown",
-          "GpufleetNvlinkErrors", "GpufleetGpuThrottled", "GpufleetPcieDowntrained", "GpufleetNodeDrainedByHealthCheck",
-          "GpufleetLemonNode"}
+RULES_FILE = yaml.safe_load((REPO / "roles" / "monitoring" / "vars" / "main.yml").read_text())[
+    "__monitoring_rules_file"
+]
+ALERTS = {
+    "GpufleetVerificationFailed",
+    "GpufleetRebootRequired",
+    "GpufleetUncorrectedEccErrors",
+    "GpufleetVerificationStale",
+    "GpufleetVerificationMissing",
+    "GpufleetNodeExporterDown",
+    "GpufleetDcgmExporterDown",
+    "GpufleetGpuXid",
+    "GpufleetRowRemapPending",
+    "GpufleetRowRemapFailure",
+    "GpufleetNvlinkDown",
+    "GpufleetNvlinkErrors",
+    "GpufleetGpuThrottled",
+    "GpufleetPcieDowntrained",
+    "GpufleetNodeDrainedByHealthCheck",
+    "GpufleetLemonNode",
+}
 MISMATCH_ALERTS = {"GpufleetRebootRequired", "GpufleetVerificationFailed"}
 WAIT_S = 60  # scrape and evaluation every 5 s, alerts without a "for": a few cycles are plenty
 
@@ -47,7 +61,9 @@ def head() -> str:
     hosts_file = LAB_INVENTORY / "hosts.yml"
     if not hosts_file.exists():
         pytest.fail("the lab is not built: run `make lab` first")
-    servers = (yaml.safe_load(hosts_file.read_text())["all"]["children"].get("monitoring_server") or {}).get("hosts") or {}
+    servers = (yaml.safe_load(hosts_file.read_text())["all"]["children"].get("monitoring_server") or {}).get(
+        "hosts"
+    ) or {}
     if not servers:
         pytest.fail("the lab inventory has no monitoring_server host: rebuild the lab (`make lab`)")
     return sorted(servers)[0]
@@ -96,15 +112,18 @@ def eventually(probe: Callable[[], Any], done: Callable[[Any], bool], what: str,
 
 
 def verify(tmp_path: Path, name: str):
-    return run_playbook(tmp_path, "playbooks/verify.yml", LAB_INVENTORY,
-                        extravars={"gpu_verify_report_dir": str(tmp_path / name)})
+    return run_playbook(
+        tmp_path, "playbooks/verify.yml", LAB_INVENTORY, extravars={"gpu_verify_report_dir": str(tmp_path / name)}
+    )
 
 
 def test_prometheus_sees_every_verified_node(head, lab_hosts):
     """Every GPU node's verification passed, as Prometheus scraped it; node exporter is up on every host."""
-    passed = eventually(lambda: by_node(head, "gpufleet_verify_passed"),
-                        lambda got: {n: s["value"] for n, s in got.items()} == {h: 1.0 for h in lab_hosts},
-                        "gpufleet_verify_passed 1 for every node")
+    passed = eventually(
+        lambda: by_node(head, "gpufleet_verify_passed"),
+        lambda got: {n: s["value"] for n, s in got.items()} == {h: 1.0 for h in lab_hosts},
+        "gpufleet_verify_passed 1 for every node",
+    )
     for node, series in passed.items():
         assert series["labels"]["instance"] == node and series["labels"]["job"] == "node", series
 
@@ -115,12 +134,15 @@ def test_prometheus_sees_every_verified_node(head, lab_hosts):
         assert series["labels"]["host"] == node, series  # each node's hostname is its inventory name
         assert series["labels"]["torch"] == "2.3.1+cu121", series
 
-    up = eventually(lambda: by_node(head, 'up{job="node"}'),
-                    lambda got: {n: s["value"] for n, s in got.items()} == {h: 1.0 for h in [*lab_hosts, head]},
-                    "node exporter up on every host")
+    up = eventually(
+        lambda: by_node(head, 'up{job="node"}'),
+        lambda got: {n: s["value"] for n, s in got.items()} == {h: 1.0 for h in [*lab_hosts, head]},
+        "node exporter up on every host",
+    )
     assert {n: s["labels"]["gpu_node"] for n, s in up.items()} == {**{h: "true" for h in lab_hosts}, head: "false"}
-    assert {n: s["value"] for n, s in by_node(head, 'node_textfile_scrape_error{job="node"}').items()} \
-        == {h: 0.0 for h in [*lab_hosts, head]}
+    assert {n: s["value"] for n, s in by_node(head, 'node_textfile_scrape_error{job="node"}').items()} == {
+        h: 0.0 for h in [*lab_hosts, head]
+    }
 
     # Fresh (test_site.py verified a few minutes ago), never judged stale; the lab has no GPU.
     age = by_node(head, "time() - gpufleet_verify_timestamp_seconds")
@@ -142,14 +164,20 @@ def test_reboot_required_node_fires_its_alerts_only(tmp_path, head, lab_hosts):
         run = verify(tmp_path, "verify-mismatch")
         assert run.status == "failed" and set(run.failures()) == {node}, run.failures()
 
-        alerts = eventually(lambda: firing(head), lambda got: all(node in got.get(a, set()) for a in MISMATCH_ALERTS),
-                            f"{sorted(MISMATCH_ALERTS)} firing for {node}")
+        alerts = eventually(
+            lambda: firing(head),
+            lambda got: all(node in got.get(a, set()) for a in MISMATCH_ALERTS),
+            f"{sorted(MISMATCH_ALERTS)} firing for {node}",
+        )
         for name in MISMATCH_ALERTS:
             assert alerts[name] == {node}, (name, alerts[name])
         assert by_node(head, "gpufleet_reboot_required")[node]["value"] == 1.0
         assert by_node(head, "gpufleet_versions_info")[node]["labels"]["driver_loaded"] == "535.1.0"
-        failed = [a for a in prometheus(head, "alerts")["alerts"]
-                  if a["labels"]["alertname"] == "GpufleetVerificationFailed" and a["labels"].get("node") == node]
+        failed = [
+            a
+            for a in prometheus(head, "alerts")["alerts"]
+            if a["labels"]["alertname"] == "GpufleetVerificationFailed" and a["labels"].get("node") == node
+        ]
         assert "failed checks: driver_version" in failed[0]["annotations"]["description"], failed
         assert failed[0]["labels"]["severity"] == "critical"
     finally:
@@ -159,8 +187,11 @@ def test_reboot_required_node_fires_its_alerts_only(tmp_path, head, lab_hosts):
             podman("exec", node, "sh", "-c", f'printf %s "$1" > {MODULE_FIXTURE}', "sh", original)
         restored = verify(tmp_path, "verify-restored")
         assert restored.status == "successful", restored.failures()
-        eventually(lambda: firing(head), lambda got: not any(node in got.get(a, set()) for a in MISMATCH_ALERTS),
-                   f"{sorted(MISMATCH_ALERTS)} resolved for {node}")
+        eventually(
+            lambda: firing(head),
+            lambda got: not any(node in got.get(a, set()) for a in MISMATCH_ALERTS),
+            f"{sorted(MISMATCH_ALERTS)} resolved for {node}",
+        )
     assert by_node(head, "gpufleet_verify_passed")[node]["value"] == 1.0
 
 
@@ -189,7 +220,9 @@ def test_promtool_unit_tests_of_the_deployed_rules(head):
 # tests/unit/data/gpu/xid/dmesg-iso-h100-xid48-63-94.log, its source in the .source file beside it); the window is
 # the whole log (gpu_verify_xid_window_hours 0), since the line is dated 2024.
 KERNEL_LOG_FIXTURE = "/run/gpufleet-lab/kern.log"
-XID_LINE = (REPO / "tests" / "unit" / "data" / "gpu" / "xid" / "dmesg-iso-h100-xid48-63-94.log").read_text().splitlines()[10]
+XID_LINE = (
+    (REPO / "tests" / "unit" / "data" / "gpu" / "xid" / "dmesg-iso-h100-xid48-63-94.log").read_text().splitlines()[10]
+)
 XID_ALERTS = {"GpufleetGpuXid", "GpufleetVerificationFailed"}
 
 
@@ -203,10 +236,22 @@ def test_an_xid_in_the_kernel_log_reaches_the_report_the_metric_and_its_alert(tm
     try:
         for host in lab_hosts:
             text = XID_LINE + "\n" if host == node else ""
-            podman("exec", host, "sh", "-c", f'mkdir -p /run/gpufleet-lab && printf %s "$1" > {KERNEL_LOG_FIXTURE}', "sh", text)
+            podman(
+                "exec",
+                host,
+                "sh",
+                "-c",
+                f'mkdir -p /run/gpufleet-lab && printf %s "$1" > {KERNEL_LOG_FIXTURE}',
+                "sh",
+                text,
+            )
         reports = tmp_path / "verify-xid"
-        run = run_playbook(tmp_path, "playbooks/verify.yml", LAB_INVENTORY,
-                           extravars={**extravars, "gpu_verify_report_dir": str(reports)})
+        run = run_playbook(
+            tmp_path,
+            "playbooks/verify.yml",
+            LAB_INVENTORY,
+            extravars={**extravars, "gpu_verify_report_dir": str(reports)},
+        )
         assert run.status == "failed" and set(run.failures()) == {node}, run.failures()
 
         report = {n["host"]: n for n in json.loads((reports / "fleet-report.json").read_text())["nodes"]}
@@ -219,11 +264,17 @@ def test_an_xid_in_the_kernel_log_reaches_the_report_the_metric_and_its_alert(tm
         markdown = (reports / "fleet-report.md").read_text()
         assert f"failed xid ({node})" in markdown and f"1 node to drain and investigate: {node}" in markdown, markdown
 
-        events = eventually(lambda: by_node(head, 'gpufleet_xid_events{code="48",verdict="fail"}'),
-                            lambda got: set(got) == {node}, f"gpufleet_xid_events of Xid 48 for {node} only")
+        events = eventually(
+            lambda: by_node(head, 'gpufleet_xid_events{code="48",verdict="fail"}'),
+            lambda got: set(got) == {node},
+            f"gpufleet_xid_events of Xid 48 for {node} only",
+        )
         assert events[node]["value"] == 1.0, events
-        alerts = eventually(lambda: firing(head), lambda got: all(node in got.get(a, set()) for a in XID_ALERTS),
-                            f"{sorted(XID_ALERTS)} firing for {node}")
+        alerts = eventually(
+            lambda: firing(head),
+            lambda got: all(node in got.get(a, set()) for a in XID_ALERTS),
+            f"{sorted(XID_ALERTS)} firing for {node}",
+        )
         assert alerts["GpufleetGpuXid"] == {node}, alerts
         assert by_node(head, 'gpufleet_action_required{action_class="drain"}')[node]["value"] == 1.0
     finally:
@@ -231,5 +282,8 @@ def test_an_xid_in_the_kernel_log_reaches_the_report_the_metric_and_its_alert(tm
             podman("exec", host, "rm", "-f", KERNEL_LOG_FIXTURE, check=False)
         restored = verify(tmp_path, "verify-after-xid")
         assert restored.status == "successful", restored.failures()
-        eventually(lambda: firing(head), lambda got: not any(node in got.get(a, set()) for a in XID_ALERTS),
-                   f"{sorted(XID_ALERTS)} resolved for {node}")
+        eventually(
+            lambda: firing(head),
+            lambda got: not any(node in got.get(a, set()) for a in XID_ALERTS),
+            f"{sorted(XID_ALERTS)} resolved for {node}",
+        )

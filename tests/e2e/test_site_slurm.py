@@ -17,7 +17,6 @@ import time
 
 import pytest
 import yaml
-
 from conftest import LAB_INVENTORY, podman, run_playbook
 from test_site_monitoring import eventually, firing
 
@@ -54,22 +53,38 @@ def test_one_munge_key_private_to_munge_and_trusted_across_hosts(lab_hosts):
         assert on(host, "stat", "-c", "%a %U %G", MUNGE_KEY).split() == ["400", "munge", "munge"], host
     # A credential made on a node decodes on the controller: same key.
     credential = on(lab_hosts[-1], "munge", "-n")
-    result = subprocess.run(["podman", "exec", "-i", HEAD, "unmunge"], input=credential, capture_output=True, text=True,
-                            check=False)
+    result = subprocess.run(
+        ["podman", "exec", "-i", HEAD, "unmunge"], input=credential, capture_output=True, text=True, check=False
+    )
     assert result.returncode == 0 and "STATUS:          Success (0)" in result.stdout, result.stdout + result.stderr
 
 
 def test_sbatch_runs_the_payload_across_every_node(lab_hosts):
-    job = on(HEAD, "sbatch", "--parsable", "--wait", f"--nodes={len(lab_hosts)}", "--chdir=/tmp", "--time=10",
-             JOB_SCRIPT, "--steps", "20", "--batch-size", str(8 * CPU_RANKS_PER_NODE * len(lab_hosts)),
-             "--busbw-mib", "8", "--json", check=False).strip()  # the lab's size of the all-reduce timing (group_vars)
+    job = on(
+        HEAD,
+        "sbatch",
+        "--parsable",
+        "--wait",
+        f"--nodes={len(lab_hosts)}",
+        "--chdir=/tmp",
+        "--time=10",
+        JOB_SCRIPT,
+        "--steps",
+        "20",
+        "--batch-size",
+        str(8 * CPU_RANKS_PER_NODE * len(lab_hosts)),
+        "--busbw-mib",
+        "8",
+        "--json",
+        check=False,
+    ).strip()  # the lab's size of the all-reduce timing (group_vars)
     assert job.isdigit(), job
     state = on(HEAD, "scontrol", "show", "job", job)
     assert "JobState=COMPLETED" in state and "ExitCode=0:0" in state, state
     batch_host = sorted(lab_hosts)[0]  # the first node of the allocation runs the batch script and rank 0
     output = on(batch_host, "cat", f"/tmp/gpufleet-train-{job}.out")
     # Rank 0's indented JSON document, among the workers' logs.
-    result, _end = json.JSONDecoder().raw_decode(output[output.rindex("\n{\n") + 1:])
+    result, _end = json.JSONDecoder().raw_decode(output[output.rindex("\n{\n") + 1 :])
     assert result["world_size"] == CPU_RANKS_PER_NODE * len(lab_hosts), output[-2000:]
     assert sorted(set(result["hosts"])) == sorted(lab_hosts)
     assert result["verdict"] == "pass" and result["losses"][-1] < result["losses"][0]
@@ -82,20 +97,29 @@ def test_munge_key_never_in_ansible_output(tmp_path, lab_hosts):
     key = base64.b64decode(on(HEAD, "base64", "-w0", MUNGE_KEY))
     on(node, "sh", "-c", f"dd if=/dev/urandom of={MUNGE_KEY} bs=128 count=1 status=none")
     log = tmp_path / "ansible.log"
-    run = run_playbook(tmp_path, "playbooks/services.yml", LAB_INVENTORY, cmdline="-vvv --diff",
-                       envvars={"ANSIBLE_LOG_PATH": str(log)})
+    run = run_playbook(
+        tmp_path, "playbooks/services.yml", LAB_INVENTORY, cmdline="-vvv --diff", envvars={"ANSIBLE_LOG_PATH": str(log)}
+    )
     assert run.status == "successful", run.failures()
     # no_log censors the result (its "changed" too): the task ran on that node only, and the node changed.
-    wrote = {ev["event_data"]["host"] for ev in run.events if ev.get("event") == "runner_on_ok"
-             and ev["event_data"].get("task") == "Write the munge key on the node (mode 0400, owner munge)"}
+    wrote = {
+        ev["event_data"]["host"]
+        for ev in run.events
+        if ev.get("event") == "runner_on_ok"
+        and ev["event_data"].get("task") == "Write the munge key on the node (mode 0400, owner munge)"
+    }
     assert wrote == {node}
     assert run.changed().get(node, 0) >= 1 and set(run.changed()) == {node}
     text = json.dumps(run.events) + "".join(ev.get("stdout", "") for ev in run.events)
     if log.exists():
         text += log.read_text(errors="replace")
     assert log.stat().st_size > 0
-    forms = {"base64": base64.b64encode(key).decode(), "hex": key.hex(), "raw": key.decode("latin-1"),
-             "base64-prefix": base64.b64encode(key).decode()[:24]}
+    forms = {
+        "base64": base64.b64encode(key).decode(),
+        "hex": key.hex(),
+        "raw": key.decode("latin-1"),
+        "base64-prefix": base64.b64encode(key).decode()[:24],
+    }
     for name, form in forms.items():
         assert form not in text, f"the munge key appears ({name}) in Ansible's output"
     assert on(node, "sha256sum", MUNGE_KEY).split()[0] == on(HEAD, "sha256sum", MUNGE_KEY).split()[0]
@@ -111,8 +135,10 @@ def test_unreachable_hosts_do_not_stop_the_others(tmp_path, lab_hosts):
     one address that does not answer): they are named, and every play still runs for the healthy hosts,
     including the delegated fact gathering of the Slurm play, verification and the smoke training; the
     reports are this run's and the end of the run says so (issue 16, item 14)."""
-    ghosts = {"gpufleet-ghost-dns": {"ansible_host": "no-such-host.invalid"},
-              "gpufleet-ghost-silent": {"ansible_host": "10.89.77.250", "ansible_timeout": 5}}
+    ghosts = {
+        "gpufleet-ghost-dns": {"ansible_host": "no-such-host.invalid"},
+        "gpufleet-ghost-silent": {"ansible_host": "10.89.77.250", "ansible_timeout": 5},
+    }
     hosts = yaml.safe_load((LAB_INVENTORY / "hosts.yml").read_text())
     hosts["all"]["children"]["gpu_nodes"]["hosts"].update(ghosts)
     inventory = tmp_path / "inventory"
@@ -128,14 +154,23 @@ def test_unreachable_hosts_do_not_stop_the_others(tmp_path, lab_hosts):
     config = "/etc/prometheus/prometheus.yml"
     before = podman("exec", HEAD, "cat", config).stdout
     try:
-        run = run_playbook(tmp_path, "site.yml", inventory, limit=",".join([HEAD, node, *ghosts]),
-                           extravars={"gpu_verify_report_dir": str(reports / "verify"),
-                                      "smoke_training_report_dir": str(reports / "smoke")},
-                           on_event=lambda event: lines.extend(event.get("stdout", "").splitlines()))
+        run = run_playbook(
+            tmp_path,
+            "site.yml",
+            inventory,
+            limit=",".join([HEAD, node, *ghosts]),
+            extravars={
+                "gpu_verify_report_dir": str(reports / "verify"),
+                "smoke_training_report_dir": str(reports / "smoke"),
+            },
+            on_event=lambda event: lines.extend(event.get("stdout", "").splitlines()),
+        )
         scrape = yaml.safe_load(podman("exec", HEAD, "cat", config).stdout)
     finally:
         # The lab as it was: the extra nodes leave Prometheus (later runs on the lab inventory expect no change).
-        subprocess.run(["podman", "exec", "-i", HEAD, "sh", "-c", f"cat > {config}"], input=before, text=True, check=True)
+        subprocess.run(
+            ["podman", "exec", "-i", HEAD, "sh", "-c", f"cat > {config}"], input=before, text=True, check=True
+        )
         podman("exec", HEAD, "systemctl", "reload", "prometheus")
     assert run.status == "failed"
     assert set(run.hosts("dark")) == set(ghosts), run.hosts("dark")
@@ -144,12 +179,21 @@ def test_unreachable_hosts_do_not_stop_the_others(tmp_path, lab_hosts):
     # node-down alert names them. That is the one change of the run.
     prometheus = ["Write the Prometheus configuration (scrape targets)", "Reload Prometheus"]
     assert run.changed_tasks() == {HEAD: prometheus}, run.changed_tasks()
-    instances = {target["labels"]["instance"] for job in scrape["scrape_configs"] if job["job_name"] == "node"
-                 for target in job["static_configs"]}
+    instances = {
+        target["labels"]["instance"]
+        for job in scrape["scrape_configs"]
+        if job["job_name"] == "node"
+        for target in job["static_configs"]
+    }
     assert set(ghosts) <= instances, instances
-    plays = {ev["event_data"]["play"] for ev in run.events
-             if ev.get("event") == "runner_on_ok" and ev["event_data"]["host"] == node}
-    assert {"Slurm", "Monitoring", "Verify the GPU nodes (read-only)", "Smoke-train across the GPU nodes"} <= plays, plays
+    plays = {
+        ev["event_data"]["play"]
+        for ev in run.events
+        if ev.get("event") == "runner_on_ok" and ev["event_data"]["host"] == node
+    }
+    assert {"Slurm", "Monitoring", "Verify the GPU nodes (read-only)", "Smoke-train across the GPU nodes"} <= plays, (
+        plays
+    )
     assert not {ev["event_data"]["host"] for ev in run.events if ev.get("event") == "runner_on_ok"} & set(others)
     fleet = json.loads((reports / "verify" / "fleet-report.json").read_text())
     verdicts = {entry["host"]: entry["verdict"] for entry in fleet["nodes"]}
@@ -159,7 +203,7 @@ def test_unreachable_hosts_do_not_stop_the_others(tmp_path, lab_hosts):
     # slurm.conf still describes the nodes outside the run (their delegated facts): every lab node stays idle.
     assert sinfo() == {host: "idle" for host in lab_hosts}
     # The end of the run names each unreachable host once and points at this run's reports.
-    summary = "\n".join(lines[lines.index("GPUFLEET SUMMARY"):])
+    summary = "\n".join(lines[lines.index("GPUFLEET SUMMARY") :])
     assert all(f"unreachable: {ghost} " in summary for ghost in ghosts), summary
     assert f"report verify: {reports / 'verify' / 'fleet-report.md'} (verdict: " in summary, summary
 
@@ -181,7 +225,9 @@ PROMETHEUS_HOST = HEAD  # the lab's monitoring_server
 
 def node_state(host: str) -> tuple[str, str]:
     """The node's state (%t: idle, drain, drng, ...) and reason (%E) as the controller sees them."""
-    state, reason = on(HEAD, "sinfo", "--noheader", "--Node", "--nodes", host, "--format", "%t|%E").strip().split("|", 1)
+    state, reason = (
+        on(HEAD, "sinfo", "--noheader", "--Node", "--nodes", host, "--format", "%t|%E").strip().split("|", 1)
+    )
     return state, reason
 
 
@@ -212,23 +258,41 @@ def test_a_forged_fault_is_drained_by_slurms_health_check_and_resumed_once_remov
     eventually(sinfo, lambda got: got == {host: "idle" for host in lab_hosts}, "every node idle", 60)
     original = forge_mismatch(node)
     try:
-        state, reason = eventually(lambda: node_state(node), lambda got: got[0].startswith("drain") and got[1].startswith(GPUFLEET_REASON),
-                                   f"{node} drained by the health check", HEALTH_WAIT_S)
+        state, reason = eventually(
+            lambda: node_state(node),
+            lambda got: got[0].startswith("drain") and got[1].startswith(GPUFLEET_REASON),
+            f"{node} drained by the health check",
+            HEALTH_WAIT_S,
+        )
         assert "535.1.0" in reason, reason
         assert all(node_state(host)[0] == "idle" for host in others), sinfo()
-        series = eventually(lambda: health_metrics(node), lambda got: any(k.startswith("gpufleet_slurm_drained{") and v == "1"
-                                                                          for k, v in got.items()), "the drain metric", 30)
+        series = eventually(
+            lambda: health_metrics(node),
+            lambda got: any(k.startswith("gpufleet_slurm_drained{") and v == "1" for k, v in got.items()),
+            "the drain metric",
+            30,
+        )
         assert series[f'gpufleet_slurm_drained{{reason="{reason}"}}'] == "1", series
         assert series["gpufleet_slurm_health_check_passed"] == "0"
         # Prometheus (the head node, every 5 s in the lab) fires the drain alert for that node alone.
-        alerts = eventually(lambda: firing(PROMETHEUS_HOST), lambda got: node in got.get(DRAIN_ALERT, set()),
-                            f"{DRAIN_ALERT} firing for {node}", 60)
+        alerts = eventually(
+            lambda: firing(PROMETHEUS_HOST),
+            lambda got: node in got.get(DRAIN_ALERT, set()),
+            f"{DRAIN_ALERT} firing for {node}",
+            60,
+        )
         assert alerts[DRAIN_ALERT] == {node}, alerts
     finally:
         restore(node, original)
-    eventually(lambda: node_state(node), lambda got: got[0] == "idle", f"{node} resumed by the health check", HEALTH_WAIT_S)
-    series = eventually(lambda: health_metrics(node), lambda got: got.get('gpufleet_slurm_drained{reason=""}') == "0",
-                        "the drain metric back to 0", 30)
+    eventually(
+        lambda: node_state(node), lambda got: got[0] == "idle", f"{node} resumed by the health check", HEALTH_WAIT_S
+    )
+    series = eventually(
+        lambda: health_metrics(node),
+        lambda got: got.get('gpufleet_slurm_drained{reason=""}') == "0",
+        "the drain metric back to 0",
+        30,
+    )
     assert series["gpufleet_slurm_health_check_passed"] == "1"
     assert sinfo() == {host: "idle" for host in lab_hosts}
 
@@ -240,25 +304,40 @@ def test_an_administrators_drain_is_left_alone_by_the_health_check(lab_hosts):
     on(HEAD, "scontrol", "update", f"NodeName={node}", "State=DRAIN", f"Reason={ADMIN_REASON}")
     forged, original = False, None
     try:
+
         def checked_after(stamp: float):
             return lambda got: float(got.get("gpufleet_slurm_health_check_timestamp_seconds", "0")) > stamp
 
         first = float(health_metrics(node).get("gpufleet_slurm_health_check_timestamp_seconds", "0"))
-        seen = eventually(lambda: health_metrics(node), checked_after(first), "a health check after the drain", HEALTH_WAIT_S)
-        seen = eventually(lambda: health_metrics(node), checked_after(float(seen["gpufleet_slurm_health_check_timestamp_seconds"])),
-                          "a second health check", HEALTH_WAIT_S)
+        seen = eventually(
+            lambda: health_metrics(node), checked_after(first), "a health check after the drain", HEALTH_WAIT_S
+        )
+        seen = eventually(
+            lambda: health_metrics(node),
+            checked_after(float(seen["gpufleet_slurm_health_check_timestamp_seconds"])),
+            "a second health check",
+            HEALTH_WAIT_S,
+        )
         assert seen["gpufleet_slurm_health_check_passed"] == "1", seen  # passed twice...
         assert node_state(node) == ("drain", ADMIN_REASON)  # ... and the node stays the administrator's
         assert seen['gpufleet_slurm_drained{reason=""}'] == "0"
 
         original, forged = forge_mismatch(node), True  # a failing check does not take the node over either
-        eventually(lambda: health_metrics(node), lambda got: got.get("gpufleet_slurm_health_check_passed") == "0",
-                   "a failed health check", HEALTH_WAIT_S)
+        eventually(
+            lambda: health_metrics(node),
+            lambda got: got.get("gpufleet_slurm_health_check_passed") == "0",
+            "a failed health check",
+            HEALTH_WAIT_S,
+        )
         assert node_state(node) == ("drain", ADMIN_REASON)
     finally:
         if forged:
             restore(node, original)
-            eventually(lambda: health_metrics(node), lambda got: got.get("gpufleet_slurm_health_check_passed") == "1",
-                       "a passing health check again", HEALTH_WAIT_S)
+            eventually(
+                lambda: health_metrics(node),
+                lambda got: got.get("gpufleet_slurm_health_check_passed") == "1",
+                "a passing health check again",
+                HEALTH_WAIT_S,
+            )
         on(HEAD, "scontrol", "update", f"NodeName={node}", "State=RESUME")
     eventually(sinfo, lambda got: got == {host: "idle" for host in lab_hosts}, "every node idle", 60)

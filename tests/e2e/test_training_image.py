@@ -15,8 +15,8 @@ checks (which read the CUDA build and say "no GPU" for the rest); their
 JSON results are asserted. The image is
 removed at the end.
 
-What needs outside servers or a GPU (the default Ubuntu base, the NVIDIA Container Toolkit, nvidia-ctk, CDI) is covered by
-tests/unit/test_container_role.py on the rendered configuration.
+What needs outside servers or a GPU (the default Ubuntu base, the NVIDIA Container Toolkit, nvidia-ctk, CDI) is covered
+by tests/unit/test_container_role.py on the rendered configuration.
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ import uuid
 
 import pytest
 import yaml
-
 from conftest import LAB_INVENTORY, LAB_NETWORK, NODE_IMAGE, REPO, podman
 
 CONTAINERFILE = "roles/container/files/Containerfile.train"
@@ -87,15 +86,30 @@ def training_image():
     }
     if not LAB_LOCK.is_file():
         pytest.fail(f"the lab is not built: no hash lock {LAB_LOCK}; run `make lab` first")
-    argv = ["podman", "build", "--pull=never", "--layers=false", "--network", LAB_NETWORK,
-            "--secret", f"id=torch-lock,src={LAB_LOCK}",
-            "--add-host", f"{MIRROR}:{mirror_address()}", "--file", CONTAINERFILE, "--tag", tag]
+    argv = [
+        "podman",
+        "build",
+        "--pull=never",
+        "--layers=false",
+        "--network",
+        LAB_NETWORK,
+        "--secret",
+        f"id=torch-lock,src={LAB_LOCK}",
+        "--add-host",
+        f"{MIRROR}:{mirror_address()}",
+        "--file",
+        CONTAINERFILE,
+        "--tag",
+        tag,
+    ]
     argv += [f"--build-arg={key}={value}" for key, value in build_args.items()] + ["."]
     started = time.monotonic()
     build = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S, check=False)
     print(f"podman build: {time.monotonic() - started:.0f} s")
     try:
-        assert build.returncode == 0, f"podman build failed (exit {build.returncode}):\n{(build.stdout + build.stderr)[-4000:]}"
+        assert build.returncode == 0, (
+            f"podman build failed (exit {build.returncode}):\n{(build.stdout + build.stderr)[-4000:]}"
+        )
         yield tag
     finally:
         podman("rmi", "--force", tag, check=False)
@@ -103,8 +117,13 @@ def training_image():
 
 def run_in_image(image: str, *command: str) -> subprocess.CompletedProcess:
     """Runs a command in the image without any network."""
-    return subprocess.run(["podman", "run", "--rm", "--network", "none", image, *command],
-                          capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False)
+    return subprocess.run(
+        ["podman", "run", "--rm", "--network", "none", image, *command],
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+        check=False,
+    )
 
 
 def payload_result(run: subprocess.CompletedProcess) -> dict:
@@ -113,7 +132,8 @@ def payload_result(run: subprocess.CompletedProcess) -> dict:
 
 
 def test_image_metadata(training_image):
-    """Labels name the torch build and the base image; the payload runs as uid 1000; the default command is the payload."""
+    """Labels name the torch build and the base image; the payload runs as uid 1000; the default command is the
+    payload."""
     config = json.loads(podman("image", "inspect", training_image).stdout)[0]["Config"]
     settings = lab_settings()
     assert config["Labels"]["org.gpufleet.torch-version"] == settings["pytorch_release"]
@@ -124,16 +144,30 @@ def test_image_metadata(training_image):
 
 
 def test_unprivileged_user_cannot_change_the_payload(training_image):
-    run = run_in_image(training_image, "sh", "-c",
-                       "id -un; id -u; command -v python; command -v torchrun; test -w /opt/gpufleet/payload/train.py && echo writable || echo read-only")
+    run = run_in_image(
+        training_image,
+        "sh",
+        "-c",
+        "id -un; id -u; command -v python; command -v torchrun; test -w /opt/gpufleet/payload/train.py && echo "
+        "writable || echo read-only",
+    )
     assert run.returncode == 0, run.stderr
-    assert run.stdout.split() == ["gpufleet", "1000", "/opt/gpufleet/venv/bin/python", "/opt/gpufleet/venv/bin/torchrun", "read-only"]
+    assert run.stdout.split() == [
+        "gpufleet",
+        "1000",
+        "/opt/gpufleet/venv/bin/python",
+        "/opt/gpufleet/venv/bin/torchrun",
+        "read-only",
+    ]
 
 
 def test_payload_single_process_on_cpu(training_image):
     """train.py as one process: verdict pass, world size 1, the lab's torch build."""
-    result = payload_result(run_in_image(training_image, "python", "/opt/gpufleet/payload/train.py",
-                                         "--json", "--steps", "8", "--device", "cpu"))
+    result = payload_result(
+        run_in_image(
+            training_image, "python", "/opt/gpufleet/payload/train.py", "--json", "--steps", "8", "--device", "cpu"
+        )
+    )
     settings = lab_settings()
     assert result["verdict"] == "pass", result["reasons"]
     assert result["world_size"] == 1 and result["device"] == "cpu" and result["final_step"] == 8
@@ -144,20 +178,41 @@ def test_payload_single_process_on_cpu(training_image):
 
 def test_the_image_has_the_locked_cuda_build(training_image):
     """The image's torch is the lab's locked cu121 build (what the nodes get), and the lock itself stayed out of it."""
-    run = run_in_image(training_image, "python", "-c",
-                       "import torch; print(torch.__version__, torch.version.cuda, torch.backends.cudnn.version(),"
-                       " torch.cuda.nccl.version())")
+    run = run_in_image(
+        training_image,
+        "python",
+        "-c",
+        "import torch; print(torch.__version__, torch.version.cuda, torch.backends.cudnn.version(),"
+        " torch.cuda.nccl.version())",
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stdout.strip() == TORCH_REPORTS
     torch_hash = re.search(r"^torch==\S+ --hash=sha256:([0-9a-f]{64})", LAB_LOCK.read_text(), re.M)[1]
-    leftover = run_in_image(training_image, "sh", "-c", f"ls -A /run/secrets 2>/dev/null; grep -rlF {torch_hash} /opt /tmp /root /home 2>/dev/null")
+    leftover = run_in_image(
+        training_image,
+        "sh",
+        "-c",
+        f"ls -A /run/secrets 2>/dev/null; grep -rlF {torch_hash} /opt /tmp /root /home 2>/dev/null",
+    )
     assert leftover.stdout.strip() == "", leftover.stdout
 
 
 def test_payload_torchrun_two_processes_on_cpu(training_image):
     """torchrun inside the container: 2 gloo ranks under DDP, both reporting, parameters in agreement."""
-    result = payload_result(run_in_image(training_image, "torchrun", "--standalone", "--nproc-per-node=2",
-                                         "/opt/gpufleet/payload/train.py", "--json", "--steps", "8", "--device", "cpu"))
+    result = payload_result(
+        run_in_image(
+            training_image,
+            "torchrun",
+            "--standalone",
+            "--nproc-per-node=2",
+            "/opt/gpufleet/payload/train.py",
+            "--json",
+            "--steps",
+            "8",
+            "--device",
+            "cpu",
+        )
+    )
     assert result["verdict"] == "pass", result["reasons"]
     assert result["world_size"] == 2
     assert result["backend"] == "gloo" and result["wrapper"] == "DistributedDataParallel"
@@ -182,12 +237,33 @@ def test_health_checks_run_in_the_image(training_image):
     assert run.returncode == 0 and report["verdict"] == "pass", report["reasons"]
     checks = {check["name"]: check for check in report["checks"]}
     assert checks["libraries"]["verdict"] == "pass", checks["libraries"]
-    assert checks["libraries"]["detail"].startswith("torch 2.3.1+cu121, CUDA 12.1, cuDNN 8.9.2, NCCL 2.20.5; "), checks["libraries"]
-    for name in ("nvidia_smi", "torch_cuda", "gemm", "memory_bandwidth", "allreduce_busbw", "p2p_topology", "gpu_errors",
-                 "pcie", "clocks", "nvlink", "xid", "interconnect", "dcgm"):
+    assert checks["libraries"]["detail"].startswith("torch 2.3.1+cu121, CUDA 12.1, cuDNN 8.9.2, NCCL 2.20.5; "), checks[
+        "libraries"
+    ]
+    for name in (
+        "nvidia_smi",
+        "torch_cuda",
+        "gemm",
+        "memory_bandwidth",
+        "allreduce_busbw",
+        "p2p_topology",
+        "gpu_errors",
+        "pcie",
+        "clocks",
+        "nvlink",
+        "xid",
+        "interconnect",
+        "dcgm",
+    ):
         assert checks[name]["verdict"] == "skipped" and "no GPU" in checks[name]["detail"], name
     versions = report["versions"]
-    assert (versions["torch"], versions["cuda"], versions["cudnn"], versions["nccl"]) == ("2.3.1+cu121", "12.1", "8.9.2", "2.20.5")
-    required = run_in_image(training_image, "python", "/opt/gpufleet/payload/gpufleet_check.pyz", "--json",
-                            "--require-gpus", *expectations)
+    assert (versions["torch"], versions["cuda"], versions["cudnn"], versions["nccl"]) == (
+        "2.3.1+cu121",
+        "12.1",
+        "8.9.2",
+        "2.20.5",
+    )
+    required = run_in_image(
+        training_image, "python", "/opt/gpufleet/payload/gpufleet_check.pyz", "--json", "--require-gpus", *expectations
+    )
     assert required.returncode == 1 and json.loads(required.stdout)["verdict"] == "fail"

@@ -29,9 +29,16 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from conftest import FreshNode, lab_vars, lone_inventory, podman, remove_lab_nodes, restart_node, run_playbook, \
-    start_lab_nodes
+from conftest import (
+    FreshNode,
+    lab_vars,
+    lone_inventory,
+    podman,
+    remove_lab_nodes,
+    restart_node,
+    run_playbook,
+    start_lab_nodes,
+)
 
 # The slow tier (make test-slow; docs/testing.md): three runs of upgrade-driver.yml with a DKMS build, about
 # 3 min; in make test it took the rehearsal of 2026-12-04 over its budget (46:49).
@@ -40,13 +47,29 @@ pytestmark = pytest.mark.slow
 NODE = "gpufleet-e2e-branch"
 OLD, NEW = "535.261.03", "580.95.05"
 # FIXTURE: what /etc/os-release of an Ubuntu 22.04 server says (the fields Ansible reads for its distribution facts).
-UBUNTU_2204 = ['PRETTY_NAME="Ubuntu 22.04.5 LTS"', 'NAME="Ubuntu"', 'VERSION_ID="22.04"',
-               'VERSION="22.04.5 LTS (Jammy Jellyfish)"', "VERSION_CODENAME=jammy", "ID=ubuntu", "ID_LIKE=debian",
-               "UBUNTU_CODENAME=jammy"]
+UBUNTU_2204 = [
+    'PRETTY_NAME="Ubuntu 22.04.5 LTS"',
+    'NAME="Ubuntu"',
+    'VERSION_ID="22.04"',
+    'VERSION="22.04.5 LTS (Jammy Jellyfish)"',
+    "VERSION_CODENAME=jammy",
+    "ID=ubuntu",
+    "ID_LIKE=debian",
+    "UBUNTU_CODENAME=jammy",
+]
 # The packages of one branch in NVIDIA's Ubuntu layout that nvidia-headless-B + nvidia-utils-B install.
-STACK = ["libnvidia-cfg1-{b}", "libnvidia-compute-{b}", "nvidia-compute-utils-{b}", "nvidia-dkms-{b}",
-         "nvidia-firmware-{b}-{v}", "nvidia-headless-{b}", "nvidia-headless-no-dkms-{b}", "nvidia-kernel-common-{b}",
-         "nvidia-kernel-source-{b}", "nvidia-utils-{b}"]
+STACK = [
+    "libnvidia-cfg1-{b}",
+    "libnvidia-compute-{b}",
+    "nvidia-compute-utils-{b}",
+    "nvidia-dkms-{b}",
+    "nvidia-firmware-{b}-{v}",
+    "nvidia-headless-{b}",
+    "nvidia-headless-no-dkms-{b}",
+    "nvidia-kernel-common-{b}",
+    "nvidia-kernel-source-{b}",
+    "nvidia-utils-{b}",
+]
 
 
 def stack(version: str) -> list:
@@ -56,29 +79,49 @@ def stack(version: str) -> list:
 @pytest.fixture(scope="module")
 def branch_node(tmp_path_factory, lab_hosts):
     mirror = lab_vars()["lab_mirror_url"]
-    hosts = start_lab_nodes([NODE], "e2e", host_vars={
-        # A node without torch (the two checks that import it are left out) and without the cluster services.
-        "gpu_verify_skip_checks": ["torch_cuda", "libraries"],
-        "nvidia_driver_source": "nvidia",
-        "nvidia_driver_repository_url": f"{mirror}/fixtures/nvidia-branches",
-        # NVIDIA's flat layout and its cuda-keyring (the lab's fixture of it): the source's own defaults.
-        "nvidia_driver_repository_suites": [],
-        "nvidia_driver_repository_keyring": ""})
-    podman("exec", NODE, "sh", "-c", "printf '%s\\n' " + " ".join(f"'{line}'" for line in UBUNTU_2204) + " > /etc/os-release")
+    hosts = start_lab_nodes(
+        [NODE],
+        "e2e",
+        host_vars={
+            # A node without torch (the two checks that import it are left out) and without the cluster services.
+            "gpu_verify_skip_checks": ["torch_cuda", "libraries"],
+            "nvidia_driver_source": "nvidia",
+            "nvidia_driver_repository_url": f"{mirror}/fixtures/nvidia-branches",
+            # NVIDIA's flat layout and its cuda-keyring (the lab's fixture of it): the source's own defaults.
+            "nvidia_driver_repository_suites": [],
+            "nvidia_driver_repository_keyring": "",
+        },
+    )
+    podman(
+        "exec",
+        NODE,
+        "sh",
+        "-c",
+        "printf '%s\\n' " + " ".join(f"'{line}'" for line in UBUNTU_2204) + " > /etc/os-release",
+    )
     node = FreshNode(name=NODE, inventory=lone_inventory(tmp_path_factory.mktemp("inv-branch"), hosts))
     yield node
     remove_lab_nodes([NODE])
 
 
 def upgrade(tmp_path, node: FreshNode, version: str, name: str, **extra):
-    return run_playbook(tmp_path, "playbooks/upgrade-driver.yml", node.inventory,
-                        extravars={"upgrade_driver_version": version, "upgrade_driver_report_dir": str(tmp_path / name),
-                                   **extra})
+    return run_playbook(
+        tmp_path,
+        "playbooks/upgrade-driver.yml",
+        node.inventory,
+        extravars={"upgrade_driver_version": version, "upgrade_driver_report_dir": str(tmp_path / name), **extra},
+    )
 
 
 def installed(node: FreshNode) -> dict:
-    listing = node.exec("dpkg-query -W -f '${Package} ${Version} ${db:Status-Abbrev}\\n' '*nvidia*' 2>/dev/null || true")
-    return {p: (v, s.strip()) for p, v, s in (line.split(" ", 2) for line in listing.splitlines()) if s.strip() in ("ii", "hi")}
+    listing = node.exec(
+        "dpkg-query -W -f '${Package} ${Version} ${db:Status-Abbrev}\\n' '*nvidia*' 2>/dev/null || true"
+    )
+    return {
+        p: (v, s.strip())
+        for p, v, s in (line.split(" ", 2) for line in listing.splitlines())
+        if s.strip() in ("ii", "hi")
+    }
 
 
 def fact(node: FreshNode) -> dict:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from conftest import LAB_INVENTORY, lab_vars, podman, restart_node, run_playbook
 
 # The slow tier (make test-slow; docs/testing.md): a rollout with its reboots and a downgrade, about 10 min.
@@ -58,8 +57,13 @@ def test_upgrade_stops_at_first_failed_node_and_verify_names_it(tmp_path, lab_ho
         assert nodes[host]["driver_loaded"] == nodes[host]["driver"] == PINNED, nodes[host]
 
     try:
-        run = run_playbook(tmp_path, "playbooks/upgrade-driver.yml", LAB_INVENTORY, limit=f"{first},{second}",
-                           extravars={"upgrade_driver_version": newer, "gpu_verify_report_dir": str(tmp_path / "upgrade")})
+        run = run_playbook(
+            tmp_path,
+            "playbooks/upgrade-driver.yml",
+            LAB_INVENTORY,
+            limit=f"{first},{second}",
+            extravars={"upgrade_driver_version": newer, "gpu_verify_report_dir": str(tmp_path / "upgrade")},
+        )
         assert run.status == "failed"
         assert set(run.failures()) == {first}
         assert "The rollout stops here" in " ".join(run.failures()[first])
@@ -84,13 +88,26 @@ def test_upgrade_stops_at_first_failed_node_and_verify_names_it(tmp_path, lab_ho
         assert nodes[first]["driver_loaded"] == newer
     finally:
         # Back to the inventory's release (staged, then the reboot that loads it).
-        back = run_playbook(tmp_path, "playbooks/upgrade-driver.yml", LAB_INVENTORY, limit=first,
-                            extravars={"upgrade_driver_version": PINNED, "upgrade_driver_accept_reboot_pending": True,
-                                       "gpu_verify_report_dir": str(tmp_path / "back")})
+        back = run_playbook(
+            tmp_path,
+            "playbooks/upgrade-driver.yml",
+            LAB_INVENTORY,
+            limit=first,
+            extravars={
+                "upgrade_driver_version": PINNED,
+                "upgrade_driver_accept_reboot_pending": True,
+                "gpu_verify_report_dir": str(tmp_path / "back"),
+            },
+        )
         restart_node(first)
         # After the reboot, the same play finds the node verified and resumes it in Slurm.
-        resumed = run_playbook(tmp_path, "playbooks/upgrade-driver.yml", LAB_INVENTORY, limit=first,
-                               extravars={"upgrade_driver_version": PINNED, "gpu_verify_report_dir": str(tmp_path / "resume")})
+        resumed = run_playbook(
+            tmp_path,
+            "playbooks/upgrade-driver.yml",
+            LAB_INVENTORY,
+            limit=first,
+            extravars={"upgrade_driver_version": PINNED, "gpu_verify_report_dir": str(tmp_path / "resume")},
+        )
     assert back.status == "successful", back.failures()
     assert resumed.status == "successful", resumed.failures()
     assert "Resume the node in Slurm" in resumed.changed_tasks()[first]

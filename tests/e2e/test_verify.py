@@ -11,7 +11,6 @@ import json
 import time
 
 import pytest
-
 from conftest import LAB_INVENTORY, podman, restart_node, run_playbook
 
 CHECK_TASK = "Run the health checks"
@@ -19,9 +18,14 @@ CHECK_TASK = "Run the health checks"
 
 def fingerprint(host: str) -> str:
     """Everything a verification could have changed on a node."""
-    return podman("exec", host, "sh", "-c",
-                  "md5sum /var/lib/dpkg/status; apt-mark showhold; find /etc /opt/gpufleet /var/lib/gpufleet"
-                  " -xdev -newer /var/lib/dpkg/status -type f 2>/dev/null | sort; ls -A /tmp").stdout
+    return podman(
+        "exec",
+        host,
+        "sh",
+        "-c",
+        "md5sum /var/lib/dpkg/status; apt-mark showhold; find /etc /opt/gpufleet /var/lib/gpufleet"
+        " -xdev -newer /var/lib/dpkg/status -type f 2>/dev/null | sort; ls -A /tmp",
+    ).stdout
 
 
 def fleet_report(report_dir) -> dict:
@@ -31,9 +35,16 @@ def fleet_report(report_dir) -> dict:
 def test_verify_is_read_only_and_rerunnable(tmp_path, lab_hosts):
     reports = tmp_path / "verify"
     before = {h: fingerprint(h) for h in lab_hosts}
-    runs = [run_playbook(tmp_path, "playbooks/verify.yml", LAB_INVENTORY,
-                         extravars={"gpu_verify_report_dir": str(reports)}, cmdline=cmdline)
-            for cmdline in (None, "--check", None)]
+    runs = [
+        run_playbook(
+            tmp_path,
+            "playbooks/verify.yml",
+            LAB_INVENTORY,
+            extravars={"gpu_verify_report_dir": str(reports)},
+            cmdline=cmdline,
+        )
+        for cmdline in (None, "--check", None)
+    ]
     for run in runs:
         assert run.status == "successful", run.failures()
         assert run.changed_tasks() == {}
@@ -49,19 +60,42 @@ def test_verify_is_read_only_and_rerunnable(tmp_path, lab_hosts):
         # The done-when of issue 15: what torch reports on every node, per node in the report.
         versions = result["versions"]
         # PyPI's torch 2.3.1 calls itself 2.3.1+cu121 (its torch/version.py); pip's metadata says 2.3.1.
-        assert (versions["torch"], versions["cuda"], versions["cudnn"], versions["nccl"]) == ("2.3.1+cu121", "12.1", "8.9.2", "2.20.5")
+        assert (versions["torch"], versions["cuda"], versions["cudnn"], versions["nccl"]) == (
+            "2.3.1+cu121",
+            "12.1",
+            "8.9.2",
+            "2.20.5",
+        )
         # What torch was built with needs no GPU: checked against the matrix's row, not skipped.
         assert checks["libraries"]["verdict"] == "pass", (node["host"], checks["libraries"])
         assert checks["libraries"]["threshold"] == "12.1", checks["libraries"]
         # Only what runs on a GPU says "no GPU".
         skipped = {name for name, check in checks.items() if check["verdict"] == "skipped"}
-        assert skipped == {"nvidia_smi", "torch_cuda", "gemm", "memory_bandwidth", "allreduce_busbw", "p2p_topology",
-                           "gpu_errors", "pcie", "clocks", "nvlink", "xid", "interconnect", "dcgm"}, (node["host"], skipped)
+        assert skipped == {
+            "nvidia_smi",
+            "torch_cuda",
+            "gemm",
+            "memory_bandwidth",
+            "allreduce_busbw",
+            "p2p_topology",
+            "gpu_errors",
+            "pcie",
+            "clocks",
+            "nvlink",
+            "xid",
+            "interconnect",
+            "dcgm",
+        }, (node["host"], skipped)
         for name in skipped:
             assert "no GPU" in checks[name]["detail"], (node["host"], name)
-    rows = {cells[0]: cells for cells in ([c.strip() for c in line.strip().strip("|").split("|")]
-                                          for line in (reports / "fleet-report.md").read_text().splitlines()
-                                          if line.startswith("| "))}
+    rows = {
+        cells[0]: cells
+        for cells in (
+            [c.strip() for c in line.strip().strip("|").split("|")]
+            for line in (reports / "fleet-report.md").read_text().splitlines()
+            if line.startswith("| ")
+        )
+    }
     for host in lab_hosts:  # Node, Verdict, Driver, CUDA, torch, torch's own cuDNN/NCCL, ...
         assert rows[host][3:6] == ["12.1", "2.3.1+cu121", "8.9.2 / 2.20.5"], rows[host]
     junit = (reports / "fleet-report.xml").read_text()
@@ -71,8 +105,12 @@ def test_verify_is_read_only_and_rerunnable(tmp_path, lab_hosts):
 def test_gpu_required_fails_every_lab_node(tmp_path, lab_hosts):
     """With the default gpu_verify_require_gpus, a node without GPUs fails and is named with the reason."""
     reports = tmp_path / "verify"
-    run = run_playbook(tmp_path, "playbooks/verify.yml", LAB_INVENTORY,
-                       extravars={"gpu_verify_report_dir": str(reports), "gpu_verify_require_gpus": True})
+    run = run_playbook(
+        tmp_path,
+        "playbooks/verify.yml",
+        LAB_INVENTORY,
+        extravars={"gpu_verify_report_dir": str(reports), "gpu_verify_require_gpus": True},
+    )
     assert run.status == "failed"
     assert set(run.failures()) == set(lab_hosts)
     report = fleet_report(reports)
@@ -104,8 +142,12 @@ def test_node_stopped_mid_verification_is_named(tmp_path, lab_hosts, node_to_sto
 
     def stop_when_its_check_runs(event: dict) -> bool:
         data = event.get("event_data", {})
-        if (not stopped and event.get("event") == "runner_on_start" and data.get("task") == CHECK_TASK
-                and data.get("host") == node_to_stop):
+        if (
+            not stopped
+            and event.get("event") == "runner_on_start"
+            and data.get("task") == CHECK_TASK
+            and data.get("host") == node_to_stop
+        ):
             # The check starts on the node (ansible copies and launches it) and
             # hangs in nvidia-smi: stop the node in the middle.
             deadline = time.monotonic() + 30
@@ -119,8 +161,13 @@ def test_node_stopped_mid_verification_is_named(tmp_path, lab_hosts, node_to_sto
             stopped["at"] = time.monotonic()
         return True
 
-    run = run_playbook(tmp_path, "playbooks/verify.yml", LAB_INVENTORY,
-                       extravars={"gpu_verify_report_dir": str(reports)}, on_event=stop_when_its_check_runs)
+    run = run_playbook(
+        tmp_path,
+        "playbooks/verify.yml",
+        LAB_INVENTORY,
+        extravars={"gpu_verify_report_dir": str(reports)},
+        on_event=stop_when_its_check_runs,
+    )
     assert stopped, "the check never started on the node"
     assert "late" not in stopped, f"the check on {node_to_stop} did not reach nvidia-smi within 30 s"
     assert run.status == "failed"

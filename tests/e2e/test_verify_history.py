@@ -12,7 +12,8 @@ the real ones a verify.yml run on the lab leaves in the report; in each, the GPU
 801 TFLOP/s (this project's H200, measured: docs/gpu.md, "Measured on a GPU"), the last node's figure edited to
 700 (above its floor, 0.85 x 794.5 = 675.3, and 12.6 % below the others' 801). The report's command
 (files/gpufleet_report.py, with plugins/module_utils/fleet_report.py, the code the play's action runs) must name
-that node an outlier while every node passes. Runs after test_site.py (the stack is installed); about 5 verify runs in all."""
+that node an outlier while every node passes. Runs after test_site.py (the stack is installed); about 5 verify runs in
+all."""
 
 from __future__ import annotations
 
@@ -44,7 +45,9 @@ SLOW_TFLOPS = 700.0
 
 
 def verify(tmp_path, reports):
-    return run_playbook(tmp_path, "playbooks/verify.yml", LAB_INVENTORY, extravars={"gpu_verify_report_dir": str(reports)})
+    return run_playbook(
+        tmp_path, "playbooks/verify.yml", LAB_INVENTORY, extravars={"gpu_verify_report_dir": str(reports)}
+    )
 
 
 def read_report(reports) -> dict:
@@ -80,7 +83,9 @@ def test_a_node_failing_2_of_its_last_3_runs_is_a_repeat_offender(tmp_path, head
         assert (entry["host"], entry["failed_runs"], entry["runs"], entry["window"]) == (node, 2, 3, 3), entry
         assert [run["generated"] for run in entry["failures"]] == [history[0]["generated"], history[2]["generated"]]
         for failing in entry["failures"]:
-            assert any(item["check"] == "driver_version" and "535.1.0" in item["reason"] for item in failing["failed"]), failing
+            assert any(
+                item["check"] == "driver_version" and "535.1.0" in item["reason"] for item in failing["failed"]
+            ), failing
         nodes = {n["host"]: n for n in report["nodes"]}
         assert nodes[node]["recent_runs"] == {"failed": 2, "runs": 3, "window": 3}
         for other in set(lab_hosts) - {node}:
@@ -88,14 +93,16 @@ def test_a_node_failing_2_of_its_last_3_runs_is_a_repeat_offender(tmp_path, head
         markdown = (reports / "fleet-report.md").read_text()
         assert f"- 1 repeat offender: {node}" in markdown and f"- {node}: failed 2 of its last 3 runs → " in markdown
 
-        offenders = eventually(lambda: by_node(head, "gpufleet_repeat_offender"),
-                               lambda got: {n: s["value"] for n, s in got.items()} == {
-                                   h: (1.0 if h == node else 0.0) for h in lab_hosts},
-                               f"gpufleet_repeat_offender 1 for {node} only")
+        offenders = eventually(
+            lambda: by_node(head, "gpufleet_repeat_offender"),
+            lambda got: {n: s["value"] for n, s in got.items()} == {h: (1.0 if h == node else 0.0) for h in lab_hosts},
+            f"gpufleet_repeat_offender 1 for {node} only",
+        )
         assert offenders[node]["labels"]["window"] == "3" and offenders[node]["labels"]["threshold"] == "2"
         assert by_node(head, "gpufleet_repeat_failures")[node]["value"] == 2.0
-        alerts = eventually(lambda: firing(head), lambda got: node in got.get(LEMON_ALERT, set()),
-                            f"{LEMON_ALERT} firing for {node}")
+        alerts = eventually(
+            lambda: firing(head), lambda got: node in got.get(LEMON_ALERT, set()), f"{LEMON_ALERT} firing for {node}"
+        )
         assert alerts[LEMON_ALERT] == {node}, alerts
     finally:
         set_module_version(node, original)
@@ -109,9 +116,15 @@ def with_h200_gemm(result: dict, tflops: float) -> dict:
     result = copy.deepcopy(result)
     judged = gpu_checks.judge_gemm(H200, tflops, 0.85)
     result["gpus"] = [{"index": 0, "name": H200, "gemm_tflops": tflops}]
-    gemm = check_result("gemm", judged["verdict"], f"n=8192 bfloat16; GPU 0 {judged['detail']}", value=tflops,
-                        unit="TFLOP/s", threshold=judged["threshold"],
-                        per_gpu=[{"index": 0, "name": H200, "dtype": "bfloat16", "tflops": tflops, "finite": True, **judged}])
+    gemm = check_result(
+        "gemm",
+        judged["verdict"],
+        f"n=8192 bfloat16; GPU 0 {judged['detail']}",
+        value=tflops,
+        unit="TFLOP/s",
+        threshold=judged["threshold"],
+        per_gpu=[{"index": 0, "name": H200, "dtype": "bfloat16", "tflops": tflops, "finite": True, **judged}],
+    )
     result["checks"] = [gemm if check["name"] == "gemm" else check for check in result["checks"]]
     return result
 
@@ -124,30 +137,52 @@ def test_a_slow_node_that_passes_its_floors_is_an_outlier(tmp_path, lab_hosts):
     assert all(next(c for c in r["checks"] if c["name"] == "gemm")["verdict"] == "skipped" for r in real.values())
 
     slow = lab_hosts[-1]
-    hosts = {host: {"result": with_h200_gemm(result, SLOW_TFLOPS if host == slow else MEASURED_TFLOPS), "error": None}
-             for host, result in real.items()}
+    hosts = {
+        host: {"result": with_h200_gemm(result, SLOW_TFLOPS if host == slow else MEASURED_TFLOPS), "error": None}
+        for host, result in real.items()
+    }
     # The rule judges a model with 3 nodes or more and the lab has 2 GPU nodes: a third peer is the first node's real
     # document again, under a name of its own (test data, as the edited figure is).
     first = lab_hosts[0]
     peer = f"{first}-peer"
     hosts[peer] = {"result": {**copy.deepcopy(hosts[first]["result"]), "host": peer}, "error": None}
     peers = len(hosts)
-    assert all(h["result"]["checks"][[c["name"] for c in h["result"]["checks"]].index("gemm")]["verdict"] == "pass"
-               for h in hosts.values()), "every figure passes its floor"
-    doc = {"generated": read_report(reports)["generated"], "inventory": str(LAB_INVENTORY), "playbook": "verify",
-           "hosts": hosts}
+    assert all(
+        h["result"]["checks"][[c["name"] for c in h["result"]["checks"]].index("gemm")]["verdict"] == "pass"
+        for h in hosts.values()
+    ), "every figure passes its floor"
+    doc = {
+        "generated": read_report(reports)["generated"],
+        "inventory": str(LAB_INVENTORY),
+        "playbook": "verify",
+        "hosts": hosts,
+    }
     out = tmp_path / "outliers"
-    proc = subprocess.run([sys.executable, str(REPO / "files" / "gpufleet_report.py"), "--out-dir", str(out)],
-                          input=json.dumps(doc), capture_output=True, text=True, timeout=60, check=False)
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "files" / "gpufleet_report.py"), "--out-dir", str(out)],
+        input=json.dumps(doc),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
 
     report = read_report(out)
     assert report["verdict"] == "pass" and report["summary"]["passed"] == peers
     [entry] = report["outliers"]
     assert (entry["host"], entry["figure"], entry["value"], entry["median"], entry["model"], entry["nodes"]) == (
-        slow, "gemm_tflops", SLOW_TFLOPS, MEASURED_TFLOPS, H200, peers), entry
+        slow,
+        "gemm_tflops",
+        SLOW_TFLOPS,
+        MEASURED_TFLOPS,
+        H200,
+        peers,
+    ), entry
     assert entry["action_class"] == "drain"
-    line = (f"{slow}: GEMM of the slowest GPU 700.0 TFLOP/s, 12.6% below the median 801.0 of {peers} {H200} "
-            "nodes → drain and investigate")
+    line = (
+        f"{slow}: GEMM of the slowest GPU 700.0 TFLOP/s, 12.6% below the median 801.0 of {peers} {H200} "
+        "nodes → drain and investigate"
+    )
     assert line in (out / "fleet-report.md").read_text()
     assert line in proc.stdout  # what gpufleet_verify.py prints: the report's terminal text

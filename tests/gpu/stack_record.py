@@ -21,7 +21,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-
 # The health checks' own readers of what torch reports (roles/payload/files/gpufleet_check.pyz, a zipapp
 # that imports from sys.path like a directory): one decoding of cuDNN/NCCL versions, not a copy here.
 sys.path.append(str(Path(__file__).resolve().parents[2] / "roles" / "payload" / "files" / "gpufleet_check.pyz"))
@@ -33,6 +32,7 @@ def load_matrix(path: Path) -> dict[str, Any]:
     text = path.read_text()
     try:
         import yaml
+
         return yaml.safe_load(text)
     except ImportError:
         pass
@@ -43,7 +43,7 @@ def load_matrix(path: Path) -> dict[str, Any]:
         while depth and end < len(text):  # the flow mapping may span lines
             depth += {"{": 1, "}": -1}.get(text[end], 0)
             end += 1
-        body = text[match.end():end - 1]
+        body = text[match.end() : end - 1]
         row: dict[str, Any] = {}
         pypi = re.search(r"\bpypi: (\w+)", body)
         if pypi:
@@ -69,8 +69,9 @@ def compare(measured: dict[str, Any], matrix: dict[str, Any]) -> dict[str, Any]:
     else:
         bundled = (row.get("bundled") or {}).get(variant)
         if not local and row.get("pypi") and row["pypi"] != variant:
-            differences.append(f"torch {release} without a local version is PyPI's {row['pypi']} build, "
-                               f"this one reports {variant}")
+            differences.append(
+                f"torch {release} without a local version is PyPI's {row['pypi']} build, this one reports {variant}"
+            )
         if bundled is None:
             differences.append(f"the matrix records no {variant} build of torch {release}")
         else:
@@ -80,30 +81,43 @@ def compare(measured: dict[str, Any], matrix: dict[str, Any]) -> dict[str, Any]:
             for library in ("cudnn", "nccl"):
                 if release_parts(measured.get(library)) != release_parts(bundled[library]):
                     differences.append(f"{library} {measured.get(library)}, the matrix's is {bundled[library]}")
-    return {"variant": variant, "matrix": expected, "differences": differences,
-            "matrix_stack": not differences}
+    return {"variant": variant, "matrix": expected, "differences": differences, "matrix_stack": not differences}
 
 
 def measure() -> dict[str, Any]:
     import torch
+
     versions = torch_versions(torch)
     try:
-        smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, check=False)
+        smi = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
     except OSError:  # no nvidia-smi at all
         smi = subprocess.CompletedProcess([], 127, "", "")
     gpus = [line.split(", ") for line in smi.stdout.splitlines() if line.strip()] if smi.returncode == 0 else []
-    return {**versions, "python": sys.version.split()[0], "gpus": [g[0] for g in gpus],
-            "driver": gpus[0][1] if gpus and len(gpus[0]) > 1 else None}
+    return {
+        **versions,
+        "python": sys.version.split()[0],
+        "gpus": [g[0] for g in gpus],
+        "driver": gpus[0][1] if gpus and len(gpus[0]) > 1 else None,
+    }
 
 
 def summary(measured: dict[str, Any], compared: dict[str, Any]) -> str:
-    stack = (f"torch {measured['torch']} (CUDA {measured['cuda']}, cuDNN {measured['cudnn']}, NCCL {measured['nccl']}), "
-             f"driver {measured.get('driver')}, {len(measured.get('gpus') or [])} x {(measured.get('gpus') or ['no GPU'])[0]}")
+    stack = (
+        f"torch {measured['torch']} (CUDA {measured['cuda']}, cuDNN {measured['cudnn']}, NCCL {measured['nccl']}), "
+        f"driver {measured.get('driver')}, {len(measured.get('gpus') or [])} x "
+        f"{(measured.get('gpus') or ['no GPU'])[0]}"
+    )
     if compared["matrix_stack"]:
         return f"stack measured: {stack}: the matrix's {compared['variant']} stack"
-    return (f"stack measured: {stack}: NOT the stack gpufleet installs ({'; '.join(compared['differences'])}); "
-            "figures are of this stack")
+    return (
+        f"stack measured: {stack}: NOT the stack gpufleet installs ({'; '.join(compared['differences'])}); "
+        "figures are of this stack"
+    )
 
 
 def main(argv: list[str]) -> int:

@@ -24,8 +24,22 @@ import torch
 
 # The file the nodes receive; train.py beside it is the payload it runs.
 CHECK = Path(__file__).resolve().parents[2] / "roles" / "payload" / "files" / "gpufleet_check.pyz"
-NO_GPU_CHECKS = ("driver_version", "nvidia_smi", "torch_cuda", "gemm", "memory_bandwidth", "allreduce_busbw", "p2p_topology",
-                 "gpu_errors", "pcie", "clocks", "nvlink", "xid", "interconnect", "dcgm")
+NO_GPU_CHECKS = (
+    "driver_version",
+    "nvidia_smi",
+    "torch_cuda",
+    "gemm",
+    "memory_bandwidth",
+    "allreduce_busbw",
+    "p2p_topology",
+    "gpu_errors",
+    "pcie",
+    "clocks",
+    "nvlink",
+    "xid",
+    "interconnect",
+    "dcgm",
+)
 DIST_VARS = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"}
 
 
@@ -42,14 +56,28 @@ def cpu_host(tmp_path: Path) -> dict[str, Any]:
         (tmp_path / name).mkdir()
     env = {k: v for k, v in os.environ.items() if k not in DIST_VARS}
     env.update(PATH=str(tmp_path / "bin"), CUDA_VISIBLE_DEVICES="", PYTHONWARNINGS="ignore")
-    argv = ["--sysfs-pci-dir", str(tmp_path / "sysfs"), "--module-version-file", str(tmp_path / "none"),
-            "--driver-proc-file", str(tmp_path / "none"), "--driver-lib-dir", str(tmp_path / "libs")]
+    argv = [
+        "--sysfs-pci-dir",
+        str(tmp_path / "sysfs"),
+        "--module-version-file",
+        str(tmp_path / "none"),
+        "--driver-proc-file",
+        str(tmp_path / "none"),
+        "--driver-lib-dir",
+        str(tmp_path / "libs"),
+    ]
     return {"env": env, "argv": argv}
 
 
 def run(cpu_host: dict[str, Any], *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(CHECK), *args], env=cpu_host["env"], capture_output=True,
-                          text=True, timeout=timeout, check=False)
+    return subprocess.run(
+        [sys.executable, str(CHECK), *args],
+        env=cpu_host["env"],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 def explain(proc: subprocess.CompletedProcess[str]) -> str:
@@ -107,8 +135,18 @@ def test_train_flag_runs_the_payload(cpu_host: dict[str, Any]) -> None:
 
 
 def test_train_subcommand_single_node_rendezvous(cpu_host: dict[str, Any]) -> None:
-    proc = run(cpu_host, "train", "--nnodes", "1", "--nproc-per-node", "2",
-               "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--rdzv-id", "unit")
+    proc = run(
+        cpu_host,
+        "train",
+        "--nnodes",
+        "1",
+        "--nproc-per-node",
+        "2",
+        "--rdzv-endpoint",
+        f"127.0.0.1:{free_port()}",
+        "--rdzv-id",
+        "unit",
+    )
     assert proc.returncode == 0, explain(proc)
     out = json.loads(proc.stdout)  # one JSON object, nothing else on stdout
     assert out.keys() == {"rc", "node", "result", "log_tail", "failures", "failed_ranks", "nccl"}
@@ -123,10 +161,33 @@ def test_train_subcommand_two_nodes_time_the_all_reduce_between_them(cpu_host: d
     this one machine): rank 0's result carries the all-reduce bus bandwidth over the world and over one rank per
     node, labelled as gloo over TCP, and each node's compute time per step."""
     endpoint, cmd = f"127.0.0.1:{free_port()}", [sys.executable, str(CHECK), "train", "--nnodes", "2"]
-    args = ["--nproc-per-node", "2", "--rdzv-id", "two-nodes", "--timeout", "240", "--",
-            "--steps", "12", "--batch-size", "64", "--busbw-mib", "4", "--busbw-iters", "5"]
-    nodes = [subprocess.Popen([*cmd, "--rdzv-endpoint", endpoint, *args], env=cpu_host["env"], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for _node in range(2)]
+    args = [
+        "--nproc-per-node",
+        "2",
+        "--rdzv-id",
+        "two-nodes",
+        "--timeout",
+        "240",
+        "--",
+        "--steps",
+        "12",
+        "--batch-size",
+        "64",
+        "--busbw-mib",
+        "4",
+        "--busbw-iters",
+        "5",
+    ]
+    nodes = [
+        subprocess.Popen(
+            [*cmd, "--rdzv-endpoint", endpoint, *args],
+            env=cpu_host["env"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _node in range(2)
+    ]
     outs = [json.loads(node.communicate(timeout=300)[0]) for node in nodes]
     assert [out["rc"] for out in outs] == [0, 0], [out["log_tail"] for out in outs]
     assert [out["nccl"] for out in outs] == [None, None]  # gloo: NCCL wrote no log, nothing to read
@@ -149,14 +210,29 @@ def test_train_subcommand_two_nodes_time_the_all_reduce_between_them(cpu_host: d
 
 def workers_of(marker: str) -> list[str]:
     """Command lines of the payload's worker processes (not torchrun, not the check itself)."""
-    return [cmd for cmd in processes_mentioning(marker)
-            if "train.py" in cmd and "torch.distributed.run" not in cmd and "gpufleet_check.pyz" not in cmd]
+    return [
+        cmd
+        for cmd in processes_mentioning(marker)
+        if "train.py" in cmd and "torch.distributed.run" not in cmd and "gpufleet_check.pyz" not in cmd
+    ]
 
 
 def start_train(cpu_host: dict[str, Any], marker: str, timeout: int) -> subprocess.Popen[str]:
     """The train subcommand on 2 CPU ranks with a run far too long to finish; marker is in every command line."""
-    cmd = [sys.executable, str(CHECK), "train", "--nproc-per-node", "2", "--timeout", str(timeout), "--",
-           "--steps", "100000", "--save-params", marker]
+    cmd = [
+        sys.executable,
+        str(CHECK),
+        "train",
+        "--nproc-per-node",
+        "2",
+        "--timeout",
+        str(timeout),
+        "--",
+        "--steps",
+        "100000",
+        "--save-params",
+        marker,
+    ]
     return subprocess.Popen(cmd, env=cpu_host["env"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -208,13 +284,20 @@ def test_train_subcommand_names_a_rank_killed_by_a_signal(cpu_host: dict[str, An
     pids = worker_pids(marker)
     assert len(pids) == 2, f"the 2 workers did not show up (rc {proc.poll()})"
     time.sleep(2)
-    victim = next(pid for pid in pids if "LOCAL_RANK=1" in Path(f"/proc/{pid}/environ").read_bytes().decode().split("\0"))
+    victim = next(
+        pid for pid in pids if "LOCAL_RANK=1" in Path(f"/proc/{pid}/environ").read_bytes().decode().split("\0")
+    )
     os.kill(victim, 9)
     stdout, _stderr = proc.communicate(timeout=60)
     out = json.loads(stdout)
     assert out["rc"] != 0 and out["result"] is None
-    assert {"rank": 1, "exitcode": -9} in [{k: f[k] for k in ("rank", "exitcode")} for f in out["failures"]], out["failures"]
-    assert any(line.startswith("rank 1 on ") and line.endswith("was killed by signal 9 (SIGKILL)") for line in out["failed_ranks"])
+    assert {"rank": 1, "exitcode": -9} in [{k: f[k] for k in ("rank", "exitcode")} for f in out["failures"]], out[
+        "failures"
+    ]
+    assert any(
+        line.startswith("rank 1 on ") and line.endswith("was killed by signal 9 (SIGKILL)")
+        for line in out["failed_ranks"]
+    )
     assert_nothing_left(marker)
 
 
@@ -227,7 +310,12 @@ def worker_pids(marker: str) -> list[int]:
                 cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
             except OSError:
                 continue
-            if marker in cmd and "train.py" in cmd and "torch.distributed.run" not in cmd and "gpufleet_check.pyz" not in cmd:
+            if (
+                marker in cmd
+                and "train.py" in cmd
+                and "torch.distributed.run" not in cmd
+                and "gpufleet_check.pyz" not in cmd
+            ):
                 pids.append(int(entry.name))
     return pids
 
@@ -236,7 +324,9 @@ def test_train_subcommand_says_why_the_payload_failed(cpu_host: dict[str, Any], 
     """Issue 16, item 10: the ranks' own error is the cause, first, not torchrun's "To enable traceback see"."""
     broken = tmp_path / "state.pt"
     broken.write_bytes(b"")
-    proc = run(cpu_host, "train", "--nproc-per-node", "2", "--", "--steps", "8", "--checkpoint", str(broken), "--resume")
+    proc = run(
+        cpu_host, "train", "--nproc-per-node", "2", "--", "--steps", "8", "--checkpoint", str(broken), "--resume"
+    )
     out = json.loads(proc.stdout)
     assert proc.returncode != 0 and out["rc"] != 0 and out["result"] is None, explain(proc)
     cause = f"--checkpoint {broken}: cannot be loaded ("

@@ -32,9 +32,26 @@ TRAIN = Path(__file__).resolve().parents[2] / "roles" / "payload" / "files" / "t
 PARAM_ATOL = 1e-5
 STEPS = 20  # enough steps for the default loss-drop check to be meaningful
 RESULT_FIELDS = {
-    "verdict", "reasons", "world_size", "mode", "backend", "device", "hosts", "losses",
-    "samples_per_s", "peak_memory_bytes", "amp", "grad_accum", "global_batch", "steps",
-    "duration_s", "torch_version", "param_max_abs_diff", "compute_s_per_step", "nodes", "network",
+    "verdict",
+    "reasons",
+    "world_size",
+    "mode",
+    "backend",
+    "device",
+    "hosts",
+    "losses",
+    "samples_per_s",
+    "peak_memory_bytes",
+    "amp",
+    "grad_accum",
+    "global_batch",
+    "steps",
+    "duration_s",
+    "torch_version",
+    "param_max_abs_diff",
+    "compute_s_per_step",
+    "nodes",
+    "network",
 }
 
 
@@ -42,8 +59,11 @@ RESULT_FIELDS = {
 
 
 def clean_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if k not in {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"}}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"}
+    }
     env["PYTHONWARNINGS"] = "ignore"  # torch warns at import when NumPy is absent
     return env
 
@@ -61,9 +81,18 @@ def run_single(*args: str | Path) -> subprocess.CompletedProcess[str]:
 
 def run_torchrun(nproc: int, *args: str | Path) -> subprocess.CompletedProcess[str]:
     """The documented multi-node command, with one node and a free rendezvous port."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc-per-node={nproc}",
-           "--node-rank=0", "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{free_port()}",
-           str(TRAIN), *map(str, args)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes=1",
+        f"--nproc-per-node={nproc}",
+        "--node-rank=0",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint=127.0.0.1:{free_port()}",
+        str(TRAIN),
+        *map(str, args),
+    ]
     return subprocess.run(cmd, env=clean_env(), capture_output=True, text=True, timeout=180, check=False)
 
 
@@ -100,8 +129,9 @@ def train() -> Iterator[ModuleType]:
 def baseline(tmp_path_factory: pytest.TempPathFactory) -> dict:
     """One process, global batch 64, no accumulation, AMP off: the reference run."""
     out = tmp_path_factory.mktemp("baseline")
-    proc = run_single("--amp", "off", "--steps", STEPS, "--result", out / "result.json",
-                      "--save-params", out / "params.pt")
+    proc = run_single(
+        "--amp", "off", "--steps", STEPS, "--result", out / "result.json", "--save-params", out / "params.pt"
+    )
     return {"proc": proc, "result": out / "result.json", "params": out / "params.pt"}
 
 
@@ -130,8 +160,19 @@ def test_single_process_passes(baseline: dict) -> None:
 
 
 def test_grad_accum_equals_one_big_batch(train: ModuleType, baseline: dict, tmp_path: Path) -> None:
-    code = run_main(train, "--amp", "off", "--steps", STEPS, "--grad-accum", 4,
-                    "--result", tmp_path / "r.json", "--save-params", tmp_path / "p.pt")
+    code = run_main(
+        train,
+        "--amp",
+        "off",
+        "--steps",
+        STEPS,
+        "--grad-accum",
+        4,
+        "--result",
+        tmp_path / "r.json",
+        "--save-params",
+        tmp_path / "p.pt",
+    )
     assert code == 0
     result = read_result(tmp_path / "r.json")
     assert (result["grad_accum"], result["micro_batch"]) == (4, 16)
@@ -205,19 +246,23 @@ def test_unknown_amp_is_an_argparse_error() -> None:
     assert "argument --amp: invalid choice: 'fp32'" in proc.stderr and proc.stderr.count("\n") == 1
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--lr", "-0.5"], "argument --lr: must be a finite number above 0, got -0.5"),
-    (["--lr", "nan"], "argument --lr: must be a finite number above 0, got nan"),
-    (["--lr", "inf"], "argument --lr: must be a finite number above 0, got inf"),
-    (["--min-loss-drop", "nan"], "argument --min-loss-drop: must be a finite number below 1, got nan"),
-    (["--steps", "0"], "argument --steps: must be 1 or more, got 0"),
-    (["--checkpoint-every", "-1"], "argument --checkpoint-every: must be 0 or more, got -1"),
-    (["--steps", "ten"], "argument --steps: invalid int value: 'ten'"),
-    (["--busbw-mib", "-1"], "argument --busbw-mib: must be 0 or more, got -1"),
-    (["--busbw-iters", "0"], "argument --busbw-iters: must be 1 or more, got 0"),
-])
-def test_bad_numbers_are_one_line_usage_errors(train: ModuleType, args: list[str], message: str,
-                                               capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--lr", "-0.5"], "argument --lr: must be a finite number above 0, got -0.5"),
+        (["--lr", "nan"], "argument --lr: must be a finite number above 0, got nan"),
+        (["--lr", "inf"], "argument --lr: must be a finite number above 0, got inf"),
+        (["--min-loss-drop", "nan"], "argument --min-loss-drop: must be a finite number below 1, got nan"),
+        (["--steps", "0"], "argument --steps: must be 1 or more, got 0"),
+        (["--checkpoint-every", "-1"], "argument --checkpoint-every: must be 0 or more, got -1"),
+        (["--steps", "ten"], "argument --steps: invalid int value: 'ten'"),
+        (["--busbw-mib", "-1"], "argument --busbw-mib: must be 0 or more, got -1"),
+        (["--busbw-iters", "0"], "argument --busbw-iters: must be 1 or more, got 0"),
+    ],
+)
+def test_bad_numbers_are_one_line_usage_errors(
+    train: ModuleType, args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Issue 16, item 8: a learning rate of -0.5 was rc 3 with a traceback, nan was accepted."""
     assert run_main(train, *args) == 2
     err = capsys.readouterr().err
@@ -230,8 +275,19 @@ def test_bad_numbers_are_one_line_usage_errors(train: ModuleType, args: list[str
 @pytest.mark.parametrize("grad_accum", [1, 2])
 def test_ddp_four_ranks_equal_one_process(baseline: dict, tmp_path: Path, grad_accum: int) -> None:
     """The DDP property: 4 ranks x grad_accum micro-steps reach the parameters of 1 process, same global batch."""
-    proc = run_torchrun(4, "--amp", "off", "--steps", STEPS, "--grad-accum", grad_accum,
-                        "--result", tmp_path / "r.json", "--save-params", tmp_path / "p.pt")
+    proc = run_torchrun(
+        4,
+        "--amp",
+        "off",
+        "--steps",
+        STEPS,
+        "--grad-accum",
+        grad_accum,
+        "--result",
+        tmp_path / "r.json",
+        "--save-params",
+        tmp_path / "p.pt",
+    )
     assert proc.returncode == 0, explain(proc)
     result = read_result(tmp_path / "r.json")
     assert (result["world_size"], result["backend"], result["wrapper"]) == (4, "gloo", "DistributedDataParallel")
@@ -264,8 +320,9 @@ def test_checkpoint_resume_matches_one_go(tmp_path: Path) -> None:
     ckpt = tmp_path / "ckpt" / "state.pt"
     one_go = run_torchrun(2, *common, "--steps", 10, "--save-params", tmp_path / "one_go.pt")
     assert one_go.returncode == 0, explain(one_go)
-    first = run_torchrun(2, *common, "--steps", 5, "--checkpoint", ckpt, "--checkpoint-every", 2,
-                         "--result", tmp_path / "first.json")
+    first = run_torchrun(
+        2, *common, "--steps", 5, "--checkpoint", ckpt, "--checkpoint-every", 2, "--result", tmp_path / "first.json"
+    )
     assert first.returncode == 0, explain(first)
     assert read_result(tmp_path / "first.json")["checkpoint_writes"] == [3, 0]  # steps 2, 4 and the end
     assert sorted(p.name for p in ckpt.parent.iterdir()) == ["state.pt"]  # no temporary files left
@@ -273,8 +330,19 @@ def test_checkpoint_resume_matches_one_go(tmp_path: Path) -> None:
     assert state["step"] == 5 and state["config"]["saved_by_rank"] == 0
     assert "module." not in next(iter(state["model"]))  # saved without the DDP wrapper
 
-    second = run_torchrun(2, *common, "--steps", 10, "--checkpoint", ckpt, "--resume",
-                          "--result", tmp_path / "second.json", "--save-params", tmp_path / "resumed.pt")
+    second = run_torchrun(
+        2,
+        *common,
+        "--steps",
+        10,
+        "--checkpoint",
+        ckpt,
+        "--resume",
+        "--result",
+        tmp_path / "second.json",
+        "--save-params",
+        tmp_path / "resumed.pt",
+    )
     assert second.returncode == 0, explain(second)
     result = read_result(tmp_path / "second.json")
     assert (result["start_step"], result["final_step"], result["steps"]) == (5, 10, 5)
@@ -287,6 +355,7 @@ def test_checkpoint_resume_matches_one_go(tmp_path: Path) -> None:
 def test_amp_policy(train: ModuleType) -> None:
     def amp(choice: str) -> str:
         return train.Trainer(train.parse_args(["--amp", choice, "--device", "cpu"]), {}).plan.amp
+
     assert amp("auto") == "bf16"
     assert amp("bf16") == "bf16"
     assert amp("off") == "off"
@@ -298,6 +367,7 @@ def test_dist_env_from_torchrun_variables(train: ModuleType) -> None:
     def env(environ: dict[str, str]) -> tuple[int, int, int, bool]:
         trainer = train.Trainer(train.parse_args(["--batch-size", "64"]), environ)
         return trainer.plan.rank, trainer.plan.local_rank, trainer.plan.world_size, trainer.plan.distributed
+
     assert env({}) == (0, 0, 1, False)
     assert env({"RANK": "5", "WORLD_SIZE": "8", "LOCAL_RANK": "1"}) == (5, 1, 8, True)
 
@@ -305,6 +375,7 @@ def test_dist_env_from_torchrun_variables(train: ModuleType) -> None:
 @pytest.mark.parametrize("step", [0, 1, 63, 64, 100])
 def test_global_batch_is_the_same_for_any_world_size(train: ModuleType, step: int) -> None:
     """Union over ranks and micro-steps of step s = the same samples, whatever world size and accumulation."""
+
     def samples(world: int, accum: int) -> list[list[int]]:
         per_micro: list[list[int]] = [[] for _micro in range(accum)]
         for rank in range(world):
@@ -362,8 +433,9 @@ def assert_usage_error(code: int, err: str, message: str) -> None:
 
 
 @pytest.mark.parametrize("option", ["--checkpoint", "--result", "--save-params", "--profile-dir"])
-def test_unwritable_output_is_refused_before_training(train: ModuleType, tmp_path: Path, option: str,
-                                                      capsys: pytest.CaptureFixture[str]) -> None:
+def test_unwritable_output_is_refused_before_training(
+    train: ModuleType, tmp_path: Path, option: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Issue 16, item 4: an output that cannot be written was found only after training (rc 3, no JSON)."""
     (tmp_path / "a-file").write_text("")
     bad = tmp_path / "a-file" / "out"
@@ -371,8 +443,9 @@ def test_unwritable_output_is_refused_before_training(train: ModuleType, tmp_pat
     assert_usage_error(code, capsys.readouterr().err, f"ERROR {option} {bad}: cannot be written (Not a directory)")
 
 
-def test_result_path_that_is_a_directory_is_refused(train: ModuleType, tmp_path: Path,
-                                                    capsys: pytest.CaptureFixture[str]) -> None:
+def test_result_path_that_is_a_directory_is_refused(
+    train: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     code = run_main(train, "--result", tmp_path)
     assert_usage_error(code, capsys.readouterr().err, f"ERROR --result {tmp_path}: cannot be written (is a directory)")
 
@@ -399,14 +472,18 @@ def damaged(kind: str, good: Path, where: Path) -> Path:
     return path
 
 
-@pytest.mark.parametrize("kind, message", [
-    ("truncated", "cannot be loaded ("),
-    ("empty", "cannot be loaded ("),
-    ("not-torch", "cannot be loaded ("),
-    ("other-kind", "not a checkpoint of this payload (no model, optimizer, scaler, step, rng, config)"),
-])
-def test_damaged_checkpoint_is_a_usage_error_and_kept(train: ModuleType, checkpoint: Path, tmp_path: Path,
-                                                      kind: str, message: str, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    "kind, message",
+    [
+        ("truncated", "cannot be loaded ("),
+        ("empty", "cannot be loaded ("),
+        ("not-torch", "cannot be loaded ("),
+        ("other-kind", "not a checkpoint of this payload (no model, optimizer, scaler, step, rng, config)"),
+    ],
+)
+def test_damaged_checkpoint_is_a_usage_error_and_kept(
+    train: ModuleType, checkpoint: Path, tmp_path: Path, kind: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Issue 16, item 5: every checkpoint problem was rc 3 and a long traceback; the file is never overwritten."""
     path = damaged(kind, checkpoint, tmp_path)
     before = path.read_bytes()
@@ -415,35 +492,46 @@ def test_damaged_checkpoint_is_a_usage_error_and_kept(train: ModuleType, checkpo
     assert path.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == [path.name]
 
 
-def test_checkpoint_of_another_model_size_is_refused(train: ModuleType, checkpoint: Path,
-                                                     capsys: pytest.CaptureFixture[str]) -> None:
+def test_checkpoint_of_another_model_size_is_refused(
+    train: ModuleType, checkpoint: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Issue 16, item 5: the checkpoint stores hidden; a different --hidden is compared, not a shape traceback."""
     before = checkpoint.read_bytes()
     code = run_main(train, "--steps", 8, "--hidden", 32, "--checkpoint", checkpoint, "--resume")
-    assert_usage_error(code, capsys.readouterr().err,
-                       f"ERROR --checkpoint {checkpoint}: saved with --hidden 64, this run has --hidden 32")
+    assert_usage_error(
+        code,
+        capsys.readouterr().err,
+        f"ERROR --checkpoint {checkpoint}: saved with --hidden 64, this run has --hidden 32",
+    )
     assert checkpoint.read_bytes() == before
 
 
-def test_checkpoint_that_does_not_fit_the_data_is_refused(train: ModuleType, checkpoint: Path, tmp_path: Path,
-                                                          capsys: pytest.CaptureFixture[str]) -> None:
+def test_checkpoint_that_does_not_fit_the_data_is_refused(
+    train: ModuleType, checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Same --hidden, another dataset (3 features instead of 32): a one-line error, not load_state_dict's traceback."""
     torch.save({"x": torch.randn(128, 3), "y": torch.randn(128, 2)}, tmp_path / "train.pt")
     before = checkpoint.read_bytes()
     code = run_main(train, "--steps", 8, "--data-dir", tmp_path, "--checkpoint", checkpoint, "--resume")
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1, err
-    assert f"ERROR --checkpoint {checkpoint}: does not fit this run (RuntimeError: Error(s) in loading state_dict" in err
+    assert (
+        f"ERROR --checkpoint {checkpoint}: does not fit this run (RuntimeError: Error(s) in loading state_dict" in err
+    )
     assert checkpoint.read_bytes() == before
 
 
 @pytest.mark.parametrize("steps", [4, 3])
-def test_resume_at_or_past_steps_is_refused(train: ModuleType, checkpoint: Path, steps: int,
-                                            capsys: pytest.CaptureFixture[str]) -> None:
+def test_resume_at_or_past_steps_is_refused(
+    train: ModuleType, checkpoint: Path, steps: int, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Issue 16, item 6: resuming at or past --steps passed with 0 steps and a final_step beyond --steps."""
     code = run_main(train, "--steps", steps, "--checkpoint", checkpoint, "--resume")
-    assert_usage_error(code, capsys.readouterr().err,
-                       f"ERROR --checkpoint {checkpoint} is at step 4, at or past --steps {steps}: nothing left to train")
+    assert_usage_error(
+        code,
+        capsys.readouterr().err,
+        f"ERROR --checkpoint {checkpoint} is at step 4, at or past --steps {steps}: nothing left to train",
+    )
 
 
 # --------------------------------------------------------------------------- atomic writes
@@ -469,7 +557,9 @@ def test_write_is_synced_before_the_rename(train: ModuleType, tmp_path: Path, mo
     events: list[str] = []
     real_fsync, real_replace = os.fsync, os.replace
     monkeypatch.setattr(train.os, "fsync", lambda fd: (events.append("fsync"), real_fsync(fd))[1])
-    monkeypatch.setattr(train.os, "replace", lambda a, b: (events.append(f"replace {Path(b).name}"), real_replace(a, b))[1])
+    monkeypatch.setattr(
+        train.os, "replace", lambda a, b: (events.append(f"replace {Path(b).name}"), real_replace(a, b))[1]
+    )
     train.atomic_write(tmp_path / "result.json", lambda handle: handle.write(b"{}"))
     assert events == ["fsync", "replace result.json"]
     assert (tmp_path / "result.json").read_bytes() == b"{}"
@@ -478,8 +568,9 @@ def test_write_is_synced_before_the_rename(train: ModuleType, tmp_path: Path, mo
 # --------------------------------------------------------------------------- the file itself
 
 
-def test_train_py_is_about_training_and_its_reference_is_in_the_docs(train: ModuleType,
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_train_py_is_about_training_and_its_reference_is_in_the_docs(
+    train: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Issue 16, item 12: train.py was 777 lines, 99 of them a module docstring. The reference is
     docs/payload.md, which names every option; the file stays the size of the payloads people read."""
     lines = TRAIN.read_text().splitlines()
@@ -491,8 +582,9 @@ def test_train_py_is_about_training_and_its_reference_is_in_the_docs(train: Modu
     assert len(train.__doc__.splitlines()) <= 12 and "docs/payload.md" in train.__doc__
     actions: list = []
     parse = train.Parser.parse_args
-    monkeypatch.setattr(train.Parser, "parse_args",
-                        lambda self, *a, **k: actions.extend(self._actions) or parse(self, *a, **k))
+    monkeypatch.setattr(
+        train.Parser, "parse_args", lambda self, *a, **k: actions.extend(self._actions) or parse(self, *a, **k)
+    )
     train.parse_args([])
     options = [action.option_strings[-1] for action in actions if action.option_strings and action.dest != "help"]
     assert len(options) == 24

@@ -105,11 +105,13 @@ def preflight_report(facts: dict[str, Any], **found: Any) -> dict[str, Any]:
 
     ``found`` replaces entries, e.g. nvswitch_count=4, driver_module_source='signed'.
     """
-    version = facts["distribution_version"] if facts["distribution"] == "Ubuntu" else facts["distribution_major_version"]
+    version = (
+        facts["distribution_version"] if facts["distribution"] == "Ubuntu" else facts["distribution_major_version"]
+    )
     report = {
         "passed": True,
         "os": f"{facts['distribution']} {version}",
-        "gpu_pci_addresses": [f"0000:{bus:02x}:00.0" for bus in (0x18, 0x2a, 0x3a, 0x5d, 0x9a, 0xab, 0xba, 0xdb)],
+        "gpu_pci_addresses": [f"0000:{bus:02x}:00.0" for bus in (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)],
         # An HGX H100: NVIDIA H100 80GB HBM3, PCI ID 2330 (README.md "Compatible GPUs" of
         # github.com/NVIDIA/open-gpu-kernel-modules, tag 535.261.03), as sysfs reads it.
         "gpu_device_ids": ["0x2330"] * 8,
@@ -129,17 +131,33 @@ def preflight_report(facts: dict[str, Any], **found: Any) -> dict[str, Any]:
 
 
 # nvidia_driver's validate.yml and preflight.yml, then what the tests read.
-DRIVER = role_run.Batch(FAKE_FACTS, [
-    role_run.import_role("nvidia_driver", "validate"),
-    role_run.import_role("nvidia_driver", "preflight", skip_apt_source=True),
-], after=[
-    role_run.expose("apt_source", "hold"),
-    role_run.apt_source_capture("nvidia_driver", "repository.yml", "main_", also={
-        **role_run.names("nvidia_driver_fabricmanager", "nvidia_driver_kernel_release", "nvidia_driver_module_source",
-                         "__nvidia_driver_cuda_keyring", "__nvidia_driver_cuda_keyring_deb"),
-        "unattended-upgrades.j2": role_run.template("nvidia_driver", "unattended-upgrades.j2"),
-        "trial_inputs": role_run.apt_source_inputs("nvidia_driver", "preflight.yml", "trial")}, trial_file="preflight.yml"),
-])
+DRIVER = role_run.Batch(
+    FAKE_FACTS,
+    [
+        role_run.import_role("nvidia_driver", "validate"),
+        role_run.import_role("nvidia_driver", "preflight", skip_apt_source=True),
+    ],
+    after=[
+        role_run.expose("apt_source", "hold"),
+        role_run.apt_source_capture(
+            "nvidia_driver",
+            "repository.yml",
+            "main_",
+            also={
+                **role_run.names(
+                    "nvidia_driver_fabricmanager",
+                    "nvidia_driver_kernel_release",
+                    "nvidia_driver_module_source",
+                    "__nvidia_driver_cuda_keyring",
+                    "__nvidia_driver_cuda_keyring_deb",
+                ),
+                "unattended-upgrades.j2": role_run.template("nvidia_driver", "unattended-upgrades.j2"),
+                "trial_inputs": role_run.apt_source_inputs("nvidia_driver", "preflight.yml", "trial"),
+            },
+            trial_file="preflight.yml",
+        ),
+    ],
+)
 
 # The facts roles/cuda reads.
 CUDA_FACTS: dict[str, dict[str, Any]] = {
@@ -149,12 +167,23 @@ CUDA_FACTS: dict[str, dict[str, Any]] = {
 }
 # roles/cuda's probe.yml on each case's host, then what source.yml gives apt_source's trial and main (and what
 # apt_source writes).
-CUDA = role_run.Batch(CUDA_FACTS, [role_run.import_role("cuda", "probe", skip_apt_source=True)], after=[
-    role_run.expose("apt_source", "hold"),
-    role_run.apt_source_capture("cuda", "source.yml", "main_", also={
-        **role_run.names("__cuda_public_repository_url", "__cuda_repo_os", "__cuda_supported_os"),
-        "trial_inputs": role_run.apt_source_inputs("cuda", "source.yml", "trial")}, trial_file="source.yml"),
-])
+CUDA = role_run.Batch(
+    CUDA_FACTS,
+    [role_run.import_role("cuda", "probe", skip_apt_source=True)],
+    after=[
+        role_run.expose("apt_source", "hold"),
+        role_run.apt_source_capture(
+            "cuda",
+            "source.yml",
+            "main_",
+            also={
+                **role_run.names("__cuda_public_repository_url", "__cuda_repo_os", "__cuda_supported_os"),
+                "trial_inputs": role_run.apt_source_inputs("cuda", "source.yml", "trial"),
+            },
+            trial_file="source.yml",
+        ),
+    ],
+)
 
 
 def cuda_config(host: str, **settings: Any) -> role_run.Outcome:
@@ -163,7 +192,9 @@ def cuda_config(host: str, **settings: Any) -> role_run.Outcome:
     return CUDA.get(host, **settings)
 
 
-def _driver_case(host: str, source: str = "", preflight: dict[str, Any] | None = None, **overrides: Any) -> dict[str, Any]:
+def _driver_case(
+    host: str, source: str = "", preflight: dict[str, Any] | None = None, **overrides: Any
+) -> dict[str, Any]:
     settings = dict(overrides)
     if source:
         settings["nvidia_driver_source"] = source
@@ -177,7 +208,9 @@ def declare_driver(host: str, source: str = "", preflight: dict[str, Any] | None
     DRIVER.declare(host, **_driver_case(host, source, preflight, **overrides))
 
 
-def driver_config(host: str, source: str = "", preflight: dict[str, Any] | None = None, **overrides: Any) -> role_run.Outcome:
+def driver_config(
+    host: str, source: str = "", preflight: dict[str, Any] | None = None, **overrides: Any
+) -> role_run.Outcome:
     """What roles/nvidia_driver resolved on fake host ``host`` (a FAKE_FACTS key) for nvidia_driver_source ``source``.
 
     ``preflight``: when given, the preflight role ran first and published
@@ -217,7 +250,8 @@ def checker() -> ModuleType:
 
 @pytest.fixture(scope="session")
 def driver() -> Callable[..., role_run.Outcome]:
-    """Factory fixture: ``driver('ubuntu2204', 'nvidia', preflight={'nvswitch_count': 4}, nvidia_driver_headless=False)``.
+    """Factory fixture: ``driver('ubuntu2204', 'nvidia', preflight={'nvswitch_count': 4},
+    nvidia_driver_headless=False)``.
 
     Results are cached for the session (the same arguments give the same
     object); tests must not modify them.

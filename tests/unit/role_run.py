@@ -102,15 +102,23 @@ def _load_plugins_before_forking(loader: Any) -> None:
 
     for name in ("set_fact", "fail", "assert", "debug", "include_vars"):
         action_loader.get(f"ansible.builtin.{name}", class_only=True)
-    for name in ("ansible.builtin.first_found", "ansible.builtin.template", "ansible.builtin.file", "ansible.builtin.vars",
-                 f"{COLLECTION}.stack"):
+    for name in (
+        "ansible.builtin.first_found",
+        "ansible.builtin.template",
+        "ansible.builtin.file",
+        "ansible.builtin.vars",
+        f"{COLLECTION}.stack",
+    ):
         lookup_loader.get(name)
     connection_loader.get(CONNECTION, class_only=True)
     list(filter_loader.all(class_only=True))
     list(test_loader.all(class_only=True))
-    Templar(loader=loader).template(trust_as_template(
-        "{{ [1] | map('string') | %s.as_list | select('match', '1') | list }}{{ 'http://x' is %s.http_url }}"
-        % (COLLECTION, COLLECTION)))
+    Templar(loader=loader).template(
+        trust_as_template(
+            "{{ [1] | map('string') | %s.as_list | select('match', '1') | list }}{{ 'http://x' is %s.http_url }}"
+            % (COLLECTION, COLLECTION)
+        )
+    )
 
 
 @dataclass(frozen=True)
@@ -152,8 +160,10 @@ class Outcome:
         if self.errors:
             raise RunError(f"the run failed on {self.host}: " + "; ".join(self.errors))
         if self.stop is not None and self.stop["action"] not in _STOP_ACTIONS:
-            raise RunError(f"{self.host} stopped with an error, not a refusal, in task {self.stop['task']!r} "
-                           f"({self.stop['action']}): {self.stop['msg']}")
+            raise RunError(
+                f"{self.host} stopped with an error, not a refusal, in task {self.stop['task']!r} "
+                f"({self.stop['action']}): {self.stop['msg']}"
+            )
 
     @property
     def failure(self) -> str | None:
@@ -174,8 +184,10 @@ class Outcome:
             return self.captured[name]
         if name in self.facts:
             return self.facts[name]
-        raise KeyError(f"{name} was neither set by set_fact on {self.host} nor captured "
-                       f"(stopped: {self.failure!r}; capture it with role_run.capture())")
+        raise KeyError(
+            f"{name} was neither set by set_fact on {self.host} nor captured "
+            f"(stopped: {self.failure!r}; capture it with role_run.capture())"
+        )
 
     def __contains__(self, name: str) -> bool:
         return name in self.captured or name in self.facts
@@ -214,8 +226,10 @@ def import_role(role: str, tasks_from: str = "validate", *, skip_apt_source: boo
     its tasks, and only those includes set apt_source_caller (their
     ``vars``; checked here).
     """
-    task: dict[str, Any] = {"name": f"Import {role} {tasks_from}",
-                            "ansible.builtin.import_role": {"name": f"{COLLECTION}.{role}", "tasks_from": tasks_from}}
+    task: dict[str, Any] = {
+        "name": f"Import {role} {tasks_from}",
+        "ansible.builtin.import_role": {"name": f"{COLLECTION}.{role}", "tasks_from": tasks_from},
+    }
     if skip_apt_source:
         _check_apt_source_includes(role, tasks_from)
         task["when"] = "apt_source_caller is not defined"
@@ -228,8 +242,11 @@ def expose(role: str, tasks_from: str) -> dict:
 
     Each skipped task still costs a worker process per host: name a short task file.
     """
-    return {"name": f"Expose the variables of {role}", "when": False,
-            "ansible.builtin.import_role": {"name": f"{COLLECTION}.{role}", "tasks_from": tasks_from}}
+    return {
+        "name": f"Expose the variables of {role}",
+        "when": False,
+        "ansible.builtin.import_role": {"name": f"{COLLECTION}.{role}", "tasks_from": tasks_from},
+    }
 
 
 def tasks_of(node: Any) -> Iterable[dict]:
@@ -255,11 +272,12 @@ def _check_apt_source_includes(role: str, tasks_from: str) -> None:
         nested = nested.get("file") if isinstance(nested, dict) else nested
         if nested is not None:
             assert "{{" not in nested and nested.endswith(".yml"), f"{path}: cannot follow {nested!r}"
-            _check_apt_source_includes(role, nested[:-len(".yml")])
+            _check_apt_source_includes(role, nested[: -len(".yml")])
 
 
-def capture(values: Mapping[str, Any], *, vars: Mapping[str, Any] | None = None, name: str = "Capture",
-            run_once: bool = False) -> dict:
+def capture(
+    values: Mapping[str, Any], *, vars: Mapping[str, Any] | None = None, name: str = "Capture", run_once: bool = False
+) -> dict:
     """A task that templates ``values`` ({name: expression or structure}) on each host, after the block.
 
     ``vars``: task variables for the expressions (e.g. the ``vars`` of a role
@@ -296,9 +314,12 @@ def role_task(role: str, task_file: str, name_contains: str, directory: str = "t
 def apt_source_include(role: str, task_file: str, entry_point: str = "main") -> dict:
     """A copy of the one include of roles/apt_source's ``entry_point`` in roles/<role>/tasks/<task_file>."""
     path = ROLES_DIR / role / "tasks" / task_file
-    found = [task for task in tasks_of(yaml.safe_load(path.read_text()))
-             if (task.get("ansible.builtin.include_role") or {}).get("name") == "apt_source"
-             and (task.get("ansible.builtin.include_role") or {}).get("tasks_from", "main") == entry_point]
+    found = [
+        task
+        for task in tasks_of(yaml.safe_load(path.read_text()))
+        if (task.get("ansible.builtin.include_role") or {}).get("name") == "apt_source"
+        and (task.get("ansible.builtin.include_role") or {}).get("tasks_from", "main") == entry_point
+    ]
     assert len(found) == 1, f"{len(found)} includes of apt_source {entry_point} in {path}"
     return copy.deepcopy(found[0])
 
@@ -314,8 +335,9 @@ def apt_source_inputs(role: str, task_file: str, entry_point: str) -> dict:
     return inputs
 
 
-def apt_source_capture(role: str, task_file: str, prefix: str, also: Mapping[str, Any] | None = None,
-                       trial_file: str | None = None) -> dict:
+def apt_source_capture(
+    role: str, task_file: str, prefix: str, also: Mapping[str, Any] | None = None, trial_file: str | None = None
+) -> dict:
     """A capture of what roles/<role>/tasks/<task_file> gives apt_source's entry point main, and what main writes.
 
     Captured, templated with the include's ``vars`` as task variables (after
@@ -336,15 +358,21 @@ def apt_source_capture(role: str, task_file: str, prefix: str, also: Mapping[str
     task_vars = dict(include["vars"])
     read = " ".join(_strings(also or {}))
     assert not any(name in read for name in include["vars"]), "also's values would see the include's vars"
-    values: dict[str, Any] = {**(also or {}), f"{prefix}inputs": names(*include["vars"]),
-                              f"{prefix}source": template("apt_source", "source.sources.j2"), f"{prefix}pins": apt_source_pins(),
-                              f"{prefix}sources_file": "{{ __apt_source_sources_file }}"}
+    values: dict[str, Any] = {
+        **(also or {}),
+        f"{prefix}inputs": names(*include["vars"]),
+        f"{prefix}source": template("apt_source", "source.sources.j2"),
+        f"{prefix}pins": apt_source_pins(),
+        f"{prefix}sources_file": "{{ __apt_source_sources_file }}",
+    }
     if trial_file is not None:
         trial_vars = apt_source_include(role, trial_file, "trial")["vars"]
         differ = [name for name in set(trial_vars) & set(task_vars) if trial_vars[name] != task_vars[name]]
         assert differ == [], f"roles/{role} gives apt_source's trial and main these inputs differently: {differ}"
         task_vars.update(trial_vars)
-        values["trial_claim"] = role_task("apt_source", "trial.yml", "Stop when another role")["vars"]["__apt_source_claim"]
+        values["trial_claim"] = role_task("apt_source", "trial.yml", "Stop when another role")["vars"][
+            "__apt_source_claim"
+        ]
     return capture(values, vars=task_vars, name=f"Capture what {role} gives apt_source")
 
 
@@ -370,10 +398,15 @@ def apt_source_pins() -> str:
     loop_var = pin_task["loop_control"]["loop_var"]
     selected = pin_task["loop"].strip()
     assert selected.startswith("{{") and selected.endswith("}}") and "{{" not in selected[2:-2], selected
-    return ("{%% set out = [] %%}{%% for %(var)s in (%(loop)s) %%}{%% set _ = out.append({'name': %(var)s.name, 'text': "
-            "lookup('ansible.builtin.template', %(src)r, template_vars={%(var)r: %(var)s})}) %%}{%% endfor %%}{{ out }}"
-            % {"var": loop_var, "loop": " ".join(selected[2:-2].split()),
-               "src": str(ROLES_DIR / "apt_source" / "templates" / pin_task["ansible.builtin.template"]["src"])})
+    return (
+        "{%% set out = [] %%}{%% for %(var)s in (%(loop)s) %%}{%% set _ = out.append({'name': %(var)s.name, 'text': "
+        "lookup('ansible.builtin.template', %(src)r, template_vars={%(var)r: %(var)s})}) %%}{%% endfor %%}{{ out }}"
+        % {
+            "var": loop_var,
+            "loop": " ".join(selected[2:-2].split()),
+            "src": str(ROLES_DIR / "apt_source" / "templates" / pin_task["ansible.builtin.template"]["src"]),
+        }
+    )
 
 
 def condition(task: Mapping[str, Any]) -> str:
@@ -421,7 +454,9 @@ def _callback() -> Any:
 
         def _record(self, result: Any, what: str) -> None:
             msg = result._result.get("msg") or result._result.get("reason") or str(result._result)
-            self.failures.setdefault(result._host.get_name(), []).append((result._task.name, f"{what} in task {result._task.get_name()!r}: {msg}"))
+            self.failures.setdefault(result._host.get_name(), []).append(
+                (result._task.name, f"{what} in task {result._task.get_name()!r}: {msg}")
+            )
 
         def v2_runner_on_failed(self, result: Any, ignore_errors: bool = False) -> None:
             self._record(result, "failed")
@@ -520,7 +555,9 @@ def _serve(connection: Any) -> None:
             connection.send(("error", traceback.format_exc()))
 
 
-def run(hosts: Iterable[Host], tasks: list[dict], after: list[dict] | None = None, check_mode: bool = False) -> dict[str, Outcome]:
+def run(
+    hosts: Iterable[Host], tasks: list[dict], after: list[dict] | None = None, check_mode: bool = False
+) -> dict[str, Outcome]:
     """Run ``tasks`` (in a block with a rescue) and then ``after`` on every host; {host name: Outcome}.
 
     ``check_mode``: the plays run as ``ansible-playbook --check`` runs them (the
@@ -538,8 +575,9 @@ def run(hosts: Iterable[Host], tasks: list[dict], after: list[dict] | None = Non
     return value
 
 
-def _run_here(hosts: list[Host], tasks: list[dict], after: list[dict] | None = None,
-              check_mode: bool = False) -> dict[str, Outcome]:
+def _run_here(
+    hosts: list[Host], tasks: list[dict], after: list[dict] | None = None, check_mode: bool = False
+) -> dict[str, Outcome]:
     from ansible.executor.playbook_executor import PlaybookExecutor
     from ansible.inventory.manager import InventoryManager
     from ansible.plugins.loader import cache_loader
@@ -556,24 +594,47 @@ def _run_here(hosts: list[Host], tasks: list[dict], after: list[dict] | None = N
         for group in groups:
             inventory_data["all"]["children"].setdefault(group, {"hosts": {}})["hosts"][host.name] = None
     # Each capture task sets its own fact, __role_run_capture_<n>.
-    after = [dict(task, **{"ansible.builtin.set_fact": {f"__role_run_capture_{n}": task["ansible.builtin.set_fact"]["__role_run_capture"]}})
-             if "__role_run_capture" in (task.get("ansible.builtin.set_fact") or {}) else task
-             for n, task in enumerate(after or [])]
-    plays = [{
-        "name": f"gpufleet unit test {play_id}",
-        "hosts": f"role_run_play_{index}",
-        "gather_facts": False,
-        **({"check_mode": True} if check_mode else {}),
-        "tasks": [
-            {"name": "Run the role", "block": tasks, "rescue": [{
-                "name": "Record the task that stopped the host",
-                "ansible.builtin.set_fact": {"__role_run_stop": {
-                    "task": "{{ ansible_failed_task.name }}", "action": "{{ ansible_failed_task.action }}",
-                    "msg": "{{ ansible_failed_result.msg | default(ansible_failed_result) }}"}},
-            }]},
-            *([{"name": "Capture", "when": "__role_run_stop is not defined", "block": after}] if after else []),
-        ],
-    } for index, play_id in enumerate(play_ids)]
+    after = [
+        dict(
+            task,
+            **{
+                "ansible.builtin.set_fact": {
+                    f"__role_run_capture_{n}": task["ansible.builtin.set_fact"]["__role_run_capture"]
+                }
+            },
+        )
+        if "__role_run_capture" in (task.get("ansible.builtin.set_fact") or {})
+        else task
+        for n, task in enumerate(after or [])
+    ]
+    plays = [
+        {
+            "name": f"gpufleet unit test {play_id}",
+            "hosts": f"role_run_play_{index}",
+            "gather_facts": False,
+            **({"check_mode": True} if check_mode else {}),
+            "tasks": [
+                {
+                    "name": "Run the role",
+                    "block": tasks,
+                    "rescue": [
+                        {
+                            "name": "Record the task that stopped the host",
+                            "ansible.builtin.set_fact": {
+                                "__role_run_stop": {
+                                    "task": "{{ ansible_failed_task.name }}",
+                                    "action": "{{ ansible_failed_task.action }}",
+                                    "msg": "{{ ansible_failed_result.msg | default(ansible_failed_result) }}",
+                                }
+                            },
+                        }
+                    ],
+                },
+                *([{"name": "Capture", "when": "__role_run_stop is not defined", "block": after}] if after else []),
+            ],
+        }
+        for index, play_id in enumerate(play_ids)
+    ]
     with tempfile.TemporaryDirectory(prefix="gpufleet-role-run-") as tmp:
         inventory_file = Path(tmp) / "inventory.yml"
         inventory_file.write_text(yaml.safe_dump(inventory_data, sort_keys=False))
@@ -589,8 +650,9 @@ def _run_here(hosts: list[Host], tasks: list[dict], after: list[dict] | None = N
         # The task queue manager takes SIGINT and SIGTERM: pytest's handlers are put back after the run.
         handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
         try:
-            executor = PlaybookExecutor(playbooks=[str(playbook)], inventory=inventory, variable_manager=variables,
-                                        loader=loader, passwords={})
+            executor = PlaybookExecutor(
+                playbooks=[str(playbook)], inventory=inventory, variable_manager=variables, loader=loader, passwords={}
+            )
             collector = _callback()
             # The collector alone (no stdout callback, none of ansible.cfg's callbacks_enabled).
             executor._tqm._callback_plugins = [collector]
@@ -606,7 +668,9 @@ def _run_here(hosts: list[Host], tasks: list[dict], after: list[dict] | None = N
                 captured.update(facts.pop(f"__role_run_capture_{n}", None) or {})
             stop = facts.pop("__role_run_stop", None)
             # The failure the rescue recorded is the stop; any other is an error of the run.
-            errors = [text for task, text in collector.failures.get(host.name, []) if stop is None or task != stop["task"]]
+            errors = [
+                text for task, text in collector.failures.get(host.name, []) if stop is None or task != stop["task"]
+            ]
             outcomes[host.name] = Outcome(host=host.name, facts=facts, captured=captured, stop=stop, errors=errors)
     return outcomes
 
@@ -620,8 +684,13 @@ class Batch:
     mapping) and the host's settings.
     """
 
-    def __init__(self, facts: Mapping[str, Mapping[str, Any]], tasks: list[dict], after: list[dict] | None = None,
-                 check_mode: bool = False) -> None:
+    def __init__(
+        self,
+        facts: Mapping[str, Mapping[str, Any]],
+        tasks: list[dict],
+        after: list[dict] | None = None,
+        check_mode: bool = False,
+    ) -> None:
         self._facts = facts
         self._check_mode = check_mode
         self._tasks = tasks
@@ -639,9 +708,14 @@ class Batch:
         if key in self._done or key in self._pending:
             return
         self._count += 1
-        label = facts if isinstance(facts, str) else f"{facts['distribution']}{facts.get('distribution_major_version', '')}".lower()
-        self._pending[key] = Host(name=f"{label}-{self._count}", facts=self._facts[facts] if isinstance(facts, str) else facts,
-                                  vars=settings)
+        label = (
+            facts
+            if isinstance(facts, str)
+            else f"{facts['distribution']}{facts.get('distribution_major_version', '')}".lower()
+        )
+        self._pending[key] = Host(
+            name=f"{label}-{self._count}", facts=self._facts[facts] if isinstance(facts, str) else facts, vars=settings
+        )
 
     def get(self, facts: str | Mapping[str, Any] = "ubuntu2204", **settings: Any) -> Outcome:
         key = self._key(facts, settings)

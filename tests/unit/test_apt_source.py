@@ -40,7 +40,17 @@ import pytest
 import role_run
 import yaml
 from ansible.errors import AnsibleFilterError
-from conftest import CUDA, FAKE_FACTS, REPO_ROOT, ROLES_DIR, cuda_config, declare_driver, host_tool, load_script, load_trusted
+from conftest import (
+    CUDA,
+    FAKE_FACTS,
+    REPO_ROOT,
+    ROLES_DIR,
+    cuda_config,
+    declare_driver,
+    host_tool,
+    load_script,
+    load_trusted,
+)
 
 ROLE = ROLES_DIR / "apt_source"
 SPECS = yaml.safe_load((ROLE / "meta" / "argument_specs.yml").read_text())["argument_specs"]
@@ -64,8 +74,11 @@ def include_tasks(role: str) -> list[tuple[str, dict]]:
 
 def include_task(role: str, task_file: str, entry_point: str) -> dict:
     """The one include of apt_source entry point ``entry_point`` in roles/<role>/tasks/<task_file>."""
-    tasks = [t for f, t in include_tasks(role) if f == task_file
-             and (t.get("ansible.builtin.include_role") or {}).get("tasks_from", "main") == entry_point]
+    tasks = [
+        t
+        for f, t in include_tasks(role)
+        if f == task_file and (t.get("ansible.builtin.include_role") or {}).get("tasks_from", "main") == entry_point
+    ]
     assert len(tasks) == 1, f"{len(tasks)} includes of apt_source {entry_point} in roles/{role}/tasks/{task_file}"
     return tasks[0]
 
@@ -73,11 +86,20 @@ def include_task(role: str, task_file: str, entry_point: str) -> dict:
 # What entry point main writes, rendered in a play: apt_source's defaults and vars exposed (none of its tasks
 # runs), the inputs as host variables (above the role's defaults, as an include's vars are), then the source
 # template and the pins main's template task selects with its own loop.
-WRITTEN = role_run.Batch(FAKE_FACTS, [role_run.expose("apt_source", "hold")], after=[role_run.capture({
-    "source": role_run.template("apt_source", "source.sources.j2"),
-    "pins": role_run.apt_source_pins(),
-    **role_run.names("__apt_source_sources_file", "__apt_source_origin"),
-}, name="Render what entry point main writes")])
+WRITTEN = role_run.Batch(
+    FAKE_FACTS,
+    [role_run.expose("apt_source", "hold")],
+    after=[
+        role_run.capture(
+            {
+                "source": role_run.template("apt_source", "source.sources.j2"),
+                "pins": role_run.apt_source_pins(),
+                **role_run.names("__apt_source_sources_file", "__apt_source_origin"),
+            },
+            name="Render what entry point main writes",
+        )
+    ],
+)
 
 
 def written(inputs: dict[str, Any]) -> role_run.Outcome:
@@ -120,10 +142,23 @@ def test_each_entry_point_requires_the_inputs_it_cannot_work_without(entry_point
     for name in names:
         assert name not in defaults and "default" not in SPECS[entry_point]["options"][name], name
     expected = {
-        "main": {"apt_source_caller", "apt_source_name", "apt_source_description", "apt_source_url", "apt_source_suites",
-                 "apt_source_keyring"},
-        "trial": {"apt_source_caller", "apt_source_name", "apt_source_description", "apt_source_url", "apt_source_suites",
-                  "apt_source_keyring", "apt_source_package"},
+        "main": {
+            "apt_source_caller",
+            "apt_source_name",
+            "apt_source_description",
+            "apt_source_url",
+            "apt_source_suites",
+            "apt_source_keyring",
+        },
+        "trial": {
+            "apt_source_caller",
+            "apt_source_name",
+            "apt_source_description",
+            "apt_source_url",
+            "apt_source_suites",
+            "apt_source_keyring",
+            "apt_source_package",
+        },
         "hold": {"apt_source_hold_packages", "apt_source_hold"},
         "simulate": {"apt_source_simulate_packages"},
     }
@@ -146,40 +181,69 @@ def _ansible_playbook(tmp_path: Path, plays: list, *args: str) -> subprocess.Com
     playbook = tmp_path / "play.yml"
     playbook.write_text(yaml.safe_dump(plays, sort_keys=False))
     inventory = [] if "-i" in args else ["-i", "localhost,"]
-    return subprocess.run([str(VENV_BIN / "ansible-playbook"), *inventory, str(playbook), *args],
-                          cwd=tmp_path, env=_playbook_env(tmp_path), capture_output=True, text=True, timeout=300, check=False)
+    return subprocess.run(
+        [str(VENV_BIN / "ansible-playbook"), *inventory, str(playbook), *args],
+        cwd=tmp_path,
+        env=_playbook_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
 
 
 @pytest.mark.parametrize("entry_point", ["main", "trial", "hold"])
 def test_ansible_refuses_an_entry_point_without_its_inputs(tmp_path, entry_point):
-    """An inline localhost play includes apt_source with no input: the spec check fails, and no task of the role runs."""
+    """An inline localhost play includes apt_source with no input: the spec check fails, and no task of the role
+    runs."""
     include = {"name": "apt_source"} if entry_point == "main" else {"name": "apt_source", "tasks_from": entry_point}
-    run = _ansible_playbook(tmp_path, [{
-        "name": "Include apt_source without its inputs", "hosts": "localhost", "connection": "local", "gather_facts": False,
-        "tasks": [{"name": "Include the role", "ansible.builtin.include_role": include}],
-    }])
+    run = _ansible_playbook(
+        tmp_path,
+        [
+            {
+                "name": "Include apt_source without its inputs",
+                "hosts": "localhost",
+                "connection": "local",
+                "gather_facts": False,
+                "tasks": [{"name": "Include the role", "ansible.builtin.include_role": include}],
+            }
+        ],
+    )
     out = run.stdout + run.stderr
     assert run.returncode != 0, out
     assert f"Validating arguments against arg spec '{entry_point}'" in out
     assert "missing required arguments: " + ", ".join(sorted(required(entry_point))) in out, out
-    ran = [line for line in out.splitlines() if line.startswith("TASK [apt_source : ") and "Validating arguments" not in line]
+    ran = [
+        line
+        for line in out.splitlines()
+        if line.startswith("TASK [apt_source : ") and "Validating arguments" not in line
+    ]
     assert ran == [], ran
 
 
 def test_every_caller_includes_both_the_trial_and_the_configuration():
     for role in CALLERS:
-        entry_points = [(t.get("ansible.builtin.include_role") or {}).get("tasks_from", "main") for _file, t in include_tasks(role)]
+        entry_points = [
+            (t.get("ansible.builtin.include_role") or {}).get("tasks_from", "main") for _file, t in include_tasks(role)
+        ]
         assert "trial" in entry_points and "main" in entry_points, role
 
 
-@pytest.mark.parametrize(("role", "task_file", "entry_point"),
-                         [(role, f, (t.get("ansible.builtin.include_role") or {}).get("tasks_from", "main"))
-                          for role in CALLERS for f, t in include_tasks(role)],
-                         ids=str)
+@pytest.mark.parametrize(
+    ("role", "task_file", "entry_point"),
+    [
+        (role, f, (t.get("ansible.builtin.include_role") or {}).get("tasks_from", "main"))
+        for role in CALLERS
+        for f, t in include_tasks(role)
+    ],
+    ids=str,
+)
 def test_callers_pass_every_required_input_and_only_inputs(role, task_file, entry_point):
     given = set(include_task(role, task_file, entry_point).get("vars") or {})
     assert required(entry_point) - given == set(), f"roles/{role}/tasks/{task_file} does not give {entry_point} these"
-    assert given - set(SPECS[entry_point]["options"]) == set(), f"roles/{role}/tasks/{task_file} gives what {entry_point} does not take"
+    assert given - set(SPECS[entry_point]["options"]) == set(), (
+        f"roles/{role}/tasks/{task_file} gives what {entry_point} does not take"
+    )
 
 
 def test_the_trial_script_lives_in_the_role_and_no_role_reaches_outside_its_folder():
@@ -189,10 +253,18 @@ def test_the_trial_script_lives_in_the_role_and_no_role_reaches_outside_its_fold
     for path in sorted(ROLES_DIR.rglob("*.yml")):
         if "apt-repository-trial.sh" in path.read_text():
             assert path.is_relative_to(ROLE), path
-    paths = [*ROLE.rglob("*.yml"), *(ROLES_DIR / "cuda").rglob("*.yml"), *(ROLES_DIR / "nvidia_driver").rglob("*.yml"),
-             *(ROLES_DIR / "container" / "tasks").glob("*.yml")]
-    climbing = [f"{p.relative_to(REPO_ROOT)}: {line.strip()}" for p in paths for line in p.read_text().splitlines()
-                if "role_path" in line and "../" in line]
+    paths = [
+        *ROLE.rglob("*.yml"),
+        *(ROLES_DIR / "cuda").rglob("*.yml"),
+        *(ROLES_DIR / "nvidia_driver").rglob("*.yml"),
+        *(ROLES_DIR / "container" / "tasks").glob("*.yml"),
+    ]
+    climbing = [
+        f"{p.relative_to(REPO_ROOT)}: {line.strip()}"
+        for p in paths
+        for line in p.read_text().splitlines()
+        if "role_path" in line and "../" in line
+    ]
     assert climbing == []
 
 
@@ -207,13 +279,28 @@ def test_no_role_reads_the_private_facts_of_another():
 # --------------------------------------------------------------------------- what main writes
 
 
-SOURCE = {"apt_source_caller": "tester", "apt_source_name": "test", "apt_source_description": "the test repository",
-          "apt_source_url": "https://mirror.example.com/debian/", "apt_source_suites": ["bookworm", "bookworm-updates"],
-          "apt_source_components": ["contrib", "non-free"], "apt_source_keyring": "/usr/share/keyrings/test.gpg"}
-FLAT = {**SOURCE, "apt_source_url": "https://mirror.example.com/cuda/debian12/x86_64", "apt_source_suites": ["/"],
-        "apt_source_components": [], "apt_source_architectures": ["arm64"]}
+SOURCE = {
+    "apt_source_caller": "tester",
+    "apt_source_name": "test",
+    "apt_source_description": "the test repository",
+    "apt_source_url": "https://mirror.example.com/debian/",
+    "apt_source_suites": ["bookworm", "bookworm-updates"],
+    "apt_source_components": ["contrib", "non-free"],
+    "apt_source_keyring": "/usr/share/keyrings/test.gpg",
+}
+FLAT = {
+    **SOURCE,
+    "apt_source_url": "https://mirror.example.com/cuda/debian12/x86_64",
+    "apt_source_suites": ["/"],
+    "apt_source_components": [],
+    "apt_source_architectures": ["arm64"],
+}
 # Another role's use of the same repository.
-OTHER_CALLER = {"apt_source_caller": "another", "apt_source_name": "another-test", "apt_source_description": "another repository"}
+OTHER_CALLER = {
+    "apt_source_caller": "another",
+    "apt_source_name": "another-test",
+    "apt_source_description": "another repository",
+}
 
 
 def _stanzas(text: str) -> list[dict[str, str]]:
@@ -234,23 +321,40 @@ def _stanzas(text: str) -> list[dict[str, str]]:
 
 def test_the_source_is_deb822_signed_by_the_keyring():
     text = source_text(SOURCE)
-    assert text.startswith(f"# {role_run.ansible_managed()}\n# gpufleet's one source for this repository, shared by every")
-    assert _stanzas(text) == [{"Types": "deb", "URIs": "https://mirror.example.com/debian", "Suites": "bookworm bookworm-updates",
-                               "Components": "contrib non-free", "Architectures": "amd64",
-                               "Signed-By": "/usr/share/keyrings/test.gpg"}]
+    assert text.startswith(
+        f"# {role_run.ansible_managed()}\n# gpufleet's one source for this repository, shared by every"
+    )
+    assert _stanzas(text) == [
+        {
+            "Types": "deb",
+            "URIs": "https://mirror.example.com/debian",
+            "Suites": "bookworm bookworm-updates",
+            "Components": "contrib non-free",
+            "Architectures": "amd64",
+            "Signed-By": "/usr/share/keyrings/test.gpg",
+        }
+    ]
 
 
 def test_a_flat_source_has_a_trailing_slash_and_no_components():
-    assert _stanzas(source_text(FLAT)) == [{
-        "Types": "deb", "URIs": "https://mirror.example.com/cuda/debian12/x86_64/", "Suites": "/", "Architectures": "arm64",
-        "Signed-By": "/usr/share/keyrings/test.gpg"}]
+    assert _stanzas(source_text(FLAT)) == [
+        {
+            "Types": "deb",
+            "URIs": "https://mirror.example.com/cuda/debian12/x86_64/",
+            "Suites": "/",
+            "Architectures": "arm64",
+            "Signed-By": "/usr/share/keyrings/test.gpg",
+        }
+    ]
 
 
 def test_the_source_file_is_the_repositorys_and_its_bytes_name_no_caller():
     """One file per repository URL, named after it (not after the source user, apt_source_name), with the same bytes
     whichever role writes it: the roles that install from one repository share it."""
     variables = written(SOURCE)
-    assert variables["__apt_source_sources_file"] == "/etc/apt/sources.list.d/gpufleet-mirror.example.com_debian.sources"
+    assert (
+        variables["__apt_source_sources_file"] == "/etc/apt/sources.list.d/gpufleet-mirror.example.com_debian.sources"
+    )
     assert variables["__apt_source_origin"] == "mirror.example.com"
     other = written({**SOURCE, **OTHER_CALLER})
     assert other["__apt_source_sources_file"] == variables["__apt_source_sources_file"]
@@ -258,13 +362,23 @@ def test_the_source_file_is_the_repositorys_and_its_bytes_name_no_caller():
 
 
 EXACT_PIN = {"name": "cuda", "packages": ["cuda-toolkit-12-1"], "version": "12.1.1-1"}
-BUILD_PIN = {"name": "nvidia-driver", "packages": ["*nvidia*", "libcuda1"], "version": "535.261.03-*", "build": "535.261.03-1~deb12u1"}
+BUILD_PIN = {
+    "name": "nvidia-driver",
+    "packages": ["*nvidia*", "libcuda1"],
+    "version": "535.261.03-*",
+    "build": "535.261.03-1~deb12u1",
+}
 
 
 def test_an_exact_version_is_one_record():
-    assert _stanzas(pin_text(FLAT, EXACT_PIN)) == [{
-        "Explanation": "gpufleet tester cuda: 12.1.1-1", "Package": "cuda-toolkit-12-1", "Pin": "version 12.1.1-1",
-        "Pin-Priority": "1001"}]
+    assert _stanzas(pin_text(FLAT, EXACT_PIN)) == [
+        {
+            "Explanation": "gpufleet tester cuda: 12.1.1-1",
+            "Package": "cuda-toolkit-12-1",
+            "Pin": "version 12.1.1-1",
+            "Pin-Priority": "1001",
+        }
+    ]
 
 
 def test_a_pattern_with_the_source_build_is_two_records_the_build_first():
@@ -276,26 +390,38 @@ def test_a_pattern_with_the_source_build_is_two_records_the_build_first():
 
 
 def _policy(tmp_path: Path, preferences: str, repos: dict[str, list[tuple[str, str]]], package: str) -> str:
-    """apt-cache policy of ``package`` with flat file: repositories {name: [(package, version)]} and these preferences."""
+    """apt-cache policy of ``package`` with flat file: repositories {name: [(package, version)]} and these
+    preferences."""
     host_tool("apt-get")
     sources = []
     for name, packages in repos.items():
         repo = tmp_path / name
         repo.mkdir()
-        (repo / "Packages").write_text("".join(
-            f"Package: {p}\nVersion: {v}\nArchitecture: amd64\nMaintainer: t <t@example.com>\nFilename: ./{p}_{v}.deb\n"
-            f"Size: 1\nSHA256: {'0' * 64}\nDescription: test\n\n" for p, v in packages))
+        (repo / "Packages").write_text(
+            "".join(
+                f"Package: {p}\nVersion: {v}\nArchitecture: amd64\nMaintainer: t <t@example.com>\nFilename: "
+                f"./{p}_{v}.deb\nSize: 1\nSHA256: {'0' * 64}\nDescription: test\n\n"
+                for p, v in packages
+            )
+        )
         sources.append(f"Types: deb\nURIs: file:{repo}/\nSuites: /\nSigned-By: /dev/null\n")
     for part in ("parts", "lists/partial", "cache/archives/partial", "prefs"):
         (tmp_path / part).mkdir(parents=True)
     (tmp_path / "parts" / "test.sources").write_text("\n".join(sources))
     (tmp_path / "prefs" / "gpufleet-test.pref").write_text(preferences)
-    options = ["-oDir::Etc::SourceList=/dev/null", f"-oDir::Etc::SourceParts={tmp_path / 'parts'}",
-               f"-oDir::State::Lists={tmp_path / 'lists'}", f"-oDir::Cache={tmp_path / 'cache'}", "-oDir::State::status=/dev/null",
-               "-oDir::Etc::Preferences=/dev/null", f"-oDir::Etc::PreferencesParts={tmp_path / 'prefs'}",
-               "-oDebug::NoLocking=1", "-oAPT::Sandbox::User=root",
-               # Test repositories made here, unsigned: only for these scratch lists.
-               "-oAcquire::AllowInsecureRepositories=1"]
+    options = [
+        "-oDir::Etc::SourceList=/dev/null",
+        f"-oDir::Etc::SourceParts={tmp_path / 'parts'}",
+        f"-oDir::State::Lists={tmp_path / 'lists'}",
+        f"-oDir::Cache={tmp_path / 'cache'}",
+        "-oDir::State::status=/dev/null",
+        "-oDir::Etc::Preferences=/dev/null",
+        f"-oDir::Etc::PreferencesParts={tmp_path / 'prefs'}",
+        "-oDebug::NoLocking=1",
+        "-oAPT::Sandbox::User=root",
+        # Test repositories made here, unsigned: only for these scratch lists.
+        "-oAcquire::AllowInsecureRepositories=1",
+    ]
     update = subprocess.run(["apt-get", *options, "update"], capture_output=True, text=True, check=False)
     assert update.returncode == 0, update.stdout + update.stderr
     policy = subprocess.run(["apt-cache", *options, "policy", package], capture_output=True, text=True, check=False)
@@ -304,7 +430,11 @@ def _policy(tmp_path: Path, preferences: str, repos: dict[str, list[tuple[str, s
 
 
 TWO_ORIGINS = {
-    "ours": [("nvidia-smi", "535.261.03-1~deb12u1"), ("nvidia-smi", "535.300.01-1~deb12u1"), ("libcuda1", "535.261.03-1~deb12u1")],
+    "ours": [
+        ("nvidia-smi", "535.261.03-1~deb12u1"),
+        ("nvidia-smi", "535.300.01-1~deb12u1"),
+        ("libcuda1", "535.261.03-1~deb12u1"),
+    ],
     "theirs": [("nvidia-smi", "535.261.03-1"), ("nvidia-smi", "550.127.05-1"), ("libcuda1", "535.261.03-1")],
 }
 
@@ -313,8 +443,11 @@ def two_origins_pin(build: str) -> dict[str, Any]:
     return {"name": "test", "packages": ["*nvidia*", "libcuda1"], "version": "535.261.03-*", "build": build}
 
 
-@pytest.mark.parametrize(("build", "candidate"), [("535.261.03-1~deb12u1", "535.261.03-1~deb12u1"), ("", "535.261.03-1")],
-                         ids=["with-the-build", "pattern-only"])
+@pytest.mark.parametrize(
+    ("build", "candidate"),
+    [("535.261.03-1~deb12u1", "535.261.03-1~deb12u1"), ("", "535.261.03-1")],
+    ids=["with-the-build", "pattern-only"],
+)
 def test_the_build_keeps_another_origins_build_of_the_release_out(tmp_path, build, candidate):
     """Two origins build 535.261.03 (their version strings differ); the pattern alone lets apt take the higher string,
     another origin's; the pin with this source's build (from the trial) keeps this source's."""
@@ -324,8 +457,14 @@ def test_the_build_keeps_another_origins_build_of_the_release_out(tmp_path, buil
 
 
 # The cases above, known up front: one run.
-for _inputs in (SOURCE, FLAT, {**SOURCE, **OTHER_CALLER}, {**FLAT, "apt_source_pins": [EXACT_PIN]}, {**SOURCE, "apt_source_pins": [BUILD_PIN]},
-                *({**SOURCE, "apt_source_pins": [two_origins_pin(_build)]} for _build in ("535.261.03-1~deb12u1", ""))):
+for _inputs in (
+    SOURCE,
+    FLAT,
+    {**SOURCE, **OTHER_CALLER},
+    {**FLAT, "apt_source_pins": [EXACT_PIN]},
+    {**SOURCE, "apt_source_pins": [BUILD_PIN]},
+    *({**SOURCE, "apt_source_pins": [two_origins_pin(_build)]} for _build in ("535.261.03-1~deb12u1", "")),
+):
     WRITTEN.declare("debian12", **_inputs)
 
 
@@ -346,20 +485,37 @@ def signed_repository(tmp_path_factory):
     other_home.mkdir(mode=0o700)
 
     def gpg(*args: str, home_dir: Path = home) -> str:
-        return subprocess.run(["gpg", "--homedir", str(home_dir), "--batch", "--quiet", *args], capture_output=True, text=True,
-                              check=True).stdout
+        return subprocess.run(
+            ["gpg", "--homedir", str(home_dir), "--batch", "--quiet", *args], capture_output=True, text=True, check=True
+        ).stdout
 
     for home_dir in (home, other_home):
-        gpg("--pinentry-mode", "loopback", "--passphrase", "", "--quick-gen-key", "gpufleet test <test@example.com>", "ed25519",
-            "sign", "never", home_dir=home_dir)
+        gpg(
+            "--pinentry-mode",
+            "loopback",
+            "--passphrase",
+            "",
+            "--quick-gen-key",
+            "gpufleet test <test@example.com>",
+            "ed25519",
+            "sign",
+            "never",
+            home_dir=home_dir,
+        )
     (root / "key.asc").write_text(gpg("--armor", "--export"))
     (root / "other.asc").write_text(gpg("--armor", "--export", home_dir=other_home))
     repo = root / "www" / "repo"
     repo.mkdir(parents=True)
-    (repo / "Packages").write_text("".join(
-        f"Package: gpufleet-test-tool\nVersion: {v}\nArchitecture: amd64\nMaintainer: t <t@example.com>\n"
-        f"Filename: ./tool_{v}.deb\nSize: 1\nSHA256: {'0' * 64}\nDescription: test\n\n" for v in ("2.0.1-1", "2.1.0-1")))
-    release = subprocess.run(["apt-ftparchive", "release", "."], cwd=repo, capture_output=True, text=True, check=True).stdout
+    (repo / "Packages").write_text(
+        "".join(
+            f"Package: gpufleet-test-tool\nVersion: {v}\nArchitecture: amd64\nMaintainer: t <t@example.com>\n"
+            f"Filename: ./tool_{v}.deb\nSize: 1\nSHA256: {'0' * 64}\nDescription: test\n\n"
+            for v in ("2.0.1-1", "2.1.0-1")
+        )
+    )
+    release = subprocess.run(
+        ["apt-ftparchive", "release", "."], cwd=repo, capture_output=True, text=True, check=True
+    ).stdout
     (repo / "Release").write_text(release)
     gpg("--yes", "--clearsign", "-o", str(repo / "InRelease"), str(repo / "Release"))
     (root / "www" / "key.asc").write_text((root / "key.asc").read_text())
@@ -377,13 +533,24 @@ def signed_repository(tmp_path_factory):
 
 def _claim(url: str, keyring: str) -> dict[str, Any]:
     """Another role's claim on a flat repository, as its trial makes it (trial.yml)."""
-    return {"name": "other-test", "caller": "other", "description": "the other repository", "url": url, "suites": ["/"],
-            "components": [], "architectures": ["amd64"], "keyring": keyring, "key_url": "",
-            "settings": {"url": "other_repository_url", "keyring": "other_repository_keyring"}}
+    return {
+        "name": "other-test",
+        "caller": "other",
+        "description": "the other repository",
+        "url": url,
+        "suites": ["/"],
+        "components": [],
+        "architectures": ["amd64"],
+        "keyring": keyring,
+        "key_url": "",
+        "settings": {"url": "other_repository_url", "keyring": "other_repository_keyring"},
+    }
 
 
 def _installed(package: str) -> str:
-    return subprocess.run(["dpkg-query", "-W", "-f=${Version}", package], capture_output=True, text=True, check=True).stdout
+    return subprocess.run(
+        ["dpkg-query", "-W", "-f=${Version}", package], capture_output=True, text=True, check=True
+    ).stdout
 
 
 @pytest.fixture(scope="module")
@@ -391,15 +558,25 @@ def trials(signed_repository, tmp_path_factory):
     """Entry point trial for each case, read-only, in one localhost run (one inventory host per case, in parallel):
     {case: {fact, failed}}."""
     url, root = signed_repository["url"], signed_repository["root"]
-    base = {"apt_source_caller": "tester", "apt_source_name": "gpufleet-unit-test", "apt_source_description": "the test repository",
-            "apt_source_url": f"{url}/repo", "apt_source_url_name": "test_repository_url", "apt_source_suites": ["/"],
-            "apt_source_keyring": str(root / "key.asc"), "apt_source_keyring_name": "test_repository_keyring",
-            "apt_source_key_url": "", "apt_source_managed": True,
-            "apt_source_package": "gpufleet-test-tool", "apt_source_version": "2.0.1", "apt_source_version_name": "test_version",
-            "apt_source_show_packages": [],
-            "apt_source_setting_names": {"url": "test_repository_url", "keyring": "test_repository_keyring"},
-            # Where the host's copy of the source would be; none, but for the converged case.
-            "__apt_source_sources_file": str(root / "absent.sources")}
+    base = {
+        "apt_source_caller": "tester",
+        "apt_source_name": "gpufleet-unit-test",
+        "apt_source_description": "the test repository",
+        "apt_source_url": f"{url}/repo",
+        "apt_source_url_name": "test_repository_url",
+        "apt_source_suites": ["/"],
+        "apt_source_keyring": str(root / "key.asc"),
+        "apt_source_keyring_name": "test_repository_keyring",
+        "apt_source_key_url": "",
+        "apt_source_managed": True,
+        "apt_source_package": "gpufleet-test-tool",
+        "apt_source_version": "2.0.1",
+        "apt_source_version_name": "test_version",
+        "apt_source_show_packages": [],
+        "apt_source_setting_names": {"url": "test_repository_url", "keyring": "test_repository_keyring"},
+        # Where the host's copy of the source would be; none, but for the converged case.
+        "__apt_source_sources_file": str(root / "absent.sources"),
+    }
     # The converged host's copy of the source: the bytes entry point main would write (the same template action).
     written = root / "written.sources"
     cases = {
@@ -411,13 +588,21 @@ def trials(signed_repository, tmp_path_factory):
         "missing-keyring": {"apt_source_keyring": str(root / "absent.gpg")},
         "wrong-url": {"apt_source_url": f"{url}/no-such-repo"},
         # A package installed here at its version, and the host's copy of the source as main writes it.
-        "converged": {"apt_source_package": "apt", "apt_source_version": _installed("apt"), "__apt_source_sources_file": str(written)},
+        "converged": {
+            "apt_source_package": "apt",
+            "apt_source_version": _installed("apt"),
+            "__apt_source_sources_file": str(written),
+        },
         "not-managed": {"apt_source_managed": False, "apt_source_package": "apt", "apt_source_version": "0.0.1"},
         # The stanzas of packages to show: from the scratch trial, and from the host's apt on a converged host.
         "stanzas": {"apt_source_show_packages": ["gpufleet-test-tool"]},
         "stanzas-all-versions": {"apt_source_show_packages": ["gpufleet-test-tool"], "apt_source_version": ""},
-        "converged-stanzas": {"apt_source_package": "apt", "apt_source_version": _installed("apt"),
-                              "__apt_source_sources_file": str(written), "apt_source_show_packages": ["apt"]},
+        "converged-stanzas": {
+            "apt_source_package": "apt",
+            "apt_source_version": _installed("apt"),
+            "__apt_source_sources_file": str(written),
+            "apt_source_show_packages": ["apt"],
+        },
         # Another role of the run claimed this repository: alike, or with another Signed-By (and another scheme).
         "claimed-alike": {},
         "claimed-otherwise": {},
@@ -428,28 +613,86 @@ def trials(signed_repository, tmp_path_factory):
     }
     out = tmp_path_factory.mktemp("trials")
     inventory = out / "inventory.yml"
-    inventory.write_text(yaml.safe_dump({"all": {"hosts": {
-        case: {"ansible_connection": "local", "ansible_python_interpreter": "/usr/bin/python3", "trial_case": {**base, **given},
-               **({"apt_source_claims": claims[case]} if case in claims else {})}
-        for case, given in cases.items()}}}))
-    plays = [{"name": "Trials", "hosts": "all", "gather_facts": False, "tasks": [
-        {"name": "Write the source as entry point main would", "ansible.builtin.template": {
-            "src": str(ROLE / "templates" / "source.sources.j2"), "dest": str(written), "mode": "0644"},
-         "vars": {**yaml.safe_load((ROLE / "defaults" / "main.yml").read_text()), **base}, "when": "inventory_hostname == 'converged'"},
-        {"name": "Try the case", "block": [
-            {"name": "Include the trial", "ansible.builtin.include_role": {"name": "apt_source", "tasks_from": "trial"},
-             "vars": {key: "{{ trial_case['%s'] }}" % key for key in base}},
-            {"name": "Record the trial", "ansible.builtin.set_fact": {"trial_result": {
-                "fact": "{{ apt_source_trial }}", "failed": "", "claims": "{{ apt_source_claims | default([]) }}"}}},
-        ], "rescue": [
-            {"name": "Record the failure", "ansible.builtin.set_fact": {"trial_result": {
-                "fact": "{{ apt_source_trial | default({}) }}", "failed": "{{ ansible_failed_result.msg }}",
-                "claims": "{{ apt_source_claims | default([]) }}"}}},
-        ]},
-        {"name": "Write the results", "run_once": True, "ansible.builtin.copy": {
-            "content": "{{ dict(ansible_play_hosts_all | zip(ansible_play_hosts_all | map('extract', hostvars, 'trial_result'))) | to_json }}",
-            "dest": f"{out}/results.json", "mode": "0644"}},
-    ]}]
+    inventory.write_text(
+        yaml.safe_dump(
+            {
+                "all": {
+                    "hosts": {
+                        case: {
+                            "ansible_connection": "local",
+                            "ansible_python_interpreter": "/usr/bin/python3",
+                            "trial_case": {**base, **given},
+                            **({"apt_source_claims": claims[case]} if case in claims else {}),
+                        }
+                        for case, given in cases.items()
+                    }
+                }
+            }
+        )
+    )
+    plays = [
+        {
+            "name": "Trials",
+            "hosts": "all",
+            "gather_facts": False,
+            "tasks": [
+                {
+                    "name": "Write the source as entry point main would",
+                    "ansible.builtin.template": {
+                        "src": str(ROLE / "templates" / "source.sources.j2"),
+                        "dest": str(written),
+                        "mode": "0644",
+                    },
+                    "vars": {**yaml.safe_load((ROLE / "defaults" / "main.yml").read_text()), **base},
+                    "when": "inventory_hostname == 'converged'",
+                },
+                {
+                    "name": "Try the case",
+                    "block": [
+                        {
+                            "name": "Include the trial",
+                            "ansible.builtin.include_role": {"name": "apt_source", "tasks_from": "trial"},
+                            "vars": {key: "{{ trial_case['%s'] }}" % key for key in base},
+                        },
+                        {
+                            "name": "Record the trial",
+                            "ansible.builtin.set_fact": {
+                                "trial_result": {
+                                    "fact": "{{ apt_source_trial }}",
+                                    "failed": "",
+                                    "claims": "{{ apt_source_claims | default([]) }}",
+                                }
+                            },
+                        },
+                    ],
+                    "rescue": [
+                        {
+                            "name": "Record the failure",
+                            "ansible.builtin.set_fact": {
+                                "trial_result": {
+                                    "fact": "{{ apt_source_trial | default({}) }}",
+                                    "failed": "{{ ansible_failed_result.msg }}",
+                                    "claims": "{{ apt_source_claims | default([]) }}",
+                                }
+                            },
+                        },
+                    ],
+                },
+                {
+                    "name": "Write the results",
+                    "run_once": True,
+                    "ansible.builtin.copy": {
+                        "content": (
+                            "{{ dict(ansible_play_hosts_all | zip(ansible_play_hosts_all | map('extract', hostvars, "
+                            "'trial_result'))) | to_json }}"
+                        ),
+                        "dest": f"{out}/results.json",
+                        "mode": "0644",
+                    },
+                },
+            ],
+        }
+    ]
     run = _ansible_playbook(out, plays, "-i", str(inventory), "--forks", str(len(cases)))
     assert run.returncode == 0, run.stdout[-6000:] + run.stderr
     return json.loads((out / "results.json").read_text())
@@ -479,8 +722,10 @@ def test_trial_publishes_the_stanzas_of_the_packages_to_show(trials):
 
 def test_trial_stops_when_the_version_is_not_offered(trials):
     result = trials["missing-version"]
-    assert result["failed"] == (f"tester on missing-version: test_version 2.9.9 is not in {result['fact']['url']};"
-                                " gpufleet-test-tool is offered at 2.1.0-1, 2.0.1-1")
+    assert result["failed"] == (
+        f"tester on missing-version: test_version 2.9.9 is not in {result['fact']['url']};"
+        " gpufleet-test-tool is offered at 2.1.0-1, 2.0.1-1"
+    )
     assert result["fact"]["ok"] is True and result["fact"]["found"] is False
 
 
@@ -488,8 +733,10 @@ def test_trial_stops_when_apt_rejects_the_signature(trials, signed_repository):
     result = trials["wrong-key"]
     fact = result["fact"]
     assert fact["ok"] is False and "NO_PUBKEY" in fact["reason"]
-    assert result["failed"] == (f"tester on wrong-key: apt rejects the test repository {fact['url']} (test_repository_url)"
-                                f" signed by {signed_repository['root'] / 'other.asc'}: {fact['reason']}")
+    assert result["failed"] == (
+        f"tester on wrong-key: apt rejects the test repository {fact['url']} (test_repository_url)"
+        f" signed by {signed_repository['root'] / 'other.asc'}: {fact['reason']}"
+    )
 
 
 def test_trial_fetches_a_key_url_into_its_scratch_state(trials):
@@ -503,7 +750,10 @@ def test_trial_stops_on_a_missing_keyring_and_a_wrong_url(trials):
     assert "absent.gpg does not exist on the host" in trials["missing-keyring"]["failed"]
     assert trials["missing-keyring"]["fact"]["reason"].startswith("no file ")
     failed = trials["wrong-url"]["failed"]
-    assert "the test repository " in failed and "/no-such-repo (test_repository_url) is not usable from this host" in failed
+    assert (
+        "the test repository " in failed
+        and "/no-such-repo (test_repository_url) is not usable from this host" in failed
+    )
     assert "answered HTTP 404" in failed
 
 
@@ -537,7 +787,8 @@ def test_trial_claims_the_repository_and_refuses_another_roles_different_claim(t
     url, root = signed_repository["url"], signed_repository["root"]
     own = trials["ok"]["claims"]
     assert [(c["name"], c["caller"], c["url"], c["keyring"]) for c in own] == [
-        ("gpufleet-unit-test", "tester", f"{url}/repo", str(root / "key.asc"))]
+        ("gpufleet-unit-test", "tester", f"{url}/repo", str(root / "key.asc"))
+    ]
     alike = trials["claimed-alike"]
     assert alike["failed"] == "" and alike["fact"]["ok"] is True
     assert sorted(c["name"] for c in alike["claims"]) == ["gpufleet-unit-test", "other-test"]
@@ -546,12 +797,14 @@ def test_trial_claims_the_repository_and_refuses_another_roles_different_claim(t
     assert [c["name"] for c in refused["claims"]] == ["other-test"]  # and claimed nothing
     https = url.replace("http:", "https:")
     assert refused["failed"] == (
-        f"tester on claimed-otherwise: the test repository {url}/repo is the repository of other too (the other repository,"
-        f" at {https}/repo): apt reads one source per repository ({filters.apt_source_files(url + '/repo')['sources_file']},"
-        f" written for both), and the two roles give it differently: URL {url}/repo (test_repository_url) for tester,"
-        f" {https}/repo (other_repository_url) for other; Signed-By {root / 'key.asc'} (test_repository_keyring) for tester,"
-        f" /usr/share/keyrings/other.gpg (other_repository_keyring) for other. Give both roles the same URL, Signed-By for"
-        f" this repository, or give each its own repository URL. Nothing has been changed.")
+        f"tester on claimed-otherwise: the test repository {url}/repo is the repository of other too (the other "
+        f"repository, at {https}/repo): apt reads one source per repository "
+        f"({filters.apt_source_files(url + '/repo')['sources_file']}, written for both), and the two roles give it "
+        f"differently: URL {url}/repo (test_repository_url) for tester, {https}/repo (other_repository_url) for other; "
+        f"Signed-By {root / 'key.asc'} (test_repository_keyring) for tester, /usr/share/keyrings/other.gpg "
+        "(other_repository_keyring) for other. Give both roles the same URL, Signed-By for this repository, or give "
+        "each its own repository URL. Nothing has been changed."
+    )
 
 
 # --------------------------------------------------------------------------- one source per repository URL
@@ -578,8 +831,9 @@ def test_trial_claims_the_repository_and_refuses_another_roles_different_claim(t
 
 filters = load_script(REPO_ROOT / "plugins" / "filter" / "gpufleet_filters.py")
 NVIDIA_UBUNTU2204 = "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2204/x86_64"
-UBUNTU2204_SOURCE_FILE = ("/etc/apt/sources.list.d/"
-                          "gpufleet-developer.download.nvidia.com_compute_cuda_repos_ubuntu2204_x86-5f64.sources")
+UBUNTU2204_SOURCE_FILE = (
+    "/etc/apt/sources.list.d/gpufleet-developer.download.nvidia.com_compute_cuda_repos_ubuntu2204_x86-5f64.sources"
+)
 SITE_KEYRING = "/usr/share/keyrings/site-cuda-archive-keyring.gpg"
 MIRROR = {"url": "https://mirror.example.com/cuda/ubuntu2204/x86_64", "key": "https://mirror.example.com/site.asc"}
 
@@ -592,10 +846,17 @@ def _apt_update(tmp_path: Path, files: dict[str, str]) -> tuple[int, str, list[s
         (tmp_path / part).mkdir(parents=True)
     for name, text in files.items():
         (tmp_path / "parts" / name).write_text(text)
-    options = ["-oDir::Etc::SourceList=/dev/null", f"-oDir::Etc::SourceParts={tmp_path / 'parts'}",
-               f"-oDir::State::Lists={tmp_path / 'lists'}", f"-oDir::Cache={tmp_path / 'cache'}", "-oDir::State::status=/dev/null",
-               "-oDir::Etc::Preferences=/dev/null", f"-oDir::Etc::PreferencesParts={tmp_path / 'empty'}",
-               "-oDebug::NoLocking=1", "-oAPT::Sandbox::User=root"]
+    options = [
+        "-oDir::Etc::SourceList=/dev/null",
+        f"-oDir::Etc::SourceParts={tmp_path / 'parts'}",
+        f"-oDir::State::Lists={tmp_path / 'lists'}",
+        f"-oDir::Cache={tmp_path / 'cache'}",
+        "-oDir::State::status=/dev/null",
+        "-oDir::Etc::Preferences=/dev/null",
+        f"-oDir::Etc::PreferencesParts={tmp_path / 'empty'}",
+        "-oDebug::NoLocking=1",
+        "-oAPT::Sandbox::User=root",
+    ]
     run = subprocess.run(["apt-get", *options, "update"], capture_output=True, text=True, check=False)
     return run.returncode, run.stdout + run.stderr, options
 
@@ -624,19 +885,27 @@ def test_the_ubuntu_defaults_of_driver_and_cuda_are_one_source_for_a_real_apt(dr
     keyring = str(signed_repository["root"] / "key.asc")
 
     # Before: one file per role.
-    before = {"gpufleet-nvidia-driver.sources": _served(drv["main_source"], signed_repository, keyring),
-              "gpufleet-cuda.sources": _served(cud["main_source"], signed_repository, keyring)}
+    before = {
+        "gpufleet-nvidia-driver.sources": _served(drv["main_source"], signed_repository, keyring),
+        "gpufleet-cuda.sources": _served(cud["main_source"], signed_repository, keyring),
+    }
     rc, out, _options = _apt_update(tmp_path / "before", before)
     assert rc == 0, out
-    assert re.search(r"(?m)^W: Target Packages \(Packages\) is configured multiple times in \S+/gpufleet-cuda\.sources:1"
-                     r" and \S+/gpufleet-nvidia-driver\.sources:1$", out), out
+    assert re.search(
+        r"(?m)^W: Target Packages \(Packages\) is configured multiple times in \S+/gpufleet-cuda\.sources:1"
+        r" and \S+/gpufleet-nvidia-driver\.sources:1$",
+        out,
+    ), out
 
     # Now: the repository's one file.
-    rc, out, options = _apt_update(tmp_path / "now", {Path(UBUNTU2204_SOURCE_FILE).name: _served(drv["main_source"], signed_repository,
-                                                                                                 keyring)})
+    rc, out, options = _apt_update(
+        tmp_path / "now", {Path(UBUNTU2204_SOURCE_FILE).name: _served(drv["main_source"], signed_repository, keyring)}
+    )
     assert rc == 0, out
     assert re.findall(r"(?m)^[WEN]: .*$", out) == [], out
-    offered = subprocess.run(["apt-cache", *options, "madison", "gpufleet-test-tool"], capture_output=True, text=True, check=True)
+    offered = subprocess.run(
+        ["apt-cache", *options, "madison", "gpufleet-test-tool"], capture_output=True, text=True, check=True
+    )
     assert sorted(line.split("|")[1].strip() for line in offered.stdout.splitlines()) == ["2.0.1-1", "2.1.0-1"]
 
 
@@ -645,26 +914,33 @@ def test_two_signed_by_for_one_repository_break_apt_and_are_refused_in_play_1(dr
     role made every apt run fail (apt's error, read here from a real apt-get update); one file per repository cannot
     hold both, and the trial's claims stop the host in play 1 instead, naming both roles' settings and the fix."""
     drv, cud = driver("ubuntu2204", "nvidia"), cuda_config("ubuntu2204", cuda_repository_keyring=SITE_KEYRING)
-    before = {"gpufleet-nvidia-driver.sources": _served(drv["main_source"], signed_repository),
-              "gpufleet-cuda.sources": _served(cud["main_source"], signed_repository)}
+    before = {
+        "gpufleet-nvidia-driver.sources": _served(drv["main_source"], signed_repository),
+        "gpufleet-cuda.sources": _served(cud["main_source"], signed_repository),
+    }
     rc, out, _options = _apt_update(tmp_path, before)
     assert rc != 0
     # apt reads gpufleet-cuda.sources first (sources.list.d in name order).
-    assert (f"E: Conflicting values set for option Signed-By regarding source {signed_repository['url']}/repo/ /: "
-            f"{SITE_KEYRING} != /usr/share/keyrings/cuda-archive-keyring.gpg\n") in out, out
+    assert (
+        f"E: Conflicting values set for option Signed-By regarding source {signed_repository['url']}/repo/ /: "
+        f"{SITE_KEYRING} != /usr/share/keyrings/cuda-archive-keyring.gpg\n"
+    ) in out, out
     assert "E: The list of sources could not be read." in out
 
     assert cud["main_sources_file"] == drv["main_sources_file"]
     message = filters.apt_source_conflict(cud["trial_claim"], [drv["trial_claim"]], "node1")
     assert message == (
-        f"cuda on node1: NVIDIA's CUDA repository {NVIDIA_UBUNTU2204} is the repository of nvidia_driver too (the driver"
-        f" repository): apt reads one source per repository ({UBUNTU2204_SOURCE_FILE}, written for both), and the two"
-        f" roles give it differently: Signed-By {SITE_KEYRING} (cuda_repository_keyring, cuda_repository_key_url) for cuda,"
-        f" /usr/share/keyrings/cuda-archive-keyring.gpg (nvidia_driver_repository_keyring, nvidia_driver_repository_key_url)"
-        f" for nvidia_driver. Give both roles the same Signed-By for this repository, or give each its own repository URL."
-        f" Nothing has been changed.")
+        f"cuda on node1: NVIDIA's CUDA repository {NVIDIA_UBUNTU2204} is the repository of nvidia_driver too (the "
+        f"driver repository): apt reads one source per repository ({UBUNTU2204_SOURCE_FILE}, written for both), and "
+        f"the two roles give it differently: Signed-By {SITE_KEYRING} (cuda_repository_keyring, "
+        "cuda_repository_key_url) for cuda, /usr/share/keyrings/cuda-archive-keyring.gpg "
+        "(nvidia_driver_repository_keyring, nvidia_driver_repository_key_url) for nvidia_driver. Give both roles the "
+        "same Signed-By for this repository, or give each its own repository URL. Nothing has been changed."
+    )
     # The driver's trial runs first in play 1; had cuda's, the driver's would say the same from its side.
-    assert filters.apt_source_conflict(drv["trial_claim"], [cud["trial_claim"]]).startswith("nvidia_driver: the driver repository ")
+    assert filters.apt_source_conflict(drv["trial_claim"], [cud["trial_claim"]]).startswith(
+        "nvidia_driver: the driver repository "
+    )
 
 
 def test_the_roles_defaults_and_a_shared_mirror_with_one_key_url_claim_alike(driver):
@@ -672,27 +948,40 @@ def test_the_roles_defaults_and_a_shared_mirror_with_one_key_url_claim_alike(dri
     repository's keyring file, whichever role fetches it); the lab's two repositories (two URLs, two files)."""
     drv, cud = driver("ubuntu2204", "nvidia"), cuda_config("ubuntu2204")
     assert filters.apt_source_conflict(cud["trial_claim"], [drv["trial_claim"]]) == ""
-    drv = driver("ubuntu2204", "nvidia", nvidia_driver_repository_url=MIRROR["url"], nvidia_driver_repository_key_url=MIRROR["key"])
+    drv = driver(
+        "ubuntu2204",
+        "nvidia",
+        nvidia_driver_repository_url=MIRROR["url"],
+        nvidia_driver_repository_key_url=MIRROR["key"],
+    )
     cud = cuda_config("ubuntu2204", cuda_repository_url=MIRROR["url"] + "/", cuda_repository_key_url=MIRROR["key"])
     keyring = "/etc/apt/keyrings/gpufleet-mirror.example.com_cuda_ubuntu2204_x86-5f64.asc"
     assert drv["trial_claim"]["keyring"] == cud["trial_claim"]["keyring"] == keyring
     assert drv["main_source"] == cud["main_source"] and f"\nSigned-By: {keyring}\n" in drv["main_source"]
     assert filters.apt_source_conflict(cud["trial_claim"], [drv["trial_claim"]]) == ""
-    other_key = cuda_config("ubuntu2204", cuda_repository_url=MIRROR["url"], cuda_repository_key_url="https://mirror.example.com/other.asc")
+    other_key = cuda_config(
+        "ubuntu2204", cuda_repository_url=MIRROR["url"], cuda_repository_key_url="https://mirror.example.com/other.asc"
+    )
     message = filters.apt_source_conflict(other_key["trial_claim"], [drv["trial_claim"]], "node1")
-    assert ("the two roles give it differently: key URL https://mirror.example.com/other.asc (cuda_repository_key_url) for cuda,"
-            f" {MIRROR['key']} (nvidia_driver_repository_key_url) for nvidia_driver. Give both roles the same key URL") in message
+    assert (
+        "the two roles give it differently: key URL https://mirror.example.com/other.asc (cuda_repository_key_url) "
+        f"for cuda, {MIRROR['key']} (nvidia_driver_repository_key_url) for nvidia_driver. Give both roles the same key "
+        "URL"
+    ) in message
     lab_driver = driver("debian12", "debian_nonfree", nvidia_driver_repository_url="http://mirror.gpufleet.lab/debian")
     lab_cuda = cuda_config("debian12", cuda_repository_url="http://mirror.gpufleet.lab/site/cuda-12.1/debian12")
     assert lab_driver["main_sources_file"] != lab_cuda["main_sources_file"]
     assert filters.apt_source_conflict(lab_cuda["trial_claim"], [lab_driver["trial_claim"]]) == ""
 
 
-@pytest.mark.parametrize(("field", "value", "label", "setting"), [
-    ("suites", ["jammy"], "Suites", "nvidia_driver_repository_suites"),
-    ("components", ["main"], "Components", "nvidia_driver_repository_components"),
-    ("architectures", ["arm64"], "Architectures", "not a setting"),
-])
+@pytest.mark.parametrize(
+    ("field", "value", "label", "setting"),
+    [
+        ("suites", ["jammy"], "Suites", "nvidia_driver_repository_suites"),
+        ("components", ["main"], "Components", "nvidia_driver_repository_components"),
+        ("architectures", ["arm64"], "Architectures", "not a setting"),
+    ],
+)
 def test_every_part_of_the_one_source_must_be_alike(driver, field, value, label, setting):
     """Suites, components and architectures are the file's too: a difference in any is refused, naming its setting."""
     drv, cud = driver("ubuntu2204", "nvidia"), cuda_config("ubuntu2204")
@@ -717,7 +1006,7 @@ def _decoded(name: str) -> str:
             out += b"-"
             index += 2
         elif char == "-":
-            out.append(int(name[index + 1:index + 3], 16))
+            out.append(int(name[index + 1 : index + 3], 16))
             index += 3
         else:
             out += char.encode()
@@ -725,14 +1014,20 @@ def _decoded(name: str) -> str:
     return out.decode("utf-8")
 
 
-@pytest.mark.parametrize(("url", "name"), [
-    (NVIDIA_UBUNTU2204, "developer.download.nvidia.com_compute_cuda_repos_ubuntu2204_x86-5f64"),
-    ("https://nvidia.github.io/libnvidia-container/stable/deb/amd64/", "nvidia.github.io_libnvidia--container_stable_deb_amd64"),
-    ("http://mirror.gpufleet.lab/site/cuda-12.1/debian12", "mirror.gpufleet.lab_site_cuda--12.1_debian12"),
-    # apt's identity of a repository: no scheme, no credentials (never in a file name), no trailing slash.
-    ("http://user:secret@10.0.0.5:8080/debian//", "10.0.0.5-3a8080_debian"),
-    ("file:///srv/site-repo", "_srv_site--repo"),
-])
+@pytest.mark.parametrize(
+    ("url", "name"),
+    [
+        (NVIDIA_UBUNTU2204, "developer.download.nvidia.com_compute_cuda_repos_ubuntu2204_x86-5f64"),
+        (
+            "https://nvidia.github.io/libnvidia-container/stable/deb/amd64/",
+            "nvidia.github.io_libnvidia--container_stable_deb_amd64",
+        ),
+        ("http://mirror.gpufleet.lab/site/cuda-12.1/debian12", "mirror.gpufleet.lab_site_cuda--12.1_debian12"),
+        # apt's identity of a repository: no scheme, no credentials (never in a file name), no trailing slash.
+        ("http://user:secret@10.0.0.5:8080/debian//", "10.0.0.5-3a8080_debian"),
+        ("file:///srv/site-repo", "_srv_site--repo"),
+    ],
+)
 def test_the_file_is_named_after_the_repository(url, name):
     repository = filters.apt_source_files(url)
     assert repository["name"] == name
@@ -747,10 +1042,23 @@ def test_different_repositories_never_share_a_name():
     keys that swap / and _ or - and /, and arbitrary ones."""
     import random
 
-    keys = ["a.example/b_c", "a.example/b/c", "a.example_b/c", "a.example/b-c", "a.example/b--c", "a.example/b-2dc",
-            "a.example/b%2dc", "a.example/x86_64", "a.example/x86-5f64", "a.example:81/r", "a.example/81/r"]
+    keys = [
+        "a.example/b_c",
+        "a.example/b/c",
+        "a.example_b/c",
+        "a.example/b-c",
+        "a.example/b--c",
+        "a.example/b-2dc",
+        "a.example/b%2dc",
+        "a.example/x86_64",
+        "a.example/x86-5f64",
+        "a.example:81/r",
+        "a.example/81/r",
+    ]
     generator = random.Random(27)
-    keys += ["".join(generator.choice("ab/_-.:%~9é") for _char in range(generator.randint(1, 12))) for _key in range(3000)]
+    keys += [
+        "".join(generator.choice("ab/_-.:%~9é") for _char in range(generator.randint(1, 12))) for _key in range(3000)
+    ]
     names = {}
     for key in set(keys):
         name = filters._apt_file_name(key)
@@ -763,17 +1071,26 @@ def test_apt_reads_a_file_of_that_name_and_http_and_https_of_one_path_are_one_re
     repository, refusing them with two Signed-By: hence the scheme is no part of the name."""
     name = filters.apt_source_files("http://127.0.0.1:9/repo-x_y")["sources_file"].rpartition("/")[2]
     entry = "Types: deb\nURIs: {}://127.0.0.1:9/repo-x_y/\nSuites: /\nSigned-By: {}\n"
-    options = ["-oDir::Etc::SourceList=/dev/null", f"-oDir::Etc::SourceParts={tmp_path}", f"-oDir::State::Lists={tmp_path}"]
+    options = [
+        "-oDir::Etc::SourceList=/dev/null",
+        f"-oDir::Etc::SourceParts={tmp_path}",
+        f"-oDir::State::Lists={tmp_path}",
+    ]
     (tmp_path / name).write_text(entry.format("http", "/a.gpg"))
-    targets = subprocess.run([host_tool("apt-get"), *options, "indextargets", "--no-release-info", "--format", "$(URI)"],
-                             capture_output=True,
-                             text=True, check=False)
+    targets = subprocess.run(
+        [host_tool("apt-get"), *options, "indextargets", "--no-release-info", "--format", "$(URI)"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert targets.returncode == 0 and targets.stderr == "", targets.stderr
     assert "http://127.0.0.1:9/repo-x_y/Packages" in targets.stdout.splitlines()
     (tmp_path / "other.sources").write_text(entry.format("https", "/b.gpg"))
     policy = subprocess.run(["apt-cache", *options, "policy"], capture_output=True, text=True, check=False)
-    assert ("E: Conflicting values set for option Signed-By regarding source http://127.0.0.1:9/repo-x_y/ /:"
-            " /a.gpg != /b.gpg") in policy.stderr
+    assert (
+        "E: Conflicting values set for option Signed-By regarding source http://127.0.0.1:9/repo-x_y/ /:"
+        " /a.gpg != /b.gpg"
+    ) in policy.stderr
     https, http = (filters.apt_source_files(f"{scheme}://127.0.0.1:9/repo-x_y") for scheme in ("https", "http"))
     assert https["name"] == http["name"]
 
@@ -785,7 +1102,9 @@ def test_no_repository_no_name(url):
 
 
 def test_a_url_too_long_for_a_file_name_is_refused():
-    with pytest.raises(AnsibleFilterError, match=r"too long to name its apt source file \(239 characters, at most 238\)"):
+    with pytest.raises(
+        AnsibleFilterError, match=r"too long to name its apt source file \(239 characters, at most 238\)"
+    ):
         filters.apt_source_files("https://" + "a" * 239)
 
 
@@ -806,7 +1125,8 @@ class Host:
 
     def probe(self) -> str:
         command = PLAN_PROBE.replace("{{ __apt_source_records_dir }}", str(self.records)).replace(
-            "/etc/apt/sources.list.d", str(self.sources))
+            "/etc/apt/sources.list.d", str(self.sources)
+        )
         assert "{{" not in command
         out = subprocess.run(["bash", "-c", command], capture_output=True, text=True, check=True).stdout
         return out.replace(str(self.sources), "/etc/apt/sources.list.d")
@@ -839,7 +1159,9 @@ def test_a_host_of_the_old_names_moves_to_the_one_source_and_apt_never_sees_both
     host = Host(tmp_path / "host")
     (host.sources / "gpufleet-nvidia-driver.sources").write_text(text)
     (host.sources / "gpufleet-cuda.sources").write_text(_served(cud["main_source"], signed_repository, keyring))
-    (host.sources / "gpufleet-nvidia-container-toolkit.sources").write_text(f"Types: deb\nURIs: {toolkit}/\nSuites: /\n")
+    (host.sources / "gpufleet-nvidia-container-toolkit.sources").write_text(
+        f"Types: deb\nURIs: {toolkit}/\nSuites: /\n"
+    )
 
     assert host.converge("nvidia-driver", local, text) == ["gpufleet-cuda.sources", "gpufleet-nvidia-driver.sources"]
     new = filters.apt_source_files(local)["sources_file"].rpartition("/")[2]
@@ -849,7 +1171,9 @@ def test_a_host_of_the_old_names_moves_to_the_one_source_and_apt_never_sees_both
 
     assert host.converge("cuda", local, _served(cud["main_source"], signed_repository, keyring)) == []
     assert host.files()[new] == text
-    assert host.converge("nvidia-container-toolkit", toolkit, "Types: deb\n") == ["gpufleet-nvidia-container-toolkit.sources"]
+    assert host.converge("nvidia-container-toolkit", toolkit, "Types: deb\n") == [
+        "gpufleet-nvidia-container-toolkit.sources"
+    ]
     assert sorted(host.files()) == sorted([new, filters.apt_source_files(toolkit)["sources_file"].rpartition("/")[2]])
     for name, url in (("nvidia-driver", local), ("cuda", local), ("nvidia-container-toolkit", toolkit)):
         assert filters.apt_source_plan(host.probe(), name, url)["remove"] == [], name
@@ -880,22 +1204,42 @@ def test_main_removes_the_plan_before_it_writes_and_records_what_it_wrote():
     """Entry point main's order: the plan (plan.yml), the removal of the caller's replaced files and the plan's, the
     one source, its record; the index refresh comes after all of them."""
     names = [task["name"] for task in role_run.tasks_of(load_trusted(ROLE / "tasks" / "main.yml"))]
-    order = ["Plan the files the source replaces", "Remove the files the source replaces", "Write the source",
-             "Record the source file of this source user", "Refresh the package index"]
+    order = [
+        "Plan the files the source replaces",
+        "Remove the files the source replaces",
+        "Write the source",
+        "Record the source file of this source user",
+        "Refresh the package index",
+    ]
     assert [name for name in names if name in order] == order
     remove = role_run.role_task("apt_source", "main.yml", "Remove the files the source replaces")
-    assert remove["loop"] == "{{ apt_source_replaces + (__apt_source_plan.remove if apt_source_managed | bool else []) }}"
-    record = role_run.role_task("apt_source", "main.yml", "Record the source file of this source user")["ansible.builtin.copy"]
-    assert (record["content"], record["dest"]) == ("{{ __apt_source_sources_file }}\n", "{{ __apt_source_records_dir }}/{{ apt_source_name }}")
+    assert (
+        remove["loop"] == "{{ apt_source_replaces + (__apt_source_plan.remove if apt_source_managed | bool else []) }}"
+    )
+    record = role_run.role_task("apt_source", "main.yml", "Record the source file of this source user")[
+        "ansible.builtin.copy"
+    ]
+    assert (record["content"], record["dest"]) == (
+        "{{ __apt_source_sources_file }}\n",
+        "{{ __apt_source_records_dir }}/{{ apt_source_name }}",
+    )
     assert load_trusted(ROLE / "vars" / "main.yml")["__apt_source_records_dir"] == "/var/lib/gpufleet/apt-sources"
-    assert filters.APT_SOURCES_DIR == "/etc/apt/sources.list.d" and f"{filters.APT_SOURCES_DIR}/gpufleet-*.sources" in PLAN_PROBE
+    assert (
+        filters.APT_SOURCES_DIR == "/etc/apt/sources.list.d"
+        and f"{filters.APT_SOURCES_DIR}/gpufleet-*.sources" in PLAN_PROBE
+    )
 
 
-for _settings in ({}, {"cuda_repository_keyring": SITE_KEYRING},
-                  {"cuda_repository_url": MIRROR["url"] + "/", "cuda_repository_key_url": MIRROR["key"]},
-                  {"cuda_repository_url": MIRROR["url"], "cuda_repository_key_url": "https://mirror.example.com/other.asc"}):
+for _settings in (
+    {},
+    {"cuda_repository_keyring": SITE_KEYRING},
+    {"cuda_repository_url": MIRROR["url"] + "/", "cuda_repository_key_url": MIRROR["key"]},
+    {"cuda_repository_url": MIRROR["url"], "cuda_repository_key_url": "https://mirror.example.com/other.asc"},
+):
     CUDA.declare("ubuntu2204", **_settings)
 CUDA.declare("debian12", cuda_repository_url="http://mirror.gpufleet.lab/site/cuda-12.1/debian12")
 declare_driver("ubuntu2204", "nvidia")
-declare_driver("ubuntu2204", "nvidia", nvidia_driver_repository_url=MIRROR["url"], nvidia_driver_repository_key_url=MIRROR["key"])
+declare_driver(
+    "ubuntu2204", "nvidia", nvidia_driver_repository_url=MIRROR["url"], nvidia_driver_repository_key_url=MIRROR["key"]
+)
 declare_driver("debian12", "debian_nonfree", nvidia_driver_repository_url="http://mirror.gpufleet.lab/debian")

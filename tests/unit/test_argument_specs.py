@@ -132,7 +132,9 @@ def test_checker_reports_a_role_without_argument_spec(checker, tmp_path, capsys)
     (tmp_path / "bare" / "defaults").mkdir(parents=True)
     (tmp_path / "bare" / "defaults" / "main.yml").write_text("---\nbare_x: 1\n")
     assert checker.main([str(tmp_path)]) == 1
-    assert "roles/bare: has no meta/argument_specs.yml but defaults/main.yml sets 1 variable(s)" in capsys.readouterr().err
+    assert (
+        "roles/bare: has no meta/argument_specs.yml but defaults/main.yml sets 1 variable(s)" in capsys.readouterr().err
+    )
 
 
 @pytest.mark.parametrize(

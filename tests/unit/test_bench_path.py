@@ -20,7 +20,16 @@ REPO = Path(__file__).resolve().parents[2]
 def test_ansible_playbook_is_the_venvs_without_the_venv_on_path():
     env = {**os.environ, "PATH": "/usr/bin:/bin"}
     found = subprocess.run(
-        [sys.executable, "-c", "import sys, shutil; sys.path.insert(0, 'tests/e2e'); import conftest; "
-                               "print(shutil.which('ansible-playbook'))"],
-        cwd=REPO, env=env, capture_output=True, text=True, check=True).stdout.strip()
+        [
+            sys.executable,
+            "-c",
+            "import sys, shutil; sys.path.insert(0, 'tests/e2e'); import conftest; "
+            "print(shutil.which('ansible-playbook'))",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     assert found == str(Path(sys.executable).parent / "ansible-playbook")

@@ -35,8 +35,17 @@ def load_scale():
 scale = load_scale()
 
 
-@pytest.mark.parametrize(("text", "size"), [("6.828MB", 6_828_000), ("417B", 417), ("1.5GB", 1_500_000_000),
-                                            ("12kB", 12_000), ("2MiB", 2 * 2**20), (" 10.6MB ", 10_600_000)])
+@pytest.mark.parametrize(
+    ("text", "size"),
+    [
+        ("6.828MB", 6_828_000),
+        ("417B", 417),
+        ("1.5GB", 1_500_000_000),
+        ("12kB", 12_000),
+        ("2MiB", 2 * 2**20),
+        (" 10.6MB ", 10_600_000),
+    ],
+)
 def test_podman_sizes_are_read_in_their_units(text, size):
     assert scale.parse_size(text) == size
 
@@ -67,21 +76,27 @@ def test_the_report_write_time_is_read_from_profile_tasks():
 
 def test_the_lead_of_the_report_is_the_verdict_and_the_groups(tmp_path):
     markdown = tmp_path / "fleet-report.md"
-    markdown.write_text("# GPU fleet verification, 2026-12-02T07:20:59Z\n\n"
-                        "**FAIL**: 100 nodes: 97 passed, 2 failed, 1 unreachable\n\n"
-                        "- 2 nodes: reboot required (gpufleet-scale-17, gpufleet-scale-67)\n"
-                        "- 1 node: unreachable (gpufleet-scale-51)\n\nInventory `x`, playbook `verify`.\n\n"
-                        "| Node | Verdict |\n|---|---|\n\n**Checks skipped**\n\n- \"no GPU\" on 97 nodes: gemm\n")
-    assert scale.lead_of(markdown) == ["**FAIL**: 100 nodes: 97 passed, 2 failed, 1 unreachable",
-                                       "- 2 nodes: reboot required (gpufleet-scale-17, gpufleet-scale-67)",
-                                       "- 1 node: unreachable (gpufleet-scale-51)"]
+    markdown.write_text(
+        "# GPU fleet verification, 2026-12-02T07:20:59Z\n\n"
+        "**FAIL**: 100 nodes: 97 passed, 2 failed, 1 unreachable\n\n"
+        "- 2 nodes: reboot required (gpufleet-scale-17, gpufleet-scale-67)\n"
+        "- 1 node: unreachable (gpufleet-scale-51)\n\nInventory `x`, playbook `verify`.\n\n"
+        '| Node | Verdict |\n|---|---|\n\n**Checks skipped**\n\n- "no GPU" on 97 nodes: gemm\n'
+    )
+    assert scale.lead_of(markdown) == [
+        "**FAIL**: 100 nodes: 97 passed, 2 failed, 1 unreachable",
+        "- 2 nodes: reboot required (gpufleet-scale-17, gpufleet-scale-67)",
+        "- 1 node: unreachable (gpufleet-scale-51)",
+    ]
     assert scale.lead_of(tmp_path / "absent.md") == []
 
 
 def test_the_masters_it_ends_are_those_ansible_opens_to_its_nodes():
     """The control path the benchmark looks for is the one Ansible's ssh plugin makes (ansible.cfg leaves
     control_path_dir at ~/.ansible/cp and the port unset; the lab connects as root)."""
-    made = Connection._create_control_path("10.89.77.130", None, "root") % {"directory": str(Path.home() / ".ansible/cp")}
+    made = Connection._create_control_path("10.89.77.130", None, "root") % {
+        "directory": str(Path.home() / ".ansible/cp")
+    }
     assert scale.control_path("10.89.77.130") == made.encode()
 
 
@@ -96,10 +111,17 @@ def test_the_controller_is_its_process_tree(tmp_path):
     assert 0 < pss <= rss
 
 
-@pytest.mark.parametrize(("pid", "comm", "kind"), [(100, "ansible-playboo", "ansible-playbook"),
-                                                   (200, "ssh", "ssh masters"), (201, "ssh", "ssh clients"),
-                                                   (300, "ansible-playboo", "workers"), (301, "python3", "workers"),
-                                                   (400, "sh", "sh")])
+@pytest.mark.parametrize(
+    ("pid", "comm", "kind"),
+    [
+        (100, "ansible-playboo", "ansible-playbook"),
+        (200, "ssh", "ssh masters"),
+        (201, "ssh", "ssh clients"),
+        (300, "ansible-playboo", "workers"),
+        (301, "python3", "workers"),
+        (400, "sh", "sh"),
+    ],
+)
 def test_each_process_at_the_peak_is_named_by_its_kind(pid, comm, kind):
     """The root is ansible-playbook, a forked worker has its program's name, the masters are known by pid (their
     comm is ssh too), and anything else goes by its own name."""
@@ -117,9 +139,13 @@ def test_the_sampler_breaks_its_own_peak_down():
     assert sum(kind["pss_bytes"] for kind in sampler.peak_breakdown.values()) == sampler.peak_pss > 0
 
 
-@pytest.mark.parametrize(("rc", "served", "message"), [
-    (0, "/elsewhere/.lab/mirror\n", "serves /elsewhere/.lab/mirror, another clone's lab"),
-    (125, "", r"the lab's mirror \(gpufleet-mirror\) is not there")])
+@pytest.mark.parametrize(
+    ("rc", "served", "message"),
+    [
+        (0, "/elsewhere/.lab/mirror\n", "serves /elsewhere/.lab/mirror, another clone's lab"),
+        (125, "", r"the lab's mirror \(gpufleet-mirror\) is not there"),
+    ],
+)
 def test_no_light_node_starts_against_another_clones_lab(rc, served, message, monkeypatch):
     """The light nodes trust this clone's lab key: a mirror serving another clone's .lab (a rehearsal's clone that
     rebuilt the lab) would fail every apt step, so it is refused before any node starts; only podman inspect ran."""
@@ -136,31 +162,69 @@ def test_no_light_node_starts_against_another_clones_lab(rc, served, message, mo
 
 
 def run(play: str, nodes: int, wall: float, cpu: float, variant: str = "tuned", **extra) -> dict:
-    return {"play": play, "nodes": nodes, "variant": variant, "rc": 0, "wall_s": wall, "controller_cpu_s": cpu,
-            "controller_peak_pss_bytes": int(nodes * 8 * 2**20), "controller_peak_rss_bytes": int(nodes * 20 * 2**20),
-            "nodes_cpu_s": nodes * 0.1, "machine_busy_cpu_s": cpu + nodes * 0.1, **extra}
+    return {
+        "play": play,
+        "nodes": nodes,
+        "variant": variant,
+        "rc": 0,
+        "wall_s": wall,
+        "controller_cpu_s": cpu,
+        "controller_peak_pss_bytes": int(nodes * 8 * 2**20),
+        "controller_peak_rss_bytes": int(nodes * 20 * 2**20),
+        "nodes_cpu_s": nodes * 0.1,
+        "machine_busy_cpu_s": cpu + nodes * 0.1,
+        **extra,
+    }
 
 
 def results(runs: list) -> dict:
-    return {"date": "2026-12-02 08:00 UTC", "machine": "vm, 2 cores, 24 GiB", "sizes": [1, 10, 100],
-            "start_nodes_s": 60.0, "node_memory_bytes": {"median": 6_600_000, "max": 7_000_000},
-            "node_memory_after_bytes": 10_600_000, "runs": runs}
+    return {
+        "date": "2026-12-02 08:00 UTC",
+        "machine": "vm, 2 cores, 24 GiB",
+        "sizes": [1, 10, 100],
+        "start_nodes_s": 60.0,
+        "node_memory_bytes": {"median": 6_600_000, "max": 7_000_000},
+        "node_memory_after_bytes": 10_600_000,
+        "runs": runs,
+    }
 
 
 def test_the_table_gives_ratios_costs_per_node_and_the_targets():
-    runs = [run("verify", 1, 5.0, 3.0, report_write_s=0.5, report_bytes={".json": 4096, ".md": 1024, ".xml": 1024}),
-            run("verify", 10, 14.0, 9.0),
-            run("verify", 100, 52.0, 60.0, controller_peak_breakdown={
+    runs = [
+        run("verify", 1, 5.0, 3.0, report_write_s=0.5, report_bytes={".json": 4096, ".md": 1024, ".xml": 1024}),
+        run("verify", 10, 14.0, 9.0),
+        run(
+            "verify",
+            100,
+            52.0,
+            60.0,
+            controller_peak_breakdown={
                 "workers": {"processes": 25, "pss_bytes": 500 * 2**20},
                 "ssh masters": {"processes": 100, "pss_bytes": 170 * 2**20},
-                "ansible-playbook": {"processes": 1, "pss_bytes": 30 * 2**20}}),
-            run("play 1", 1, 20.0, 6.0, tasks_per_host=31), run("play 1", 10, 40.0, 20.0, tasks_per_host=31), run("play 1", 100, 320.0, 150.0),
-            run("verify", 100, 70.0, 80.0, variant="before", commit="c8e74c8"),
-            run("verify", 100, 40.0, 58.0, variant="3 failing", mismatched=["gpufleet-scale-17", "gpufleet-scale-67"],
-                stopped="gpufleet-scale-51", report_lead=["**FAIL**: 100 nodes", "- 2 nodes: reboot required (a, b)"])]
+                "ansible-playbook": {"processes": 1, "pss_bytes": 30 * 2**20},
+            },
+        ),
+        run("play 1", 1, 20.0, 6.0, tasks_per_host=31),
+        run("play 1", 10, 40.0, 20.0, tasks_per_host=31),
+        run("play 1", 100, 320.0, 150.0),
+        run("verify", 100, 70.0, 80.0, variant="before", commit="c8e74c8"),
+        run(
+            "verify",
+            100,
+            40.0,
+            58.0,
+            variant="3 failing",
+            mismatched=["gpufleet-scale-17", "gpufleet-scale-67"],
+            stopped="gpufleet-scale-51",
+            report_lead=["**FAIL**: 100 nodes", "- 2 nodes: reboot required (a, b)"],
+        ),
+    ]
     text = scale.report(results(runs))
-    rows = {tuple(c.strip() for c in line.strip("|").split("|")[:2]): line for line in text.splitlines()
-            if line.startswith("| ")}
+    rows = {
+        tuple(c.strip() for c in line.strip("|").split("|")[:2]): line
+        for line in text.splitlines()
+        if line.startswith("| ")
+    }
     assert "| 2.80 | <= 3 x: met |" in rows[("verify", "10")]
     assert "| 10.40 | <= 10 x: NOT met |" in rows[("verify", "100")]
     assert "| 16.00 | <= 10 x: NOT met |" in rows[("play 1", "100")]  # issue 30's target (15 x before)
@@ -169,8 +233,10 @@ def test_the_table_gives_ratios_costs_per_node_and_the_targets():
     assert "| 4/1/1 |" in rows[("verify", "1")]
     assert "wall s: 0.475" in text and "controller CPU s: 0.576" in text  # (52 - 5) / 99, (60 - 3) / 99
     assert "controller peak memory (PSS): 800 MiB; target <= 1.5 GB: met" in text
-    assert ("  verify on 100 nodes, at its peak (800 MiB; PSS and processes): workers 500 MiB (25), ssh masters"
-            " 170 MiB (100), ansible-playbook 30 MiB (1)") in text
+    assert (
+        "  verify on 100 nodes, at its peak (800 MiB; PSS and processes): workers 500 MiB (25), ssh masters"
+        " 170 MiB (100), ansible-playbook 30 MiB (1)"
+    ) in text
     assert "(the tree of c8e74c8 / this one), 100 nodes:" in text
     assert "verify: 70.0 s -> 52.0 s, controller 80.0 -> 60.0 CPU s" in text
     assert "stopped: gpufleet-scale-51" in text and "  - 2 nodes: reboot required (a, b)" in text
@@ -179,12 +245,24 @@ def test_the_table_gives_ratios_costs_per_node_and_the_targets():
 def test_a_failed_run_is_flagged_with_its_reason():
     """A run that failed (rc != 0; verify with 3 nodes failing is meant to) is named under the table with the first
     failure of its summary: its figures are of a play cut short."""
-    failed = run("play 1", 100, 200.0, 90.0, rc=2, tail=["GPUFLEET SUMMARY", "failed: gpufleet-scale-86 (apt): not signed",
-                                                         "failed: gpufleet-scale-87 (apt): not signed"])
+    failed = run(
+        "play 1",
+        100,
+        200.0,
+        90.0,
+        rc=2,
+        tail=[
+            "GPUFLEET SUMMARY",
+            "failed: gpufleet-scale-86 (apt): not signed",
+            "failed: gpufleet-scale-87 (apt): not signed",
+        ],
+    )
     meant = run("verify", 100, 40.0, 58.0, variant="3 failing", rc=2, mismatched=["a"], stopped="b")
     text = scale.report(results([run("play 1", 1, 12.0, 9.0), failed, meant]))
-    assert ("FAILED: play 1 on 100 nodes (tuned), rc 2: its figures are of a failed run, not comparable; failed: "
-            "gpufleet-scale-86 (apt): not signed") in text
+    assert (
+        "FAILED: play 1 on 100 nodes (tuned), rc 2: its figures are of a failed run, not comparable; failed: "
+        "gpufleet-scale-86 (apt): not signed"
+    ) in text
     assert text.count("FAILED:") == 1
 
 
@@ -198,10 +276,15 @@ def test_a_size_list_without_one_node_has_no_cost_per_added_node():
     assert scale.per_added_node({1: {"wall_s": 1.0}, 11: {"wall_s": 3.0}}, "wall_s") == 0.2
 
 
-@pytest.mark.parametrize(("argv", "message"), [(["--sizes", "0,10"], "--sizes: node counts from 1 to 110"),
-                                               (["--sizes", "1,111"], "--sizes: node counts from 1 to 110"),
-                                               (["--runs", "0"], "--sizes: node counts from 1 to 110"),
-                                               (["--plays", "verify,play2"], "--plays: some of verify, play 1")])
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--sizes", "0,10"], "--sizes: node counts from 1 to 110"),
+        (["--sizes", "1,111"], "--sizes: node counts from 1 to 110"),
+        (["--runs", "0"], "--sizes: node counts from 1 to 110"),
+        (["--plays", "verify,play2"], "--plays: some of verify, play 1"),
+    ],
+)
 def test_bad_arguments_are_refused_before_any_node_starts(argv, message, capsys, monkeypatch, tmp_path):
     monkeypatch.setattr(scale, "LAB_INVENTORY", tmp_path)
     monkeypatch.setattr(scale, "run_benchmark", lambda *a, **k: pytest.fail("a node was started"))
@@ -211,11 +294,13 @@ def test_bad_arguments_are_refused_before_any_node_starts(argv, message, capsys,
 
 
 def test_tasks_per_host_counts_one_hosts_results_and_includes():
-    output = ("TASK [Gather facts] ***\nok: [node-1]\nok: [node-2]\n"
-              "TASK [Judge] ***\nok: [node-1]\n"
-              "TASK [Skip] ***\nskipping: [node-1]\nskipping: [node-2]\n"
-              "TASK [Include] ***\nincluded: /x/probe.yml for node-1, node-2 => (item=cuda)\n"
-              "TASK [Stop] ***\nfatal: [node-2]: FAILED! => {}\n")
+    output = (
+        "TASK [Gather facts] ***\nok: [node-1]\nok: [node-2]\n"
+        "TASK [Judge] ***\nok: [node-1]\n"
+        "TASK [Skip] ***\nskipping: [node-1]\nskipping: [node-2]\n"
+        "TASK [Include] ***\nincluded: /x/probe.yml for node-1, node-2 => (item=cuda)\n"
+        "TASK [Stop] ***\nfatal: [node-2]: FAILED! => {}\n"
+    )
     assert scale.tasks_per_host(output) == 4
     assert scale.tasks_per_host(output.replace("ok: [node-1]\n", "", 2)) == 4  # node-2's: ok, skip, include, stop
     assert scale.tasks_per_host("") == 0

@@ -52,7 +52,8 @@ def _expressions(node, key: str | None = None):
         if key in CONDITION_KEYS:
             yield node
         yield from re.findall(r"{{(.*?)}}|{%(.*?)%}", node, re.S) and [
-            a or b for a, b in re.findall(r"{{(.*?)}}|{%(.*?)%}", node, re.S)]
+            a or b for a, b in re.findall(r"{{(.*?)}}|{%(.*?)%}", node, re.S)
+        ]
 
 
 def _unconverted(expression: str) -> list[str]:
@@ -60,8 +61,8 @@ def _unconverted(expression: str) -> list[str]:
     found = []
     for name in BOOLS:
         for match in re.finditer(rf"(?<![\w.\[']){name}\b", code):
-            rest = code[match.end():]
-            if code[:match.start()].endswith("default("):
+            rest = code[match.end() :]
+            if code[: match.start()].endswith("default("):
                 rest = rest[1:] if rest.startswith(")") else rest  # the fallback of a default(): its filter follows
             # hostvars[h].name | default(name) | bool: the last filter is bool
             rest = re.sub(r"^\s*\|\s*default\([^)]*\)", "", rest)

@@ -55,7 +55,8 @@ def test_elapsed_and_line_shapes():
     assert [progress.elapsed_text(s) for s in (9, 75, 3600)] == ["9s", "1m15s", "1h00m00s"]
     hosts = [f"node-{i:02d}" for i in range(1, 10)]
     assert progress.progress_line("Build", hosts, 90, max_hosts=2) == (
-        "... 1m30s: Build still running on node-01, node-02 and 7 more")
+        "... 1m30s: Build still running on node-01, node-02 and 7 more"
+    )
 
 
 def test_a_long_task_gets_a_line_per_interval_until_its_last_host_answers():
@@ -98,7 +99,9 @@ def _play(name):
 def test_summary_names_plays_failed_hosts_and_reports(tmp_path):
     (tmp_path / "fleet-report.json").write_text(json.dumps({"verdict": "fail"}))
     plugin = _plugin("summary")
-    plugin.v2_playbook_on_start(SimpleNamespace(get_plays=lambda: [_play(p) for p in ("Check", "Install", "Verify", "Smoke")]))
+    plugin.v2_playbook_on_start(
+        SimpleNamespace(get_plays=lambda: [_play(p) for p in ("Check", "Install", "Verify", "Smoke")])
+    )
     plugin.v2_playbook_on_play_start(_play("Check"))
     plugin.v2_runner_on_failed(_result("gpu-01", "Apply the argument spec", msg="rejected"))
     plugin.v2_runner_on_ok(_result("gpu-01", "Collect the rejection"))  # rescued: not a stop
@@ -114,8 +117,11 @@ def test_summary_names_plays_failed_hosts_and_reports(tmp_path):
     plugin.v2_runner_on_unreachable(_result("gpu-03", "Gathering Facts", msg="ssh: connect to host gpu-03 port 22"))
     plugin.v2_runner_on_failed(_result("gpu-04", msg="ignored"), ignore_errors=True)
     # A delegated probe of another host that may not answer: the host running it is not stopped.
-    plugin.v2_runner_on_unreachable(_result("gpu-01", "Gather the facts of nodes outside this run",
-                                            ignore_unreachable=True, msg="All items completed"))
+    plugin.v2_runner_on_unreachable(
+        _result(
+            "gpu-01", "Gather the facts of nodes outside this run", ignore_unreachable=True, msg="All items completed"
+        )
+    )
     plugin.v2_playbook_on_play_start(_play("Verify"))
     plugin.v2_runner_on_ok(_result("gpu-01", "Check"))
     lines = plugin.summary_lines({"gpufleet_reports": {"verify": str(tmp_path / "fleet-report.md")}})
@@ -144,17 +150,32 @@ def test_a_real_run_prints_progress_while_a_task_runs_and_a_summary_at_the_end(t
         "- name: A slow step\n  hosts: localhost\n  gather_facts: false\n  tasks:\n"
         "    - name: Build a kernel module\n      ansible.builtin.command: sleep 3\n      changed_when: false\n"
         "    - name: Announce a report\n      ansible.builtin.set_stats:\n"
-        f"        data: {{gpufleet_reports: {{smoke: {tmp_path}/smoke-result.json}}}}\n")
+        f"        data: {{gpufleet_reports: {{smoke: {tmp_path}/smoke-result.json}}}}\n"
+    )
     (tmp_path / "smoke-result.json").write_text('{"verdict": "pass"}')
-    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "GPUFLEET_PROGRESS_INTERVAL": "1",
-           "ANSIBLE_CACHE_PLUGIN_CONNECTION": str(tmp_path / "facts")}
+    env = {
+        **os.environ,
+        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+        "GPUFLEET_PROGRESS_INTERVAL": "1",
+        "ANSIBLE_CACHE_PLUGIN_CONNECTION": str(tmp_path / "facts"),
+    }
     env.pop("ANSIBLE_FORCE_COLOR", None)
-    run = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), str(playbook)], cwd=REPO, env=env,
-                         capture_output=True, text=True, timeout=120, check=False)
+    run = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"), str(playbook)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     assert "Build a kernel module still running on localhost" in run.stdout
     assert run.stdout.rstrip().splitlines()[-3:] == [
-        "GPUFLEET SUMMARY", "A slow step: 1 ok", f"report smoke: {tmp_path}/smoke-result.json (verdict: pass)"]
+        "GPUFLEET SUMMARY",
+        "A slow step: 1 ok",
+        f"report smoke: {tmp_path}/smoke-result.json (verdict: pass)",
+    ]
     assert "\x1b[" not in run.stdout
 
 

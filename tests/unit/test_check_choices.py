@@ -20,6 +20,8 @@ def option(role: str, name: str) -> dict:
     return specs["argument_specs"]["main"]["options"][name]
 
 
-@pytest.mark.parametrize(("role", "name"), [("gpu_verify", "gpu_verify_skip_checks"), ("slurm", "slurm_health_check_skip")])
+@pytest.mark.parametrize(
+    ("role", "name"), [("gpu_verify", "gpu_verify_skip_checks"), ("slurm", "slurm_health_check_skip")]
+)
 def test_skip_choices_are_the_checks(role: str, name: str) -> None:
     assert option(role, name)["choices"] == [c for c in checks.CHECKS if c != "training"]

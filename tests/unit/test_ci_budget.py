@@ -50,7 +50,8 @@ def test_last_rehearsal_passed_within_the_budget(record):
     assert record["download_cache"] == "warm", "record the rehearsal of a machine that has built the lab before"
     assert record["total_s"] <= stages.BUDGET_S, (
         f"the last rehearsal took {record['total_s'] / 60:.1f} min, over the budget of {stages.BUDGET_S / 60:.0f} min:"
-        " make the suite faster or move a test to the slow tier (docs/testing.md)")
+        " make the suite faster or move a test to the slow tier (docs/testing.md)"
+    )
 
 
 def test_last_rehearsal_covers_every_stage_of_today(record):
@@ -59,12 +60,16 @@ def test_last_rehearsal_covers_every_stage_of_today(record):
         # written when it has passed, is what this test then reads; the one committed before it cannot know them.
         pytest.skip("this run is the rehearsal that records today's stages")
     assert [s["name"] for s in record["stages"]] == [s.name for s in stages.plan()], (
-        "the stages changed since the last rehearsal: rehearse again and record it")
+        "the stages changed since the last rehearsal: rehearse again and record it"
+    )
     modules = {m for s in record["stages"] if s["name"].startswith("e2e") for m, _secs, _tests in s["detail"]}
     assert modules == {m.removesuffix(".py") for m in stages.suite_modules()}, (
-        "the e2e modules changed since the last rehearsal: rehearse again and record it")
+        "the e2e modules changed since the last rehearsal: rehearse again and record it"
+    )
     assert all(s["status"] == "passed" and s["seconds"] is not None for s in record["stages"])
-    ran = {f"{m}::{t.split('[')[0]}" for s in record["stages"] for m, _secs, tests in s["detail"] for t, *_fields in tests}
+    ran = {
+        f"{m}::{t.split('[')[0]}" for s in record["stages"] for m, _secs, tests in s["detail"] for t, *_fields in tests
+    }
     assert not ran & set(stages.slow_tests()), "a slow test ran in the suite: the rehearsal is of another tree"
 
 
@@ -83,7 +88,8 @@ def test_last_slow_tier_run_passed_and_ran_every_slow_test_of_today(slow_record)
     slow = next(s for s in slow_record["stages"] if s["name"] == "e2e slow")
     ran = {f"{m}::{t.split('[')[0]}": outcome for m, _secs, tests in slow["detail"] for t, _s, outcome in tests}
     assert set(ran) == set(stages.slow_tests()), (
-        "the slow tests changed since the last slow-tier run: run `STAGES_RECORD=1 make test-slow` again")
+        "the slow tests changed since the last slow-tier run: run `STAGES_RECORD=1 make test-slow` again"
+    )
     assert set(ran.values()) == {"passed"}, ran
 
 
@@ -97,8 +103,10 @@ def test_the_slow_tier_is_listed_in_the_testing_docs():
 def test_slow_marks_are_read_from_the_source(tmp_path, monkeypatch):
     e2e = tmp_path / "tests" / "e2e"
     e2e.mkdir(parents=True)
-    (e2e / "test_a.py").write_text("import pytest\n\n@pytest.mark.slow\ndef test_long(): pass\n\n"
-                                   "@pytest.mark.parametrize('x', [1])\ndef test_short(x): pass\n")
+    (e2e / "test_a.py").write_text(
+        "import pytest\n\n@pytest.mark.slow\ndef test_long(): pass\n\n"
+        "@pytest.mark.parametrize('x', [1])\ndef test_short(x): pass\n"
+    )
     (e2e / "test_b.py").write_text("import pytest\npytestmark = [pytest.mark.slow]\n\ndef test_one(): pass\n")
     (e2e / "test_c.py").write_text("def test_plain(): pass\ndef helper(): pass\n")
     monkeypatch.setattr(stages, "REPO", tmp_path)
@@ -111,12 +119,26 @@ def test_slow_marks_are_read_from_the_source(tmp_path, monkeypatch):
 
 
 def run_of(total: float, detail=None) -> dict:
-    return {"started": "2026-11-30T00:00:00Z", "host": "h", "cores": 2, "ci": True, "budget_s": 2700,
-            "download_cache": "warm",
-            "total_s": total, "status": "passed", "only": "",
-            "stages": [{"name": "lint", "seconds": 50.0, "status": "passed", "detail": []},
-                       {"name": "e2e modules", "seconds": 600.0, "status": "passed",
-                        "detail": detail or [["test_verify", 70.0, [["test_a", 65.0, "passed"]]]]}]}
+    return {
+        "started": "2026-11-30T00:00:00Z",
+        "host": "h",
+        "cores": 2,
+        "ci": True,
+        "budget_s": 2700,
+        "download_cache": "warm",
+        "total_s": total,
+        "status": "passed",
+        "only": "",
+        "stages": [
+            {"name": "lint", "seconds": 50.0, "status": "passed", "detail": []},
+            {
+                "name": "e2e modules",
+                "seconds": 600.0,
+                "status": "passed",
+                "detail": detail or [["test_verify", 70.0, [["test_a", 65.0, "passed"]]]],
+            },
+        ],
+    }
 
 
 def test_table_shows_stages_modules_tests_and_the_comparison():
@@ -137,14 +159,16 @@ def test_table_says_over_budget():
 def test_junit_detail_groups_tests_by_module(tmp_path):
     xml = tmp_path / "j.xml"
     xml.write_text(
-        '<testsuites><testsuite>'
+        "<testsuites><testsuite>"
         '<testcase classname="test_bad_input" name="test_x[a]" time="10.5"/>'
         '<testcase classname="test_bad_input" name="test_x[b]" time="4.5"><failure/></testcase>'
         '<testcase classname="test_verify" name="test_v" time="3"><skipped/></testcase>'
-        '</testsuite></testsuites>')
+        "</testsuite></testsuites>"
+    )
     assert stages.junit_detail(xml) == [
         ["test_bad_input", 15.0, [["test_x[a]", 10.5, "passed"], ["test_x[b]", 4.5, "failed"]]],
-        ["test_verify", 3.0, [["test_v", 3.0, "skipped"]]]]
+        ["test_verify", 3.0, [["test_v", 3.0, "skipped"]]],
+    ]
 
 
 def test_stages_of_two_lanes_run_at_once_and_the_first_failure_stops_the_rest(tmp_path, monkeypatch, capsys):
@@ -153,16 +177,23 @@ def test_stages_of_two_lanes_run_at_once_and_the_first_failure_stops_the_rest(tm
     monkeypatch.setattr(stages, "REPO", tmp_path)
     monkeypatch.setattr(stages, "LOGS", tmp_path / "logs")
     wait = ["sh", "-c", "for i in $(seq 100); do [ -e flag ] && echo seen && exit 0; sleep 0.1; done; exit 1"]
-    plan = [stages.Stage("waits", wait, lane=1), stages.Stage("writes", ["touch", "flag"], lane=2),
-            stages.Stage("after", ["true"])]
+    plan = [
+        stages.Stage("waits", wait, lane=1),
+        stages.Stage("writes", ["touch", "flag"], lane=2),
+        stages.Stage("after", ["true"]),
+    ]
     assert stages.run_stages(plan) == 0
     assert [s.status for s in plan] == ["passed"] * 3
     out = capsys.readouterr().out
     assert "===== stage: waits =====\nseen\n===== stage: waits passed" in out
 
-    plan = [stages.Stage("fails", ["false"], lane=1), stages.Stage("next-in-lane", ["true"], lane=1),
-            stages.Stage("slow-beside", ["sleep", "1"], lane=2), stages.Stage("next-beside", ["true"], lane=2),
-            stages.Stage("after", ["true"])]
+    plan = [
+        stages.Stage("fails", ["false"], lane=1),
+        stages.Stage("next-in-lane", ["true"], lane=1),
+        stages.Stage("slow-beside", ["sleep", "1"], lane=2),
+        stages.Stage("next-beside", ["true"], lane=2),
+        stages.Stage("after", ["true"]),
+    ]
     assert stages.run_stages(plan) == 1
     assert [s.status for s in plan] == ["failed", "not run", "passed", "not run", "not run"]
 
@@ -187,8 +218,10 @@ def test_the_suite_runs_the_controller_stages_and_the_dkms_scenario_beside_the_l
 def test_a_stage_waits_for_the_stage_of_another_lane_it_needs(tmp_path, monkeypatch):
     monkeypatch.setattr(stages, "REPO", tmp_path)
     monkeypatch.setattr(stages, "LOGS", tmp_path / "logs")
-    plan = [stages.Stage("needs", ["test", "-e", "made"], lane=1, after="makes"),
-            stages.Stage("makes", ["sh", "-c", "sleep 1 && touch made"], lane=2)]
+    plan = [
+        stages.Stage("needs", ["test", "-e", "made"], lane=1, after="makes"),
+        stages.Stage("makes", ["sh", "-c", "sleep 1 && touch made"], lane=2),
+    ]
     assert stages.run_stages(plan) == 0
     plan = [stages.Stage("needs", ["true"], lane=1, after="fails"), stages.Stage("fails", ["false"], lane=2)]
     assert stages.run_stages(plan) == 1

@@ -31,8 +31,11 @@ def run(argv: list, cwd: Path, env: dict | None = None) -> subprocess.CompletedP
 
 def ansible_doc(installed: dict, kind: str, *args: str) -> subprocess.CompletedProcess:
     """``ansible-doc -t <kind> <args>`` against the installed collection (its text without colours)."""
-    return run([str(BIN / "ansible-doc"), "-t", kind, *args], cwd=installed["root"],
-               env={**installed["env"], "ANSIBLE_NOCOLOR": "1"})
+    return run(
+        [str(BIN / "ansible-doc"), "-t", kind, *args],
+        cwd=installed["root"],
+        env={**installed["env"], "ANSIBLE_NOCOLOR": "1"},
+    )
 
 
 @pytest.fixture(scope="module")
@@ -43,17 +46,31 @@ def installed(tmp_path_factory) -> dict:
     # Outside the clone: its ansible.cfg (make exports ANSIBLE_CONFIG) and the link to the
     # clone must not be what answers, nor make ansible-galaxy think it is installed already.
     env = {key: value for key, value in os.environ.items() if not key.startswith("ANSIBLE_")}
-    env.update(ANSIBLE_COLLECTIONS_PATH=str(path), ANSIBLE_LOCAL_TEMP=str(root / "tmp"), ANSIBLE_HOME=str(root / "home"))
-    built = run([str(BIN / "ansible-galaxy"), "collection", "build", str(REPO), "--output-path", str(root)], cwd=root, env=env)
+    env.update(
+        ANSIBLE_COLLECTIONS_PATH=str(path), ANSIBLE_LOCAL_TEMP=str(root / "tmp"), ANSIBLE_HOME=str(root / "home")
+    )
+    built = run(
+        [str(BIN / "ansible-galaxy"), "collection", "build", str(REPO), "--output-path", str(root)], cwd=root, env=env
+    )
     assert built.returncode == 0, built.stdout + built.stderr
     galaxy = yaml.safe_load((REPO / "galaxy.yml").read_text())
     tarball = root / f"{galaxy['namespace']}-{galaxy['name']}-{galaxy['version']}.tar.gz"
-    done = run([str(BIN / "ansible-galaxy"), "collection", "install", str(tarball), "-p", str(path), "--no-deps", "--force"],
-               cwd=root, env=env)
+    done = run(
+        [str(BIN / "ansible-galaxy"), "collection", "install", str(tarball), "-p", str(path), "--no-deps", "--force"],
+        cwd=root,
+        env=env,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert (path / "ansible_collections" / galaxy["namespace"] / galaxy["name"] / "MANIFEST.json").is_file(), done.stdout
-    return {"root": root, "tarball": tarball, "path": path, "env": env,
-            "dir": path / "ansible_collections" / galaxy["namespace"] / galaxy["name"]}
+    assert (path / "ansible_collections" / galaxy["namespace"] / galaxy["name"] / "MANIFEST.json").is_file(), (
+        done.stdout
+    )
+    return {
+        "root": root,
+        "tarball": tarball,
+        "path": path,
+        "env": env,
+        "dir": path / "ansible_collections" / galaxy["namespace"] / galaxy["name"],
+    }
 
 
 def test_the_tarball_holds_the_product_and_not_the_lab(installed):
@@ -68,9 +85,12 @@ def test_the_tarball_holds_the_product_and_not_the_lab(installed):
 
 def test_no_role_reaches_outside_its_folder(installed):
     """What `grep -rn "role_path.*\\.\\./" roles` checks in the clone, on the installed copy."""
-    offenders = [f"{path.relative_to(installed['dir'])}: {line.strip()}"
-                 for path in (installed["dir"] / "roles").rglob("*.yml")
-                 for line in path.read_text().splitlines() if "role_path" in line and "../" in line]
+    offenders = [
+        f"{path.relative_to(installed['dir'])}: {line.strip()}"
+        for path in (installed["dir"] / "roles").rglob("*.yml")
+        for line in path.read_text().splitlines()
+        if "role_path" in line and "../" in line
+    ]
     assert offenders == []
 
 
@@ -95,15 +115,22 @@ def test_ansible_doc_lists_every_role_with_its_settings(installed):
             options = entry.get("options") or {}
             if sorted(options) != sorted(spec[name].get("options") or {}):
                 problems.append(f"{where}: ansible-doc shows options {sorted(options)}, the spec has others")
-            problems += [f"{where}: option {option} has no {key}" for option, option_spec in options.items()
-                         for key in ("description", "type") if not option_spec.get(key)]
+            problems += [
+                f"{where}: option {option} has no {key}"
+                for option, option_spec in options.items()
+                for key in ("description", "type")
+                if not option_spec.get(key)
+            ]
     assert problems == []
 
 
 def test_the_installed_site_playbook_stops_on_the_example_inventory(installed):
     """`ansible-playbook gpufleet.fleet.site -i inventory` from the installed collection, its own example."""
-    played = run([str(BIN / "ansible-playbook"), "gpufleet.fleet.site", "-i", str(installed["dir"] / "inventory")],
-                 cwd=installed["root"], env=installed["env"])
+    played = run(
+        [str(BIN / "ansible-playbook"), "gpufleet.fleet.site", "-i", str(installed["dir"] / "inventory")],
+        cwd=installed["root"],
+        env=installed["env"],
+    )
     out = played.stdout + played.stderr
     assert played.returncode != 0
     assert "This is gpufleet's example inventory" in out, out
@@ -112,12 +139,31 @@ def test_the_installed_site_playbook_stops_on_the_example_inventory(installed):
 
 # The keys an option of a plugin's DOCUMENTATION may carry (ansible-core's plugin docs schema, the ones gpufleet uses
 # and their neighbours); a flow mapping with an unquoted comma in its description makes the rest of it a stray key.
-OPTION_KEYS = {"description", "type", "default", "elements", "required", "choices", "aliases", "version_added",
-               "ini", "env", "vars", "suboptions", "no_log", "keyword", "cli"}
+OPTION_KEYS = {
+    "description",
+    "type",
+    "default",
+    "elements",
+    "required",
+    "choices",
+    "aliases",
+    "version_added",
+    "ini",
+    "env",
+    "vars",
+    "suboptions",
+    "no_log",
+    "keyword",
+    "cli",
+}
 # Every lookup, callback and module (an action plugin is documented as the module of its name).
-PLUGINS = sorted((kind.name, path.stem) for kind in (REPO / "plugins").iterdir()
-                 if kind.name in {"lookup", "callback", "modules"}
-                 for path in kind.glob("*.py") if path.name != "__init__.py")
+PLUGINS = sorted(
+    (kind.name, path.stem)
+    for kind in (REPO / "plugins").iterdir()
+    if kind.name in {"lookup", "callback", "modules"}
+    for path in kind.glob("*.py")
+    if path.name != "__init__.py"
+)
 
 
 def test_every_action_plugin_is_documented_as_its_module():
@@ -141,6 +187,7 @@ def test_ansible_doc_shows_each_plugins_options_whole(installed, kind, name):
 
 
 # --- every filter and test: its manual in ansible-doc ----------------------------------------------------
+
 
 def registered(kind: str) -> dict[str, Callable[..., Any]]:
     """{name: function} of every filter (``kind`` filter) or test (``kind`` test) that the collection's plugin files
@@ -171,11 +218,14 @@ def doc_problems(name: str, function: Callable[..., Any], entry: dict | None) ->
     doc, problems = entry.get("doc") or {}, []
     if doc.get("name") != name:
         problems.append(f"{name}: DOCUMENTATION names {doc.get('name')!r}")
-    problems += [f"{name}: no {key}" for key in ("short_description", "description", "author")
-                 if not _text(doc.get(key))]
+    problems += [
+        f"{name}: no {key}" for key in ("short_description", "description", "author") if not _text(doc.get(key))
+    ]
     # The function's parameters: the first is the value the filter is applied to (_input), the rest its arguments.
-    parameters = {("_input" if index == 0 else parameter.name): parameter
-                  for index, parameter in enumerate(inspect.signature(function).parameters.values())}
+    parameters = {
+        ("_input" if index == 0 else parameter.name): parameter
+        for index, parameter in enumerate(inspect.signature(function).parameters.values())
+    }
     options = doc.get("options") or {}
     if sorted(options) != sorted(parameters):
         problems.append(f"{name}: options {sorted(options)}, the function takes {list(parameters)}")
@@ -187,11 +237,16 @@ def doc_problems(name: str, function: Callable[..., Any], entry: dict | None) ->
         if not _text(option.get("description")) or not option.get("type"):
             problems.append(f"{label} lacks a description (text) or a type")
         problems += [f"{label} has a stray key {stray!r}" for stray in sorted(set(option) - OPTION_KEYS)]
-        problems += [f"{label}: {sub} lacks a description (text)"
-                     for sub, spec in (option.get("suboptions") or {}).items() if not _text(spec.get("description"))]
+        problems += [
+            f"{label}: {sub} lacks a description (text)"
+            for sub, spec in (option.get("suboptions") or {}).items()
+            if not _text(spec.get("description"))
+        ]
         if bool(option.get("required")) != (parameter.default is inspect.Parameter.empty):
-            problems.append(f"{label}: required is {bool(option.get('required'))}, the function's default is "
-                            f"{'none' if parameter.default is inspect.Parameter.empty else repr(parameter.default)}")
+            problems.append(
+                f"{label}: required is {bool(option.get('required'))}, the function's default is "
+                f"{'none' if parameter.default is inspect.Parameter.empty else repr(parameter.default)}"
+            )
     value = (entry.get("return") or {}).get("_value") or {}
     if not (_text(value.get("description")) and value.get("type")):
         problems.append(f"{name}: RETURN has no _value with a description and a type")
@@ -216,8 +271,11 @@ def test_ansible_doc_documents_every_filter_and_test(installed, kind):
     shown = ansible_doc(installed, kind, "--json", *names)
     assert shown.returncode == 0 and not shown.stderr.strip(), shown.stderr
     docs = json.loads(shown.stdout)
-    problems = [problem for name, function in sorted(functions.items())
-                for problem in doc_problems(name, function, docs.get(f"gpufleet.fleet.{name}"))]
+    problems = [
+        problem
+        for name, function in sorted(functions.items())
+        for problem in doc_problems(name, function, docs.get(f"gpufleet.fleet.{name}"))
+    ]
     assert problems == []
     printed = ansible_doc(installed, kind, *names)
     assert printed.returncode == 0 and not printed.stderr.strip(), printed.stderr

@@ -25,7 +25,9 @@ BRANCH_SOURCES = [
 
 def _os_sources(os_name: str) -> dict:
     path = DRIVER_VARS / f"{os_name}.yml"
-    assert path.is_file(), f"compatibility.yml names OS {os_name} but roles/nvidia_driver/vars/{os_name}.yml does not exist"
+    assert path.is_file(), (
+        f"compatibility.yml names OS {os_name} but roles/nvidia_driver/vars/{os_name}.yml does not exist"
+    )
     return yaml.safe_load(path.read_text())["__nvidia_driver_sources"]
 
 
@@ -62,7 +64,9 @@ def test_branch_row_has_only_known_keys(branch):
     assert row.get("sources"), f"branch {branch} names no sources"
 
 
-@pytest.mark.parametrize(("branch", "os_name", "source"), BRANCH_SOURCES, ids=[f"{b}-{o}-{s}" for b, o, s in BRANCH_SOURCES])
+@pytest.mark.parametrize(
+    ("branch", "os_name", "source"), BRANCH_SOURCES, ids=[f"{b}-{o}-{s}" for b, o, s in BRANCH_SOURCES]
+)
 def test_named_source_exists_for_the_os(branch, os_name, source):
     """Every source a branch names for an OS is a package layout in roles/nvidia_driver/vars/<OS>.yml."""
     layouts = _os_sources(os_name)
@@ -74,4 +78,6 @@ def test_fabricmanager_branch_has_a_source_with_fabricmanager(branch):
     """A branch marked fabricmanager: true can get Fabric Manager from at least one of its sources on each OS."""
     for os_name, sources in BRANCHES[branch]["sources"].items():
         layouts = _os_sources(os_name)
-        assert any(layouts[s]["packages_fabricmanager"] for s in sources), f"no source on {os_name} ships Fabric Manager"
+        assert any(layouts[s]["packages_fabricmanager"] for s in sources), (
+            f"no source on {os_name} ships Fabric Manager"
+        )

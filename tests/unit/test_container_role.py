@@ -56,9 +56,20 @@ SOURCE_FILE = "/etc/apt/sources.list.d/gpufleet-nvidia.github.io_libnvidia--cont
 FETCHED_KEYRING = "/etc/apt/keyrings/gpufleet-nvidia.github.io_libnvidia--container_stable_deb_amd64.asc"
 # Where releases before it fetched the key: replaced.
 PREVIOUS_KEYRING = "/etc/apt/keyrings/gpufleet-nvidia-container-toolkit.asc"
-TOOLKIT_PACKAGES = ["nvidia-container-toolkit", "nvidia-container-toolkit-base", "libnvidia-container-tools", "libnvidia-container1"]
+TOOLKIT_PACKAGES = [
+    "nvidia-container-toolkit",
+    "nvidia-container-toolkit-base",
+    "libnvidia-container-tools",
+    "libnvidia-container1",
+]
 # Packages of NVIDIA's repository that the pin must not catch.
-OTHER_PACKAGES = ["nvidia-docker2", "nvidia-container-runtime", "libnvidia-container-dev", "libnvidia-container1-dbg", "docker.io"]
+OTHER_PACKAGES = [
+    "nvidia-docker2",
+    "nvidia-container-runtime",
+    "libnvidia-container-dev",
+    "libnvidia-container1-dbg",
+    "docker.io",
+]
 HOSTS = ["ubuntu2004", "ubuntu2204", "debian12"]
 
 
@@ -67,16 +78,27 @@ HOSTS = ["ubuntu2004", "ubuntu2204", "debian12"]
 # validate.yml alone: what it resolves and what it refuses.
 VALIDATE = role_run.Batch(FAKE_FACTS, [role_run.import_role("container")])
 # ... then what repository.yml gives apt_source's trial and main, and what apt_source writes from it.
-WITH_SOURCE = role_run.Batch(FAKE_FACTS, [role_run.import_role("container")], after=[
-    role_run.expose("apt_source", "hold"),
-    role_run.apt_source_capture("container", "repository.yml", "main_", also={
-        "trial_inputs": role_run.apt_source_inputs("container", "repository.yml", "trial")}, trial_file="repository.yml"),
-])
+WITH_SOURCE = role_run.Batch(
+    FAKE_FACTS,
+    [role_run.import_role("container")],
+    after=[
+        role_run.expose("apt_source", "hold"),
+        role_run.apt_source_capture(
+            "container",
+            "repository.yml",
+            "main_",
+            also={"trial_inputs": role_run.apt_source_inputs("container", "repository.yml", "trial")},
+            trial_file="repository.yml",
+        ),
+    ],
+)
 # ... or the arguments of the tasks that run commands, templated on the host (registered inputs as task variables).
 _TOOLKIT = role_run.role_task("container", "install.yml", "Install the NVIDIA Container Toolkit")
 _SELECTION = role_run.role_task("container", "install.yml", "dpkg selection")
 _RUNTIME = role_run.role_task("container", "configure.yml", "Configure the NVIDIA Container Runtime")
-_HANDLER = role_run.role_task("container", "main.yml", "Restart the container runtimes whose configuration changed", "handlers")
+_HANDLER = role_run.role_task(
+    "container", "main.yml", "Restart the container runtimes whose configuration changed", "handlers"
+)
 _CDI = role_run.role_task("container", "configure.yml", "Generate the CDI specification where the driver is loaded")
 _STAT = role_run.role_task("container", "configure.yml", "control device")
 _GENERATE = role_run.role_task("container", "configure.yml", "Generate the CDI specification of this host's GPUs")
@@ -87,23 +109,45 @@ UNCHANGED = {"results": [{"item": "docker", "changed": False}]}
 SCRATCH = {"path": "/tmp/gpufleet-cdi.x"}
 # Two capture tasks: the registered inputs of one (CHANGED, the control device there, ...) and of the other
 # (UNCHANGED, no control device) as task variables; each variable is read by one expression only.
-WITH_TASKS = role_run.Batch(FAKE_FACTS, [role_run.import_role("container")], after=[
-    role_run.capture({"toolkit_apt_name": _TOOLKIT["ansible.builtin.apt"]["name"], "selection_loop": _SELECTION["loop"],
-                      "stat_path": _STAT["ansible.builtin.stat"]["path"], "cdi_dest": _INSTALL_CDI["ansible.builtin.copy"]["dest"],
-                      "build_chdir": _BUILD["ansible.builtin.command"]["chdir"],
-                      **role_run.names("__container_runtimes", "__container_nvidiactl"),
-                      "containerd_environment": _RUNTIME["environment"], "restart_changed": _HANDLER["loop"],
-                      "cdi_when_True": role_run.condition(_CDI), "generate_argv": _GENERATE["ansible.builtin.command"]["argv"],
-                      "build_argv": _BUILD["ansible.builtin.command"]["argv"]},
-                     vars={"item": "containerd", "__container_runtime_configured": CHANGED,
-                           "__container_nvidiactl_stat": {"stat": {"exists": True}}, "__container_toolkit_installed": {"changed": False},
-                           "__container_cdi_scratch": SCRATCH, "__container_image_inputs": "abc"},
-                     name="Template the tasks' arguments"),
-    role_run.capture({"restart_unchanged": _HANDLER["loop"], "cdi_when_False": role_run.condition(_CDI)},
-                     vars={"__container_runtime_configured": UNCHANGED, "__container_nvidiactl_stat": {"stat": {"exists": False}},
-                           "__container_toolkit_installed": {"changed": False}},
-                     name="Template the tasks' arguments with the other registered inputs"),
-])
+WITH_TASKS = role_run.Batch(
+    FAKE_FACTS,
+    [role_run.import_role("container")],
+    after=[
+        role_run.capture(
+            {
+                "toolkit_apt_name": _TOOLKIT["ansible.builtin.apt"]["name"],
+                "selection_loop": _SELECTION["loop"],
+                "stat_path": _STAT["ansible.builtin.stat"]["path"],
+                "cdi_dest": _INSTALL_CDI["ansible.builtin.copy"]["dest"],
+                "build_chdir": _BUILD["ansible.builtin.command"]["chdir"],
+                **role_run.names("__container_runtimes", "__container_nvidiactl"),
+                "containerd_environment": _RUNTIME["environment"],
+                "restart_changed": _HANDLER["loop"],
+                "cdi_when_True": role_run.condition(_CDI),
+                "generate_argv": _GENERATE["ansible.builtin.command"]["argv"],
+                "build_argv": _BUILD["ansible.builtin.command"]["argv"],
+            },
+            vars={
+                "item": "containerd",
+                "__container_runtime_configured": CHANGED,
+                "__container_nvidiactl_stat": {"stat": {"exists": True}},
+                "__container_toolkit_installed": {"changed": False},
+                "__container_cdi_scratch": SCRATCH,
+                "__container_image_inputs": "abc",
+            },
+            name="Template the tasks' arguments",
+        ),
+        role_run.capture(
+            {"restart_unchanged": _HANDLER["loop"], "cdi_when_False": role_run.condition(_CDI)},
+            vars={
+                "__container_runtime_configured": UNCHANGED,
+                "__container_nvidiactl_stat": {"stat": {"exists": False}},
+                "__container_toolkit_installed": {"changed": False},
+            },
+            name="Template the tasks' arguments with the other registered inputs",
+        ),
+    ],
+)
 
 
 def cfg_for(host: str | dict = "ubuntu2204", **overrides: Any) -> role_run.Outcome:
@@ -190,7 +234,10 @@ def test_the_default_base_is_one_that_stays():
     text = CONTAINERFILE.read_text()
     assert "ENV NVIDIA_VISIBLE_DEVICES=all \\\n    NVIDIA_DRIVER_CAPABILITIES=compute,utility\n" in text
     # torch's cu121 wheels bring the CUDA user space: the matrix records what they bundle for the default release.
-    assert MATRIX["pytorch_releases"][matrix_stack()["torch"]]["bundled"]["cu121"] == {"cudnn": "9.1.0.70", "nccl": "2.21.5"}
+    assert MATRIX["pytorch_releases"][matrix_stack()["torch"]]["bundled"]["cu121"] == {
+        "cudnn": "9.1.0.70",
+        "nccl": "2.21.5",
+    }
     # Every stack builds on it; a CPU-only image needs no CUDA release for it either.
     for settings in ({}, {"container_image_torch_variant": "cpu", "container_image_cuda_release": "9.9"}):
         cfg = cfg_for("ubuntu2204", container_build_image=True, **settings)
@@ -216,7 +263,13 @@ def test_role_build_args_default_to_the_containerfile_defaults(host):
     assert cfg.failure is None
     args = containerfile_args()
     assert cfg["__container_image_build_args"] == {name: args[name] for name in cfg["__container_image_build_args"]}
-    assert set(cfg["__container_image_build_args"]) == {"BASE_IMAGE", "TORCH_VERSION", "TORCH_VARIANT", "TORCH_INDEX_URL", "PIP_EXTRA_ARGS"}
+    assert set(cfg["__container_image_build_args"]) == {
+        "BASE_IMAGE",
+        "TORCH_VERSION",
+        "TORCH_VARIANT",
+        "TORCH_INDEX_URL",
+        "PIP_EXTRA_ARGS",
+    }
     assert cfg["__container_image_ref"] == "gpufleet-train:2.5.1-cu121"
 
 
@@ -238,7 +291,7 @@ def test_containerfile_runs_unprivileged_with_torchrun_and_labels():
     assert user == ["${TRAIN_UID}:${TRAIN_UID}"] and containerfile_args()["TRAIN_UID"] == "1000"
     assert re.search(r'^CMD \["python", "/opt/gpufleet/payload/train.py", "--json"\]$', text, re.MULTILINE)
     assert "command -v torchrun" in text
-    assert 'torch==${TORCH_VERSION}${TORCH_VARIANT:++${TORCH_VARIANT}}' in text
+    assert "torch==${TORCH_VERSION}${TORCH_VARIANT:++${TORCH_VARIANT}}" in text
     assert "org.opencontainers.image.title=" in text
     # No parser directive: docker would pull the syntax frontend from a registry.
     assert not text.startswith("# syntax")
@@ -246,9 +299,17 @@ def test_containerfile_runs_unprivileged_with_torchrun_and_labels():
 
 def test_build_context_ignores_local_state():
     """The repository root is the build context: .dockerignore (read by docker and podman) keeps local state out."""
-    entries = {line.strip() for line in (REPO_ROOT / ".dockerignore").read_text().splitlines() if line.strip() and not line.startswith("#")}
+    entries = {
+        line.strip()
+        for line in (REPO_ROOT / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    }
     assert {".git", ".venv", ".lab", ".cache", "reports"} <= entries
-    assert not any(fnmatchcase(path, entry) for path in ("roles/payload/files/train.py", "roles/container/files/Containerfile.train") for entry in entries)
+    assert not any(
+        fnmatchcase(path, entry)
+        for path in ("roles/payload/files/train.py", "roles/container/files/Containerfile.train")
+        for entry in entries
+    )
 
 
 # --------------------------------------------------------------------------- repository, pin, engine
@@ -291,15 +352,21 @@ def test_apt_reads_the_same_indexes_as_nvidias_list(tmp_path, host):
     (tmp_path / "ours").mkdir()
     (tmp_path / "theirs").mkdir()
     ours = apt_index_urls(tmp_path / "ours", {SOURCE_FILE.rpartition("/")[2]: source_text(WITH_SOURCE.get(host))})
-    theirs = apt_index_urls(tmp_path / "theirs", {"nvidia-container-toolkit.list": NVIDIA_LIST.replace("$(ARCH)", "amd64")})
+    theirs = apt_index_urls(
+        tmp_path / "theirs", {"nvidia-container-toolkit.list": NVIDIA_LIST.replace("$(ARCH)", "amd64")}
+    )
     assert ours == theirs
     assert ours and all(url.startswith(NVIDIA_REPOSITORY + "/") for url in ours)
 
 
-BAKED_MIRROR = {"container_nvidia_toolkit_repository_url": "http://mirror.example.com/libnvidia-container/stable/deb/amd64/",
-                "container_nvidia_toolkit_repository_keyring": "/usr/share/keyrings/mirror-archive-keyring.gpg"}
-KEYED_MIRROR = {"container_nvidia_toolkit_repository_url": "https://mirror.example.com/nct",
-                "container_nvidia_toolkit_repository_key_url": "https://mirror.example.com/key.asc"}
+BAKED_MIRROR = {
+    "container_nvidia_toolkit_repository_url": "http://mirror.example.com/libnvidia-container/stable/deb/amd64/",
+    "container_nvidia_toolkit_repository_keyring": "/usr/share/keyrings/mirror-archive-keyring.gpg",
+}
+KEYED_MIRROR = {
+    "container_nvidia_toolkit_repository_url": "https://mirror.example.com/nct",
+    "container_nvidia_toolkit_repository_key_url": "https://mirror.example.com/key.asc",
+}
 MIRROR = {"container_nvidia_toolkit_repository_url": "http://mirror.example.com/nct"}
 
 
@@ -326,7 +393,9 @@ def test_mirror_with_its_own_key_url():
 
 def test_a_keyring_at_the_previous_path_is_not_replaced():
     """A site keyring that happens to lie where earlier releases fetched the key is the source's Signed-By: kept."""
-    cfg = WITH_SOURCE.get("ubuntu2204", **{**BAKED_MIRROR, "container_nvidia_toolkit_repository_keyring": PREVIOUS_KEYRING})
+    cfg = WITH_SOURCE.get(
+        "ubuntu2204", **{**BAKED_MIRROR, "container_nvidia_toolkit_repository_keyring": PREVIOUS_KEYRING}
+    )
     assert one_stanza(source_text(cfg))["Signed-By"] == PREVIOUS_KEYRING
     assert cfg["main_inputs"]["apt_source_replaces"] == []
 
@@ -340,7 +409,10 @@ def test_the_trial_tries_the_source_repository_yml_writes(host):
     assert set(main) - set(trial) == {"apt_source_pins", "apt_source_replaces"}
     assert trial["apt_source_architectures"] == ["amd64"] and trial["apt_source_key_url"] == NVIDIA_KEY_URL
     assert (trial["apt_source_package"], trial["apt_source_version"], trial["apt_source_version_name"]) == (
-        "nvidia-container-toolkit", "1.19.1-1", "container_nvidia_toolkit_version")
+        "nvidia-container-toolkit",
+        "1.19.1-1",
+        "container_nvidia_toolkit_version",
+    )
     assert trial["apt_source_url_name"] == "container_nvidia_toolkit_repository_url"
 
 
@@ -381,8 +453,10 @@ def test_default_version_is_the_release_of_nvidias_latest_security_bulletin():
     assert filters.debian_version_compare("1.17.8-1", affected_up_to + "-9") < 0
 
 
-@pytest.mark.parametrize(("version", "flag"), [("1.17.8-1", False), ("1.18.2-1", False), ("1.19.0~rc.5-1", True),
-                                               ("1.19.1-1", True), ("1.20.0-1", True)])
+@pytest.mark.parametrize(
+    ("version", "flag"),
+    [("1.17.8-1", False), ("1.18.2-1", False), ("1.19.0~rc.5-1", True), ("1.19.1-1", True), ("1.20.0-1", True)],
+)
 def test_cdi_spec_keeps_the_schema_the_distributions_engines_read(version, flag):
     """From 1.19.0 (rc.4 added additional GIDs for device nodes) nvidia-ctk writes CDI spec v0.7.0 by default, which
     podman reads from 5.1.0 and docker from 26.1.0 on (NVIDIA's release notes, Container Toolkit 1.19.1, "Known
@@ -398,8 +472,12 @@ def test_apt_accepts_the_rendered_pin(tmp_path):
     """apt parses the rendered preferences without an error or warning."""
     pref = tmp_path / "gpufleet.pref"
     pref.write_text(pin_text(WITH_SOURCE.get("debian12")))
-    result = subprocess.run([host_tool("apt-cache"), "policy", *_isolated_apt_options(tmp_path, preferences=pref)],
-                            capture_output=True, text=True, check=False)
+    result = subprocess.run(
+        [host_tool("apt-cache"), "policy", *_isolated_apt_options(tmp_path, preferences=pref)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert result.returncode == 0 and not re.search(r"^(E|W):", result.stderr, re.MULTILINE), result.stderr
 
 
@@ -417,7 +495,10 @@ def test_podman_on_ubuntu_is_rejected_with_the_reason(host):
     cfg = cfg_for(host, container_engine="podman")
     assert cfg.failure is not None
     assert f"container settings rejected on {cfg.host}: " in cfg.failure
-    assert f"container_engine 'podman' is not an engine gpufleet installs on Ubuntu {FAKE_FACTS[host]['distribution_version']}" in cfg.failure
+    assert (
+        f"container_engine 'podman' is not an engine gpufleet installs on Ubuntu {FAKE_FACTS[host]['distribution_version']}"
+        in cfg.failure
+    )
     assert "podman supports CDI from 4.1 on" in cfg.failure and "(choose docker)" in cfg.failure
 
 
@@ -434,10 +515,17 @@ def test_runtimes_for_kubernetes_nodes():
     assert runtimes["containerd"] == {"config": "/etc/containerd/config.toml", "service": "containerd"}
     assert runtimes["crio"]["service"] == "crio" and runtimes["crio"]["config"].startswith("/etc/crio/")
     task = _RUNTIME
-    assert "nvidia-ctk runtime configure --runtime=\"$RUNTIME\" --config=\"$CONFIG\" $SET_AS_DEFAULT" in task["ansible.builtin.shell"]["cmd"]
+    assert (
+        'nvidia-ctk runtime configure --runtime="$RUNTIME" --config="$CONFIG" $SET_AS_DEFAULT'
+        in task["ansible.builtin.shell"]["cmd"]
+    )
     assert task["loop"] == "{{ __container_nvidia_runtimes }}"
     # The task's environment for the item containerd.
-    assert cfg["containerd_environment"] == {"RUNTIME": "containerd", "CONFIG": "/etc/containerd/config.toml", "SET_AS_DEFAULT": "--set-as-default"}
+    assert cfg["containerd_environment"] == {
+        "RUNTIME": "containerd",
+        "CONFIG": "/etc/containerd/config.toml",
+        "SET_AS_DEFAULT": "--set-as-default",
+    }
     assert task["notify"] == "Restart the container runtimes whose configuration changed"
 
 
@@ -459,13 +547,21 @@ def test_runtime_configuration_reports_a_change_only_when_the_file_changed(tmp_p
     bin_dir.mkdir()
     fake = bin_dir / "nvidia-ctk"
     # Writes a fixed document to --config, as nvidia-ctk writes its merged configuration.
-    fake.write_text('#!/bin/sh\nfor a; do case "$a" in --config=*) printf \'{"runtimes": {"nvidia": {}}}\\n\' > "${a#--config=}";; esac; done\n')
+    fake.write_text(
+        '#!/bin/sh\nfor a; do case "$a" in --config=*) printf \'{"runtimes": {"nvidia": {}}}\\n\' > "${a#--config=}";; esac; done\n'
+    )
     fake.chmod(0o755)
     config = tmp_path / "daemon.json"
     env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "RUNTIME": "docker", "CONFIG": str(config), "SET_AS_DEFAULT": ""}
 
     def run() -> str:
-        result = subprocess.run(["/bin/bash", "-c", task["ansible.builtin.shell"]["cmd"]], env=env, capture_output=True, text=True, check=True)
+        result = subprocess.run(
+            ["/bin/bash", "-c", task["ansible.builtin.shell"]["cmd"]],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         return result.stdout
 
     assert "gpufleet: " in run()  # created
@@ -482,8 +578,13 @@ def test_cdi_is_generated_only_where_the_driver_is_loaded():
     # The block's when, templated on the host (not in check mode) with the stat's result.
     assert cfg["cdi_when_True"] is True
     assert cfg["cdi_when_False"] is False
-    assert cfg["generate_argv"] == ["nvidia-ctk", "cdi", "generate", "--output=/tmp/gpufleet-cdi.x/nvidia.yaml",
-                                    "--feature-flag=no-additional-gids-for-device-nodes"]
+    assert cfg["generate_argv"] == [
+        "nvidia-ctk",
+        "cdi",
+        "generate",
+        "--output=/tmp/gpufleet-cdi.x/nvidia.yaml",
+        "--feature-flag=no-additional-gids-for-device-nodes",
+    ]
     install = _INSTALL_CDI["ansible.builtin.copy"]
     assert cfg["cdi_dest"] == "/etc/cdi/nvidia.yaml" and install["mode"] == "0644" and install["remote_src"] is True
     cleanup = role_run.role_task("container", "configure.yml", "Remove the CDI scratch directory")
@@ -493,8 +594,12 @@ def test_cdi_is_generated_only_where_the_driver_is_loaded():
 # --------------------------------------------------------------------------- image settings
 
 
-LAB_IMAGE = {"container_build_image": True, "pytorch_release": "2.3.1", "pytorch_wheel_source": "pypi",
-             "pytorch_wheelhouse_url": "http://gpufleet-mirror/wheels/"}
+LAB_IMAGE = {
+    "container_build_image": True,
+    "pytorch_release": "2.3.1",
+    "pytorch_wheel_source": "pypi",
+    "pytorch_wheelhouse_url": "http://gpufleet-mirror/wheels/",
+}
 
 
 def test_lab_image_settings_follow_the_pytorch_role():
@@ -517,13 +622,22 @@ def test_lab_image_settings_follow_the_pytorch_role():
 def test_the_lab_inventory_is_what_the_image_test_uses():
     lab = yaml.safe_load((REPO_ROOT / "tests" / "lab" / "inventory" / "group_vars" / "all" / "main.yml").read_text())
     assert {key: lab[key] for key in ("pytorch_release", "pytorch_wheel_source")} == {
-        key: LAB_IMAGE[key] for key in ("pytorch_release", "pytorch_wheel_source")}
+        key: LAB_IMAGE[key] for key in ("pytorch_release", "pytorch_wheel_source")
+    }
     assert "pytorch_variant" not in lab
 
 
-PYPI_IMAGE = {"container_build_image": True, "container_image_torch_release": "2.4.1", "container_image_wheel_source": "pypi"}
-PYPI_MIRROR_IMAGE = {"container_build_image": True, "pytorch_release": "2.4.1", "pytorch_wheel_source": "pypi",
-                     "container_image_index_url": "https://nexus.corp.example/repository/pypi/simple/"}
+PYPI_IMAGE = {
+    "container_build_image": True,
+    "container_image_torch_release": "2.4.1",
+    "container_image_wheel_source": "pypi",
+}
+PYPI_MIRROR_IMAGE = {
+    "container_build_image": True,
+    "pytorch_release": "2.4.1",
+    "pytorch_wheel_source": "pypi",
+    "container_image_index_url": "https://nexus.corp.example/repository/pypi/simple/",
+}
 PYTORCH_IMAGE = {"container_build_image": True, "pytorch_release": "2.4.1", "pytorch_wheel_source": "pytorch"}
 
 
@@ -534,7 +648,11 @@ def test_image_from_pypi_without_a_wheelhouse():
     assert cfg.failure is None
     args = cfg["__container_image_build_args"]
     assert (args["TORCH_VERSION"], args["TORCH_VARIANT"], args["TORCH_INDEX_URL"], args["PIP_EXTRA_ARGS"]) == (
-        "2.4.1", "", "https://pypi.org/simple", "")
+        "2.4.1",
+        "",
+        "https://pypi.org/simple",
+        "",
+    )
 
 
 def test_image_wheel_source_follows_the_pytorch_role_and_an_explicit_index_wins():
@@ -549,20 +667,36 @@ def test_image_wheel_source_follows_the_pytorch_role_and_an_explicit_index_wins(
 
 
 def test_image_wheel_source_setting_is_declared_like_the_other_image_settings():
-    spec = yaml.safe_load((REPO_ROOT / "roles" / "container" / "meta" / "argument_specs.yml").read_text())["argument_specs"]["main"]
-    assert spec["options"]["container_image_wheel_source"]["default"] == "{{ pytorch_wheel_source | default('pytorch') }}"
+    spec = yaml.safe_load((REPO_ROOT / "roles" / "container" / "meta" / "argument_specs.yml").read_text())[
+        "argument_specs"
+    ]["main"]
+    assert (
+        spec["options"]["container_image_wheel_source"]["default"] == "{{ pytorch_wheel_source | default('pytorch') }}"
+    )
     assert spec["options"]["container_image_index_url"]["default"] == ""
 
 
-IMAGE_BUILD = {"container_build_image": True, "container_image_tag": "v1", "container_image_pip_extra_args": ["--proxy", "http://proxy:3128"]}
+IMAGE_BUILD = {
+    "container_build_image": True,
+    "container_image_tag": "v1",
+    "container_image_pip_extra_args": ["--proxy", "http://proxy:3128"],
+}
 
 
 def test_build_command_passes_every_build_arg():
     """docker/podman build -f roles/container/files/Containerfile.train with the inputs label and one --build-arg per ARG, context '.'."""
     cfg = WITH_TASKS.get("ubuntu2204", **IMAGE_BUILD)
     argv = cfg["build_argv"]  # the task's argv, with the inputs label "abc"
-    assert argv[:8] == ["docker", "build", "--file", "roles/container/files/Containerfile.train", "--tag", "gpufleet-train:v1",
-                        "--label", "org.gpufleet.inputs=abc"]
+    assert argv[:8] == [
+        "docker",
+        "build",
+        "--file",
+        "roles/container/files/Containerfile.train",
+        "--tag",
+        "gpufleet-train:v1",
+        "--label",
+        "org.gpufleet.inputs=abc",
+    ]
     assert argv[-1] == "."
     assert "--build-arg=PIP_EXTRA_ARGS=--proxy http://proxy:3128" in argv
     assert "--build-arg=BASE_IMAGE=docker.io/library/ubuntu:22.04" in argv
@@ -573,43 +707,88 @@ def test_build_command_passes_every_build_arg():
 
 
 BAD_INPUT = [
-    ({"container_engine": "lxc"}, "container_engine 'lxc' is not an engine gpufleet installs on Ubuntu 22.04 (choose docker)"),
+    (
+        {"container_engine": "lxc"},
+        "container_engine 'lxc' is not an engine gpufleet installs on Ubuntu 22.04 (choose docker)",
+    ),
     ({"container_nvidia_toolkit_version": "1.17"}, "container_nvidia_toolkit_version '1.17' is not a package version"),
-    ({"container_nvidia_toolkit_version": "latest"}, "container_nvidia_toolkit_version 'latest' is not a package version"),
-    ({"container_nvidia_toolkit_repository_url": "ftp://mirror/nct"}, "container_nvidia_toolkit_repository_url 'ftp://mirror/nct' is not an http(s) URL"),
-    ({"container_nvidia_toolkit_repository_key_url": "nvidia.github.io/gpgkey"},
-     "container_nvidia_toolkit_repository_key_url 'nvidia.github.io/gpgkey' is not an http(s) URL"),
-    ({"container_nvidia_toolkit_repository_key_url": ""},
-     "container_nvidia_toolkit_repository_key_url and container_nvidia_toolkit_repository_keyring are both empty"),
-    ({"container_nvidia_toolkit_repository_keyring": "keyrings/mirror.gpg"},
-     "container_nvidia_toolkit_repository_keyring 'keyrings/mirror.gpg' is not an absolute path"),
-    ({"container_nvidia_runtimes": ["docker", "runc"]}, "container_nvidia_runtimes names runc, which nvidia-ctk cannot configure"),
-    ({"container_cdi_spec_file": "/etc/cdi/nvidia.txt"}, "container_cdi_spec_file '/etc/cdi/nvidia.txt' must be an absolute path ending in .yaml or .json"),
+    (
+        {"container_nvidia_toolkit_version": "latest"},
+        "container_nvidia_toolkit_version 'latest' is not a package version",
+    ),
+    (
+        {"container_nvidia_toolkit_repository_url": "ftp://mirror/nct"},
+        "container_nvidia_toolkit_repository_url 'ftp://mirror/nct' is not an http(s) URL",
+    ),
+    (
+        {"container_nvidia_toolkit_repository_key_url": "nvidia.github.io/gpgkey"},
+        "container_nvidia_toolkit_repository_key_url 'nvidia.github.io/gpgkey' is not an http(s) URL",
+    ),
+    (
+        {"container_nvidia_toolkit_repository_key_url": ""},
+        "container_nvidia_toolkit_repository_key_url and container_nvidia_toolkit_repository_keyring are both empty",
+    ),
+    (
+        {"container_nvidia_toolkit_repository_keyring": "keyrings/mirror.gpg"},
+        "container_nvidia_toolkit_repository_keyring 'keyrings/mirror.gpg' is not an absolute path",
+    ),
+    (
+        {"container_nvidia_runtimes": ["docker", "runc"]},
+        "container_nvidia_runtimes names runc, which nvidia-ctk cannot configure",
+    ),
+    (
+        {"container_cdi_spec_file": "/etc/cdi/nvidia.txt"},
+        "container_cdi_spec_file '/etc/cdi/nvidia.txt' must be an absolute path ending in .yaml or .json",
+    ),
 ]
 BAD_IMAGE_INPUT = [
-    ({"container_image_torch_release": "2.0.1"}, "container_image_torch_release '2.0.1' is not a PyTorch release gpufleet knows"),
-    ({"container_image_cuda_release": "11.8"}, "container_image_cuda_release '11.8' is not a CUDA release gpufleet knows"),
+    (
+        {"container_image_torch_release": "2.0.1"},
+        "container_image_torch_release '2.0.1' is not a PyTorch release gpufleet knows",
+    ),
+    (
+        {"container_image_cuda_release": "11.8"},
+        "container_image_cuda_release '11.8' is not a CUDA release gpufleet knows",
+    ),
     # https://pypi.org/project/torch/2.5.1/: the cu124 build (Requires-Dist nvidia-cuda-runtime-cu12==12.4.127).
-    ({"container_image_wheel_source": "pypi"},
-     "torch 2.5.1 on PyPI (container_image_wheel_source pypi) is the cu124 build, not cu121 (the variant of CUDA 12.1, "
-     "container_image_cuda_release): use container_image_wheel_source pytorch (https://download.pytorch.org/whl/cu121), or a release "
-     "PyPI publishes as cu121: 2.1.0 ... 2.4.1"),
-    ({"container_image_wheel_source": "conda"},
-     "container_image_wheel_source 'conda' is not a wheel source gpufleet knows (files/compatibility.yml lists pytorch, pypi)"),
+    (
+        {"container_image_wheel_source": "pypi"},
+        "torch 2.5.1 on PyPI (container_image_wheel_source pypi) is the cu124 build, not cu121 (the variant of CUDA 12.1, "
+        "container_image_cuda_release): use container_image_wheel_source pytorch (https://download.pytorch.org/whl/cu121), or a release "
+        "PyPI publishes as cu121: 2.1.0 ... 2.4.1",
+    ),
+    (
+        {"container_image_wheel_source": "conda"},
+        "container_image_wheel_source 'conda' is not a wheel source gpufleet knows (files/compatibility.yml lists pytorch, pypi)",
+    ),
     ({"container_image_torch_variant": "cu118"}, "container_image_torch_variant cu118 does not match CUDA 12.1"),
     ({"container_image_name": "Bad Name"}, "container_image_name 'Bad Name' is not an image name"),
     ({"container_image_tag": "2.5.1+cu121"}, "container_image_tag '2.5.1+cu121' is not an image tag"),
-    ({"container_image_index_url": "download.pytorch.org/whl/{variant}"},
-     "container_image_index_url 'download.pytorch.org/whl/{variant}' is not an http(s) URL"),
-    ({"container_image_wheelhouse_url": "http://mirror/wheels"},
-     "container_image_wheelhouse_url 'http://mirror/wheels' is not the http(s) URL of a directory listing"),
-    ({"container_image_pip_extra_args": ["--proxy http://proxy:3128"]}, "container_image_pip_extra_args must be a list of options without spaces"),
+    (
+        {"container_image_index_url": "download.pytorch.org/whl/{variant}"},
+        "container_image_index_url 'download.pytorch.org/whl/{variant}' is not an http(s) URL",
+    ),
+    (
+        {"container_image_wheelhouse_url": "http://mirror/wheels"},
+        "container_image_wheelhouse_url 'http://mirror/wheels' is not the http(s) URL of a directory listing",
+    ),
+    (
+        {"container_image_pip_extra_args": ["--proxy http://proxy:3128"]},
+        "container_image_pip_extra_args must be a list of options without spaces",
+    ),
     ({"container_image_build_dir": "/opt"}, "container_image_build_dir '/opt' must be an absolute path of its own"),
-    ({"container_image_build_dir": "relative/dir"}, "container_image_build_dir 'relative/dir' must be an absolute path of its own"),
+    (
+        {"container_image_build_dir": "relative/dir"},
+        "container_image_build_dir 'relative/dir' must be an absolute path of its own",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("overrides", "message"), BAD_INPUT, ids=[next(iter(o)) + "=" + str(next(iter(o.values()))) for o, _message in BAD_INPUT])
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    BAD_INPUT,
+    ids=[next(iter(o)) + "=" + str(next(iter(o.values()))) for o, _message in BAD_INPUT],
+)
 def test_bad_input_is_rejected_naming_the_variable(overrides, message):
     cfg = cfg_for("ubuntu2204", **overrides)
     assert cfg.failure is not None, overrides
@@ -617,8 +796,11 @@ def test_bad_input_is_rejected_naming_the_variable(overrides, message):
     assert message in cfg.failure
 
 
-@pytest.mark.parametrize(("overrides", "message"), BAD_IMAGE_INPUT,
-                         ids=[next(iter(o)) + "=" + str(next(iter(o.values()))) for o, _message in BAD_IMAGE_INPUT])
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    BAD_IMAGE_INPUT,
+    ids=[next(iter(o)) + "=" + str(next(iter(o.values()))) for o, _message in BAD_IMAGE_INPUT],
+)
 def test_bad_image_input_is_rejected_when_the_image_is_built(overrides, message):
     """Image settings are checked when container_build_image is on."""
     cfg = cfg_for("ubuntu2204", container_build_image=True, **overrides)
@@ -631,8 +813,13 @@ def test_image_settings_are_not_checked_without_an_image():
     assert cfg_for("ubuntu2204", container_build_image=True, **MERGED_IMAGE_INPUT).failure is not None
 
 
-EVERY_PROBLEM = {"container_engine": "podman", "container_nvidia_toolkit_version": "x", "container_cdi_spec_file": "nvidia.yaml",
-                 "container_build_image": True, "container_image_name": "UPPER"}
+EVERY_PROBLEM = {
+    "container_engine": "podman",
+    "container_nvidia_toolkit_version": "x",
+    "container_cdi_spec_file": "nvidia.yaml",
+    "container_build_image": True,
+    "container_image_name": "UPPER",
+}
 MERGED_IMAGE_INPUT = {key: value for overrides, _message in BAD_IMAGE_INPUT for key, value in overrides.items()}
 
 
@@ -643,7 +830,13 @@ def test_every_problem_comes_in_one_message():
     assert [int(n) for n in re.findall(r"\[(\d+)\] ", cfg.failure)] == [1, 2, 3, 4]
 
 
-ROCKY = dict(FAKE_FACTS["debian12"], distribution="Rocky", os_family="RedHat", distribution_major_version="9", distribution_version="9.3")
+ROCKY = dict(
+    FAKE_FACTS["debian12"],
+    distribution="Rocky",
+    os_family="RedHat",
+    distribution_major_version="9",
+    distribution_version="9.3",
+)
 
 
 def test_unsupported_os_is_rejected():
@@ -658,8 +851,12 @@ def test_validation_is_the_provision_entry_point():
     modules = set()
     for task in load_trusted(ROLE / "tasks" / "validate.yml"):
         modules |= {k for k in task if k.startswith(("ansible.builtin.", "gpufleet.fleet."))}
-    assert modules == {"ansible.builtin.setup", "ansible.builtin.include_vars", "gpufleet.fleet.settings",
-                       "ansible.builtin.set_fact"}
+    assert modules == {
+        "ansible.builtin.setup",
+        "ansible.builtin.include_vars",
+        "gpufleet.fleet.settings",
+        "ansible.builtin.set_fact",
+    }
     main = load_trusted(ROLE / "tasks" / "main.yml")
     assert main[0]["ansible.builtin.import_tasks"] == "validate.yml"
 
@@ -701,7 +898,9 @@ VALIDATE.declare("ubuntu2204", **MERGED_IMAGE_INPUT)
 VALIDATE.declare("ubuntu2204", container_build_image=True, **MERGED_IMAGE_INPUT)
 VALIDATE.declare("ubuntu2204", **EVERY_PROBLEM)
 VALIDATE.declare("ubuntu2204", container_build_image=True)
-VALIDATE.declare("ubuntu2204", container_build_image=True, container_image_torch_variant="cpu", container_image_cuda_release="9.9")
+VALIDATE.declare(
+    "ubuntu2204", container_build_image=True, container_image_torch_variant="cpu", container_image_cuda_release="9.9"
+)
 VALIDATE.declare(ROCKY)
 WITH_SOURCE.declare("debian12", **BAKED_MIRROR)
 WITH_SOURCE.declare("ubuntu2204", **KEYED_MIRROR)

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import load_script
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -16,7 +15,9 @@ FPR = "CD100623DAF667973F4422AE0FE12B791AFFF794"
 # The lab's site repository: NVIDIA's debian12 directory has no CUDA 12.1, so the lab does not pretend to be it.
 REPO_URL = "http://gpufleet-mirror/site/cuda-12.1/debian12/"
 LAB_VARS = yaml.safe_load((REPO_ROOT / "tests" / "lab" / "vars" / "lab.yml").read_text())
-LAB_INVENTORY = yaml.safe_load((REPO_ROOT / "tests" / "lab" / "inventory" / "group_vars" / "all" / "main.yml").read_text())
+LAB_INVENTORY = yaml.safe_load(
+    (REPO_ROOT / "tests" / "lab" / "inventory" / "group_vars" / "all" / "main.yml").read_text()
+)
 LAB_PLAYBOOK = (REPO_ROOT / "tests" / "lab" / "lab.yml").read_text()
 
 
@@ -29,8 +30,12 @@ builder = load_builder()
 
 def matrix_versions(release: str = "12.1"):
     row = MATRIX["cuda_releases"][release]
-    return builder.parse_versions(row["toolkit_version"], row["component_version"],
-                                  row["cudnn"]["package_version"], row["nccl"]["package_version"])
+    return builder.parse_versions(
+        row["toolkit_version"],
+        row["component_version"],
+        row["cudnn"]["package_version"],
+        row["nccl"]["package_version"],
+    )
 
 
 @pytest.fixture(name="packages")
@@ -45,20 +50,29 @@ def test_versions_from_the_matrix():
     assert (v.cudnn_upstream, v.nccl_upstream) == ("8.9.2.26", "2.18.1")
 
 
-@pytest.mark.parametrize("args, message", [
-    (("12.1", "12.1.105", "8.9.2.26-1+cuda12.1", "2.18.1-1+cuda12.1"), "--cuda-toolkit-version"),
-    (("12.1.1-1", "11.8.89", "8.9.2.26-1+cuda12.1", "2.18.1-1+cuda12.1"), "--cuda-component-version"),
-    (("12.1.1-1", "12.1.105", "8.9.2.26-1+cuda11.8", "2.18.1-1+cuda12.1"), "--cudnn-version"),
-    (("12.1.1-1", "12.1.105", "8.9.2.26-1+cuda12.1", "2.18.1"), "--nccl-version"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("12.1", "12.1.105", "8.9.2.26-1+cuda12.1", "2.18.1-1+cuda12.1"), "--cuda-toolkit-version"),
+        (("12.1.1-1", "11.8.89", "8.9.2.26-1+cuda12.1", "2.18.1-1+cuda12.1"), "--cuda-component-version"),
+        (("12.1.1-1", "12.1.105", "8.9.2.26-1+cuda11.8", "2.18.1-1+cuda12.1"), "--cudnn-version"),
+        (("12.1.1-1", "12.1.105", "8.9.2.26-1+cuda12.1", "2.18.1"), "--nccl-version"),
+    ],
+)
 def test_mismatched_versions_are_refused(args, message):
     with pytest.raises(builder.BuildError, match=message):
         builder.parse_versions(*args)
 
 
-@pytest.mark.parametrize("version, upstream", [
-    ("8.9.2.26-1+cuda12.1", "8.9.2.26"), ("1:2.0-3", "2.0"), ("12.1.105", "12.1.105"), ("1.2-3-4", "1.2-3"),
-])
+@pytest.mark.parametrize(
+    "version, upstream",
+    [
+        ("8.9.2.26-1+cuda12.1", "8.9.2.26"),
+        ("1:2.0-3", "2.0"),
+        ("12.1.105", "12.1.105"),
+        ("1.2-3-4", "1.2-3"),
+    ],
+)
 def test_upstream_version(version, upstream):
     assert builder.upstream_version(version) == upstream
 
@@ -78,8 +92,12 @@ def test_control_round_trip():
 def test_names_and_versions_are_nvidias(packages):
     row = MATRIX["cuda_releases"]["12.1"]
     expected = {
-        "cuda-nvcc-12-1": "12.1.105-1", "cuda-cudart-12-1": "12.1.105-1", "cuda-cudart-dev-12-1": "12.1.105-1",
-        "cuda-nvrtc-12-1": "12.1.105-1", "cuda-nvrtc-dev-12-1": "12.1.105-1", "cuda-toolkit-12-1": "12.1.1-1",
+        "cuda-nvcc-12-1": "12.1.105-1",
+        "cuda-cudart-12-1": "12.1.105-1",
+        "cuda-cudart-dev-12-1": "12.1.105-1",
+        "cuda-nvrtc-12-1": "12.1.105-1",
+        "cuda-nvrtc-dev-12-1": "12.1.105-1",
+        "cuda-toolkit-12-1": "12.1.1-1",
         "cuda-keyring": "1.1-1",
     }
     expected.update({name: row["cudnn"]["package_version"] for name in row["cudnn"]["packages"]})
@@ -91,8 +109,12 @@ def test_names_and_versions_are_nvidias(packages):
 
 def test_dependencies_are_exact(packages):
     assert packages["cuda-toolkit-12-1"].depends == [
-        "cuda-nvcc-12-1 (= 12.1.105-1)", "cuda-cudart-12-1 (= 12.1.105-1)", "cuda-cudart-dev-12-1 (= 12.1.105-1)",
-        "cuda-nvrtc-12-1 (= 12.1.105-1)", "cuda-nvrtc-dev-12-1 (= 12.1.105-1)"]
+        "cuda-nvcc-12-1 (= 12.1.105-1)",
+        "cuda-cudart-12-1 (= 12.1.105-1)",
+        "cuda-cudart-dev-12-1 (= 12.1.105-1)",
+        "cuda-nvrtc-12-1 (= 12.1.105-1)",
+        "cuda-nvrtc-dev-12-1 (= 12.1.105-1)",
+    ]
     assert packages["cuda-cudart-dev-12-1"].depends == ["cuda-cudart-12-1 (= 12.1.105-1)"]
     assert packages["cuda-nvrtc-dev-12-1"].depends == ["cuda-nvrtc-12-1 (= 12.1.105-1)"]
     assert packages["libcudnn8-dev"].depends == ["libcudnn8 (= 8.9.2.26-1+cuda12.1)"]
@@ -141,8 +163,9 @@ def test_release_hash_and_index_helpers(tmp_path):
     release = "Origin: x\nSHA256:\n abc 10 Packages\n def 5 Packages.gz\n"
     assert builder.release_hash_of(release, "Packages") == "abc"
     assert builder.release_hash_of(release, "Sources") is None
-    unsorted = ("Package: b\nVersion: 1\nFilename: ./b.deb\nSize: 3\n\n"
-                "Package: a\nVersion: 1\nFilename: ./a.deb\nSize: 2\n")
+    unsorted = (
+        "Package: b\nVersion: 1\nFilename: ./b.deb\nSize: 3\n\nPackage: a\nVersion: 1\nFilename: ./a.deb\nSize: 2\n"
+    )
     assert builder.sort_packages(unsorted).startswith("Package: a\n")
     (tmp_path / "a.deb").write_bytes(b"aa")
     (tmp_path / "b.deb").write_bytes(b"bbb")
@@ -175,6 +198,6 @@ def test_the_lab_inventory_names_the_repository_the_lab_builds_as_the_site_repos
     """tests/lab/lab.yml builds the repository where the lab inventory's cuda_repository_url points the nodes."""
     path = builder.repo_path(LAB_VARS["lab_cuda_release"])
     assert LAB_INVENTORY["cuda_repository_url"] == "{{ lab_mirror_url }}/" + path
-    assert "__lab_cuda_repo: \"{{ __lab_mirror_root }}/site/cuda-{{ lab_cuda_release }}/debian12\"" in LAB_PLAYBOOK
+    assert '__lab_cuda_repo: "{{ __lab_mirror_root }}/site/cuda-{{ lab_cuda_release }}/debian12"' in LAB_PLAYBOOK
     assert "'site/cuda-{{ lab_cuda_release }}/debian12/InRelease'" in LAB_PLAYBOOK
     assert "cuda/debian12/x86_64" not in LAB_PLAYBOOK

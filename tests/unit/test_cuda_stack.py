@@ -28,7 +28,8 @@ FACTS = CUDA_FACTS
 
 
 def cuda(host: str, **settings) -> role_run.Outcome:
-    """What roles/cuda resolved on fake host ``host`` (or the message it stopped with); ``settings``: inventory variables."""
+    """What roles/cuda resolved on fake host ``host`` (or the message it stopped with); ``settings``: inventory
+    variables."""
     return cuda_config(host, **settings)
 
 
@@ -88,13 +89,17 @@ def test_matrix_defaults_exist():
     assert "cu121" in MATRIX["pytorch_releases"][MATRIX["defaults"]["pytorch_release"]]["variants"]
 
 
-@pytest.mark.parametrize("host, directory", [("ubuntu2004", "ubuntu2004"), ("ubuntu2204", "ubuntu2204"),
-                                             ("debian12", "debian12")])
+@pytest.mark.parametrize(
+    "host, directory", [("ubuntu2004", "ubuntu2004"), ("ubuntu2204", "ubuntu2204"), ("debian12", "debian12")]
+)
 def test_nvidia_repository_url_follows_nvidia_layout(host, directory):
     """https://developer.download.nvidia.com/compute/cuda/repos/<os>/x86_64, as cuda-keyring's own list has it."""
     cfg = cuda(host, **usable(host))
     assert cfg.failure is None
-    assert cfg["__cuda_public_repository_url"] == f"https://developer.download.nvidia.com/compute/cuda/repos/{directory}/x86_64"
+    assert (
+        cfg["__cuda_public_repository_url"]
+        == f"https://developer.download.nvidia.com/compute/cuda/repos/{directory}/x86_64"
+    )
     assert cfg["__cuda_repo_os"] in cfg["__cuda_supported_os"]
 
 
@@ -124,7 +129,10 @@ def test_sources_file_is_flat_and_signed(host):
     assert "trusted" not in text
 
 
-KEYED = {"cuda_repository_url": "https://mirror.example.com/cuda", "cuda_repository_key_url": "https://mirror.example.com/k.asc"}
+KEYED = {
+    "cuda_repository_url": "https://mirror.example.com/cuda",
+    "cuda_repository_key_url": "https://mirror.example.com/k.asc",
+}
 BAKED = {"cuda_repository_keyring": "/usr/share/keyrings/mirror.gpg"}
 KEYED_KEYRING = "/etc/apt/keyrings/gpufleet-mirror.example.com_cuda.asc"
 PREVIOUS_KEYRING = "/etc/apt/keyrings/gpufleet-cuda.asc"
@@ -146,18 +154,30 @@ def test_the_keyring_package_signs_unless_a_key_or_keyring_is_given(host):
 
 ROW = CUDA_RELEASES["12.1"]
 TOOLKIT_PIN = {"name": "cuda", "packages": ["cuda-toolkit-12-1"], "version": ROW["toolkit_version"], "present": True}
-LIBRARY_PINS = {lib: {"name": lib, "packages": ROW[lib]["packages"], "version": ROW[lib]["package_version"], "present": True}
-                for lib in ("cudnn", "nccl")}
+LIBRARY_PINS = {
+    lib: {"name": lib, "packages": ROW[lib]["packages"], "version": ROW[lib]["package_version"], "present": True}
+    for lib in ("cudnn", "nccl")
+}
 
 
-@pytest.mark.parametrize(("settings", "pins"), [
-    ({}, [TOOLKIT_PIN, LIBRARY_PINS["cudnn"], LIBRARY_PINS["nccl"]]),
-    ({"cuda_libraries": []}, [TOOLKIT_PIN]),
-    ({"cuda_libraries": "nccl"}, [TOOLKIT_PIN, LIBRARY_PINS["nccl"]]),
-    ({"cuda_toolkit": False}, [LIBRARY_PINS["cudnn"], LIBRARY_PINS["nccl"]]),
-    ({"cuda_pin": False}, [{**TOOLKIT_PIN, "present": False}, {**LIBRARY_PINS["cudnn"], "present": False},
-                           {**LIBRARY_PINS["nccl"], "present": False}]),
-], ids=["default", "no-libraries", "nccl-from-the-command-line", "libraries-only", "no-pins"])
+@pytest.mark.parametrize(
+    ("settings", "pins"),
+    [
+        ({}, [TOOLKIT_PIN, LIBRARY_PINS["cudnn"], LIBRARY_PINS["nccl"]]),
+        ({"cuda_libraries": []}, [TOOLKIT_PIN]),
+        ({"cuda_libraries": "nccl"}, [TOOLKIT_PIN, LIBRARY_PINS["nccl"]]),
+        ({"cuda_toolkit": False}, [LIBRARY_PINS["cudnn"], LIBRARY_PINS["nccl"]]),
+        (
+            {"cuda_pin": False},
+            [
+                {**TOOLKIT_PIN, "present": False},
+                {**LIBRARY_PINS["cudnn"], "present": False},
+                {**LIBRARY_PINS["nccl"], "present": False},
+            ],
+        ),
+    ],
+    ids=["default", "no-libraries", "nccl-from-the-command-line", "libraries-only", "no-pins"],
+)
 def test_one_pin_for_the_toolkit_and_each_library_at_the_matrix_builds(settings, pins):
     assert cuda_inputs("debian12", **SITE, **settings)["apt_source_pins"] == pins
 
@@ -166,12 +186,20 @@ def test_the_library_pins_name_both_packages_at_the_build():
     """What molecule/cuda_libraries checks on the node: gpufleet-cudnn.pref, gpufleet-nccl.pref."""
     pins = render_pins("debian12", **SITE)
     assert sorted(pins) == ["gpufleet-cuda.pref", "gpufleet-cudnn.pref", "gpufleet-nccl.pref"]
-    assert "Package: libcudnn8 libcudnn8-dev\nPin: version 8.9.2.26-1+cuda12.1\nPin-Priority: 1001\n" in pins["gpufleet-cudnn.pref"]
-    assert "Package: libnccl2 libnccl-dev\nPin: version 2.18.1-1+cuda12.1\nPin-Priority: 1001\n" in pins["gpufleet-nccl.pref"]
+    assert (
+        "Package: libcudnn8 libcudnn8-dev\nPin: version 8.9.2.26-1+cuda12.1\nPin-Priority: 1001\n"
+        in pins["gpufleet-cudnn.pref"]
+    )
+    assert (
+        "Package: libnccl2 libnccl-dev\nPin: version 2.18.1-1+cuda12.1\nPin-Priority: 1001\n"
+        in pins["gpufleet-nccl.pref"]
+    )
     assert "Package: cuda-toolkit-12-1\nPin: version 12.1.1-1\n" in pins["gpufleet-cuda.pref"]
 
 
-@pytest.mark.parametrize(("settings", "version"), [({}, "12.1.1-1"), ({"cuda_toolkit": False}, "")], ids=["toolkit", "libraries-only"])
+@pytest.mark.parametrize(
+    ("settings", "version"), [({}, "12.1.1-1"), ({"cuda_toolkit": False}, "")], ids=["toolkit", "libraries-only"]
+)
 def test_the_trial_looks_for_the_toolkit_build(settings, version):
     trial, main = cuda_inputs("ubuntu2204", "trial", **settings), cuda_inputs("ubuntu2204", **settings)
     assert {k: v for k, v in trial.items() if k in main} == {k: v for k, v in main.items() if k in trial}
@@ -189,8 +217,10 @@ def test_driver_check_refuses_470_for_cuda_12_1():
     """validate.yml's driver check: 470.256.02 < 530.30.02 is refused, naming the setting; 535.261.03 passes."""
     refused = cuda("debian12", cuda_driver_version="470.256.02", **SITE)
     assert refused.failure is not None
-    assert (f"CUDA 12.1 needs NVIDIA driver {CUDA_RELEASES['12.1']['min_driver']} or newer, but cuda_driver_version is driver "
-            "470.256.02") in " ".join(refused.failure.split())
+    assert (
+        f"CUDA 12.1 needs NVIDIA driver {CUDA_RELEASES['12.1']['min_driver']} or newer, but cuda_driver_version is "
+        "driver 470.256.02"
+    ) in " ".join(refused.failure.split())
     assert cuda("debian12", cuda_driver_version="535.261.03", **SITE).failure is None
 
 
@@ -198,11 +228,12 @@ def test_driver_check_refuses_470_for_cuda_12_1():
 # cuda-12-3_12.3.0-1_amd64.deb as its oldest cuda-12-*; those of .../debian11/x86_64/ and
 # .../debian10/x86_64/ list cuda-12-1_12.1.1-1_amd64.deb.
 DEBIAN12_REFUSAL = (
-    "cuda settings rejected on {host}: [1] NVIDIA publishes no CUDA 12.1 (cuda-toolkit-12-1) for debian12: its debian12 "
-    "repository starts at CUDA 12.3 and has none of the releases the compatibility matrix lists (12.1); CUDA 12.1 is "
-    "published for ubuntu2004, ubuntu2204, debian10, debian11. Set cuda_repository_url to a site repository that "
-    "carries cuda-toolkit-12-1 12.1.1-1 and the builds of cuda_libraries for debian12 (flat, like NVIDIA's), or choose a CUDA release NVIDIA publishes "
-    "for it (cuda_release)")
+    "cuda settings rejected on {host}: [1] NVIDIA publishes no CUDA 12.1 (cuda-toolkit-12-1) for debian12: its "
+    "debian12 repository starts at CUDA 12.3 and has none of the releases the compatibility matrix lists (12.1); CUDA "
+    "12.1 is published for ubuntu2004, ubuntu2204, debian10, debian11. Set cuda_repository_url to a site repository "
+    "that carries cuda-toolkit-12-1 12.1.1-1 and the builds of cuda_libraries for debian12 (flat, like NVIDIA's), or "
+    "choose a CUDA release NVIDIA publishes for it (cuda_release)"
+)
 
 
 @pytest.mark.parametrize("settings", [{}, {"cuda_toolkit": False}], ids=["toolkit", "libraries-only"])
@@ -225,8 +256,15 @@ def test_debian_12_with_a_site_repository_or_nothing_to_install_passes():
 for _host in FACTS:
     for _settings in ({}, KEYED, {**BAKED, **usable(_host)}, usable(_host)):
         CUDA.declare(_host, **_settings)
-for _settings in ({"cuda_libraries": []}, {"cuda_libraries": "nccl"}, {"cuda_toolkit": False}, {"cuda_pin": False},
-                  {"cuda_driver_version": "470.256.02"}, {"cuda_driver_version": "535.261.03"}, {}):
+for _settings in (
+    {"cuda_libraries": []},
+    {"cuda_libraries": "nccl"},
+    {"cuda_toolkit": False},
+    {"cuda_pin": False},
+    {"cuda_driver_version": "470.256.02"},
+    {"cuda_driver_version": "535.261.03"},
+    {},
+):
     CUDA.declare("debian12", **SITE, **_settings)
 CUDA.declare("debian12", cuda_toolkit=False)
 CUDA.declare("debian12", cuda_toolkit=False, cuda_libraries=[])

@@ -35,9 +35,18 @@ filters = load_script(REPO_ROOT / "plugins" / "filter" / "gpufleet_filters.py")
 driver_stack = load_script(REPO_ROOT / "roles" / "nvidia_driver" / "files" / "driver_stack.py")
 FIXTURE = REPO_ROOT / "tests" / "lab" / "files" / "build-fixture-branches.py"
 
-STACK = ["libnvidia-cfg1-{b}", "libnvidia-compute-{b}", "nvidia-compute-utils-{b}", "nvidia-dkms-{b}", "nvidia-firmware-{b}-{v}",
-         "nvidia-headless-{b}", "nvidia-headless-no-dkms-{b}", "nvidia-kernel-common-{b}", "nvidia-kernel-source-{b}",
-         "nvidia-utils-{b}"]
+STACK = [
+    "libnvidia-cfg1-{b}",
+    "libnvidia-compute-{b}",
+    "nvidia-compute-utils-{b}",
+    "nvidia-dkms-{b}",
+    "nvidia-firmware-{b}-{v}",
+    "nvidia-headless-{b}",
+    "nvidia-headless-no-dkms-{b}",
+    "nvidia-kernel-common-{b}",
+    "nvidia-kernel-source-{b}",
+    "nvidia-utils-{b}",
+]
 OLD_STACK = sorted(name.format(b="535", v="535.261.03") for name in STACK)
 NEW_STACK = sorted(name.format(b="580", v="580.95.05") for name in STACK)
 
@@ -53,13 +62,16 @@ def apt_output(name: str) -> str:
 def test_a_simulation_blocked_by_the_old_branchs_holds_names_them():
     result = filters.apt_simulation(apt_output("simulate-branch-held.txt"), OLD_STACK)
     assert (result["ran"], result["ok"], result["exit"]) == (True, False, 100)
-    assert result["errors"] == ["Error, pkgProblemResolver::Resolve generated breaks, this may be caused by held packages."]
+    assert result["errors"] == [
+        "Error, pkgProblemResolver::Resolve generated breaks, this may be caused by held packages."
+    ]
     assert result["installs"] == [] and result["removals"] == []
     # apt lists both branches' conflicting packages under "unmet dependencies"; the held ones among them stand in
     # the way (not the firmware and the no-dkms metapackage, which conflict with nothing).
     assert "nvidia-utils-580" in result["unmet"] and "nvidia-utils-535" in result["unmet"]
-    assert result["held_in_the_way"] == sorted(set(OLD_STACK) - {"nvidia-firmware-535-535.261.03",
-                                                                 "nvidia-headless-no-dkms-535"})
+    assert result["held_in_the_way"] == sorted(
+        set(OLD_STACK) - {"nvidia-firmware-535-535.261.03", "nvidia-headless-no-dkms-535"}
+    )
 
 
 def test_the_same_move_with_the_old_branchs_holds_lifted_installs_580_and_removes_535():
@@ -68,14 +80,17 @@ def test_the_same_move_with_the_old_branchs_holds_lifted_installs_580_and_remove
     assert sorted(i["package"] for i in result["installs"]) == NEW_STACK
     assert {i["version"] for i in result["installs"]} == {"580.95.05-0gpufleetlab1"}
     # apt prints each removal twice (its plan, then the order): read once each; the firmware nothing replaced stays.
-    assert sorted(r["package"] for r in result["removals"]) == sorted(set(OLD_STACK) - {"nvidia-firmware-535-535.261.03"})
+    assert sorted(r["package"] for r in result["removals"]) == sorted(
+        set(OLD_STACK) - {"nvidia-firmware-535-535.261.03"}
+    )
     assert result["kernels"] == [] and result["held_in_the_way"] == []
 
 
 def test_a_kernel_in_the_transaction_is_seen():
     """The released capture, edited in one field: the package of one Inst line is a kernel image."""
     text = apt_output("simulate-branch-released.txt").replace(
-        "Inst nvidia-firmware-580-580.95.05 (", "Inst linux-image-6.1.0-51-amd64 (", 1)
+        "Inst nvidia-firmware-580-580.95.05 (", "Inst linux-image-6.1.0-51-amd64 (", 1
+    )
     assert filters.apt_simulation(text)["kernels"] == ["linux-image-6.1.0-51-amd64"]
 
 
@@ -87,25 +102,43 @@ def test_no_simulation_is_no_verdict():
 # --------------------------------------------------------------------------- driver_layout
 
 
-UBUNTU_NVIDIA = {"packages_headless": ["nvidia-headless-{b}", "nvidia-utils-{b}"], "packages_full": ["cuda-drivers-{b}"],
-                 "packages_signed": [], "packages_fabricmanager": ["nvidia-fabricmanager-{b}", "libnvidia-nscq-{b}"],
-                 "version_package": "nvidia-utils-{b}",
-                 "pin_patterns": ["*nvidia*-{b}", "*nvidia*-{b}-*", "cuda-drivers-{b}", "cuda-drivers"],
-                 "upgrade_blacklist": ["nvidia-", "libnvidia-"]}
+UBUNTU_NVIDIA = {
+    "packages_headless": ["nvidia-headless-{b}", "nvidia-utils-{b}"],
+    "packages_full": ["cuda-drivers-{b}"],
+    "packages_signed": [],
+    "packages_fabricmanager": ["nvidia-fabricmanager-{b}", "libnvidia-nscq-{b}"],
+    "version_package": "nvidia-utils-{b}",
+    "pin_patterns": ["*nvidia*-{b}", "*nvidia*-{b}-*", "cuda-drivers-{b}", "cuda-drivers"],
+    "upgrade_blacklist": ["nvidia-", "libnvidia-"],
+}
 
 
 def test_the_layout_of_a_branch_fills_in_the_branch_and_says_it_names_it():
     layout = filters.driver_layout(UBUNTU_NVIDIA, "580", "5.15.0-91-generic", "dkms", True, True)
-    assert layout["packages"] == ["nvidia-headless-580", "nvidia-utils-580", "nvidia-fabricmanager-580", "libnvidia-nscq-580"]
-    assert layout["pin_patterns"][:2] == ["*nvidia*-580", "*nvidia*-580-*"] and layout["version_package"] == "nvidia-utils-580"
+    assert layout["packages"] == [
+        "nvidia-headless-580",
+        "nvidia-utils-580",
+        "nvidia-fabricmanager-580",
+        "libnvidia-nscq-580",
+    ]
+    assert (
+        layout["pin_patterns"][:2] == ["*nvidia*-580", "*nvidia*-580-*"]
+        and layout["version_package"] == "nvidia-utils-580"
+    )
     assert layout["branch_named"] is True
     assert filters.driver_layout(UBUNTU_NVIDIA, "535", headless=False)["packages"] == ["cuda-drivers-535"]
 
 
 def test_debians_layout_does_not_name_the_branch():
-    debian = {"packages_headless": ["nvidia-kernel-dkms", "nvidia-smi", "libcuda1"], "packages_full": ["nvidia-driver"],
-              "packages_signed": [], "packages_fabricmanager": [], "version_package": "nvidia-smi",
-              "pin_patterns": ["*nvidia*", "libcuda1"], "upgrade_blacklist": [".*nvidia"]}
+    debian = {
+        "packages_headless": ["nvidia-kernel-dkms", "nvidia-smi", "libcuda1"],
+        "packages_full": ["nvidia-driver"],
+        "packages_signed": [],
+        "packages_fabricmanager": [],
+        "version_package": "nvidia-smi",
+        "pin_patterns": ["*nvidia*", "libcuda1"],
+        "upgrade_blacklist": [".*nvidia"],
+    }
     assert filters.driver_layout(debian, "535")["branch_named"] is False
 
 
@@ -116,47 +149,81 @@ LISTING_535 = apt_output("dpkg-query-branch-535.txt")
 
 
 def test_the_replaced_branch_is_listed_apart_from_the_new_one():
-    new = driver_stack.driver_stack(LISTING_535, ["nvidia-headless-580", "nvidia-utils-580"], ["*nvidia*-580", "*nvidia*-580-*"])
-    old = driver_stack.driver_stack(LISTING_535, ["nvidia-headless-535", "nvidia-utils-535"], ["*nvidia*-535", "*nvidia*-535-*"])
+    new = driver_stack.driver_stack(
+        LISTING_535, ["nvidia-headless-580", "nvidia-utils-580"], ["*nvidia*-580", "*nvidia*-580-*"]
+    )
+    old = driver_stack.driver_stack(
+        LISTING_535, ["nvidia-headless-535", "nvidia-utils-535"], ["*nvidia*-535", "*nvidia*-535-*"]
+    )
     assert new == [] and old == OLD_STACK
 
 
 def test_the_script_prints_both_stacks(tmp_path):
     """Its main: dpkg-query on this machine (no NVIDIA package here: both empty), the JSON shape stack.yml reads."""
     host_tool("dpkg-query")
-    out = subprocess.run(["python3", str(REPO_ROOT / "roles/nvidia_driver/files/driver_stack.py"), '["nvidia-utils-580"]',
-                          '["*nvidia*-580"]', '["nvidia-utils-535"]', '["*nvidia*-535"]'],
-                         check=True, capture_output=True, text=True).stdout
+    out = subprocess.run(
+        [
+            "python3",
+            str(REPO_ROOT / "roles/nvidia_driver/files/driver_stack.py"),
+            '["nvidia-utils-580"]',
+            '["*nvidia*-580"]',
+            '["nvidia-utils-535"]',
+            '["*nvidia*-535"]',
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     assert json.loads(out) == {"stack": [], "replaced": []}
 
 
 # --------------------------------------------------------------------------- the role: the branch being replaced
 
 
-MOVE = role_run.Batch(FAKE_FACTS, [
-    role_run.import_role("nvidia_driver", "validate"),
-    role_run.import_role("nvidia_driver", "preflight", skip_apt_source=True),
-], after=[role_run.capture(role_run.names("__nvidia_driver_replaced", "__nvidia_driver_packages"))])
+MOVE = role_run.Batch(
+    FAKE_FACTS,
+    [
+        role_run.import_role("nvidia_driver", "validate"),
+        role_run.import_role("nvidia_driver", "preflight", skip_apt_source=True),
+    ],
+    after=[role_run.capture(role_run.names("__nvidia_driver_replaced", "__nvidia_driver_packages"))],
+)
 
-FACT_535 = {"nvidia_driver": {"branch": "535", "source": "nvidia", "installed_version": "535.261.03",
-                              "pinned_version": "535.261.03", "loaded_version": "535.261.03"}}
+FACT_535 = {
+    "nvidia_driver": {
+        "branch": "535",
+        "source": "nvidia",
+        "installed_version": "535.261.03",
+        "pinned_version": "535.261.03",
+        "loaded_version": "535.261.03",
+    }
+}
 
 
 def test_a_move_from_535_to_580_on_ubuntu_replaces_the_535_packages():
-    cfg = MOVE.get("ubuntu2204", nvidia_driver_source="nvidia", nvidia_driver_branch="580",
-                   nvidia_driver_version="580.95.05", ansible_local=FACT_535)
+    cfg = MOVE.get(
+        "ubuntu2204",
+        nvidia_driver_source="nvidia",
+        nvidia_driver_branch="580",
+        nvidia_driver_version="580.95.05",
+        ansible_local=FACT_535,
+    )
     assert cfg["__nvidia_driver_packages"] == ["nvidia-headless-580", "nvidia-utils-580"]
     replaced = cfg["__nvidia_driver_replaced"]
     assert (replaced["branch"], replaced["packages"]) == ("535", ["nvidia-headless-535", "nvidia-utils-535"])
     assert "*nvidia*-535" in replaced["pin_patterns"]
 
 
-@pytest.mark.parametrize(("facts", "source", "branch", "local"), [
-    ("ubuntu2204", "nvidia", "535", FACT_535),  # the same branch: an upgrade within it, the same names
-    # installed from another source (Canonical's): not a branch move of this source's packages
-    ("ubuntu2204", "nvidia", "580", {"nvidia_driver": {**FACT_535["nvidia_driver"], "source": "ubuntu"}}),
-    ("ubuntu2204", "nvidia", "580", {}),  # nothing installed by gpufleet
-], ids=["same-branch", "other-source", "no-fact"])
+@pytest.mark.parametrize(
+    ("facts", "source", "branch", "local"),
+    [
+        ("ubuntu2204", "nvidia", "535", FACT_535),  # the same branch: an upgrade within it, the same names
+        # installed from another source (Canonical's): not a branch move of this source's packages
+        ("ubuntu2204", "nvidia", "580", {"nvidia_driver": {**FACT_535["nvidia_driver"], "source": "ubuntu"}}),
+        ("ubuntu2204", "nvidia", "580", {}),  # nothing installed by gpufleet
+    ],
+    ids=["same-branch", "other-source", "no-fact"],
+)
 def test_nothing_is_replaced_otherwise(facts, source, branch, local):
     cfg = MOVE.get(facts, nvidia_driver_source=source, nvidia_driver_branch=branch, ansible_local=local)
     assert cfg["__nvidia_driver_replaced"] == {"branch": "", "packages": [], "pin_patterns": []}
@@ -165,17 +232,29 @@ def test_nothing_is_replaced_otherwise(facts, source, branch, local):
 # --------------------------------------------------------------------------- transaction.yml: the refusal
 
 
-JUDGE = role_run.Batch(FAKE_FACTS, [
-    role_run.import_role("nvidia_driver", "validate"),
-    role_run.import_role("nvidia_driver", "preflight", skip_apt_source=True),
-    role_run.import_role("nvidia_driver", "transaction"),
-], after=[role_run.capture(role_run.names("__nvidia_driver_simulated"))])
+JUDGE = role_run.Batch(
+    FAKE_FACTS,
+    [
+        role_run.import_role("nvidia_driver", "validate"),
+        role_run.import_role("nvidia_driver", "preflight", skip_apt_source=True),
+        role_run.import_role("nvidia_driver", "transaction"),
+    ],
+    after=[role_run.capture(role_run.names("__nvidia_driver_simulated"))],
+)
 
 
 def _judge(text: str, held: list, releasable: list, **settings):
-    return JUDGE.get("ubuntu2204", nvidia_driver_source="nvidia", nvidia_driver_branch="580",
-                     nvidia_driver_version="580.95.05", ansible_local=FACT_535, __nvidia_driver_simulation_text=text,
-                     __nvidia_driver_held=held, __nvidia_driver_releasable=releasable, **settings)
+    return JUDGE.get(
+        "ubuntu2204",
+        nvidia_driver_source="nvidia",
+        nvidia_driver_branch="580",
+        nvidia_driver_version="580.95.05",
+        ansible_local=FACT_535,
+        __nvidia_driver_simulation_text=text,
+        __nvidia_driver_held=held,
+        __nvidia_driver_releasable=releasable,
+        **settings,
+    )
 
 
 def test_play_1_refuses_the_move_that_apt_would_refuse_naming_the_held_packages():
@@ -195,7 +274,8 @@ def test_the_move_passes_with_the_holds_the_install_lifts():
 
 def test_a_kernel_in_the_transaction_stops_the_host_unless_allowed():
     text = apt_output("simulate-branch-released.txt").replace(
-        "Inst nvidia-firmware-580-580.95.05 (", "Inst linux-image-6.1.0-51-amd64 (", 1)
+        "Inst nvidia-firmware-580-580.95.05 (", "Inst linux-image-6.1.0-51-amd64 (", 1
+    )
     message = _judge(text, OLD_STACK, OLD_STACK).failure
     assert message and "would also install linux-image-6.1.0-51-amd64" in message
     assert _judge(text, OLD_STACK, OLD_STACK, nvidia_driver_allow_kernel_install=True).failure is None
@@ -212,15 +292,25 @@ def branches(tmp_path_factory) -> Path:
     home = work / "gnupg"
     home.mkdir(mode=0o700)
     gpg = ["gpg", "--homedir", str(home), "--batch"]
-    subprocess.run([*gpg, "--passphrase", "", "--quick-gen-key", "gpufleet fixture test", "ed25519", "sign", "1d"],
-                   check=True, capture_output=True)
-    fpr = subprocess.run([*gpg, "--with-colons", "--list-keys"], check=True, capture_output=True,
-                         text=True).stdout.split("fpr:::::::::")[1].split(":")[0]
+    subprocess.run(
+        [*gpg, "--passphrase", "", "--quick-gen-key", "gpufleet fixture test", "ed25519", "sign", "1d"],
+        check=True,
+        capture_output=True,
+    )
+    fpr = (
+        subprocess.run([*gpg, "--with-colons", "--list-keys"], check=True, capture_output=True, text=True)
+        .stdout.split("fpr:::::::::")[1]
+        .split(":")[0]
+    )
     keyring = work / "cuda-keyring_1.1-1_all.deb"
     keyring.write_bytes(b"")  # copied as it is; its content is the site repository's business
     out = work / "nvidia-branches"
-    subprocess.run(["python3", str(FIXTURE), str(out), str(home), fpr, str(keyring)], check=True, capture_output=True,
-                   env={**os.environ, "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
+    subprocess.run(
+        ["python3", str(FIXTURE), str(out), str(home), fpr, str(keyring)],
+        check=True,
+        capture_output=True,
+        env={**os.environ, "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
+    )
     return out
 
 
@@ -265,12 +355,16 @@ def test_the_fixture_has_the_relations_of_the_published_packages(branches):
 
 def test_the_fixtures_branches_ship_the_same_files_as_the_real_ones_do(branches):
     def contents(deb: str) -> set:
-        listing = subprocess.run(["dpkg-deb", "-c", str(branches / deb)], check=True, capture_output=True, text=True).stdout
+        listing = subprocess.run(
+            ["dpkg-deb", "-c", str(branches / deb)], check=True, capture_output=True, text=True
+        ).stdout
         return {line.split()[5] for line in listing.splitlines()}
 
-    for package, shared in [("nvidia-utils", "./usr/bin/nvidia-smi"),
-                            ("libnvidia-compute", "./usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"),
-                            ("nvidia-kernel-common", "./lib/udev/rules.d/71-nvidia.rules")]:
+    for package, shared in [
+        ("nvidia-utils", "./usr/bin/nvidia-smi"),
+        ("libnvidia-compute", "./usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"),
+        ("nvidia-kernel-common", "./lib/udev/rules.d/71-nvidia.rules"),
+    ]:
         assert shared in contents(f"{package}-535_535.261.03-0gpufleetlab1_amd64.deb")
         assert shared in contents(f"{package}-580_580.95.05-0gpufleetlab1_amd64.deb")
     source = contents("nvidia-kernel-source-580_580.95.05-0gpufleetlab1_amd64.deb")

@@ -40,16 +40,25 @@ TARGET = "580.95.05"
 # of upgrade-driver.yml): the first collects and says the warning, the second says nothing again.
 LIFECYCLE_TASKS = [
     role_run.import_role("nvidia_driver", "validate"),
-    {"name": "Keep what the first pass collected", "ansible.builtin.set_fact": {
-        "first_pass": "{{ __nvidia_driver_eol_collected }}", "first_warnings": "{{ __nvidia_driver_eol_warnings }}"}},
+    {
+        "name": "Keep what the first pass collected",
+        "ansible.builtin.set_fact": {
+            "first_pass": "{{ __nvidia_driver_eol_collected }}",
+            "first_warnings": "{{ __nvidia_driver_eol_warnings }}",
+        },
+    },
     role_run.import_role("nvidia_driver", "validate"),
 ]
 FLEET = [
     role_run.Host("gpu-a", FAKE_FACTS["ubuntu2204"], play="fleet"),
     role_run.Host("gpu-b", FAKE_FACTS["ubuntu2204"], play="fleet"),
     role_run.Host("gpu-c", FAKE_FACTS["debian12"], play="fleet"),
-    role_run.Host("gpu-d", FAKE_FACTS["ubuntu2204"], {"nvidia_driver_branch": "580", "nvidia_driver_source": "nvidia"},
-                  play="fleet"),
+    role_run.Host(
+        "gpu-d",
+        FAKE_FACTS["ubuntu2204"],
+        {"nvidia_driver_branch": "580", "nvidia_driver_source": "nvidia"},
+        play="fleet",
+    ),
     # Refused (no such branch): its rejection is its message, not a warning.
     role_run.Host("gpu-e", FAKE_FACTS["ubuntu2204"], {"nvidia_driver_branch": "999"}, play="fleet"),
 ]
@@ -90,15 +99,20 @@ def test_an_unknown_cuda_release_is_the_cuda_roles_to_refuse():
     assert refusal.count("cuda_release '11.0' is not a CUDA release gpufleet knows") == 1
 
 
-@pytest.mark.skipif(datetime.date.today() < datetime.date(2026, 7, 1), reason="535 reaches its end of life in June 2026")
+@pytest.mark.skipif(
+    datetime.date.today() < datetime.date(2026, 7, 1), reason="535 reaches its end of life in June 2026"
+)
 def test_535_is_warned_about_and_580_named(fleet):
     """On and after July 2026 (this was written on 2026-12-01), the default branch is warned about, not refused."""
     lines = fleet["gpu-a"]["__nvidia_driver_eol_warnings"]
-    assert lines[0].startswith("WARNING gpu-a, gpu-b: NVIDIA driver branch 535 (Long Term Support Branch) is past its end "
-                               "of life (2026-06, ")
+    assert lines[0].startswith(
+        "WARNING gpu-a, gpu-b: NVIDIA driver branch 535 (Long Term Support Branch) is past its end of life (2026-06, "
+    )
     assert "branch 580, the Long Term Support Branch supported until 2028-06" in lines[0]
     assert lines[0].endswith("-e upgrade_driver_version=580.95.05")
-    assert lines[1].startswith("WARNING gpu-c: ") and lines[1].endswith("but no source gpufleet knows offers it on Debian")
+    assert lines[1].startswith("WARNING gpu-c: ") and lines[1].endswith(
+        "but no source gpufleet knows offers it on Debian"
+    )
     assert not any("gpu-d" in line or "gpu-e" in line for line in lines)
 
 
@@ -115,12 +129,15 @@ def test_the_warning_is_collected_and_said_in_the_first_pass_only(fleet):
 
 # --------------------------------------------------------------------------- upgrade-driver.yml: 535 -> 580
 
+
 def _upgrade_settings(version: str) -> dict[str, str]:
     """The driver settings both plays of playbooks/upgrade-driver.yml give the roles, with -e upgrade_driver_version."""
     plays = yaml.safe_load((REPO / "playbooks/upgrade-driver.yml").read_text())
     check, upgrade = plays[0]["vars"], plays[1]["vars"]
     names = ("nvidia_driver_version", "nvidia_driver_branch")
-    assert {name: check[name].replace(" | default('')", "") for name in names} == {name: upgrade[name] for name in names}
+    assert {name: check[name].replace(" | default('')", "") for name in names} == {
+        name: upgrade[name] for name in names
+    }
     return {"upgrade_driver_version": version, **{name: upgrade[name] for name in names}}
 
 
@@ -132,7 +149,9 @@ def test_the_upgrade_plans_nvidias_580_packages_at_the_release():
     cfg = driver_config("ubuntu2204", **UPGRADE_580)
     assert cfg.failure is None
     assert cfg["__nvidia_driver_version"] == TARGET
-    assert cfg["__nvidia_driver_repo_url"] == "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2204/x86_64"
+    assert (
+        cfg["__nvidia_driver_repo_url"] == "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2204/x86_64"
+    )
     assert cfg["__nvidia_driver_packages"] == ["nvidia-headless-580", "nvidia-utils-580"]
     assert cfg["__nvidia_driver_version_package"] == "nvidia-utils-580"
     assert cfg["__nvidia_driver_pin_patterns"] == ["*nvidia*-580", "*nvidia*-580-*", "cuda-drivers-580", "cuda-drivers"]
@@ -149,14 +168,22 @@ def test_the_upgrade_keeps_cuda_12_1():
     """The cuda role's check of play 1 with the new driver: CUDA 12.1 (needs >= 530.30.02) stays, at its build."""
     cfg = CUDA_CHECK.get("ubuntu2204", **UPGRADE_580)
     assert cfg.failure is None
-    assert (cfg["__cuda_release"], cfg["__cuda_driver"], cfg["__cuda_driver_source"]) == ("12.1", TARGET, "nvidia_driver_version")
+    assert (cfg["__cuda_release"], cfg["__cuda_driver"], cfg["__cuda_driver_source"]) == (
+        "12.1",
+        TARGET,
+        "nvidia_driver_version",
+    )
     assert cfg["__cuda_spec"]["toolkit_version"] == "12.1.1-1" and cfg["__cuda_invalid"] == []
 
 
-@pytest.mark.parametrize(("host", "source", "reason"), [
-    ("ubuntu2204", "ubuntu", "branch 580 is not offered by source 'ubuntu' on Ubuntu (the compatibility matrix)"),
-    ("debian12", "nvidia", "branch 580 is not offered by source 'nvidia' on Debian (the compatibility matrix)"),
-], ids=["ubuntu-canonical-archive", "debian"])
+@pytest.mark.parametrize(
+    ("host", "source", "reason"),
+    [
+        ("ubuntu2204", "ubuntu", "branch 580 is not offered by source 'ubuntu' on Ubuntu (the compatibility matrix)"),
+        ("debian12", "nvidia", "branch 580 is not offered by source 'nvidia' on Debian (the compatibility matrix)"),
+    ],
+    ids=["ubuntu-canonical-archive", "debian"],
+)
 def test_the_upgrade_to_580_is_refused_where_no_source_offers_it(host, source, reason):
     settings = {**_upgrade_settings(TARGET), **({"nvidia_driver_source": source} if source else {})}
     assert reason in driver_config(host, **settings).failure

@@ -52,8 +52,12 @@ UBUNTU_PACKAGES = {
 
 # The build the trial found (a record of its exact version string first), or none (a converged host whose index
 # no longer offers it: the version pattern alone).
-CASES = [("ubuntu2204", "ubuntu", f"{VERSION}-0ubuntu0.22.04.1"), ("ubuntu2204", "nvidia", f"{VERSION}-0ubuntu1"),
-         ("ubuntu2204", "ubuntu", ""), ("ubuntu2204", "nvidia", "")]
+CASES = [
+    ("ubuntu2204", "ubuntu", f"{VERSION}-0ubuntu0.22.04.1"),
+    ("ubuntu2204", "nvidia", f"{VERSION}-0ubuntu1"),
+    ("ubuntu2204", "ubuntu", ""),
+    ("ubuntu2204", "nvidia", ""),
+]
 CASE_IDS = [f"{source}-{'build' if build else 'pattern'}" for _fake_host, source, build in CASES]
 for _host, _source, _build in CASES:
     declare_driver(_host, _source, preflight={"nvswitch_count": 4}, **(trial_found(_build) if _build else {}))
@@ -65,10 +69,17 @@ declare_driver("debian12", "nvidia")
 def _repository(directory: Path, release: dict[str, str], packages: dict[str, list[str]]) -> None:
     """A flat repository: its Release file's fields and a Packages index of the given versions."""
     directory.mkdir()
-    (directory / "Release").write_text("".join(f"{key}: {value}\n" for key, value in release.items()) + "Architectures: amd64\n")
-    (directory / "Packages").write_text("".join(
-        f"Package: {name}\nVersion: {version}\nArchitecture: amd64\nFilename: ./{name}_{version}_amd64.deb\nSize: 1\n"
-        f"Description: {name}\n\n" for name, versions in packages.items() for version in versions))
+    (directory / "Release").write_text(
+        "".join(f"{key}: {value}\n" for key, value in release.items()) + "Architectures: amd64\n"
+    )
+    (directory / "Packages").write_text(
+        "".join(
+            f"Package: {name}\nVersion: {version}\nArchitecture: amd64\nFilename: ./{name}_{version}_amd64.deb\nSize: "
+            f"1\nDescription: {name}\n\n"
+            for name, versions in packages.items()
+            for version in versions
+        )
+    )
 
 
 def apt_candidates(tmp_path: Path, preferences: str, packages: list[str]) -> dict[str, str]:
@@ -76,21 +87,31 @@ def apt_candidates(tmp_path: Path, preferences: str, packages: list[str]) -> dic
     _repository(tmp_path / "ubuntu", UBUNTU_RELEASE, UBUNTU_PACKAGES)
     _repository(tmp_path / "nvidia", NVIDIA_RELEASE, NVIDIA_PACKAGES)
     (tmp_path / "sources.list").write_text(
-        f"deb [trusted=yes] file:{tmp_path / 'ubuntu'} ./\ndeb [trusted=yes] file:{tmp_path / 'nvidia'} ./\n")
+        f"deb [trusted=yes] file:{tmp_path / 'ubuntu'} ./\ndeb [trusted=yes] file:{tmp_path / 'nvidia'} ./\n"
+    )
     (tmp_path / "pref").write_text(preferences)
     for directory in ("empty", "lists/partial", "cache/archives/partial"):
         (tmp_path / directory).mkdir(parents=True)
     options = {
-        "Dir::Etc::SourceList": tmp_path / "sources.list", "Dir::Etc::SourceParts": tmp_path / "empty",
-        "Dir::Etc::Preferences": tmp_path / "pref", "Dir::Etc::PreferencesParts": tmp_path / "empty",
-        "Dir::State::Lists": tmp_path / "lists", "Dir::State::status": "/dev/null", "Dir::Cache": tmp_path / "cache",
-        "Debug::NoLocking": 1, "APT::Architecture": "amd64", "APT::Architectures": "amd64",
-        "Acquire::Languages": "none", "APT::Sandbox::User": "",
+        "Dir::Etc::SourceList": tmp_path / "sources.list",
+        "Dir::Etc::SourceParts": tmp_path / "empty",
+        "Dir::Etc::Preferences": tmp_path / "pref",
+        "Dir::Etc::PreferencesParts": tmp_path / "empty",
+        "Dir::State::Lists": tmp_path / "lists",
+        "Dir::State::status": "/dev/null",
+        "Dir::Cache": tmp_path / "cache",
+        "Debug::NoLocking": 1,
+        "APT::Architecture": "amd64",
+        "APT::Architectures": "amd64",
+        "Acquire::Languages": "none",
+        "APT::Sandbox::User": "",
     }
     args = [arg for key, value in options.items() for arg in ("-o", f"{key}={value}")]
     update = subprocess.run([host_tool("apt-get"), *args, "update"], capture_output=True, text=True, check=False)
     assert update.returncode == 0, update.stdout + update.stderr
-    policy = subprocess.run([host_tool("apt-cache"), *args, "policy", *packages], capture_output=True, text=True, check=False)
+    policy = subprocess.run(
+        [host_tool("apt-cache"), *args, "policy", *packages], capture_output=True, text=True, check=False
+    )
     assert policy.returncode == 0 and "E:" not in policy.stderr, policy.stderr
     candidates, package = {}, None
     for line in policy.stdout.splitlines():
@@ -101,18 +122,21 @@ def apt_candidates(tmp_path: Path, preferences: str, packages: list[str]) -> dic
     return candidates
 
 
-@pytest.mark.parametrize(("host", "source", "competitors"), [
-    ("ubuntu2204", "ubuntu", ["release l=NVIDIA CUDA"]),
-    ("ubuntu2204", "nvidia", ["release o=Ubuntu"]),
-    ("debian12", "debian_nonfree", ["release l=NVIDIA CUDA"]),
-    # NVIDIA's Debian driver depends on Debian's glx-alternative-nvidia and nvidia-installer-cleanup (contrib).
-    ("debian12", "nvidia", []),
-])
+@pytest.mark.parametrize(
+    ("host", "source", "competitors"),
+    [
+        ("ubuntu2204", "ubuntu", ["release l=NVIDIA CUDA"]),
+        ("ubuntu2204", "nvidia", ["release o=Ubuntu"]),
+        ("debian12", "debian_nonfree", ["release l=NVIDIA CUDA"]),
+        # NVIDIA's Debian driver depends on Debian's glx-alternative-nvidia and nvidia-installer-cleanup (contrib).
+        ("debian12", "nvidia", []),
+    ],
+)
 def test_the_other_repository_comes_first_at_priority_minus_one(driver, host, source, competitors):
     """One record per other repository, before the version records, with the same packages, at -1."""
     cfg = driver(host, source)
     stanzas = parse_deb822(pin_text(cfg))
-    never = stanzas[:len(competitors)]
+    never = stanzas[: len(competitors)]
     assert [s["Pin"] for s in never] == competitors
     assert all(s["Pin-Priority"] == "-1" and s["Package"].split() == cfg["__nvidia_driver_pin_patterns"] for s in never)
     assert [s["Pin"] for s in version_stanzas(pin_text(cfg))] == [f"version {VERSION}-*"]
@@ -144,8 +168,12 @@ def test_a_pin_by_version_alone_lets_the_other_repository_win(driver, tmp_path):
 
 # conftest's driver run (validate.yml, preflight.yml, what repository.yml gives apt_source and what it renders),
 # as `ansible-playbook --check` runs it.
-CHECK = role_run.Batch(FAKE_FACTS, DRIVER._tasks, DRIVER._after + [role_run.capture({"check_mode": "{{ ansible_check_mode }}"})],
-                       check_mode=True)
+CHECK = role_run.Batch(
+    FAKE_FACTS,
+    DRIVER._tasks,
+    DRIVER._after + [role_run.capture({"check_mode": "{{ ansible_check_mode }}"})],
+    check_mode=True,
+)
 CHECK.declare("ubuntu2204", preflight_report=preflight_report(FAKE_FACTS["ubuntu2204"], nvswitch_count=8))
 
 
@@ -155,9 +183,16 @@ def test_check_mode_on_ubuntu_2204_plans_nvidias_packages_pinned_by_origin():
     cfg = CHECK.get("ubuntu2204", preflight_report=preflight_report(FAKE_FACTS["ubuntu2204"], nvswitch_count=8))
     assert cfg.failure is None and cfg["check_mode"] is True
     assert cfg["__nvidia_driver_source"] == "nvidia"
-    assert cfg["main_inputs"]["apt_source_url"] == "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2204/x86_64"
-    assert cfg["__nvidia_driver_packages"] == ["nvidia-headless-535", "nvidia-utils-535", "nvidia-fabricmanager-535",
-                                               "libnvidia-nscq-535"]
+    assert (
+        cfg["main_inputs"]["apt_source_url"]
+        == "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2204/x86_64"
+    )
+    assert cfg["__nvidia_driver_packages"] == [
+        "nvidia-headless-535",
+        "nvidia-utils-535",
+        "nvidia-fabricmanager-535",
+        "libnvidia-nscq-535",
+    ]
     (pin,) = cfg["main_pins"]
     never, version = parse_deb822(pin["text"])
     assert (never["Pin"], never["Pin-Priority"]) == ("release o=Ubuntu", "-1")
@@ -166,6 +201,7 @@ def test_check_mode_on_ubuntu_2204_plans_nvidias_packages_pinned_by_origin():
 
 
 # --------------------------------------------------------------------------- nvidia_driver_version: latest
+
 
 def _offered(*versions: str) -> dict:
     """apt_source_trial as the driver's trial publishes it when asked for no version (latest, not yet resolved)."""
@@ -181,8 +217,11 @@ FLEET = [
     ("ubuntu2204", {**_offered("535.274.02-0ubuntu1", "535.261.03-0ubuntu1"), "preflight_report": "x"}),
     ("ubuntu2004", _offered("535.261.03-0ubuntu1", "535.247.01-0ubuntu1")),
 ]
-LATEST_BATCH = role_run.Batch(FAKE_FACTS, DRIVER._tasks, DRIVER._after + [role_run.capture({
-    "fact_file": role_run.template("nvidia_driver", "nvidia_driver.fact.j2")})])
+LATEST_BATCH = role_run.Batch(
+    FAKE_FACTS,
+    DRIVER._tasks,
+    DRIVER._after + [role_run.capture({"fact_file": role_run.template("nvidia_driver", "nvidia_driver.fact.j2")})],
+)
 SPLIT_BATCH = role_run.Batch(FAKE_FACTS, DRIVER._tasks, DRIVER._after)
 
 
@@ -211,7 +250,9 @@ def test_latest_resolves_one_release_for_the_whole_play():
         (pin,) = cfg["main_inputs"]["apt_source_pins"]
         assert (pin["version"], pin["build"]) == (f"{VERSION}-*", f"{VERSION}-0ubuntu1")
         # The fact file records what was asked for and the release it became (the fleet report reads both).
-        fact = json.loads(subprocess.run(["sh", "-c", cfg["fact_file"]], capture_output=True, text=True, check=True).stdout)
+        fact = json.loads(
+            subprocess.run(["sh", "-c", cfg["fact_file"]], capture_output=True, text=True, check=True).stdout
+        )
         assert (fact["requested_version"], fact["pinned_version"]) == ("latest", VERSION)
     assert outcomes[1]["__nvidia_driver_packages"][-2:] == ["nvidia-fabricmanager-535", "libnvidia-nscq-535"]
 
@@ -239,7 +280,10 @@ def test_the_cuda_check_reads_latest_as_the_branchs_default_release():
     """Play 1's CUDA check runs before the release is resolved: it checks the branch's default release, named so."""
     cfg = CUDA_CHECK.get("ubuntu2204", **LATEST, nvidia_driver_branch="535")
     assert cfg.failure is None
-    assert (cfg["__cuda_driver"], cfg["__cuda_driver_source"]) == (VERSION, "nvidia_driver_branch 535 (its default release)")
+    assert (cfg["__cuda_driver"], cfg["__cuda_driver_source"]) == (
+        VERSION,
+        "nvidia_driver_branch 535 (its default release)",
+    )
 
 
 # --------------------------------------------------------------------------- another branch in the build
@@ -247,18 +291,30 @@ def test_the_cuda_check_reads_latest_as_the_branchs_default_release():
 # https://packages.ubuntu.com/noble-updates/libnvidia-extra-535-server: 535.309.01-0ubuntu0.24.04.2, the transitional
 # build after R535's end of life ("dep: libnvidia-extra-580-server"; the stanza the filter tests in test_plugins.py
 # carry). The jammy packages of nvidia-graphics-drivers-535-server have the same form (issue 14 finding 1).
-TRANSITIONAL = {"Package": "libnvidia-extra-535-server", "Version": "535.309.01-0ubuntu0.24.04.2",
-                "Depends": [[{"name": "libnvidia-extra-580-server", "relation": "", "version": ""}]]}
+TRANSITIONAL = {
+    "Package": "libnvidia-extra-535-server",
+    "Version": "535.309.01-0ubuntu0.24.04.2",
+    "Depends": [[{"name": "libnvidia-extra-580-server", "relation": "", "version": ""}]],
+}
 # https://packages.ubuntu.com/ca/noble-updates/libnvidia-extra-535-server: 535.309.01-0ubuntu0.24.04.1, the build
 # before it, a real 535 library ("dep: libc6 (>= 2.34)").
-GENUINE = {"Package": "libnvidia-extra-535-server", "Version": "535.309.01-0ubuntu0.24.04.1",
-           "Depends": [[{"name": "libc6", "relation": ">=", "version": "2.34"}]]}
+GENUINE = {
+    "Package": "libnvidia-extra-535-server",
+    "Version": "535.309.01-0ubuntu0.24.04.1",
+    "Depends": [[{"name": "libc6", "relation": ">=", "version": "2.34"}]],
+}
 FULL_SERVER = {"nvidia_driver_headless": False, "nvidia_driver_version": "535.309.01"}
 
 
 def _trial_with(*stanzas: dict) -> dict:
-    return {"apt_source_trial": {"name": "nvidia-driver", "build": stanzas[0]["Version"], "offered": [],
-                                 "stanzas": list(stanzas)}}
+    return {
+        "apt_source_trial": {
+            "name": "nvidia-driver",
+            "build": stanzas[0]["Version"],
+            "offered": [],
+            "stanzas": list(stanzas),
+        }
+    }
 
 
 declare_driver("ubuntu2204", "ubuntu", **FULL_SERVER, **_trial_with(TRANSITIONAL))
@@ -274,8 +330,10 @@ def test_play_1_refuses_a_build_that_depends_on_another_branch(driver):
     release the trial gives."""
     cfg = driver("ubuntu2204", "ubuntu", **FULL_SERVER, **_trial_with(TRANSITIONAL))
     assert "nothing has been changed" in cfg.failed_task
-    assert ("libnvidia-extra-535-server 535.309.01-0ubuntu0.24.04.2 depends on libnvidia-extra-580-server of branch 580"
-            in cfg.failure)
+    assert (
+        "libnvidia-extra-535-server 535.309.01-0ubuntu0.24.04.2 depends on libnvidia-extra-580-server of branch 580"
+        in cfg.failure
+    )
     assert "builds release 535.309.01 of branch 535 with packages of another branch" in cfg.failure
 
 
@@ -300,22 +358,38 @@ def test_the_trial_script_prints_the_stanzas_of_the_version_asked_for(tmp_path):
     repo = tmp_path / "nvidia"
     _repository(repo, {}, {"nvidia-utils-535": [f"{VERSION}-0ubuntu1", "535.274.02-0ubuntu1"]})
     with (repo / "Packages").open("a") as packages:
-        packages.write(f"Package: libnvidia-extra-535\nVersion: {VERSION}-0ubuntu1\nArchitecture: amd64\n"
-                       "Depends: libnvidia-extra-580\nFilename: ./e.deb\nSize: 1\nDescription: e\n\n")
-    release = subprocess.run([ftparchive, "-o", "APT::FTPArchive::Release::Label=NVIDIA CUDA", "release", str(repo)],
-                             capture_output=True, text=True, check=True).stdout
+        packages.write(
+            f"Package: libnvidia-extra-535\nVersion: {VERSION}-0ubuntu1\nArchitecture: amd64\n"
+            "Depends: libnvidia-extra-580\nFilename: ./e.deb\nSize: 1\nDescription: e\n\n"
+        )
+    release = subprocess.run(
+        [ftparchive, "-o", "APT::FTPArchive::Release::Label=NVIDIA CUDA", "release", str(repo)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     (repo / "Release").write_text(release)
     script = Path(__file__).resolve().parents[2] / "roles/apt_source/files/apt-repository-trial.sh"
-    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "TRIAL_SOURCES": f"Types: deb\nURIs: file:{repo}\nSuites: ./\nTrusted: yes\n",
-           "TRIAL_PACKAGE": "nvidia-utils-535", "TRIAL_OWN_FILE": "/etc/apt/sources.list.d/gpufleet-test.sources",
-           "TRIAL_SHOW": "nvidia-utils-535 libnvidia-extra-535", "TRIAL_SHOW_VERSION": VERSION}
+    env = {
+        "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
+        "TRIAL_SOURCES": f"Types: deb\nURIs: file:{repo}\nSuites: ./\nTrusted: yes\n",
+        "TRIAL_PACKAGE": "nvidia-utils-535",
+        "TRIAL_OWN_FILE": "/etc/apt/sources.list.d/gpufleet-test.sources",
+        "TRIAL_SHOW": "nvidia-utils-535 libnvidia-extra-535",
+        "TRIAL_SHOW_VERSION": VERSION,
+    }
     result = subprocess.run(["bash", str(script)], capture_output=True, text=True, env=env, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
     madison, _separator, shown = result.stdout.partition("[stanzas]\n")
-    assert [line.split("|")[1].strip() for line in madison.splitlines()] == ["535.274.02-0ubuntu1", f"{VERSION}-0ubuntu1"]
+    assert [line.split("|")[1].strip() for line in madison.splitlines()] == [
+        "535.274.02-0ubuntu1",
+        f"{VERSION}-0ubuntu1",
+    ]
     stanzas = parse_deb822(shown)
-    assert [(s["Package"], s["Version"]) for s in stanzas] == [("nvidia-utils-535", f"{VERSION}-0ubuntu1"),
-                                                               ("libnvidia-extra-535", f"{VERSION}-0ubuntu1")]
+    assert [(s["Package"], s["Version"]) for s in stanzas] == [
+        ("nvidia-utils-535", f"{VERSION}-0ubuntu1"),
+        ("libnvidia-extra-535", f"{VERSION}-0ubuntu1"),
+    ]
     assert stanzas[1]["Depends"] == "libnvidia-extra-580"
 
 
@@ -323,8 +397,9 @@ def test_the_trial_script_prints_the_stanzas_of_the_version_asked_for(tmp_path):
 
 
 def _signed(host: str, **settings) -> dict:
-    report = preflight_report(FAKE_FACTS[host], secure_boot="enabled", driver_module_source="signed",
-                              kernel_release="5.15.0-91-generic")
+    report = preflight_report(
+        FAKE_FACTS[host], secure_boot="enabled", driver_module_source="signed", kernel_release="5.15.0-91-generic"
+    )
     return {"nvidia_driver_source": "ubuntu", "preflight_report": report, **settings}
 
 
@@ -339,8 +414,11 @@ def test_signed_modules_come_with_the_flavour_metapackage(driver):
     cfg = driver("ubuntu2204", **_signed("ubuntu2204"))
     assert cfg.failure is None
     assert cfg["__nvidia_driver_packages"] == [
-        "nvidia-headless-no-dkms-535-server", "nvidia-utils-535-server", "linux-modules-nvidia-535-server-5.15.0-91-generic",
-        "linux-modules-nvidia-535-server-generic"]
+        "nvidia-headless-no-dkms-535-server",
+        "nvidia-utils-535-server",
+        "linux-modules-nvidia-535-server-5.15.0-91-generic",
+        "linux-modules-nvidia-535-server-generic",
+    ]
     assert "linux-modules-nvidia-535-server-generic" not in cfg["__nvidia_driver_versioned_packages"]
     assert "linux-modules-nvidia-535-server-5.15.0-91-generic" in cfg["__nvidia_driver_versioned_packages"]
     blacklist = cfg["__nvidia_driver_upgrade_blacklist"]
@@ -352,34 +430,47 @@ def test_signed_modules_come_with_the_flavour_metapackage(driver):
 
 # The check before a reboot, run as a copy of its task after the role's validate.yml and preflight.yml, with what
 # the dpkg-query probe before it registered given as a host variable.
-REBOOT_CHECK = role_run.Batch(FAKE_FACTS, DRIVER._tasks + [
-    role_run.role_task("nvidia_driver", "reboot.yml", "Stop when the signed module is not the userspace release")])
+REBOOT_CHECK = role_run.Batch(
+    FAKE_FACTS,
+    DRIVER._tasks
+    + [role_run.role_task("nvidia_driver", "reboot.yml", "Stop when the signed module is not the userspace release")],
+)
 
 
 def _module_stanza(version: str) -> str:
-    # The form Canonical publishes for a flavour module package (test_plugins.py: linux-modules-nvidia-595-server-nvidia,
-    # linux-modules-nvidia-390-generic-5.15): the kernel's version, the release in Depends on nvidia-kernel-common.
-    return ("Package: linux-modules-nvidia-535-server-generic\nVersion: 5.15.0-91.101+1\n"
-            f"Depends: linux-modules-nvidia-535-server-5.15.0-91-generic (= 5.15.0-91.101+1), "
-            f"nvidia-kernel-common-535-server (>= {version})\n\n"
-            "Package: linux-modules-nvidia-535-server-5.15.0-91-generic\nVersion: 5.15.0-91.101+1\n"
-            "Depends: debconf (>= 0.5) | debconf-2.0, linux-image-5.15.0-91-generic\n\n")
+    # The form Canonical publishes for a flavour module package (test_plugins.py:
+    # linux-modules-nvidia-595-server-nvidia, linux-modules-nvidia-390-generic-5.15): the kernel's version, the release
+    # in Depends on nvidia-kernel-common.
+    return (
+        "Package: linux-modules-nvidia-535-server-generic\nVersion: 5.15.0-91.101+1\n"
+        f"Depends: linux-modules-nvidia-535-server-5.15.0-91-generic (= 5.15.0-91.101+1), "
+        f"nvidia-kernel-common-535-server (>= {version})\n\n"
+        "Package: linux-modules-nvidia-535-server-5.15.0-91-generic\nVersion: 5.15.0-91.101+1\n"
+        "Depends: debconf (>= 0.5) | debconf-2.0, linux-image-5.15.0-91-generic\n\n"
+    )
 
 
-@pytest.mark.parametrize(("module", "installed", "stops"), [
-    ("535.309.01", "535.261.03", True), ("535.261.03", "535.261.03", False), ("", "535.261.03", False)],
-    ids=["other-release", "same-release", "release-unknown"])
+@pytest.mark.parametrize(
+    ("module", "installed", "stops"),
+    [("535.309.01", "535.261.03", True), ("535.261.03", "535.261.03", False), ("", "535.261.03", False)],
+    ids=["other-release", "same-release", "release-unknown"],
+)
 def test_a_signed_module_of_another_release_stops_before_the_reboot(module, installed, stops):
     stdout = _module_stanza(module) if module else _module_stanza("0").split("\n\n", 1)[1]
-    settings = {**_signed("ubuntu2204"), "nvidia_driver_installed_version": installed,
-                "__nvidia_driver_signed_module": {"rc": 0, "stdout": stdout}}
+    settings = {
+        **_signed("ubuntu2204"),
+        "nvidia_driver_installed_version": installed,
+        "__nvidia_driver_signed_module": {"rc": 0, "stdout": stdout},
+    }
     cfg = REBOOT_CHECK.get("ubuntu2204", **settings)
     if not stops:
         assert cfg.failure is None
         return
     assert cfg.failed_task == "Stop when the signed module is not the userspace release (before any reboot)"
-    assert ("the signed module of kernel 5.15.0-91-generic is NVIDIA 535.309.01 (linux-modules-nvidia-535-server-generic"
-            " 5.15.0-91.101+1), but the userspace driver is 535.261.03") in cfg.failure
+    assert (
+        "the signed module of kernel 5.15.0-91-generic is NVIDIA 535.309.01 (linux-modules-nvidia-535-server-generic"
+        " 5.15.0-91.101+1), but the userspace driver is 535.261.03"
+    ) in cfg.failure
 
 
 # --------------------------------------------------------------------------- a host installed from another source
@@ -410,6 +501,8 @@ def test_a_driver_from_another_source_than_the_default_is_kept_until_the_invento
         assert cfg.failure is None, cfg.failure
         return
     assert cfg.failed_task == "Stop on wrong driver settings (nothing has been changed)"
-    assert (f"the driver on this host (535.261.03) came from source '{installed_from}', and the default source is"
-            f" 'nvidia', whose packages would replace it: set nvidia_driver_source: {installed_from} to keep it, or"
-            " nvidia_driver_source: nvidia to move this host") in cfg.failure
+    assert (
+        f"the driver on this host (535.261.03) came from source '{installed_from}', and the default source is"
+        f" 'nvidia', whose packages would replace it: set nvidia_driver_source: {installed_from} to keep it, or"
+        " nvidia_driver_source: nvidia to move this host"
+    ) in cfg.failure

@@ -74,48 +74,98 @@ def _family(host: str, source: str) -> str:
 # in that carry the driver version, by their names in each archive: Canonical's
 # restricted pool (-server branch), NVIDIA's CUDA repositories, Debian non-free.
 _DEBIAN_COMPUTE = [
-    "nvidia-kernel-dkms", "nvidia-kernel-support", "nvidia-smi", "libcuda1", "libnvidia-ml1", "libnvidia-cfg1",
-    "libnvidia-ptxjitcompiler1", "libnvidia-pkcs11-openssl3", "nvidia-alternative", "nvidia-legacy-check",
+    "nvidia-kernel-dkms",
+    "nvidia-kernel-support",
+    "nvidia-smi",
+    "libcuda1",
+    "libnvidia-ml1",
+    "libnvidia-cfg1",
+    "libnvidia-ptxjitcompiler1",
+    "libnvidia-pkcs11-openssl3",
+    "nvidia-alternative",
+    "nvidia-legacy-check",
     "firmware-nvidia-gsp",
 ]
 COMPUTE_PACKAGES = {
     "ubuntu": [
-        "nvidia-headless-535-server", "nvidia-headless-no-dkms-535-server", "nvidia-utils-535-server",
-        "nvidia-compute-utils-535-server", "nvidia-dkms-535-server", "nvidia-kernel-common-535-server",
-        "nvidia-kernel-source-535-server", "nvidia-firmware-535-server-535.261.03", "libnvidia-compute-535-server",
-        "libnvidia-cfg1-535-server", "nvidia-fabricmanager-535", "libnvidia-nscq-535",
+        "nvidia-headless-535-server",
+        "nvidia-headless-no-dkms-535-server",
+        "nvidia-utils-535-server",
+        "nvidia-compute-utils-535-server",
+        "nvidia-dkms-535-server",
+        "nvidia-kernel-common-535-server",
+        "nvidia-kernel-source-535-server",
+        "nvidia-firmware-535-server-535.261.03",
+        "libnvidia-compute-535-server",
+        "libnvidia-cfg1-535-server",
+        "nvidia-fabricmanager-535",
+        "libnvidia-nscq-535",
     ],
     "nvidia-ubuntu": [
-        "nvidia-headless-535", "nvidia-headless-no-dkms-535", "nvidia-utils-535", "nvidia-compute-utils-535",
-        "nvidia-dkms-535", "nvidia-kernel-common-535", "nvidia-kernel-source-535", "nvidia-firmware-535-535.261.03",
-        "libnvidia-compute-535", "libnvidia-cfg1-535", "nvidia-fabricmanager-535", "libnvidia-nscq-535",
+        "nvidia-headless-535",
+        "nvidia-headless-no-dkms-535",
+        "nvidia-utils-535",
+        "nvidia-compute-utils-535",
+        "nvidia-dkms-535",
+        "nvidia-kernel-common-535",
+        "nvidia-kernel-source-535",
+        "nvidia-firmware-535-535.261.03",
+        "libnvidia-compute-535",
+        "libnvidia-cfg1-535",
+        "nvidia-fabricmanager-535",
+        "libnvidia-nscq-535",
     ],
     "debian_nonfree": _DEBIAN_COMPUTE,
     "nvidia-debian": _DEBIAN_COMPUTE + ["nvidia-fabricmanager-535", "libnvidia-nscq-535"],
 }
 # What the full desktop driver (nvidia_driver_headless=false) adds.
 _DEBIAN_DESKTOP = [
-    "nvidia-driver", "nvidia-driver-bin", "nvidia-driver-libs", "nvidia-vdpau-driver", "xserver-xorg-video-nvidia",
-    "libnvidia-glcore", "libnvidia-eglcore", "libglx-nvidia0", "libegl-nvidia0", "libgl1-nvidia-glvnd-glx",
-    "libgles-nvidia1", "libgles-nvidia2",
+    "nvidia-driver",
+    "nvidia-driver-bin",
+    "nvidia-driver-libs",
+    "nvidia-vdpau-driver",
+    "xserver-xorg-video-nvidia",
+    "libnvidia-glcore",
+    "libnvidia-eglcore",
+    "libglx-nvidia0",
+    "libegl-nvidia0",
+    "libgl1-nvidia-glvnd-glx",
+    "libgles-nvidia1",
+    "libgles-nvidia2",
 ]
 DESKTOP_PACKAGES = {
     "ubuntu": [
-        "nvidia-driver-535-server", "libnvidia-gl-535-server", "libnvidia-decode-535-server",
-        "libnvidia-encode-535-server", "libnvidia-extra-535-server", "libnvidia-fbc1-535-server",
+        "nvidia-driver-535-server",
+        "libnvidia-gl-535-server",
+        "libnvidia-decode-535-server",
+        "libnvidia-encode-535-server",
+        "libnvidia-extra-535-server",
+        "libnvidia-fbc1-535-server",
         "xserver-xorg-video-nvidia-535-server",
     ],
     "nvidia-ubuntu": [
-        "cuda-drivers-535", "cuda-drivers", "nvidia-driver-535", "libnvidia-gl-535", "libnvidia-decode-535",
-        "libnvidia-encode-535", "libnvidia-extra-535", "libnvidia-fbc1-535", "xserver-xorg-video-nvidia-535",
+        "cuda-drivers-535",
+        "cuda-drivers",
+        "nvidia-driver-535",
+        "libnvidia-gl-535",
+        "libnvidia-decode-535",
+        "libnvidia-encode-535",
+        "libnvidia-extra-535",
+        "libnvidia-fbc1-535",
+        "xserver-xorg-video-nvidia-535",
     ],
     "debian_nonfree": _DEBIAN_DESKTOP,
     "nvidia-debian": ["cuda-drivers-535", "cuda-drivers"] + _DEBIAN_DESKTOP,
 }
 # Packages no driver pin or blacklist may catch: kernels, build tools, other branches.
 NOT_DRIVER_PACKAGES = [
-    "linux-image-5.15.0-91-generic", "linux-headers-5.15.0-91-generic", "linux-image-6.1.0-18-amd64", "dkms",
-    "libc6", "cuda-toolkit-12-2", "cuda-keyring",
+    "linux-image-5.15.0-91-generic",
+    "linux-headers-5.15.0-91-generic",
+    "linux-image-6.1.0-18-amd64",
+    "dkms",
+    "libc6",
+    "cuda-toolkit-12-2",
+    "cuda-keyring",
 ]
 # Packages of other branches, with their versions. Ubuntu's names carry the
 # branch, so the globs must not even match them; Debian's names mostly do not
@@ -135,7 +185,11 @@ OTHER_BRANCH_PACKAGES = {
         ("cuda-drivers-550", "550.127.05-1"),
     ],
     "debian_nonfree": [("nvidia-tesla-470-driver", "470.256.02-1~deb12u1")],
-    "nvidia-debian": [("nvidia-fabricmanager-550", "550.127.05-1"), ("libnvidia-nscq-550", "550.127.05-1"), ("cuda-drivers-550", "550.127.05-1")],
+    "nvidia-debian": [
+        ("nvidia-fabricmanager-550", "550.127.05-1"),
+        ("libnvidia-nscq-550", "550.127.05-1"),
+        ("cuda-drivers-550", "550.127.05-1"),
+    ],
 }
 BRANCH_IN_NAMES = {"ubuntu", "nvidia-ubuntu"}
 # Version strings 535.261.03 has in each archive, and ones it must not be mistaken for.
@@ -184,9 +238,17 @@ def apt_index_urls(tmp_path: Path, sources: dict[str, str], sources_list: str = 
         (sources_dir / name).write_text(text)
     (tmp_path / "sources.list").write_text(sources_list)
     result = subprocess.run(
-        [host_tool("apt-get"), "indextargets", "--no-release-info", "--format", "$(URI)",
-         *_isolated_apt_options(tmp_path, sources_dir=sources_dir, sources_list=tmp_path / "sources.list")],
-        capture_output=True, text=True, check=False,
+        [
+            host_tool("apt-get"),
+            "indextargets",
+            "--no-release-info",
+            "--format",
+            "$(URI)",
+            *_isolated_apt_options(tmp_path, sources_dir=sources_dir, sources_list=tmp_path / "sources.list"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert result.returncode == 0, f"apt rejects the sources: {result.stderr}"
     return sorted(line for line in result.stdout.splitlines() if line.endswith("/Packages"))
@@ -256,8 +318,8 @@ def version_stanzas(text: str) -> list[dict[str, str]]:
     """The records of a rendered pin that pin versions (those after the other origins' priority -1 records)."""
     stanzas = parse_deb822(text)
     never = [s for s in stanzas if s["Pin-Priority"] == "-1"]
-    assert stanzas[:len(never)] == never, "the other origins' records come first (apt: the first match wins)"
-    return stanzas[len(never):]
+    assert stanzas[: len(never)] == never, "the other origins' records come first (apt: the first match wins)"
+    return stanzas[len(never) :]
 
 
 def pin_stanza(cfg) -> dict[str, str]:
@@ -302,7 +364,9 @@ def test_supported_combination_passes_validation(driver, host, source):
     assert cfg["__nvidia_driver_version"] == VERSION
 
 
-@pytest.mark.parametrize(("host", "expected"), [("ubuntu2004", "nvidia"), ("ubuntu2204", "nvidia"), ("debian12", "debian_nonfree")])
+@pytest.mark.parametrize(
+    ("host", "expected"), [("ubuntu2004", "nvidia"), ("ubuntu2204", "nvidia"), ("debian12", "debian_nonfree")]
+)
 def test_default_source_keeps_every_build(driver, host, expected):
     """With nvidia_driver_source empty, Ubuntu uses NVIDIA's CUDA repository, which keeps every build of every branch
     (Canonical keeps only the newest build in a pocket: jammy-updates offers only 535.309.01-0ubuntu0.22.04.2 of
@@ -317,7 +381,9 @@ def test_source_of_another_os_is_rejected_before_any_change(driver):
     cfg = driver("debian12", "ubuntu")
     assert cfg.failure is not None
     assert "nothing has been changed" in cfg.failed_task
-    assert "nvidia_driver_source 'ubuntu' does not exist on Debian (choose one of debian_nonfree, nvidia)" in cfg.failure
+    assert (
+        "nvidia_driver_source 'ubuntu' does not exist on Debian (choose one of debian_nonfree, nvidia)" in cfg.failure
+    )
 
 
 def test_version_of_another_branch_is_rejected(driver):
@@ -339,7 +405,8 @@ def test_explicit_version_is_used(driver):
 
 @pytest.mark.parametrize("host", ["ubuntu2004", "ubuntu2204", "debian12"])
 def test_nvidia_repository_layout(driver, host):
-    """Source nvidia uses NVIDIA's flat per-OS repository, signed by cuda-keyring's keyring, fetched from that repository."""
+    """Source nvidia uses NVIDIA's flat per-OS repository, signed by cuda-keyring's keyring, fetched from that
+    repository."""
     cfg = driver(host, "nvidia")
     url = f"{CUDA_REPOS}/{host}/x86_64"
     assert cfg["__nvidia_driver_repo_url"] == url
@@ -360,7 +427,8 @@ def test_nvidia_repository_layout(driver, host):
 
 @pytest.mark.parametrize("host", ["ubuntu2004", "ubuntu2204", "debian12"])
 def test_nvidia_sources_file_is_a_flat_repository(driver, host):
-    """The rendered .sources names NVIDIA's repository as a flat one: URI with a trailing slash, Suites "/", no Components."""
+    """The rendered .sources names NVIDIA's repository as a flat one: URI with a trailing slash, Suites "/", no
+    Components."""
     cfg = driver(host, "nvidia")
     text = source_text(cfg)
     assert f"\nURIs: {CUDA_REPOS}/{host}/x86_64/\n" in text
@@ -386,11 +454,15 @@ def test_nvidia_sources_file_reads_as_the_real_index_url(driver, host, tmp_path)
 
 @pytest.mark.parametrize("host", list(UBUNTU_RELEASES))
 def test_nvidia_packages_on_ubuntu(driver, host):
-    """NVIDIA's repository names the 535 packages without -server; full driver is cuda-drivers-535; Fabric Manager on NVSwitch."""
+    """NVIDIA's repository names the 535 packages without -server; full driver is cuda-drivers-535; Fabric Manager on
+    NVSwitch."""
     assert driver(host, "nvidia")["__nvidia_driver_packages"] == ["nvidia-headless-535", "nvidia-utils-535"]
     assert driver(host, "nvidia", nvidia_driver_headless=False)["__nvidia_driver_packages"] == ["cuda-drivers-535"]
     assert driver(host, "nvidia", **NVSWITCH)["__nvidia_driver_packages"] == [
-        "nvidia-headless-535", "nvidia-utils-535", "nvidia-fabricmanager-535", "libnvidia-nscq-535",
+        "nvidia-headless-535",
+        "nvidia-utils-535",
+        "nvidia-fabricmanager-535",
+        "libnvidia-nscq-535",
     ]
     cfg = driver(host, "nvidia")
     assert cfg["__nvidia_driver_version_package"] == "nvidia-utils-535"
@@ -417,15 +489,23 @@ def test_canonical_packages(driver, host):
     """Canonical's -server packages: headless + utils, or nvidia-driver-535-server; the DKMS module is 'nvidia'."""
     cfg = driver(host, "ubuntu")
     assert cfg["__nvidia_driver_packages"] == ["nvidia-headless-535-server", "nvidia-utils-535-server"]
-    assert cfg["__nvidia_driver_support_packages"] == ["dkms", f"linux-headers-{FAKE_FACTS[host]['kernel']}", "initramfs-tools", "kmod"]
+    assert cfg["__nvidia_driver_support_packages"] == [
+        "dkms",
+        f"linux-headers-{FAKE_FACTS[host]['kernel']}",
+        "initramfs-tools",
+        "kmod",
+    ]
     assert cfg["__nvidia_driver_version_package"] == "nvidia-utils-535-server"
     assert cfg["__nvidia_driver_dkms_module"] == "nvidia"
-    assert driver(host, "ubuntu", nvidia_driver_headless=False)["__nvidia_driver_packages"] == ["nvidia-driver-535-server"]
+    assert driver(host, "ubuntu", nvidia_driver_headless=False)["__nvidia_driver_packages"] == [
+        "nvidia-driver-535-server"
+    ]
 
 
 @pytest.mark.parametrize("host", list(UBUNTU_RELEASES))
 def test_canonical_signed_modules_for_the_target_kernel(driver, host):
-    """Under Secure Boot: Canonical's signed modules for the kernel preflight checked (5.15.0-91-generic, HWE on focal), no DKMS."""
+    """Under Secure Boot: Canonical's signed modules for the kernel preflight checked (5.15.0-91-generic, HWE on
+    focal), no DKMS."""
     cfg = driver(host, "ubuntu", preflight={**SECURE_BOOT["preflight"], "kernel_release": "5.15.0-91-generic"})
     assert cfg["nvidia_driver_module_source"] == "signed"
     assert cfg["nvidia_driver_kernel_release"] == "5.15.0-91-generic"
@@ -437,7 +517,9 @@ def test_canonical_signed_modules_for_the_target_kernel(driver, host):
     assert cfg.failure is None  # preflight.yml's "Secure Boot needs signed modules" did not stop it
 
 
-@pytest.mark.parametrize(("nvswitch_count", "expected"), [(None, False), (0, False), ("0", False), (4, True), ("6", True)])
+@pytest.mark.parametrize(
+    ("nvswitch_count", "expected"), [(None, False), (0, False), ("0", False), (4, True), ("6", True)]
+)
 def test_fabricmanager_follows_the_nvswitch_count(driver, nvswitch_count, expected):
     """nvidia_driver_fabricmanager's default turns Fabric Manager on exactly when preflight counted NVSwitches.
 
@@ -452,7 +534,8 @@ def test_fabricmanager_follows_the_nvswitch_count(driver, nvswitch_count, expect
 
 
 def test_canonical_mirror_gets_a_managed_source(driver):
-    """An internal mirror of Canonical's archive is written as a source (trailing slash dropped), with the usual keyring."""
+    """An internal mirror of Canonical's archive is written as a source (trailing slash dropped), with the usual
+    keyring."""
     cfg = driver("ubuntu2204", "ubuntu", nvidia_driver_repository_url="http://mirror.example.com/ubuntu/")
     assert cfg.failure is None
     assert cfg["__nvidia_driver_repo_managed"] is True
@@ -469,16 +552,23 @@ def test_canonical_mirror_gets_a_managed_source(driver):
 @pytest.mark.parametrize(
     ("overrides", "keyring"),
     [
-        ({"nvidia_driver_repository_key_url": "https://mirror.example.com/gpg.asc"},
-         "/etc/apt/keyrings/gpufleet-mirror.example.com_debian.asc"),
-        ({"nvidia_driver_repository_keyring": "/usr/share/keyrings/corp-archive-keyring.gpg"}, "/usr/share/keyrings/corp-archive-keyring.gpg"),
+        (
+            {"nvidia_driver_repository_key_url": "https://mirror.example.com/gpg.asc"},
+            "/etc/apt/keyrings/gpufleet-mirror.example.com_debian.asc",
+        ),
+        (
+            {"nvidia_driver_repository_keyring": "/usr/share/keyrings/corp-archive-keyring.gpg"},
+            "/usr/share/keyrings/corp-archive-keyring.gpg",
+        ),
     ],
     ids=["key-url", "baked-keyring"],
 )
 def test_mirror_key_settings_choose_signed_by(driver, overrides, keyring):
     """A mirror key URL is fetched into /etc/apt/keyrings, to the mirror repository's keyring file (one per repository,
     whichever role fetches it); a keyring already on the host is used as it is."""
-    cfg = driver("debian12", "debian_nonfree", nvidia_driver_repository_url="https://mirror.example.com/debian", **overrides)
+    cfg = driver(
+        "debian12", "debian_nonfree", nvidia_driver_repository_url="https://mirror.example.com/debian", **overrides
+    )
     assert cfg.failure is None
     assert sources_stanza(cfg)["Signed-By"] == keyring
 
@@ -504,7 +594,8 @@ def test_canonical_mirror_reads_as_the_real_index_urls(driver, tmp_path):
 
 
 def test_debian_nonfree_layout(driver):
-    """Debian 12: deb.debian.org's contrib, non-free and non-free-firmware; Debian's package names; DKMS module nvidia-current."""
+    """Debian 12: deb.debian.org's contrib, non-free and non-free-firmware; Debian's package names; DKMS module
+    nvidia-current."""
     cfg = driver("debian12", "debian_nonfree")
     assert cfg["__nvidia_driver_repo_url"] == "http://deb.debian.org/debian"
     assert cfg["__nvidia_driver_repo_suites"] == ["bookworm", "bookworm-updates"]
@@ -525,7 +616,8 @@ def test_debian_nonfree_layout(driver):
 
 
 def test_dkms_targets_the_kernel_preflight_checked(driver):
-    """Headers and the DKMS build follow preflight_report.kernel_release (the lab's mirrored kernel), not the running one."""
+    """Headers and the DKMS build follow preflight_report.kernel_release (the lab's mirrored kernel), not the running
+    one."""
     cfg = driver("debian12", "debian_nonfree", preflight={"kernel_release": "6.1.0-50-amd64"})
     assert cfg["nvidia_driver_kernel_release"] == "6.1.0-50-amd64"
     assert "linux-headers-6.1.0-50-amd64" in cfg["__nvidia_driver_support_packages"]
@@ -542,15 +634,23 @@ def test_debian_nvidia_source(driver):
 @pytest.mark.parametrize(
     ("overrides", "stop", "message"),
     [
-        (NVSWITCH, "NVSwitch needs a Fabric Manager",
-         "4 NVSwitch(es) need nvidia-fabricmanager-535, which source 'debian_nonfree' does not ship"),
-        (SECURE_BOOT, "Secure Boot needs signed modules",
-         "Secure Boot calls for signed prebuilt modules (nvidia_driver_module_source=signed) but Debian source 'debian_nonfree' has none"),
+        (
+            NVSWITCH,
+            "NVSwitch needs a Fabric Manager",
+            "4 NVSwitch(es) need nvidia-fabricmanager-535, which source 'debian_nonfree' does not ship",
+        ),
+        (
+            SECURE_BOOT,
+            "Secure Boot needs signed modules",
+            "Secure Boot calls for signed prebuilt modules (nvidia_driver_module_source=signed) but Debian source "
+            "'debian_nonfree' has none",
+        ),
     ],
     ids=["nvswitch", "secure-boot"],
 )
 def test_debian_nonfree_stops_where_debian_ships_nothing(driver, overrides, stop, message):
-    """Debian packages neither Fabric Manager nor signed modules: preflight.yml stops rather than install half a driver."""
+    """Debian packages neither Fabric Manager nor signed modules: preflight.yml stops rather than install half a
+    driver."""
     cfg = driver("debian12", "debian_nonfree", **overrides)
     assert stop in cfg.failed_task
     assert cfg.failure.startswith(f"nvidia_driver on {cfg.host}: ") and message in cfg.failure
@@ -561,7 +661,8 @@ def test_debian_nonfree_stops_where_debian_ships_nothing(driver, overrides, stop
 
 @pytest.mark.parametrize(("host", "source"), SCENARIOS, ids=SCENARIO_IDS)
 def test_pin_file(driver, host, source):
-    """One preferences record: the source's package globs, 'Pin: version 535.261.03-*', priority 1001 (above 1000: also downgrades)."""
+    """One preferences record: the source's package globs, 'Pin: version 535.261.03-*', priority 1001 (above 1000: also
+    downgrades)."""
     cfg = driver(host, source)
     stanza = pin_stanza(cfg)
     assert stanza["Pin"] == f"version {VERSION}-*"
@@ -576,8 +677,12 @@ def test_apt_accepts_the_pin_file(driver, host, source, tmp_path):
     cfg = driver(host, source, **trial_found(PINNED_VERSIONS[_family(host, source)][0]))
     pref = tmp_path / "gpufleet-nvidia-driver.pref"
     pref.write_text(pin_text(cfg))
-    result = subprocess.run([host_tool("apt-cache"), "policy", *_isolated_apt_options(tmp_path, preferences=pref)],
-                            capture_output=True, text=True, check=False)
+    result = subprocess.run(
+        [host_tool("apt-cache"), "policy", *_isolated_apt_options(tmp_path, preferences=pref)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert result.returncode == 0 and "E:" not in result.stderr, result.stderr
 
 
@@ -627,28 +732,48 @@ def test_the_pin_takes_the_build_the_trial_found(driver):
     """repository.yml passes apt_source_trial.build of the driver's own trial, and nothing of another source's trial."""
     cfg = driver("debian12", "debian_nonfree", **trial_found(f"{VERSION}-1~deb12u1"))
     (pin,) = driver_inputs(cfg)["apt_source_pins"]
-    assert pin == {"name": "nvidia-driver", "packages": cfg["__nvidia_driver_pin_patterns"], "version": f"{VERSION}-*",
-                   "build": f"{VERSION}-1~deb12u1", "competitors": ["release l=NVIDIA CUDA"], "present": True}
+    assert pin == {
+        "name": "nvidia-driver",
+        "packages": cfg["__nvidia_driver_pin_patterns"],
+        "version": f"{VERSION}-*",
+        "build": f"{VERSION}-1~deb12u1",
+        "competitors": ["release l=NVIDIA CUDA"],
+        "present": True,
+    }
     other = driver("debian12", "debian_nonfree", apt_source_trial={"name": "cuda", "build": f"{VERSION}-1~deb12u1"})
     (pin,) = driver_inputs(other)["apt_source_pins"]
     assert pin["build"] == ""
 
 
-@pytest.mark.parametrize(("host", "source", "overrides"),
-                         [(h, s, o) for h, s in SCENARIOS for o in ({}, {"nvidia_driver_repository_url": "http://mirror.example.com/repo"})],
-                         ids=[f"{h}-{s}-{label}" for h, s in SCENARIOS for label in ("public", "mirror")])
+@pytest.mark.parametrize(
+    ("host", "source", "overrides"),
+    [(h, s, o) for h, s in SCENARIOS for o in ({}, {"nvidia_driver_repository_url": "http://mirror.example.com/repo"})],
+    ids=[f"{h}-{s}-{label}" for h, s in SCENARIOS for label in ("public", "mirror")],
+)
 def test_the_trial_tries_the_source_repository_yml_writes(driver, host, source, overrides):
     """preflight.yml's trial and repository.yml's configuration describe one source; the trial asks for the driver
     version in the version package, naming nvidia_driver_version."""
     cfg = driver(host, source, **overrides)
     trial, main = driver_inputs(cfg, "trial"), driver_inputs(cfg)
-    shared = ["apt_source_caller", "apt_source_name", "apt_source_description", "apt_source_url", "apt_source_suites",
-              "apt_source_components", "apt_source_keyring", "apt_source_key_url", "apt_source_keyring_deb_url", "apt_source_managed"]
+    shared = [
+        "apt_source_caller",
+        "apt_source_name",
+        "apt_source_description",
+        "apt_source_url",
+        "apt_source_suites",
+        "apt_source_components",
+        "apt_source_keyring",
+        "apt_source_key_url",
+        "apt_source_keyring_deb_url",
+        "apt_source_managed",
+    ]
     assert {k: trial[k] for k in shared} == {k: main[k] for k in shared}
     assert trial["apt_source_package"] == cfg["__nvidia_driver_version_package"]
     assert (trial["apt_source_version"], trial["apt_source_version_name"]) == (VERSION, "nvidia_driver_version")
     assert trial["apt_source_description"] == "the driver repository"  # "apt rejects the driver repository <URL>"
-    assert trial["apt_source_url_name"] == ("nvidia_driver_repository_url" if overrides else f"the public default for source {source}")
+    assert trial["apt_source_url_name"] == (
+        "nvidia_driver_repository_url" if overrides else f"the public default for source {source}"
+    )
     assert trial["apt_source_managed"] is cfg["__nvidia_driver_repo_managed"]
 
 
@@ -678,7 +803,10 @@ def test_versioned_packages_canonical_example(driver):
     """The concrete list on an HGX host with Ubuntu 22.04: driver, utils and Fabric Manager, nothing else."""
     cfg = driver("ubuntu2204", "ubuntu", **NVSWITCH)
     assert cfg["__nvidia_driver_versioned_packages"] == [
-        "nvidia-headless-535-server", "nvidia-utils-535-server", "nvidia-fabricmanager-535", "libnvidia-nscq-535",
+        "nvidia-headless-535-server",
+        "nvidia-utils-535-server",
+        "nvidia-fabricmanager-535",
+        "libnvidia-nscq-535",
     ]
 
 
@@ -705,9 +833,16 @@ def test_apt_reads_the_unattended_upgrades_blacklist(driver, host, source, tmp_p
     isolate = tmp_path / "isolate.conf"
     (tmp_path / "empty").mkdir()
     isolate.write_text(f'Dir::Etc::Parts "{tmp_path / "empty"}";\nDir::Etc::Main "/dev/null";\n')
-    result = subprocess.run([host_tool("apt-config"), "-c", str(conf), "dump", "Unattended-Upgrade::Package-Blacklist"],
-                            capture_output=True, text=True, check=True, env={"APT_CONFIG": str(isolate)})
-    assert re.findall(r'^Unattended-Upgrade::Package-Blacklist:: "(.*)";$', result.stdout, re.M) == blacklist_entries(text)
+    result = subprocess.run(
+        [host_tool("apt-config"), "-c", str(conf), "dump", "Unattended-Upgrade::Package-Blacklist"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"APT_CONFIG": str(isolate)},
+    )
+    assert re.findall(r'^Unattended-Upgrade::Package-Blacklist:: "(.*)";$', result.stdout, re.M) == blacklist_entries(
+        text
+    )
 
 
 @pytest.mark.parametrize(("host", "source", "overrides"), VARIANTS, ids=VARIANT_IDS)
@@ -727,7 +862,10 @@ def test_unattended_upgrades_blacklist_covers_the_driver(driver, host, source, o
 
 
 MIRROR = {"nvidia_driver_repository_url": "http://mirror.example.com/repo"}
-MIRROR_WITH_KEY = {"nvidia_driver_repository_url": "https://mirror.example.com/repo", "nvidia_driver_repository_key_url": "https://mirror.example.com/key.asc"}
+MIRROR_WITH_KEY = {
+    "nvidia_driver_repository_url": "https://mirror.example.com/repo",
+    "nvidia_driver_repository_key_url": "https://mirror.example.com/key.asc",
+}
 
 
 @pytest.mark.parametrize(
@@ -753,7 +891,9 @@ def test_headless_false_from_the_command_line_installs_the_full_driver(driver):
     The argument spec accepts the string (it converts for validation only),
     and nvidia_driver_fabricmanager is read with ``| bool`` for this reason.
     """
-    assert driver("ubuntu2204", "ubuntu", nvidia_driver_headless="false")["__nvidia_driver_packages"] == ["nvidia-driver-535-server"]
+    assert driver("ubuntu2204", "ubuntu", nvidia_driver_headless="false")["__nvidia_driver_packages"] == [
+        "nvidia-driver-535-server"
+    ]
 
 
 def test_debian_source_beside_the_installer_sources_list(driver, tmp_path):
@@ -762,8 +902,9 @@ def test_debian_source_beside_the_installer_sources_list(driver, tmp_path):
     apt only warns that non-free-firmware is now configured twice.
     """
     cfg = driver("debian12", "debian_nonfree")
-    urls = apt_index_urls(tmp_path, {Path(cfg["main_sources_file"]).name: source_text(cfg)},
-                          sources_list=DEBIAN_INSTALLER_SOURCES_LIST)
+    urls = apt_index_urls(
+        tmp_path, {Path(cfg["main_sources_file"]).name: source_text(cfg)}, sources_list=DEBIAN_INSTALLER_SOURCES_LIST
+    )
     assert "http://deb.debian.org/debian/dists/bookworm/non-free/binary-amd64/Packages" in urls
 
 
@@ -787,9 +928,13 @@ def _declare_cases() -> None:
     for version in ("550.127.05", "535.247.01"):
         declare_driver("ubuntu2204", "ubuntu", nvidia_driver_version=version)
     declare_driver("ubuntu2204", "ubuntu", nvidia_driver_repository_url="http://mirror.example.com/ubuntu/")
-    for overrides in ({"nvidia_driver_repository_key_url": "https://mirror.example.com/gpg.asc"},
-                      {"nvidia_driver_repository_keyring": "/usr/share/keyrings/corp-archive-keyring.gpg"}):
-        declare_driver("debian12", "debian_nonfree", nvidia_driver_repository_url="https://mirror.example.com/debian", **overrides)
+    for overrides in (
+        {"nvidia_driver_repository_key_url": "https://mirror.example.com/gpg.asc"},
+        {"nvidia_driver_repository_keyring": "/usr/share/keyrings/corp-archive-keyring.gpg"},
+    ):
+        declare_driver(
+            "debian12", "debian_nonfree", nvidia_driver_repository_url="https://mirror.example.com/debian", **overrides
+        )
     declare_driver("ubuntu2204", "ubuntu", nvidia_driver_repository_key_url="https://mirror.example.com/gpg.asc")
     declare_driver("debian12", "debian_nonfree", preflight={"kernel_release": "6.1.0-50-amd64"})
     declare_driver("debian12", "debian_nonfree", **NVSWITCH)

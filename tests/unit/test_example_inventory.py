@@ -36,7 +36,7 @@ def commented_settings(path: Path) -> list[tuple[str, Any, str]]:
         if not match:
             continue
         block = [line[2:]]
-        for following in lines[i + 1:]:
+        for following in lines[i + 1 :]:
             if not following.startswith("#   "):
                 break
             block.append(following[2:])
@@ -59,8 +59,10 @@ def site_switches() -> dict[str, bool | str]:
     role's defaults, which the plays read through the lookup gpufleet.fleet.parts (issue 30), and any other
     switch a playbook reads with a `| default(...)` of its own."""
     switches: dict[str, bool | str] = {
-        name: value for name, value in yaml.safe_load((REPO_ROOT / "roles/gpufleet/defaults/main.yml").read_text()).items()
-        if name != "gpufleet_example_inventory"}
+        name: value
+        for name, value in yaml.safe_load((REPO_ROOT / "roles/gpufleet/defaults/main.yml").read_text()).items()
+        if name != "gpufleet_example_inventory"
+    }
     for path in [REPO_ROOT / "site.yml", *sorted((REPO_ROOT / "playbooks").rglob("*.yml"))]:
         for name, default in _SWITCH_USE.findall(path.read_text()):
             if name != "gpufleet_example_inventory":
@@ -72,14 +74,23 @@ def site_switches() -> dict[str, bool | str]:
 
 def test_all_yml_settings_are_real_with_their_real_defaults(checker):
     """Each setting group_vars/all.yml shows is an option of a role's argument spec, shown once, with the spec's default."""
-    documented = [(name, value) for name, value, _above in commented_settings(EXAMPLE / "group_vars" / "all.yml")
-                  if not name.startswith("gpufleet_")]
+    documented = [
+        (name, value)
+        for name, value, _above in commented_settings(EXAMPLE / "group_vars" / "all.yml")
+        if not name.startswith("gpufleet_")
+    ]
     names = [name for name, _value in documented]
     assert names, "the example shows no setting"
     assert len(names) == len(set(names)), "a setting is shown twice"
     options = spec_options(checker)
-    assert [name for name in names if name not in options] == [], "not a setting of any role (roles/*/meta/argument_specs.yml)"
-    wrong = [name for name, value in documented if "default" not in options[name] or not checker.same_value(value, options[name]["default"])]
+    assert [name for name in names if name not in options] == [], (
+        "not a setting of any role (roles/*/meta/argument_specs.yml)"
+    )
+    wrong = [
+        name
+        for name, value in documented
+        if "default" not in options[name] or not checker.same_value(value, options[name]["default"])
+    ]
     assert wrong == [], "defaults differ from the roles' argument specs"
 
 
@@ -87,7 +98,11 @@ def test_all_yml_shows_every_switch_of_site_yml_with_its_default():
     """The optional parts (gpufleet_slurm, gpufleet_pytorch, ...) are all in group_vars/all.yml, each with the default site.yml gives it."""
     switches = site_switches()
     assert {"gpufleet_slurm", "gpufleet_monitoring", "gpufleet_container", "gpufleet_pytorch"} <= set(switches)
-    shown = {name: value for name, value, _above in commented_settings(EXAMPLE / "group_vars" / "all.yml") if name.startswith("gpufleet_")}
+    shown = {
+        name: value
+        for name, value, _above in commented_settings(EXAMPLE / "group_vars" / "all.yml")
+        if name.startswith("gpufleet_")
+    }
     assert shown == switches
 
 
@@ -96,7 +111,9 @@ def test_all_yml_points_to_the_role_reference():
     text = (EXAMPLE / "group_vars" / "all.yml").read_text()
     assert ROLE_REFERENCE in text
     assert (REPO_ROOT / ROLE_REFERENCE).is_file()
-    assert len(commented_settings(EXAMPLE / "group_vars" / "all.yml")) <= 40, "the example copies the role reference again"
+    assert len(commented_settings(EXAMPLE / "group_vars" / "all.yml")) <= 40, (
+        "the example copies the role reference again"
+    )
 
 
 def test_all_yml_explains_every_setting():
@@ -147,10 +164,21 @@ def test_host_connection_settings(name):
 def test_site_on_the_unedited_example_inventory_stops_before_any_connection(tmp_path):
     """`ansible-playbook site.yml -i inventory` on a fresh clone: one message that says to
     edit the example, before any host is contacted (its addresses are TEST-NET placeholders)."""
-    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO_ROOT / "ansible.cfg"),
-           "ANSIBLE_LOCAL_TEMP": str(tmp_path), "ANSIBLE_FACT_CACHING_CONNECTION": str(tmp_path / "facts")}
-    run = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "site.yml", "-i", "inventory"],
-                         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120, check=False)
+    env = {
+        **os.environ,
+        "ANSIBLE_CONFIG": str(REPO_ROOT / "ansible.cfg"),
+        "ANSIBLE_LOCAL_TEMP": str(tmp_path),
+        "ANSIBLE_FACT_CACHING_CONNECTION": str(tmp_path / "facts"),
+    }
+    run = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"), "site.yml", "-i", "inventory"],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     out = run.stdout + run.stderr
     assert run.returncode != 0
     assert "This is gpufleet's example inventory" in out

@@ -43,8 +43,9 @@ EE = yaml.safe_load((REPO / "execution-environment.yml").read_text())
 GALAXY = yaml.safe_load((REPO / "galaxy.yml").read_text())
 BUILDER = shutil.which("ansible-builder", path=os.pathsep.join([str(BIN), os.environ.get("PATH", "")]))
 
-pytestmark = pytest.mark.skipif(BUILDER is None,
-                                reason="ansible-builder is not installed (requirements/dev.txt pins it: make venv)")
+pytestmark = pytest.mark.skipif(
+    BUILDER is None, reason="ansible-builder is not installed (requirements/dev.txt pins it: make venv)"
+)
 
 # Where the controller runs Python of gpufleet's own: the plugins (the fleet report's module_utils included)
 # and the cron/CI entry point.
@@ -53,11 +54,17 @@ CONTROLLER_PYTHON = [*sorted((REPO / "plugins").rglob("*.py")), REPO / "files/gp
 PROVIDES = {"ansible": "ansible-core", "ansible_runner": "ansible-runner", "yaml": "pyyaml", "jinja2": "jinja2"}
 # Where the roles and playbooks name modules and plugins: a task's module (a key), and in
 # Jinja a lookup, a filter or a test.
-FQCN_SOURCES = [REPO / "site.yml", *sorted((REPO / "playbooks").rglob("*.yml")),
-                *sorted((REPO / "roles").rglob("*.yml")), *sorted((REPO / "roles").rglob("*.j2"))]
+FQCN_SOURCES = [
+    REPO / "site.yml",
+    *sorted((REPO / "playbooks").rglob("*.yml")),
+    *sorted((REPO / "roles").rglob("*.yml")),
+    *sorted((REPO / "roles").rglob("*.j2")),
+]
 _NAME = r"([a-z][a-z0-9_]*\.[a-z][a-z0-9_]*)\.[a-z][a-z0-9_]*"
-_FQCN = [re.compile(rf"^[ \t]*(?:- )?{_NAME}:", re.M),
-         re.compile(rf"(?:\b(?:lookup|query|q)\(\s*['\"]|\|\s*|\bis\s+(?:not\s+)?){_NAME}\b")]
+_FQCN = [
+    re.compile(rf"^[ \t]*(?:- )?{_NAME}:", re.M),
+    re.compile(rf"(?:\b(?:lookup|query|q)\(\s*['\"]|\|\s*|\bis\s+(?:not\s+)?){_NAME}\b"),
+]
 TARBALL = "ee/gpufleet-fleet.tar.gz"
 OWN_COLLECTION = f"ansible_collections.{GALAXY['namespace']}.{GALAXY['name']}."
 
@@ -89,12 +96,20 @@ def context(tmp_path_factory) -> Path:
     # Outside the clone: its ansible.cfg (make exports ANSIBLE_CONFIG) is not what answers.
     env = {key: value for key, value in os.environ.items() if not key.startswith("ANSIBLE_")}
     env.update(ANSIBLE_LOCAL_TEMP=str(root / "tmp"), ANSIBLE_HOME=str(root / "home"))
-    built = run([str(BIN / "ansible-galaxy"), "collection", "build", str(REPO), "--output-path", str(root / "collection")],
-                cwd=root, env=env)
+    built = run(
+        [str(BIN / "ansible-galaxy"), "collection", "build", str(REPO), "--output-path", str(root / "collection")],
+        cwd=root,
+        env=env,
+    )
     assert built.returncode == 0, built.stdout + built.stderr
-    shutil.copy2(root / "collection" / f"{GALAXY['namespace']}-{GALAXY['name']}-{GALAXY['version']}.tar.gz", root / TARBALL)
-    created = run([BUILDER, "create", "--file", "execution-environment.yml", "--context", str(root / "context")],
-                  cwd=root, env=env)
+    shutil.copy2(
+        root / "collection" / f"{GALAXY['namespace']}-{GALAXY['name']}-{GALAXY['version']}.tar.gz", root / TARBALL
+    )
+    created = run(
+        [BUILDER, "create", "--file", "execution-environment.yml", "--context", str(root / "context")],
+        cwd=root,
+        env=env,
+    )
     assert created.returncode == 0, created.stdout + created.stderr
     # ansible-builder only warns when a file of additional_build_files is missing.
     assert "No matches" not in created.stdout + created.stderr, created.stdout + created.stderr
@@ -133,7 +148,9 @@ def test_the_python_is_one_ansible_core_supports(context):
     version = re.fullmatch(r"/usr/bin/python(3\.\d+)", interpreter["python_path"]).group(1)
     installed = importlib.metadata.version("ansible-core")
     if installed != dev_pins()["ansible-core"]:
-        pytest.skip(f"the venv's ansible-core is {installed}, requirements/dev.txt pins {dev_pins()['ansible-core']}: make venv")
+        pytest.skip(
+            f"the venv's ansible-core is {installed}, requirements/dev.txt pins {dev_pins()['ansible-core']}: make venv"
+        )
     requires = importlib.metadata.metadata("ansible-core")["Requires-Python"]
     assert SpecifierSet(requires).contains(version), (version, requires)
 
@@ -183,7 +200,11 @@ def test_gpufleet_fleet_is_the_tarball_of_this_clone_in_the_context(context):
     with tarfile.open(tarball) as tar:
         info = json.load(tar.extractfile("MANIFEST.json"))["collection_info"]
         top = {name.split("/")[0] for name in tar.getnames()}
-    assert (info["namespace"], info["name"], info["version"]) == (GALAXY["namespace"], GALAXY["name"], GALAXY["version"])
+    assert (info["namespace"], info["name"], info["version"]) == (
+        GALAXY["namespace"],
+        GALAXY["name"],
+        GALAXY["version"],
+    )
     assert {"roles", "playbooks", "plugins", "files"} <= top
     assert not top & {"ee", "execution-environment.yml", "tests", "tools", ".venv"}
 
@@ -201,18 +222,28 @@ def _imported(path: Path) -> set:
 
 def test_the_python_requirements_provide_what_the_controller_imports_at_the_controller_pins(context):
     imported = set().union(*map(_imported, CONTROLLER_PYTHON))
-    assert not imported - set(PROVIDES), f"imported, with no distribution known here: {sorted(imported - set(PROVIDES))}"
-    requirements = [Requirement(line) for line in (context / "_build/requirements.txt").read_text().splitlines()
-                    if line.strip() and not line.startswith("#")]
+    assert not imported - set(PROVIDES), (
+        f"imported, with no distribution known here: {sorted(imported - set(PROVIDES))}"
+    )
+    requirements = [
+        Requirement(line)
+        for line in (context / "_build/requirements.txt").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
     listed = {canonicalize_name(requirement.name): requirement for requirement in requirements}
     provided = set(listed) | {"ansible-core", "ansible-runner"}
     assert {PROVIDES[name] for name in imported} <= provided
     pins = dev_pins()
     for name, requirement in listed.items():
-        assert str(requirement.specifier) == f"=={pins.get(name)}", f"{requirement}: requirements/dev.txt pins {pins.get(name)}"
+        assert str(requirement.specifier) == f"=={pins.get(name)}", (
+            f"{requirement}: requirements/dev.txt pins {pins.get(name)}"
+        )
 
 
 def test_the_system_requirements_name_the_ssh_client(context):
-    lines = [line.split() for line in (context / "_build/bindep.txt").read_text().splitlines()
-             if line.strip() and not line.startswith("#")]
+    lines = [
+        line.split()
+        for line in (context / "_build/bindep.txt").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
     assert ["openssh-clients", "[platform:rpm]"] in lines

@@ -27,7 +27,6 @@ from typing import Any
 import pytest
 import role_run
 import yaml
-
 from conftest import FAKE_FACTS, host_tool, load_script
 
 REPO = Path(__file__).resolve().parents[2]
@@ -60,22 +59,32 @@ ii  libnvidia-cfg1-535:amd64                                    535.86.05-0ubunt
   NVIDIA binary OpenGL/GLX configuration library
 ii  libnvidia-common-535                                        535.86.05-0ubuntu0.20.04.2                  all        \
   Shared files used by the NVIDIA libraries
-ii  libnvidia-compute-535:amd64                                 535.86.05-0ubuntu0.20.04.2                  amd64        NVIDIA libcompute package
-ii  libnvidia-decode-535:amd64                                  535.86.05-0ubuntu0.20.04.2                  amd64        NVIDIA Video Decoding runtime libraries
-ii  libnvidia-encode-535:amd64                                  535.86.05-0ubuntu0.20.04.2                  amd64        NVENC Video Encoding runtime library
-ii  libnvidia-extra-535:amd64                                   535.86.05-0ubuntu0.20.04.2                  amd64        Extra libraries for the NVIDIA driver
+ii  libnvidia-compute-535:amd64                                 535.86.05-0ubuntu0.20.04.2                  amd64      \
+  NVIDIA libcompute package
+ii  libnvidia-decode-535:amd64                                  535.86.05-0ubuntu0.20.04.2                  amd64      \
+  NVIDIA Video Decoding runtime libraries
+ii  libnvidia-encode-535:amd64                                  535.86.05-0ubuntu0.20.04.2                  amd64      \
+  NVENC Video Encoding runtime library
+ii  libnvidia-extra-535:amd64                                   535.86.05-0ubuntu0.20.04.2                  amd64      \
+  Extra libraries for the NVIDIA driver
 """
 # github.com/NVIDIA/gpu-driver-container/pull/186, description of 2025-01-11 (Ubuntu 24.04, Canonical's
 # 550-server packages and signed modules): the first lines of its `dpkg -l | grep -i nvidia`, verbatim.
 NOBLE_SERVER_DPKG = """\
-ii  libnvidia-cfg1-550-server:amd64                  550.127.08-0ubuntu0.24.04.1       amd64        NVIDIA binary OpenGL/GLX configuration library
-ii  libnvidia-compute-550-server:amd64               550.127.08-0ubuntu0.24.04.1       amd64        NVIDIA libcompute package
-ii  linux-modules-nvidia-550-server-6.8.0-51-generic 6.8.0-51.52+1                     amd64        Linux kernel nvidia modules for version 6.8.0-51
-ii  linux-objects-nvidia-550-server-6.8.0-51-generic 6.8.0-51.52+1                     amd64        Linux kernel nvidia modules for version 6.8.0-51 (objects)
+ii  libnvidia-cfg1-550-server:amd64                  550.127.08-0ubuntu0.24.04.1       amd64      \
+  NVIDIA binary OpenGL/GLX configuration library
+ii  libnvidia-compute-550-server:amd64               550.127.08-0ubuntu0.24.04.1       amd64      \
+  NVIDIA libcompute package
+ii  linux-modules-nvidia-550-server-6.8.0-51-generic 6.8.0-51.52+1                     amd64      \
+  Linux kernel nvidia modules for version 6.8.0-51
+ii  linux-objects-nvidia-550-server-6.8.0-51-generic 6.8.0-51.52+1                     amd64      \
+  Linux kernel nvidia modules for version 6.8.0-51 (objects)
 ii  linux-signatures-nvidia-6.8.0-51-generic         6.8.0-51.52+1                     amd64        Linux kernel\
  signatures for nvidia modules for version 6.8.0-51-generic
-ii  nvidia-compute-utils-550-server                  550.127.08-0ubuntu0.24.04.1       amd64        NVIDIA compute utilities
-ii  nvidia-firmware-550-server-550.127.08            550.127.08-0ubuntu0.24.04.1       amd64        Firmware files used by the kernel module
+ii  nvidia-compute-utils-550-server                  550.127.08-0ubuntu0.24.04.1       amd64      \
+  NVIDIA compute utilities
+ii  nvidia-firmware-550-server-550.127.08            550.127.08-0ubuntu0.24.04.1       amd64      \
+  Firmware files used by the kernel module
 """
 # github.com/NVIDIA/nvidia-container-toolkit/issues/188 (the issue template's `dpkg -l '*nvidia*'`): the header
 # and first lines, verbatim: "un" (known, never installed) and "rc" (removed, configuration kept) are no driver.
@@ -138,8 +147,20 @@ POP_POLICY_FILES = """\
 # Release fields, as the repositories publish them:
 # Canonical's focal-updates (the shape of pop-os/upgrade#139's lines for focal-backports and focal-security:
 # v=20.04,o=Ubuntu,a=focal-...,n=focal,l=Ubuntu).
-FOCAL_UPDATES = {"Origin": "Ubuntu", "Label": "Ubuntu", "Suite": "focal-updates", "Codename": "focal", "Version": "20.04"}
-NOBLE_UPDATES = {"Origin": "Ubuntu", "Label": "Ubuntu", "Suite": "noble-updates", "Codename": "noble", "Version": "24.04"}
+FOCAL_UPDATES = {
+    "Origin": "Ubuntu",
+    "Label": "Ubuntu",
+    "Suite": "focal-updates",
+    "Codename": "focal",
+    "Version": "20.04",
+}
+NOBLE_UPDATES = {
+    "Origin": "Ubuntu",
+    "Label": "Ubuntu",
+    "Suite": "noble-updates",
+    "Codename": "noble",
+    "Version": "24.04",
+}
 # NVIDIA's CUDA repository: its Release file "Origin: NVIDIA / Label: NVIDIA CUDA" (github.com/NVIDIA/nvidia-docker
 # issues/22, the ubuntu1504 directory's); no Suite (a flat repository).
 NVIDIA_CUDA = {"Origin": "NVIDIA", "Label": "NVIDIA CUDA"}
@@ -150,45 +171,73 @@ LAB_MIRROR = {"Origin": "gpufleet-lab", "Label": "gpufleet-lab", "Suite": "bookw
 POP = {"Origin": "system76", "Label": "System76", "Suite": "jammy", "Codename": "jammy"}
 
 # The focal host's packages (FOCAL_CANONICAL_DPKG and the metapackage the comment names).
-FOCAL_CANONICAL = [(line.split()[1], line.split()[2], line.split()[3]) for line in FOCAL_CANONICAL_DPKG.splitlines()] + [
-    ("nvidia-driver-535", "535.86.05-0ubuntu0.20.04.2", "amd64")]
+FOCAL_CANONICAL = [
+    (line.split()[1], line.split()[2], line.split()[3]) for line in FOCAL_CANONICAL_DPKG.splitlines()
+] + [("nvidia-driver-535", "535.86.05-0ubuntu0.20.04.2", "amd64")]
 NOBLE_SERVER = [(line.split()[1], line.split()[2], line.split()[3]) for line in NOBLE_SERVER_DPKG.splitlines()]
 # github.com/cudagrad/cudagrad/issues/2 (usevector, Ubuntu 22.04, CUDA 12.2 from NVIDIA's repository): "Unpacking
 # libnvidia-common-535 (535.104.12-0ubuntu1)", "libnvidia-compute-535:amd64 (535.104.12-0ubuntu1)",
 # "libnvidia-decode-535:amd64", "libnvidia-encode-535:amd64", the same version (NVIDIA's -0ubuntu1 builds).
-JAMMY_NVIDIA_BY_HAND = [("libnvidia-common-535", "535.104.12-0ubuntu1", "all"),
-                        ("libnvidia-compute-535:amd64", "535.104.12-0ubuntu1", "amd64"),
-                        ("libnvidia-decode-535:amd64", "535.104.12-0ubuntu1", "amd64"),
-                        ("libnvidia-encode-535:amd64", "535.104.12-0ubuntu1", "amd64")]
+JAMMY_NVIDIA_BY_HAND = [
+    ("libnvidia-common-535", "535.104.12-0ubuntu1", "all"),
+    ("libnvidia-compute-535:amd64", "535.104.12-0ubuntu1", "amd64"),
+    ("libnvidia-decode-535:amd64", "535.104.12-0ubuntu1", "amd64"),
+    ("libnvidia-encode-535:amd64", "535.104.12-0ubuntu1", "amd64"),
+]
 # NVIDIA's .run installer of 535.104.05 (a release of the branch: github.com/NVIDIA/nvidia-installer, commit e44a009
 # "535.104.05"), on Ubuntu 22.04's kernel 5.15.0-91-generic: the files it installs where the installer's source puts
 # them (see the probe's header): nvidia-uninstall, its backup log, libnvidia-ml.so.<version> and libcuda.so.<version>
 # in the x86_64 triplet directory, the modules in kernel/drivers/video, its log.
 RUN_VERSION = "535.104.05"
-RUNFILE = ["/usr/bin/nvidia-uninstall", "/var/lib/nvidia/log", "/var/log/nvidia-installer.log",
-           f"/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.{RUN_VERSION}", f"/usr/lib/x86_64-linux-gnu/libcuda.so.{RUN_VERSION}",
-           "/lib/modules/5.15.0-91-generic/kernel/drivers/video/nvidia.ko",
-           "/lib/modules/5.15.0-91-generic/kernel/drivers/video/nvidia-uvm.ko"]
+RUNFILE = [
+    "/usr/bin/nvidia-uninstall",
+    "/var/lib/nvidia/log",
+    "/var/log/nvidia-installer.log",
+    f"/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.{RUN_VERSION}",
+    f"/usr/lib/x86_64-linux-gnu/libcuda.so.{RUN_VERSION}",
+    "/lib/modules/5.15.0-91-generic/kernel/drivers/video/nvidia.ko",
+    "/lib/modules/5.15.0-91-generic/kernel/drivers/video/nvidia-uvm.ko",
+]
 # gpufleet's own hosts. Debian 12 (the lab): the debian_nonfree compute packages of tests/unit/test_driver_rendering.py
 # at Debian's build of the default release (535.261.03-1~deb12u1, the build test_driver_rendering pins), and
 # Debian's contrib glx-alternative-nvidia, which they depend on (roles/nvidia_driver/vars/Debian.yml).
 DEBIAN_VERSION = "535.261.03-1~deb12u1"
-DEBIAN_OWN = [(name, DEBIAN_VERSION, "amd64") for name in (
-    "nvidia-kernel-dkms", "nvidia-kernel-support", "nvidia-smi", "libcuda1", "libnvidia-ml1", "libnvidia-cfg1",
-    "nvidia-alternative", "firmware-nvidia-gsp", "nvidia-persistenced", "nvidia-modprobe")] + [
-    ("glx-alternative-nvidia", "1.2.2", "amd64")]
+DEBIAN_OWN = [
+    (name, DEBIAN_VERSION, "amd64")
+    for name in (
+        "nvidia-kernel-dkms",
+        "nvidia-kernel-support",
+        "nvidia-smi",
+        "libcuda1",
+        "libnvidia-ml1",
+        "libnvidia-cfg1",
+        "nvidia-alternative",
+        "firmware-nvidia-gsp",
+        "nvidia-persistenced",
+        "nvidia-modprobe",
+    )
+] + [("glx-alternative-nvidia", "1.2.2", "amd64")]
 LAB_MIRROR_URL = "http://gpufleet-mirror/debian"
 # Ubuntu 22.04 after `upgrade-driver.yml` moved it from 535 to 580 (NVIDIA's repository; its -0ubuntu1 builds, as
 # tests/unit/test_driver_origin.py cites them): the 580 packages, and a 535 library left of the old branch whose
 # build the repository no longer lists.
-UPGRADED_580 = [("nvidia-headless-580", "580.95.05-0ubuntu1", "amd64"), ("nvidia-utils-580", "580.95.05-0ubuntu1", "amd64"),
-                ("libnvidia-compute-580:amd64", "580.95.05-0ubuntu1", "amd64")]
+UPGRADED_580 = [
+    ("nvidia-headless-580", "580.95.05-0ubuntu1", "amd64"),
+    ("nvidia-utils-580", "580.95.05-0ubuntu1", "amd64"),
+    ("libnvidia-compute-580:amd64", "580.95.05-0ubuntu1", "amd64"),
+]
 LEFT_535 = [("libnvidia-compute-535:amd64", "535.261.03-0ubuntu1", "amd64")]
 FACT_UBUNTU_580 = {"branch": "580", "source": "nvidia", "installed_version": "580.95.05", "pinned_version": "580.95.05"}
-FACT_DEBIAN = {"branch": "535", "source": "debian_nonfree", "installed_version": "535.261.03", "pinned_version": "535.261.03"}
+FACT_DEBIAN = {
+    "branch": "535",
+    "source": "debian_nonfree",
+    "installed_version": "535.261.03",
+    "pinned_version": "535.261.03",
+}
 
 
 # --------------------------------------------------------------------------- a scratch host, real dpkg and apt
+
 
 class ScratchHost:
     """A dpkg database, apt lists and a file tree under ``root``, read by this machine's dpkg and apt."""
@@ -208,11 +257,18 @@ class ScratchHost:
             (root / directory).mkdir(parents=True)
         self.apt_config = root / "apt.conf"
         options = {
-            "Dir::Etc::SourceList": root / "apt" / "sources.list", "Dir::Etc::SourceParts": root / "apt" / "empty",
-            "Dir::Etc::Preferences": root / "apt" / "empty" / "none", "Dir::Etc::PreferencesParts": root / "apt" / "empty",
-            "Dir::State::Lists": root / "apt" / "lists", "Dir::State::status": self.admin / "status",
-            "Dir::Cache": root / "apt" / "cache", "Debug::NoLocking": "1", "APT::Architecture": "amd64",
-            "APT::Architectures": "amd64", "Acquire::Languages": "none", "APT::Sandbox::User": "",
+            "Dir::Etc::SourceList": root / "apt" / "sources.list",
+            "Dir::Etc::SourceParts": root / "apt" / "empty",
+            "Dir::Etc::Preferences": root / "apt" / "empty" / "none",
+            "Dir::Etc::PreferencesParts": root / "apt" / "empty",
+            "Dir::State::Lists": root / "apt" / "lists",
+            "Dir::State::status": self.admin / "status",
+            "Dir::Cache": root / "apt" / "cache",
+            "Debug::NoLocking": "1",
+            "APT::Architecture": "amd64",
+            "APT::Architectures": "amd64",
+            "Acquire::Languages": "none",
+            "APT::Sandbox::User": "",
         }
         self.apt_config.write_text("".join(f'{key} "{value}";\n' for key, value in options.items()))
 
@@ -220,11 +276,17 @@ class ScratchHost:
     def _stanza(name: str, version: str, arch: str) -> str:
         package = name.split(":")[0]
         multiarch = "Multi-Arch: same\n" if ":" in name else ""
-        return (f"Package: {package}\nArchitecture: {arch}\n{multiarch}Version: {version}\n"
-                f"Maintainer: gpufleet unit test <test@gpufleet.invalid>\nDescription: {package}\n")
+        return (
+            f"Package: {package}\nArchitecture: {arch}\n{multiarch}Version: {version}\n"
+            f"Maintainer: gpufleet unit test <test@gpufleet.invalid>\nDescription: {package}\n"
+        )
 
-    def install(self, packages: list[tuple[str, str, str]], files: dict[str, list[str]] | None = None,
-                status: str = "install ok installed") -> None:
+    def install(
+        self,
+        packages: list[tuple[str, str, str]],
+        files: dict[str, list[str]] | None = None,
+        status: str = "install ok installed",
+    ) -> None:
         for name, version, arch in packages:
             self.stanzas.append(f"{self._stanza(name, version, arch)}Status: {status}\n")
             # The package's files where the probe looks for them: in the tree.
@@ -236,9 +298,14 @@ class ScratchHost:
         """A flat repository with this Release and these packages (the stanzas the database has for them); its URL."""
         directory = self.root / "repos" / name
         directory.mkdir(parents=True)
-        (directory / "Release").write_text("".join(f"{k}: {v}\n" for k, v in release.items()) + "Architectures: amd64\n")
-        (directory / "Packages").write_text("".join(
-            f"{self._stanza(n, v, a)}Filename: ./{n.split(':')[0]}_{v}_{a}.deb\nSize: 1\n\n" for n, v, a in packages))
+        (directory / "Release").write_text(
+            "".join(f"{k}: {v}\n" for k, v in release.items()) + "Architectures: amd64\n"
+        )
+        (directory / "Packages").write_text(
+            "".join(
+                f"{self._stanza(n, v, a)}Filename: ./{n.split(':')[0]}_{v}_{a}.deb\nSize: 1\n\n" for n, v, a in packages
+            )
+        )
         self.sources.append(f"deb [trusted=yes] file:{directory} ./\n")
         return f"file:{directory}"
 
@@ -268,48 +335,85 @@ def judge(output: str, layouts_: dict[str, Any], source: str, branch: str = "535
 
 # --------------------------------------------------------------------------- the parsers, on published outputs
 
+
 def test_dpkg_list_reads_published_listings():
     focal = fd.dpkg_list(FOCAL_CANONICAL_DPKG)
     assert [(r["package"], r["name"], r["version"], r["arch"], r["on_disk"]) for r in focal[:2]] == [
         ("libnvidia-cfg1-535", "libnvidia-cfg1-535:amd64", "535.86.05-0ubuntu0.20.04.2", "amd64", True),
-        ("libnvidia-common-535", "libnvidia-common-535", "535.86.05-0ubuntu0.20.04.2", "all", True)]
+        ("libnvidia-common-535", "libnvidia-common-535", "535.86.05-0ubuntu0.20.04.2", "all", True),
+    ]
     assert len(focal) == 6
     noble = fd.dpkg_list(NOBLE_SERVER_DPKG)
-    assert noble[2]["package"] == "linux-modules-nvidia-550-server-6.8.0-51-generic" and noble[2]["version"] == "6.8.0-51.52+1"
+    assert (
+        noble[2]["package"] == "linux-modules-nvidia-550-server-6.8.0-51-generic"
+        and noble[2]["version"] == "6.8.0-51.52+1"
+    )
     listing = fd.dpkg_list(PATTERN_DPKG)
     # The header is no package; "un" and "rc" are packages with no files on disk.
     assert [(r["package"], r["status"], r["on_disk"]) for r in listing] == [
-        ("libgldispatch0-nvidia", "un", False), ("libnvidia-cfg1-510", "ii", True), ("libnvidia-cfg1-any", "un", False),
-        ("libnvidia-common", "un", False), ("libnvidia-common-495", "ii", True), ("libnvidia-common-510", "ii", True),
-        ("libnvidia-compute-495", "rc", False)]
+        ("libgldispatch0-nvidia", "un", False),
+        ("libnvidia-cfg1-510", "ii", True),
+        ("libnvidia-cfg1-any", "un", False),
+        ("libnvidia-common", "un", False),
+        ("libnvidia-common-495", "ii", True),
+        ("libnvidia-common-510", "ii", True),
+        ("libnvidia-compute-495", "rc", False),
+    ]
 
 
 def test_apt_policy_reads_the_installed_build_and_its_repositories_in_any_language():
     german = fd.apt_policy_installed(DEBIAN_NVIDIA_POLICY_DE)
-    assert german == {"nvidia-driver": {"installed": "555.42.06-1", "indexes": [
-        "https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64 Packages", "/var/lib/dpkg/status"]}}
-    assert fd.apt_policy_installed(FABRICMANAGER_POLICY) == {"cuda-drivers-fabricmanager": {"installed": "", "indexes": []}}
+    assert german == {
+        "nvidia-driver": {
+            "installed": "555.42.06-1",
+            "indexes": [
+                "https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64 Packages",
+                "/var/lib/dpkg/status",
+            ],
+        }
+    }
+    assert fd.apt_policy_installed(FABRICMANAGER_POLICY) == {
+        "cuda-drivers-fabricmanager": {"installed": "", "indexes": []}
+    }
 
 
 def test_apt_policy_files_reads_each_repositorys_release_fields():
     files = fd.apt_policy_files(POP_POLICY_FILES)
     assert files["http://apt.pop-os.org/proprietary focal/main amd64 Packages"]["o"] == "system76"
     assert files["http://ppa.launchpad.net/system76/pop/ubuntu focal/main amd64 Packages"] == {
-        "v": "20.04", "o": "LP-PPA-system76-pop", "a": "focal", "n": "focal", "l": "Pop!_OS PPA", "c": "main", "b": "amd64"}
-    assert files["http://us.archive.ubuntu.com/ubuntu focal-backports/universe amd64 Packages"]["a"] == "focal-backports"
+        "v": "20.04",
+        "o": "LP-PPA-system76-pop",
+        "a": "focal",
+        "n": "focal",
+        "l": "Pop!_OS PPA",
+        "c": "main",
+        "b": "amd64",
+    }
+    assert (
+        files["http://us.archive.ubuntu.com/ubuntu focal-backports/universe amd64 Packages"]["a"] == "focal-backports"
+    )
 
 
 def test_dpkg_owners_reads_dpkg_s_as_this_machines_dpkg_prints_it(tmp_path):
     host = ScratchHost(tmp_path)
     lib = "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.535.86.05"
-    host.install([("libnvidia-compute-535:amd64", "535.86.05-0ubuntu0.20.04.2", "amd64")],
-                 files={"libnvidia-compute-535": [lib]})
+    host.install(
+        [("libnvidia-compute-535:amd64", "535.86.05-0ubuntu0.20.04.2", "amd64")], files={"libnvidia-compute-535": [lib]}
+    )
     lib = f"{host.tree}{lib}"
-    done = subprocess.run(["dpkg", "-S", lib, "/usr/bin/nvidia-uninstall"], capture_output=True, text=True, check=False,
-                          env={**os.environ, "DPKG_ADMINDIR": str(host.admin), "LC_ALL": "C"})
+    done = subprocess.run(
+        ["dpkg", "-S", lib, "/usr/bin/nvidia-uninstall"],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "DPKG_ADMINDIR": str(host.admin), "LC_ALL": "C"},
+    )
     assert f"libnvidia-compute-535:amd64: {lib}" in done.stdout
     assert "dpkg-query: no path found matching pattern /usr/bin/nvidia-uninstall" in done.stderr
-    assert fd.dpkg_owners(done.stdout + done.stderr) == {lib: ["libnvidia-compute-535"], "/usr/bin/nvidia-uninstall": []}
+    assert fd.dpkg_owners(done.stdout + done.stderr) == {
+        lib: ["libnvidia-compute-535"],
+        "/usr/bin/nvidia-uninstall": [],
+    }
 
 
 def test_the_probe_on_this_machine_finds_no_driver():
@@ -323,6 +427,7 @@ def test_the_probe_on_this_machine_finds_no_driver():
 
 # --------------------------------------------------------------------------- a foreign driver, per kind
 
+
 def test_canonicals_driver_is_foreign_on_a_default_ubuntu_host(tmp_path):
     """Ubuntu 20.04 with Canonical's nvidia-driver-535 (morrownr/rtl8852bu#7), gpufleet's default source (NVIDIA's
     repository), no gpufleet fact: every package is foreign, named with its build and origin; Canonical's desktop
@@ -332,7 +437,9 @@ def test_canonicals_driver_is_foreign_on_a_default_ubuntu_host(tmp_path):
     host.repository("focal-updates", FOCAL_UPDATES, FOCAL_CANONICAL)
     verdict = judge(host.probe(), UBUNTU_FOCAL, "nvidia")
     assert verdict["foreign"] and verdict["stop"]
-    assert sorted(p["package"] for p in verdict["packages"]) == sorted(name.split(":")[0] for name, _version, _arch in FOCAL_CANONICAL)
+    assert sorted(p["package"] for p in verdict["packages"]) == sorted(
+        name.split(":")[0] for name, _version, _arch in FOCAL_CANONICAL
+    )
     assert {p["origin"] for p in verdict["packages"]} == {"origin Ubuntu, suite focal-updates"}
     message = verdict["message"]
     assert message.startswith("nvidia_driver on gpu01: NVIDIA driver packages gpufleet did not install: ")
@@ -358,14 +465,19 @@ def test_canonicals_server_packages_can_be_adopted_with_source_ubuntu(tmp_path):
     output = host.probe()
     verdict = judge(output, UBUNTU, "nvidia")
     assert verdict["stop"] and all(p["sources"] == ["ubuntu"] for p in verdict["packages"]), verdict["packages"]
-    assert ('take them over as they are: nvidia_driver_source: ubuntu, nvidia_driver_branch: "550", '
-            'nvidia_driver_foreign_driver: adopt') in verdict["message"]
+    assert (
+        'take them over as they are: nvidia_driver_source: ubuntu, nvidia_driver_branch: "550", '
+        "nvidia_driver_foreign_driver: adopt"
+    ) in verdict["message"]
     adopted = judge(output, UBUNTU, "ubuntu", branch="550", mode="adopt")
     assert adopted["foreign"] is False and adopted["stop"] is False
     assert sorted(adopted["adopted"]) == sorted(name.split(":")[0] for name, _version, _arch in NOBLE_SERVER)
     # adopt takes over only the configured branch.
     other_branch = judge(output, UBUNTU, "ubuntu", branch="535", mode="adopt")
-    assert other_branch["stop"] and "adopt, which takes over only packages of source 'ubuntu' and branch 535" in other_branch["message"]
+    assert (
+        other_branch["stop"]
+        and "adopt, which takes over only packages of source 'ubuntu' and branch 535" in other_branch["message"]
+    )
 
 
 def test_nvidias_packages_installed_by_hand(tmp_path):
@@ -393,7 +505,9 @@ def test_nvidias_run_installer_is_foreign_and_replace_runs_its_uninstaller(tmp_p
     output = host.probe()
     verdict = judge(output, UBUNTU, "nvidia")
     runfile = verdict["runfile"]
-    assert runfile["found"] and runfile["version"] == RUN_VERSION and runfile["uninstaller"] == "/usr/bin/nvidia-uninstall"
+    assert (
+        runfile["found"] and runfile["version"] == RUN_VERSION and runfile["uninstaller"] == "/usr/bin/nvidia-uninstall"
+    )
     assert sorted(runfile["files"]) == sorted(path for path in RUNFILE if path != "/var/log/nvidia-installer.log")
     assert runfile["log"] == "/var/log/nvidia-installer.log"
     assert verdict["stop"] and verdict["packages"] == []
@@ -425,6 +539,7 @@ def test_a_driver_of_another_repository_on_a_gpufleet_host_is_foreign(tmp_path):
 
 # --------------------------------------------------------------------------- gpufleet's own hosts
 
+
 def test_a_lab_node_gpufleet_installed_is_not_foreign(tmp_path):
     """A Debian 12 node with gpufleet's fact and the driver from the site mirror (the lab's: a Release origin of its
     own): gpufleet's. Without the fact, the same packages are foreign, and adopt takes them over (the configured
@@ -452,7 +567,12 @@ def test_a_branch_upgrade_from_the_same_source_is_not_foreign(tmp_path):
     host.repository("cuda", NVIDIA_CUDA, UPGRADED_580)
     verdict = judge(host.probe(), UBUNTU, "nvidia", branch="580", fact=FACT_UBUNTU_580)
     assert verdict["foreign"] is False, verdict["message"]
-    assert sorted(verdict["own"]) == ["libnvidia-compute-535", "libnvidia-compute-580", "nvidia-headless-580", "nvidia-utils-580"]
+    assert sorted(verdict["own"]) == [
+        "libnvidia-compute-535",
+        "libnvidia-compute-580",
+        "nvidia-headless-580",
+        "nvidia-utils-580",
+    ]
 
 
 def test_packaged_driver_files_and_a_leftover_log_are_no_runfile_trace(tmp_path):
@@ -471,11 +591,25 @@ def test_packaged_driver_files_and_a_leftover_log_are_no_runfile_trace(tmp_path)
 
 def test_nvidia_named_packages_that_are_no_driver_are_left_alone():
     """The Container Toolkit (roles/container's packages) and the distributions' CUDA toolkit are no driver."""
-    for name in ("nvidia-container-toolkit", "nvidia-container-toolkit-base", "libnvidia-container-tools",
-                 "libnvidia-container1", "nvidia-cuda-toolkit", "nvidia-cuda-dev", "libnvidia-egl-wayland1"):
+    for name in (
+        "nvidia-container-toolkit",
+        "nvidia-container-toolkit-base",
+        "libnvidia-container-tools",
+        "libnvidia-container1",
+        "nvidia-cuda-toolkit",
+        "nvidia-cuda-dev",
+        "libnvidia-egl-wayland1",
+    ):
         assert not fd._is_driver(name), name
-    for name in ("nvidia-kernel-dkms", "libcuda1", "cuda-drivers", "cuda-drivers-535", "libnvidia-compute",
-                 "linux-signatures-nvidia-6.8.0-51-generic", "firmware-nvidia-gsp"):
+    for name in (
+        "nvidia-kernel-dkms",
+        "libcuda1",
+        "cuda-drivers",
+        "cuda-drivers-535",
+        "libnvidia-compute",
+        "linux-signatures-nvidia-6.8.0-51-generic",
+        "firmware-nvidia-gsp",
+    ):
         assert fd._is_driver(name), name
     assert not fd._is_driver("cuda-drivers-fabricmanager-535") and not fd._is_driver("libcudart12")
 
@@ -492,15 +626,31 @@ def test_a_wrong_mode_or_source_is_an_error():
 # tasks/foreign.yml after its probe, in the role's order (copies of its tasks), after validate.yml; the probe's
 # registered result given as a host variable (its stdout: a ScratchHost's). Then what install.yml's two removal
 # tasks would run (their arguments and conditions, templated in the same play).
-JUDGEMENT = [role_run.role_task("nvidia_driver", "foreign.yml", name) for name in (
-    "Judge what was found against the driver source", "Stop on a driver gpufleet did not install",
-    "Say what replace removes before the install")]
+JUDGEMENT = [
+    role_run.role_task("nvidia_driver", "foreign.yml", name)
+    for name in (
+        "Judge what was found against the driver source",
+        "Stop on a driver gpufleet did not install",
+        "Say what replace removes before the install",
+    )
+]
 UNINSTALL = role_run.role_task("nvidia_driver", "install.yml", "Run the .run installer's uninstaller")
 PURGE = role_run.role_task("nvidia_driver", "install.yml", "Purge the driver packages gpufleet did not install")
-IN_ROLE = role_run.Batch(FAKE_FACTS, [role_run.import_role("nvidia_driver", "validate"), *JUDGEMENT], after=[
-    role_run.capture({"uninstall": UNINSTALL["ansible.builtin.command"], "uninstall_runs": role_run.condition(UNINSTALL),
-                      "purge": PURGE["ansible.builtin.apt"], "purge_runs": role_run.condition(PURGE),
-                      "verdict": "{{ __nvidia_driver_foreign }}"})])
+IN_ROLE = role_run.Batch(
+    FAKE_FACTS,
+    [role_run.import_role("nvidia_driver", "validate"), *JUDGEMENT],
+    after=[
+        role_run.capture(
+            {
+                "uninstall": UNINSTALL["ansible.builtin.command"],
+                "uninstall_runs": role_run.condition(UNINSTALL),
+                "purge": PURGE["ansible.builtin.apt"],
+                "purge_runs": role_run.condition(PURGE),
+                "verdict": "{{ __nvidia_driver_foreign }}",
+            }
+        )
+    ],
+)
 # Debian's own archive, as this build machine's `apt-cache policy` prints its Release fields
 # ("release v=12.15,o=Debian,a=oldstable,n=bookworm,l=Debian,c=main,b=amd64", deb.debian.org bookworm/main).
 BOOKWORM = {"Origin": "Debian", "Label": "Debian", "Suite": "oldstable", "Codename": "bookworm", "Version": "12.15"}
@@ -514,8 +664,13 @@ def in_role(tmp_path_factory) -> dict[str, role_run.Outcome]:
         return host.probe()
 
     probes = {
-        "by-hand": output("by-hand", lambda h: (h.install(JAMMY_NVIDIA_BY_HAND), h.repository("cuda", NVIDIA_CUDA, JAMMY_NVIDIA_BY_HAND))),
-        "canonical": output("canonical", lambda h: (h.install(FOCAL_CANONICAL), h.repository("u", FOCAL_UPDATES, FOCAL_CANONICAL))),
+        "by-hand": output(
+            "by-hand",
+            lambda h: (h.install(JAMMY_NVIDIA_BY_HAND), h.repository("cuda", NVIDIA_CUDA, JAMMY_NVIDIA_BY_HAND)),
+        ),
+        "canonical": output(
+            "canonical", lambda h: (h.install(FOCAL_CANONICAL), h.repository("u", FOCAL_UPDATES, FOCAL_CANONICAL))
+        ),
         "runfile": output("runfile", lambda h: h.files(RUNFILE)),
         "debian": output("debian", lambda h: (h.install(DEBIAN_OWN), h.repository("bookworm", BOOKWORM, DEBIAN_OWN))),
     }
@@ -526,8 +681,10 @@ def in_role(tmp_path_factory) -> dict[str, role_run.Outcome]:
         "debian, gpufleet's": ("debian12", "debian", {"ansible_local": {"nvidia_driver": FACT_DEBIAN}}),
         "debian, no fact": ("debian12", "debian", {}),
     }
-    settings = {name: (facts, {"__nvidia_driver_foreign_probe": {"stdout": probes[probe], "rc": 0}, **extra})
-                for name, (facts, probe, extra) in cases.items()}
+    settings = {
+        name: (facts, {"__nvidia_driver_foreign_probe": {"stdout": probes[probe], "rc": 0}, **extra})
+        for name, (facts, probe, extra) in cases.items()
+    }
     for facts, variables in settings.values():
         IN_ROLE.declare(facts, **variables)
     return {name: IN_ROLE.get(facts, **variables) for name, (facts, variables) in settings.items()}
@@ -537,7 +694,10 @@ def test_play_1_stops_a_foreign_driver_naming_it_and_the_move(in_role):
     cfg = in_role["by-hand, source ubuntu"]
     assert cfg.failed_task == "Stop on a driver gpufleet did not install (nothing has been changed)"
     assert cfg.failure.startswith("nvidia_driver on ubuntu2204-")
-    assert "libnvidia-compute-535 535.104.12-0ubuntu1" in cfg.failure or "libnvidia-encode-535 535.104.12-0ubuntu1" in cfg.failure
+    assert (
+        "libnvidia-compute-535 535.104.12-0ubuntu1" in cfg.failure
+        or "libnvidia-encode-535 535.104.12-0ubuntu1" in cfg.failure
+    )
     assert "(origin NVIDIA, label NVIDIA CUDA)" in cfg.failure
     assert "nvidia_driver_source: nvidia, nvidia_driver_foreign_driver: adopt" in cfg.failure
     no_fact = in_role["debian, no fact"]
@@ -555,8 +715,12 @@ def test_a_host_gpufleet_installed_goes_on_and_removes_nothing(in_role):
 def test_replace_purges_the_packages_in_play_2(in_role):
     cfg = in_role["canonical, replace"]
     assert cfg.failure is None and cfg["uninstall_runs"] is False and cfg["purge_runs"] is True
-    assert cfg["purge"] == {"name": [name for name, _version, _arch in FOCAL_CANONICAL], "state": "absent", "purge": True,
-                            "allow_change_held_packages": True}
+    assert cfg["purge"] == {
+        "name": [name for name, _version, _arch in FOCAL_CANONICAL],
+        "state": "absent",
+        "purge": True,
+        "allow_change_held_packages": True,
+    }
 
 
 def test_replace_runs_the_run_installers_uninstaller_in_play_2(in_role):
@@ -574,16 +738,25 @@ def test_the_look_runs_before_the_repository_trial_and_the_removal_before_the_in
     play 2 the removal comes before anything reads the driver's packages, and gpufleet's fact is written after
     the removal and before the first package is installed (a run interrupted mid-install finds its own)."""
     for entry, look, trial in (
-            ("probe.yml", "Look for a driver gpufleet did not install (read-only)",
-             "Check the host, try the driver repository and simulate the install (read-only)"),
-            ("main.yml", "Look for a driver gpufleet did not install", "Check the driver can be installed on this host")):
+        (
+            "probe.yml",
+            "Look for a driver gpufleet did not install (read-only)",
+            "Check the host, try the driver repository and simulate the install (read-only)",
+        ),
+        ("main.yml", "Look for a driver gpufleet did not install", "Check the driver can be installed on this host"),
+    ):
         names = _names(ROLE / "tasks" / entry)
         assert names.index(look) < names.index(trial), entry
     install = _names(ROLE / "tasks" / "install.yml")
-    order = ["Run the .run installer's uninstaller of the driver gpufleet did not install",
-             "Purge the driver packages gpufleet did not install",
-             "List the installed driver stack and the held packages before the change", "Simulate the driver transaction",
-             "Install the driver state fact", "Install the kernel headers and build tools", "Install the NVIDIA driver packages"]
+    order = [
+        "Run the .run installer's uninstaller of the driver gpufleet did not install",
+        "Purge the driver packages gpufleet did not install",
+        "List the installed driver stack and the held packages before the change",
+        "Simulate the driver transaction",
+        "Install the driver state fact",
+        "Install the kernel headers and build tools",
+        "Install the NVIDIA driver packages",
+    ]
     assert [install.index(name) for name in order] == sorted(install.index(name) for name in order)
     assert "Install the driver state fact" not in _names(ROLE / "tasks" / "facts.yml")
     probe = role_run.role_task("nvidia_driver", "foreign.yml", "Read the installed NVIDIA driver packages")

@@ -62,8 +62,7 @@ def utc(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_every_data_file_has_a_source() -> None:
-    files = [p for p in DATA.rglob("*") if p.is_file() and not p.name.endswith(".source")
-             and "ib-sysfs" not in p.parts]
+    files = [p for p in DATA.rglob("*") if p.is_file() and not p.name.endswith(".source") and "ib-sysfs" not in p.parts]
     assert len(files) >= 30
     for path in files:
         source = Path(f"{path}.source")
@@ -144,7 +143,9 @@ def test_h200_capture_xml_and_text_agree() -> None:
     (xml,) = smi("h200-580.159.04-passthrough.xml")
     (text,) = smi("h200-580.159.04-passthrough.txt")
     assert profiles.device_id(xml["pci_device_id"]) == profiles.device_id(text["pci_device_id"]) == "2335"
-    assert {k: v for k, v in xml.items() if k != "pci_device_id"} == {k: v for k, v in text.items() if k != "pci_device_id"}
+    assert {k: v for k, v in xml.items() if k != "pci_device_id"} == {
+        k: v for k, v in text.items() if k != "pci_device_id"
+    }
     assert health.gpu_profile(xml)[0] == "H200"
     assert xml["pcie"] == {"gen_current": 5, "gen_max": 5, "width_current": 16, "width_max": 16}
     assert xml["remapped_rows"] == {"correctable": 0, "uncorrectable": 0, "pending": False, "failure": False}
@@ -170,8 +171,13 @@ def test_not_smi_output_is_refused(text: str) -> None:
 
 
 def test_healthy_gpus_have_no_error_findings() -> None:
-    for name in ("a100-sxm4-80gb-mig-535.54.03.xml", "a10g-515.105.01.xml", "tesla-t4-515.105.01.xml",
-                 "h100-8gpu-535.161.08-power-brake.txt", "h100-8gpu-535.183.01.txt"):
+    for name in (
+        "a100-sxm4-80gb-mig-535.54.03.xml",
+        "a10g-515.105.01.xml",
+        "tesla-t4-515.105.01.xml",
+        "h100-8gpu-535.161.08-power-brake.txt",
+        "h100-8gpu-535.183.01.txt",
+    ):
         assert health.judge_gpu_errors(smi(name)) == [], name
 
 
@@ -256,8 +262,11 @@ def test_power_brake_on_every_gpu_fails() -> None:
 def test_one_braked_gpu_fails_and_its_lesser_reasons_are_not_repeated() -> None:
     """gpud's 8 x H100 (535.183.01): GPU 2 has HW Power Brake and SW Thermal Slowdown active (real)."""
     gpus = smi("h100-8gpu-535.183.01.txt")
-    assert {k for k, v in gpus[2]["clock_reasons"].items() if v} == {"hw_power_brake_slowdown", "sw_thermal_slowdown",
-                                                                     "sw_power_cap"}
+    assert {k for k, v in gpus[2]["clock_reasons"].items() if v} == {
+        "hw_power_brake_slowdown",
+        "sw_thermal_slowdown",
+        "sw_power_cap",
+    }
     (found,) = health.judge_clocks(gpus)
     assert (found["gpu"], found["verdict"]) == ("GPU 2 (00000000:75:00.0)", "fail")
     gpus[2]["clock_reasons"]["hw_power_brake_slowdown"] = False  # without the brake, the lesser reasons warn
@@ -324,8 +333,9 @@ def test_inactive_nvlink_fails() -> None:
 
 def test_v100_inactive_links_as_reported() -> None:
     status = health.parse_nvlink_status(data("nvlink", "v100-status-azhpc-issue73.txt"))
-    assert [(g["index"], g["links"]) for g in status] == [(3, {0: 25.781, 1: 25.781, 2: 25.781, 3: None, 4: 25.781,
-                                                               5: None})]
+    assert [(g["index"], g["links"]) for g in status] == [
+        (3, {0: 25.781, 1: 25.781, 2: 25.781, 3: None, 4: 25.781, 5: None})
+    ]
     (found,) = health.judge_nvlink(status)
     assert found["evidence"] == "NVLink 3, 5 inactive (4 of 6 up)"
 
@@ -336,9 +346,10 @@ def test_h100_links_at_the_profiles_speed_pass_and_fewer_or_slower_fail() -> Non
     assert health.judge_nvlink(status) == []
     site = profiles.merge_overrides({"H100 80GB HBM3": {"nvlink_link_gbps": 50.0, "nvlink_links": 20}})
     found = health.judge_nvlink(status, table=site)
-    assert {f["evidence"] for f in found} == {"18 NVLinks listed, the H100 80GB HBM3 has 20",
-                                              f"NVLink {', '.join(map(str, range(18)))} at 26.562 GB/s, "
-                                              "the H100 80GB HBM3 runs 50"}
+    assert {f["evidence"] for f in found} == {
+        "18 NVLinks listed, the H100 80GB HBM3 has 20",
+        f"NVLink {', '.join(map(str, range(18)))} at 26.562 GB/s, the H100 80GB HBM3 runs 50",
+    }
 
 
 def test_gpu_without_nvlink_lists_none() -> None:
@@ -359,7 +370,10 @@ def test_nvlink_error_counters() -> None:
 def test_all_links_inactive_message() -> None:
     """The driver's own sentence (NVIDIA/open-gpu-kernel-modules issue 1150's title; Azure's
     check_nvlink_status looks for "all links are inactive")."""
-    text = "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0)\nNVML: Unable to retrieve NVLink information as all links are inActive\n"
+    text = (
+        "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0)\nNVML: Unable to retrieve NVLink information as all links are "
+        "inActive\n"
+    )
     (found,) = health.judge_nvlink(health.parse_nvlink_status(text))
     assert (found["verdict"], found["evidence"]) == ("fail", "all NVLinks inactive")
 
@@ -486,10 +500,12 @@ def test_fallen_off_the_bus_and_fatal_sxids_drain() -> None:
     assert len(sxids) == 8 and sxids[0]["severity_word"] == "Fatal" and sxids[2]["severity_word"] is None
     judged = xid.judge_events(events, NOV_16, 24)
     found = {(f["kind"], f["gpu"]): (f["verdict"], f["action"]) for f in judged["findings"]}
-    assert found == {("xid", "PCI:0000:91:00"): ("fail", "drain: RESTART_BM"),
-                     ("sxid", "nvidia-nvswitch1 (PCI:0000:06:00.0)"): ("fail", "drain: RESET_FABRIC"),
-                     ("sxid", "nvidia-nvswitch0 (PCI:0000:05:00.0)"): ("fail", "drain: RESET_FABRIC"),
-                     ("sxid", "nvidia-nvswitch2 (PCI:0000:07:00.0)"): ("fail", "drain: RESET_FABRIC")}
+    assert found == {
+        ("xid", "PCI:0000:91:00"): ("fail", "drain: RESTART_BM"),
+        ("sxid", "nvidia-nvswitch1 (PCI:0000:06:00.0)"): ("fail", "drain: RESET_FABRIC"),
+        ("sxid", "nvidia-nvswitch0 (PCI:0000:05:00.0)"): ("fail", "drain: RESET_FABRIC"),
+        ("sxid", "nvidia-nvswitch2 (PCI:0000:07:00.0)"): ("fail", "drain: RESET_FABRIC"),
+    }
     assert judged["undated"] == 9
 
 
@@ -518,15 +534,32 @@ def test_journalctl_short_iso_times() -> None:
     assert xid.parse_kernel_log(data("xid", "journalctl-short-iso-a800.log")) == []
 
 
-@pytest.mark.parametrize("code, bucket", [
-    # NVIDIA's catalog, first rows as the docs page shows them (docs.nvidia.com/deploy/xid-errors/
-    # analyzing-xid-catalog.html: 8 RESTART_APP, 11 RESTART_APP) and the pinned export
-    # (gpud catalog_generated.go @ b9842de2, NVSentinel xiderrorsmapping.csv @ 6f8b0fcf agree)
-    (8, "RESTART_APP"), (11, "RESTART_APP"), (13, "RESTART_APP"), (31, "RESTART_APP"), (43, "IGNORE"),
-    (46, "RESET_GPU"), (48, "WORKFLOW_XID_48"), (63, "IGNORE"), (64, "RESET_GPU"), (74, "WORKFLOW_NVLINK_ERR"),
-    (79, "RESTART_BM"), (92, "IGNORE"), (94, "RESTART_APP"), (95, "RESET_GPU"), (119, "RESET_GPU"),
-    (120, "RESET_GPU"), (140, "RESET_GPU"), (149, "WORKFLOW_NVLINK5_ERR"),
-])
+@pytest.mark.parametrize(
+    "code, bucket",
+    [
+        # NVIDIA's catalog, first rows as the docs page shows them (docs.nvidia.com/deploy/xid-errors/
+        # analyzing-xid-catalog.html: 8 RESTART_APP, 11 RESTART_APP) and the pinned export
+        # (gpud catalog_generated.go @ b9842de2, NVSentinel xiderrorsmapping.csv @ 6f8b0fcf agree)
+        (8, "RESTART_APP"),
+        (11, "RESTART_APP"),
+        (13, "RESTART_APP"),
+        (31, "RESTART_APP"),
+        (43, "IGNORE"),
+        (46, "RESET_GPU"),
+        (48, "WORKFLOW_XID_48"),
+        (63, "IGNORE"),
+        (64, "RESET_GPU"),
+        (74, "WORKFLOW_NVLINK_ERR"),
+        (79, "RESTART_BM"),
+        (92, "IGNORE"),
+        (94, "RESTART_APP"),
+        (95, "RESET_GPU"),
+        (119, "RESET_GPU"),
+        (120, "RESET_GPU"),
+        (140, "RESET_GPU"),
+        (149, "WORKFLOW_NVLINK5_ERR"),
+    ],
+)
 def test_catalog_buckets(code: int, bucket: str) -> None:
     assert xid.XID_CATALOG[code][1] == bucket
 
@@ -581,21 +614,28 @@ def test_dcgm4_test_object() -> None:
 def test_dcgm4_document_shape() -> None:
     """The DCGM 4 envelope as NVIDIA/DCGM testing/python3/dcgm_diag_schema.json defines it, around the
     issue's real test object (no complete DCGM 4 document was found published)."""
-    for name, verdict in (("dcgm4-issue215-diagnostic-test.json.fragment", "pass"),
-                          ("dcgm4-issue215-diagnostic-test-gpu3-fail.json.fragment", "fail")):
-        doc = {"DCGM Diagnostic": {"test_categories": [{"category": "Hardware", "tests": [dcgm4_test(name)]}]},
-               "metadata": {"version": "4.0.0"}}
+    for name, verdict in (
+        ("dcgm4-issue215-diagnostic-test.json.fragment", "pass"),
+        ("dcgm4-issue215-diagnostic-test-gpu3-fail.json.fragment", "fail"),
+    ):
+        doc = {
+            "DCGM Diagnostic": {"test_categories": [{"category": "Hardware", "tests": [dcgm4_test(name)]}]},
+            "metadata": {"version": "4.0.0"},
+        }
         parsed = dcgm.parse_dcgm_json(json.dumps(doc))
         judged = dcgm.judge_dcgm(parsed)
         assert (parsed["schema"], parsed["version"], judged["verdict"]) == ("dcgm4", "4.0.0", verdict)
     assert judged["findings"][0]["gpu"] == "GPU 3"
 
 
-@pytest.mark.parametrize("text, message", [
-    ("Error: Unable to connect to host engine. Host engine connection invalid/disconnected.", "no JSON document"),
-    ('{"DCGM GPU Diagnostic": ', "does not parse"),
-    ('{"tests": []}', "neither 'DCGM Diagnostic'"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("Error: Unable to connect to host engine. Host engine connection invalid/disconnected.", "no JSON document"),
+        ('{"DCGM GPU Diagnostic": ', "does not parse"),
+        ('{"tests": []}', "neither 'DCGM Diagnostic'"),
+    ],
+)
 def test_dcgm_unreadable_documents_are_refused(text: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         dcgm.parse_dcgm_json(text)
@@ -625,8 +665,11 @@ def test_profiles_by_device_id_and_name() -> None:
 def test_allreduce_floors_are_azures() -> None:
     """Azure/azurehpc-health-checks conf/nd96amsr_a100_v4.conf (228.0), nd96isr_h100_v5.conf (460.0),
     nd96isr_h200_v5.conf (431.0): check_nccl_allreduce, for 8-GPU nodes."""
-    for key, floor, conf in (("A100-SXM4-80GB", 228.0, "nd96amsr_a100_v4"), ("H100 80GB HBM3", 460.0, "nd96isr_h100_v5"),
-                             ("H200", 431.0, "nd96isr_h200_v5")):
+    for key, floor, conf in (
+        ("A100-SXM4-80GB", 228.0, "nd96amsr_a100_v4"),
+        ("H100 80GB HBM3", 460.0, "nd96isr_h100_v5"),
+        ("H200", 431.0, "nd96isr_h200_v5"),
+    ):
         value, source = profiles.allreduce_floor(profiles.figures(profiles.PROFILES[key]), 8)
         assert value == floor and f"conf/{conf}.conf" in source
         assert profiles.allreduce_floor(profiles.figures(profiles.PROFILES[key]), 4) is None
@@ -638,21 +681,29 @@ def test_every_figure_has_a_source_and_a_known_field() -> None:
         for field, entry in profiles.figures(profile).items():
             assert field in profiles.FIELDS, (key, field)
             value, source = entry
-            assert isinstance(value, profiles.FIELDS[field]) or (profiles.FIELDS[field] is float and isinstance(value, float))
+            assert isinstance(value, profiles.FIELDS[field]) or (
+                profiles.FIELDS[field] is float and isinstance(value, float)
+            )
             assert len(source) > 20, (key, field)
 
 
 def test_site_overrides_merge_and_are_validated(tmp_path: Path) -> None:
-    merged = profiles.merge_overrides({"H200": {"allreduce_8gpu_busbw_gbps": 440},
-                                       "GB200": {"device_ids": ["2941"], "nvlink_links": 18}})
+    merged = profiles.merge_overrides(
+        {"H200": {"allreduce_8gpu_busbw_gbps": 440}, "GB200": {"device_ids": ["2941"], "nvlink_links": 18}}
+    )
     assert merged["H200"]["allreduce_8gpu_busbw_gbps"] == (440.0, "site override")
     assert merged["H200"]["nvlink_links"] == profiles.PROFILES["H200"]["nvlink_links"]
     assert profiles.find_profile("NVIDIA GB200", "294110DE", merged)[0] == "GB200"
     assert profiles.PROFILES["H200"]["allreduce_8gpu_busbw_gbps"][0] == 431.0  # the table is untouched
-    for site, message in (({"H200": {"allreduce": 1}}, "unknown field"), ({"B300": {"h2d_gbps": 50}}, "not a known profile"),
-                          ({"H200": {"nvlink_links": 17.5}}, "whole number"), ({"H200": {"h2d_gbps": -1}}, "above 0"),
-                          ({"H200": {"nvswitch_fabric": "yes"}}, "true or false"), ([1], "JSON object"),
-                          ({"X": {"device_ids": ["23"]}}, "4-hex-digit")):
+    for site, message in (
+        ({"H200": {"allreduce": 1}}, "unknown field"),
+        ({"B300": {"h2d_gbps": 50}}, "not a known profile"),
+        ({"H200": {"nvlink_links": 17.5}}, "whole number"),
+        ({"H200": {"h2d_gbps": -1}}, "above 0"),
+        ({"H200": {"nvswitch_fabric": "yes"}}, "true or false"),
+        ([1], "JSON object"),
+        ({"X": {"device_ids": ["23"]}}, "4-hex-digit"),
+    ):
         with pytest.raises(ValueError, match=message):
             profiles.merge_overrides(site)
     path = tmp_path / "site.json"
@@ -664,7 +715,9 @@ def test_site_overrides_merge_and_are_validated(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- the checks, through the CLI
 
 
-def run_cli(tmp_path: Path, *args: str, path: str | None = None) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+def run_cli(
+    tmp_path: Path, *args: str, path: str | None = None
+) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
     """gpufleet_check.pyz on a machine without GPUs (empty sysfs, no driver, no tools on PATH) and a torch
     that cannot be imported; returns the process and its checks by name."""
     for name in ("sysfs", "libs", "bin", "ib", "modules"):
@@ -672,13 +725,31 @@ def run_cli(tmp_path: Path, *args: str, path: str | None = None) -> tuple[subpro
     blocker = tmp_path / "no-torch" / "torch"
     blocker.mkdir(parents=True, exist_ok=True)
     (blocker / "__init__.py").write_text('raise ImportError("torch is blocked by the test")\n')
-    env = {**os.environ, "PATH": path or str(tmp_path / "bin"), "PYTHONPATH": str(blocker.parent),
-           "PYTHONWARNINGS": "ignore"}
-    argv = ["--json", "--sysfs-pci-dir", str(tmp_path / "sysfs"), "--module-version-file", str(tmp_path / "none"),
-            "--driver-proc-file", str(tmp_path / "none"), "--driver-lib-dir", str(tmp_path / "libs"),
-            "--sysfs-infiniband-dir", str(tmp_path / "ib"), "--sysfs-module-dir", str(tmp_path / "modules"), *args]
-    proc = subprocess.run([sys.executable, str(PYZ), *argv], env=env, capture_output=True, text=True, timeout=120,
-                          check=False)
+    env = {
+        **os.environ,
+        "PATH": path or str(tmp_path / "bin"),
+        "PYTHONPATH": str(blocker.parent),
+        "PYTHONWARNINGS": "ignore",
+    }
+    argv = [
+        "--json",
+        "--sysfs-pci-dir",
+        str(tmp_path / "sysfs"),
+        "--module-version-file",
+        str(tmp_path / "none"),
+        "--driver-proc-file",
+        str(tmp_path / "none"),
+        "--driver-lib-dir",
+        str(tmp_path / "libs"),
+        "--sysfs-infiniband-dir",
+        str(tmp_path / "ib"),
+        "--sysfs-module-dir",
+        str(tmp_path / "modules"),
+        *args,
+    ]
+    proc = subprocess.run(
+        [sys.executable, str(PYZ), *argv], env=env, capture_output=True, text=True, timeout=120, check=False
+    )
     try:
         checks = {c["name"]: c for c in json.loads(proc.stdout)["checks"]}
     except ValueError:
@@ -694,20 +765,34 @@ def test_cli_without_a_gpu_says_so(tmp_path: Path) -> None:
 
 def test_cli_judges_saved_outputs_without_a_gpu(tmp_path: Path) -> None:
     """A support bundle's outputs: judged as the live ones would be."""
-    proc, checks = run_cli(tmp_path, "--smi-query-file", str(DATA / "smi-text" / "h100-8gpu-535.183.01-gpu0-remap-pending.txt"),
-                           "--nvlink-status-file", str(DATA / "nvlink" / "a100-8gpu-status-gpu2-link5-inactive.txt"),
-                           "--kernel-log-file", str(DATA / "xid" / "dmesg-iso-h100-xid48-63-94.log"),
-                           "--xid-window-hours", "0",
-                           "--dcgm-json-file", str(DATA / "dcgm" / "dcgm3-r3-virtualclient-pcie-fail.json"))
+    proc, checks = run_cli(
+        tmp_path,
+        "--smi-query-file",
+        str(DATA / "smi-text" / "h100-8gpu-535.183.01-gpu0-remap-pending.txt"),
+        "--nvlink-status-file",
+        str(DATA / "nvlink" / "a100-8gpu-status-gpu2-link5-inactive.txt"),
+        "--kernel-log-file",
+        str(DATA / "xid" / "dmesg-iso-h100-xid48-63-94.log"),
+        "--xid-window-hours",
+        "0",
+        "--dcgm-json-file",
+        str(DATA / "dcgm" / "dcgm3-r3-virtualclient-pcie-fail.json"),
+    )
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr
     report = json.loads(proc.stdout)
     gpu_errors = checks["gpu_errors"]
     assert gpu_errors["verdict"] == "warn"
-    assert (gpu_errors["findings"][0]["gpu"], gpu_errors["findings"][0]["action"]) == ("GPU 0 (00000000:53:00.0)", "reboot")
+    assert (gpu_errors["findings"][0]["gpu"], gpu_errors["findings"][0]["action"]) == (
+        "GPU 0 (00000000:53:00.0)",
+        "reboot",
+    )
     assert report["reboot_required"] is False  # the driver's alone; the pending remap's reboot is in "actions"
     assert report["actions"]["reboot"] == 1
     assert checks["pcie"]["verdict"] == "pass" and "profile H100 80GB HBM3" in checks["pcie"]["detail"]
-    assert checks["clocks"]["verdict"] == "fail" and "GPU 2 (00000000:75:00.0): active HW power brake" in checks["clocks"]["detail"]
+    assert (
+        checks["clocks"]["verdict"] == "fail"
+        and "GPU 2 (00000000:75:00.0): active HW power brake" in checks["clocks"]["detail"]
+    )
     assert checks["nvlink"]["verdict"] == "fail" and "NVLink 5 inactive (11 of 12 up)" in checks["nvlink"]["detail"]
     assert checks["xid"]["verdict"] == "fail" and "Xid 48 ROBUST_CHANNEL_GPU_ECC_DBE x1" in checks["xid"]["detail"]
     assert "ignored per the catalog: Xid 63 x1" in checks["xid"]["detail"]
@@ -720,24 +805,37 @@ def test_cli_judges_saved_outputs_without_a_gpu(tmp_path: Path) -> None:
 def test_cli_h200_capture_passes_and_one_gpu_expects_no_nvlink(tmp_path: Path) -> None:
     """The lent H200's own outputs (one SXM GPU passed through, no NVLink listed): healthy, and NVLink not
     expected on a node of one GPU (before 2026-12-04 this failed the node: "lists no NVLink, the H200 has 18")."""
-    proc, checks = run_cli(tmp_path, "--smi-query-file", str(DATA / "smi-xml" / "h200-580.159.04-passthrough.xml"),
-                           "--nvlink-status-file", str(DATA / "nvlink" / "h200-passthrough-status.txt"))
+    proc, checks = run_cli(
+        tmp_path,
+        "--smi-query-file",
+        str(DATA / "smi-xml" / "h200-580.159.04-passthrough.xml"),
+        "--nvlink-status-file",
+        str(DATA / "nvlink" / "h200-passthrough-status.txt"),
+    )
     for name in ("gpu_errors", "pcie", "clocks"):
         assert checks[name]["verdict"] == "pass", (name, checks[name]["detail"], proc.stderr)
     assert checks["pcie"]["detail"] == "1 GPU(s): Gen5 x16 of Gen5 x16; 1 x NVIDIA H200 (profile H200)"
     assert (checks["nvlink"]["verdict"], checks["nvlink"]["detail"]) == (
-        "skipped", "one GPU (1 x NVIDIA H200 (profile H200)): NVLink joins GPUs, none listed and none expected")
+        "skipped",
+        "one GPU (1 x NVIDIA H200 (profile H200)): NVLink joins GPUs, none listed and none expected",
+    )
 
 
 def test_cli_eight_sxm_gpus_without_nvlink_fail(tmp_path: Path) -> None:
     """The same empty nvlink --status beside eight H100 SXM GPUs: each GPU's 18 links are missing."""
-    proc, checks = run_cli(tmp_path, "--smi-query-file", str(DATA / "smi-text" / "h100-8gpu-535.183.01.txt"),
-                           "--nvlink-status-file", str(DATA / "nvlink" / "h200-passthrough-status.txt"))
+    proc, checks = run_cli(
+        tmp_path,
+        "--smi-query-file",
+        str(DATA / "smi-text" / "h100-8gpu-535.183.01.txt"),
+        "--nvlink-status-file",
+        str(DATA / "nvlink" / "h200-passthrough-status.txt"),
+    )
     check = checks["nvlink"]
     assert check["verdict"] == "fail", proc.stderr
     assert len(check["findings"]) == 8
     assert {f["evidence"] for f in check["findings"]} == {
-        "nvidia-smi nvlink --status lists no NVLink, the H100 80GB HBM3 has 18"}
+        "nvidia-smi nvlink --status lists no NVLink, the H100 80GB HBM3 has 18"
+    }
 
 
 def test_cli_interconnect_expectation_is_judged_without_a_gpu(tmp_path: Path) -> None:
@@ -747,16 +845,19 @@ def test_cli_interconnect_expectation_is_judged_without_a_gpu(tmp_path: Path) ->
     assert check["verdict"] == "fail"
     assert [f["evidence"].split(",")[0] for f in check["findings"]] == [
         "0 InfiniBand/RoCE port(s) ACTIVE at >= 400 Gb/s",
-        f"nvidia_peermem not loaded (no {tmp_path / 'modules' / 'nvidia_peermem'}): no GPUDirect RDMA"]
+        f"nvidia_peermem not loaded (no {tmp_path / 'modules' / 'nvidia_peermem'}): no GPUDirect RDMA",
+    ]
     shutil.rmtree(tmp_path / "ib")
     shutil.copytree(IB_TREE, tmp_path / "ib")
     (tmp_path / "modules" / "nvidia_peermem").mkdir()
-    proc, checks = run_cli(tmp_path, "--expect-ib-ports", "8", "--ib-min-rate", "400", "--ib-link-layer", "InfiniBand",
-                           "--expect-peermem")
+    proc, checks = run_cli(
+        tmp_path, "--expect-ib-ports", "8", "--ib-min-rate", "400", "--ib-link-layer", "InfiniBand", "--expect-peermem"
+    )
     check = checks["interconnect"]
     assert check["verdict"] == "pass", check
-    assert check["detail"] == ("8 of 9 port(s) ACTIVE at >= 400 Gb/s (InfiniBand 400 Gb/sec (4X NDR)); "
-                               "nvidia_peermem loaded")
+    assert check["detail"] == (
+        "8 of 9 port(s) ACTIVE at >= 400 Gb/s (InfiniBand 400 Gb/sec (4X NDR)); nvidia_peermem loaded"
+    )
 
 
 def test_cli_profile_overrides_are_checked_before_any_check(tmp_path: Path) -> None:
@@ -813,19 +914,30 @@ def test_dcgm_not_installed_and_mig_refusal(gpu_host: Path) -> None:
 
 def test_dcgm_runs_under_a_time_limit(gpu_host: Path) -> None:
     # nvidia-smi -q -x answered with a real -q text output (H100, MIG disabled): read all the same
-    fake_tool(gpu_host / "bin", "nvidia-smi", f'if [ "$1" = "-q" ]; then "{CAT}" "{DATA}/smi-text/h100-8gpu-535.183.01.txt"; fi\n')
+    fake_tool(
+        gpu_host / "bin",
+        "nvidia-smi",
+        f'if [ "$1" = "-q" ]; then "{CAT}" "{DATA}/smi-text/h100-8gpu-535.183.01.txt"; fi\n',
+    )
     fake_tool(gpu_host / "bin", "dcgmi", f'"{SLEEP}" 30\n')
     began = time.monotonic()
     _proc, checks = run_cli(gpu_host, "--dcgm-timeout", "1")
     assert time.monotonic() - began < 25
     assert checks["dcgm"]["verdict"] == "fail" and "did not finish within 1 s" in checks["dcgm"]["detail"]
     report = DATA / "dcgm" / "dcgm3-r2-virtualclient.json"
-    fake_tool(gpu_host / "bin", "dcgmi",
-              f'[ "$*" = "diag -r 2 -j" ] || exit 9\necho "Successfully ran diagnostic for group."\n"{CAT}" "{report}"\n')
+    fake_tool(
+        gpu_host / "bin",
+        "dcgmi",
+        f'[ "$*" = "diag -r 2 -j" ] || exit 9\necho "Successfully ran diagnostic for group."\n"{CAT}" "{report}"\n',
+    )
     _proc, checks = run_cli(gpu_host, "--dcgm-level", "2")
     assert checks["dcgm"]["verdict"] == "pass", checks["dcgm"]
     assert checks["dcgm"]["detail"].startswith("11 test(s) (11 Pass) from dcgmi diag -r 2 -j (rc 0, ")
-    fake_tool(gpu_host / "bin", "dcgmi", 'echo "Error: unable to establish a connection to the specified host: localhost"; exit 1\n')
+    fake_tool(
+        gpu_host / "bin",
+        "dcgmi",
+        'echo "Error: unable to establish a connection to the specified host: localhost"; exit 1\n',
+    )
     _proc, checks = run_cli(gpu_host)
     assert checks["dcgm"]["verdict"] == "warn" and "nv-hostengine" in checks["dcgm"]["detail"]
 
@@ -833,8 +945,11 @@ def test_dcgm_runs_under_a_time_limit(gpu_host: Path) -> None:
 def test_xid_without_a_readable_kernel_log_warns(gpu_host: Path) -> None:
     _proc, checks = run_cli(gpu_host)
     assert checks["xid"]["verdict"] == "warn" and checks["xid"]["detail"].startswith("kernel log not readable")
-    fake_tool(gpu_host / "bin", "journalctl", 'echo "Hint: You are currently not seeing messages from other users and '
-                                              'the system." >&2\nexit 0\n')
+    fake_tool(
+        gpu_host / "bin",
+        "journalctl",
+        'echo "Hint: You are currently not seeing messages from other users and the system." >&2\nexit 0\n',
+    )
     log = DATA / "xid" / "dmesg-iso-h100-xid48-63-94.log"
     fake_tool(gpu_host / "bin", "dmesg", f'[ "$*" = "--time-format iso" ] || exit 9\n"{CAT}" "{log}"\n')
     _proc, checks = run_cli(gpu_host, "--xid-window-hours", "0")
@@ -882,12 +997,31 @@ def test_every_finding_names_its_signal_and_action_class() -> None:
         assert f["action_class"] in health.ACTION_CLASSES + (None,), f
         assert f["action_class"] is None or f["verdict"] in ("fail", "warn"), f
     signals = {f["signal"] for f in found}
-    assert {"row_remap_pending", "row_remap_failure", "retired_pages_pending", "ecc_uncorrected", "pcie_width",
-            "clock_event", "mig_mode", "fabric_manager", "nvlink_inactive", "nvlink_errors", "xid", "sxid",
-            "dcgm_test", "ib_ports"} <= signals
+    assert {
+        "row_remap_pending",
+        "row_remap_failure",
+        "retired_pages_pending",
+        "ecc_uncorrected",
+        "pcie_width",
+        "clock_event",
+        "mig_mode",
+        "fabric_manager",
+        "nvlink_inactive",
+        "nvlink_errors",
+        "xid",
+        "sxid",
+        "dcgm_test",
+        "ib_ports",
+    } <= signals
     classes = {(f["signal"], f["action_class"]) for f in found}
-    assert {("row_remap_pending", "reboot"), ("row_remap_failure", "replace"), ("pcie_width", "drain"),
-            ("mig_mode", "configure"), ("nvlink_inactive", "drain"), ("nvlink_errors", None)} <= classes
+    assert {
+        ("row_remap_pending", "reboot"),
+        ("row_remap_failure", "replace"),
+        ("pcie_width", "drain"),
+        ("mig_mode", "configure"),
+        ("nvlink_inactive", "drain"),
+        ("nvlink_errors", None),
+    } <= classes
     with pytest.raises(ValueError, match="action class 'fix' is not one of"):
         health.finding("node", "fail", "fix it", "evidence", signal="x", action_class="fix")
 
@@ -897,13 +1031,23 @@ def test_xid_action_classes_follow_the_catalogs_bucket(utc: None) -> None:
     has none; Xid 154's by its own words (NVIDIA, Error Recovery and Response Flags: Reset, Reboot, Drain P2P)."""
     now = datetime(2030, 1, 1, tzinfo=timezone.utc)
     classed = {}
-    for name in ("dmesg-iso-h100-xid48-63-94.log", "dmesg-ctime-xid119.log", "kmsg-xid79-sxid20034-gpud-readme.log",
-                 "syslog-xid120-154-rtx-pro-6000.log"):
+    for name in (
+        "dmesg-iso-h100-xid48-63-94.log",
+        "dmesg-ctime-xid119.log",
+        "kmsg-xid79-sxid20034-gpud-readme.log",
+        "syslog-xid120-154-rtx-pro-6000.log",
+    ):
         for f in xid.judge_events(xid.parse_kernel_log(data("xid", name), now), now, 0)["findings"]:
             classed[(f["kind"], f["code"])] = (f["signal"], f["action_class"])
-    assert classed == {("xid", 48): ("xid", "drain"), ("xid", 94): ("xid", None), ("xid", 119): ("xid", "reboot"),
-                       ("xid", 79): ("xid", "reboot"), ("sxid", 20034): ("sxid", "reboot"),
-                       ("xid", 120): ("xid", "reboot"), ("xid", 154): ("xid", "reboot")}
+    assert classed == {
+        ("xid", 48): ("xid", "drain"),
+        ("xid", 94): ("xid", None),
+        ("xid", 119): ("xid", "reboot"),
+        ("xid", 79): ("xid", "reboot"),
+        ("sxid", 20034): ("sxid", "reboot"),
+        ("xid", 120): ("xid", "reboot"),
+        ("xid", 154): ("xid", "reboot"),
+    }
     assert xid.action_class({"severity": "drain", "bucket": "Drain P2P"}) == "drain"
     assert xid.action_class({"severity": "drain", "bucket": "UPDATE_SWFW"}) == "configure"
     assert xid.action_class({"severity": "drain", "bucket": ""}) == "drain"  # a site's code without a bucket
@@ -915,33 +1059,57 @@ def test_saved_outputs_become_metrics_and_actions(tmp_path: Path) -> None:
     """The support bundle of test_cli_judges_saved_outputs_without_a_gpu, with the NVLink error counters: each
     finding a gpufleet_health_finding sample, the work they ask for counted, the Xid events and DCGM's tests."""
     prom = tmp_path / "gpufleet.prom"
-    proc, checks = run_cli(tmp_path, "--smi-query-file", str(DATA / "smi-text" / "h100-8gpu-535.183.01-gpu0-remap-pending.txt"),
-                           "--nvlink-status-file", str(DATA / "nvlink" / "h100-status-bottlerocket-gpu0-1.txt"),
-                           "--nvlink-errors-file", str(DATA / "nvlink" / "h100-errors-abridged-link1-replay.txt"),
-                           "--kernel-log-file", str(DATA / "xid" / "dmesg-iso-h100-xid48-63-94.log"),
-                           "--xid-window-hours", "0",
-                           "--dcgm-json-file", str(DATA / "dcgm" / "dcgm3-r3-virtualclient-pcie-fail.json"),
-                           "--metrics-file", str(prom))
+    proc, checks = run_cli(
+        tmp_path,
+        "--smi-query-file",
+        str(DATA / "smi-text" / "h100-8gpu-535.183.01-gpu0-remap-pending.txt"),
+        "--nvlink-status-file",
+        str(DATA / "nvlink" / "h100-status-bottlerocket-gpu0-1.txt"),
+        "--nvlink-errors-file",
+        str(DATA / "nvlink" / "h100-errors-abridged-link1-replay.txt"),
+        "--kernel-log-file",
+        str(DATA / "xid" / "dmesg-iso-h100-xid48-63-94.log"),
+        "--xid-window-hours",
+        "0",
+        "--dcgm-json-file",
+        str(DATA / "dcgm" / "dcgm3-r3-virtualclient-pcie-fail.json"),
+        "--metrics-file",
+        str(prom),
+    )
     report = json.loads(proc.stdout)
     found = [(name, f) for name, check in checks.items() for f in check.get("findings") or []]
     counts = {c: sum(f["action_class"] == c for _check, f in found) for c in health.ACTION_CLASSES}
     assert report["actions"] == counts and counts["reboot"] >= 1 and counts["drain"] >= 2
-    assert checks["nvlink"]["error_counters"] and all(set(c) == {"gpu", "link", "counter", "value"}
-                                                      for c in checks["nvlink"]["error_counters"])
+    assert checks["nvlink"]["error_counters"] and all(
+        set(c) == {"gpu", "link", "counter", "value"} for c in checks["nvlink"]["error_counters"]
+    )
     text = prom.read_text()
     samples = [line for line in text.splitlines() if line.startswith("gpufleet_health_finding{")]
     assert len(samples) == len(found)
-    assert ('gpufleet_health_finding{check="gpu_errors",signal="row_remap_pending",subject="GPU 0 (00000000:53:00.0)",'
-            'verdict="warn",action_class="reboot"} 1') in samples
-    assert any(line.startswith('gpufleet_health_finding{check="xid",signal="xid",subject="PCI:0000:19:00",verdict="fail",'
-                               'action_class="drain"}') for line in samples)
+    assert (
+        'gpufleet_health_finding{check="gpu_errors",signal="row_remap_pending",subject="GPU 0 (00000000:53:00.0)",'
+        'verdict="warn",action_class="reboot"} 1'
+    ) in samples
+    assert any(
+        line.startswith(
+            'gpufleet_health_finding{check="xid",signal="xid",subject="PCI:0000:19:00",verdict="fail",'
+            'action_class="drain"}'
+        )
+        for line in samples
+    )
     assert 'gpufleet_xid_events{kind="xid",code="48",device="PCI:0000:19:00",verdict="fail"} 1' in text
     assert 'gpufleet_xid_events{kind="xid",code="94",device="PCI:0000:19:00",verdict="warn"} 9' in text
     assert f'gpufleet_action_required{{action_class="reboot"}} {counts["reboot"]}' in text
     assert 'gpufleet_dcgm_test_status{test="PCIe",status="Fail",level="1"} 1' in text
     replay = [c for c in checks["nvlink"]["error_counters"] if c["value"]]
-    assert replay and (f'gpufleet_nvlink_error_count{{gpu="{replay[0]["gpu"]}",link="{replay[0]["link"]}",'
-                       f'counter="{replay[0]["counter"]}"}} {replay[0]["value"]}') in text
+    assert (
+        replay
+        and (
+            f'gpufleet_nvlink_error_count{{gpu="{replay[0]["gpu"]}",link="{replay[0]["link"]}",'
+            f'counter="{replay[0]["counter"]}"}} {replay[0]["value"]}'
+        )
+        in text
+    )
 
 
 def test_profile_overrides_on_the_command_line(tmp_path: Path) -> None:
@@ -950,8 +1118,13 @@ def test_profile_overrides_on_the_command_line(tmp_path: Path) -> None:
     assert "--profile-overrides-json" in proc.stderr and "unknown field(s) allreduce_8gpu_busbw_gbpss" in proc.stderr
     proc, _checks = run_cli(tmp_path, "--profile-overrides-json", "{not json")
     assert proc.returncode == 2 and "not JSON" in proc.stderr
-    proc, checks = run_cli(tmp_path, "--profile-overrides-json", '{"H100 80GB HBM3": {"pcie_min_width": 32}}',
-                           "--smi-query-file", str(DATA / "smi-text" / "h100-8gpu-535.183.01.txt"))
+    proc, checks = run_cli(
+        tmp_path,
+        "--profile-overrides-json",
+        '{"H100 80GB HBM3": {"pcie_min_width": 32}}',
+        "--smi-query-file",
+        str(DATA / "smi-text" / "h100-8gpu-535.183.01.txt"),
+    )
     assert checks["pcie"]["verdict"] == "fail" and "below the H100 80GB HBM3 floor x32" in checks["pcie"]["detail"]
     site = tmp_path / "site.json"
     site.write_text("{}")
@@ -962,9 +1135,17 @@ def test_profile_overrides_on_the_command_line(tmp_path: Path) -> None:
 def test_allreduce_floors_carry_the_message_size_they_hold_at() -> None:
     """Azure/azurehpc-health-checks @ 0e0a1ac2: check_nccl_allreduce <GB/s> 1 16G on ND H100 v5, ND H200 v5, ND A100
     v4 (80GB); 8G on ND A100 v4 40GB (nd96asr_v4) and ND V100 v2 (nd40rs_v2); nccl-tests reads G as GiB."""
-    sizes = {key: profiles.allreduce_size_mib(profiles.figures(profile), 8)
-             for key, profile in profiles.PROFILES.items() if "allreduce_8gpu_busbw_gbps" in profile}
+    sizes = {
+        key: profiles.allreduce_size_mib(profiles.figures(profile), 8)
+        for key, profile in profiles.PROFILES.items()
+        if "allreduce_8gpu_busbw_gbps" in profile
+    }
     assert {key: size[0] for key, size in sizes.items()} == {
-        "H100 80GB HBM3": 16384, "H200": 16384, "A100-SXM4-80GB": 16384, "A100-SXM4-40GB": 8192, "V100 SXM2 32GB": 8192}
+        "H100 80GB HBM3": 16384,
+        "H200": 16384,
+        "A100-SXM4-80GB": 16384,
+        "A100-SXM4-40GB": 8192,
+        "V100 SXM2 32GB": 8192,
+    }
     assert all("check_nccl_allreduce" in size[1] for size in sizes.values())
     assert profiles.allreduce_size_mib(profiles.figures(profiles.PROFILES["H200"]), 4) is None

@@ -31,7 +31,6 @@ from typing import Any
 import pytest
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar
-
 from conftest import load_script, load_trusted
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -39,8 +38,20 @@ PAYLOAD_DIR = REPO_ROOT / "roles" / "payload" / "files"
 PACKAGE_DIR = PAYLOAD_DIR / "gpufleet_check"
 PYZ = PAYLOAD_DIR / "gpufleet_check.pyz"
 BUILDER = REPO_ROOT / "tools" / "build_pyz.py"
-MODULES = ("checks", "cli", "common", "dcgm", "facts", "health", "health_checks", "launcher", "metrics", "nccl",
-           "profiles", "xid")
+MODULES = (
+    "checks",
+    "cli",
+    "common",
+    "dcgm",
+    "facts",
+    "health",
+    "health_checks",
+    "launcher",
+    "metrics",
+    "nccl",
+    "profiles",
+    "xid",
+)
 # Each module's imports within the package (the package docstring draws them).
 PACKAGE_IMPORTS = {
     "common": set(),
@@ -68,8 +79,12 @@ def builder() -> Any:
 
 
 def has_torch(python: str) -> bool:
-    probe = subprocess.run([python, "-c", "import importlib.util, sys; sys.exit(importlib.util.find_spec('torch') is None)"],
-                           capture_output=True, timeout=60, check=False)
+    probe = subprocess.run(
+        [python, "-c", "import importlib.util, sys; sys.exit(importlib.util.find_spec('torch') is None)"],
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
     return probe.returncode == 0
 
 
@@ -93,8 +108,16 @@ def empty_host(tmp_path: Path) -> list[str]:
     """The check's options for a machine without GPUs, drivers or nvidia-smi."""
     for name in ("sysfs", "libs"):
         (tmp_path / name).mkdir()
-    return ["--sysfs-pci-dir", str(tmp_path / "sysfs"), "--module-version-file", str(tmp_path / "none"),
-            "--driver-proc-file", str(tmp_path / "none"), "--driver-lib-dir", str(tmp_path / "libs")]
+    return [
+        "--sysfs-pci-dir",
+        str(tmp_path / "sysfs"),
+        "--module-version-file",
+        str(tmp_path / "none"),
+        "--driver-proc-file",
+        str(tmp_path / "none"),
+        "--driver-lib-dir",
+        str(tmp_path / "libs"),
+    ]
 
 
 def run(cmd: list[str], env: dict[str, str], check: bool = False, **kwargs: Any) -> subprocess.CompletedProcess[str]:
@@ -112,10 +135,26 @@ def assert_torch_reported_missing(proc: subprocess.CompletedProcess[str]) -> Non
     assert (report["schema"], report["verdict"], report["reasons"]) == ("gpufleet-check/1", "fail", [TORCH_MISSING])
     assert report["versions"]["torch"] is None
     checks = {check["name"]: check for check in report["checks"]}
-    assert list(checks) == ["driver_version", "nvidia_smi", "torch_cuda", "libraries", "gemm", "memory_bandwidth",
-                            "allreduce_busbw", "p2p_topology", *HEALTH_CHECKS]
-    for name in ("driver_version", "nvidia_smi", "gemm", "memory_bandwidth", "allreduce_busbw", "p2p_topology",
-                 *HEALTH_CHECKS):
+    assert list(checks) == [
+        "driver_version",
+        "nvidia_smi",
+        "torch_cuda",
+        "libraries",
+        "gemm",
+        "memory_bandwidth",
+        "allreduce_busbw",
+        "p2p_topology",
+        *HEALTH_CHECKS,
+    ]
+    for name in (
+        "driver_version",
+        "nvidia_smi",
+        "gemm",
+        "memory_bandwidth",
+        "allreduce_busbw",
+        "p2p_topology",
+        *HEALTH_CHECKS,
+    ):
         assert checks[name]["verdict"] == "skipped" and checks[name]["detail"].startswith("no GPU"), checks[name]
     assert checks["libraries"]["detail"] == "no GPU (torch is not installed)"
 
@@ -187,11 +226,13 @@ def test_pyz_help_without_torch(bare_python: tuple[str, dict[str, str]]) -> None
     proc = run([python, str(PYZ), "--help"], env)
     assert proc.returncode == 0, explain(proc)
     assert proc.stdout.startswith("usage: gpufleet_check.pyz ")
-    assert "Multi-node training: gpufleet_check.pyz train --help. Exit codes: 0 pass, 1 fail, 2 usage." \
-        in " ".join(proc.stdout.split())  # argparse wraps the epilog
+    assert "Multi-node training: gpufleet_check.pyz train --help. Exit codes: 0 pass, 1 fail, 2 usage." in " ".join(
+        proc.stdout.split()
+    )  # argparse wraps the epilog
     proc = run([python, str(PYZ), "train", "--help"], env)
-    assert proc.returncode == 0 and proc.stdout.startswith("usage: gpufleet_check.pyz train [options] [-- payload args...]"), \
-        explain(proc)
+    assert proc.returncode == 0 and proc.stdout.startswith(
+        "usage: gpufleet_check.pyz train [options] [-- payload args...]"
+    ), explain(proc)
 
 
 def test_pyz_json_without_torch(bare_python: tuple[str, dict[str, str]], empty_host: list[str], tmp_path: Path) -> None:
@@ -200,8 +241,9 @@ def test_pyz_json_without_torch(bare_python: tuple[str, dict[str, str]], empty_h
     assert_torch_reported_missing(run([python, str(PYZ), "--json", *empty_host], env))
 
 
-def test_gpu_verify_runs_the_pyz_through_its_launcher(bare_python: tuple[str, dict[str, str]], empty_host: list[str],
-                                                      tmp_path: Path) -> None:
+def test_gpu_verify_runs_the_pyz_through_its_launcher(
+    bare_python: tuple[str, dict[str, str]], empty_host: list[str], tmp_path: Path
+) -> None:
     """gpu_verify sends the .pyz base64-encoded on the stdin of one command, `sh -c <launcher> gpufleet-check
     <gpu_verify_python> <fallback> <args>`: the launcher falls back to the system python3 where gpu_verify_python does
     not exist yet, runs the checks from a private temporary directory and leaves nothing behind."""
@@ -224,8 +266,20 @@ def test_gpu_verify_runs_the_pyz_through_its_launcher(bare_python: tuple[str, di
     remote_tmp = tmp_path / "tmp"
     remote_tmp.mkdir()
     zipapp = base64.b64encode(PYZ.read_bytes()).decode() + "\n"  # the command module adds the newline
-    proc = run(["/bin/sh", "-c", variables["__gpu_verify_launcher"], "gpufleet-check", str(tmp_path / "venv" / "bin" / "python"),
-                python, "--json", *empty_host], {**env, "TMPDIR": str(remote_tmp)}, input=zipapp)
+    proc = run(
+        [
+            "/bin/sh",
+            "-c",
+            variables["__gpu_verify_launcher"],
+            "gpufleet-check",
+            str(tmp_path / "venv" / "bin" / "python"),
+            python,
+            "--json",
+            *empty_host,
+        ],
+        {**env, "TMPDIR": str(remote_tmp)},
+        input=zipapp,
+    )
     assert_torch_reported_missing(proc)
     assert list(remote_tmp.iterdir()) == []
     # The venv's interpreter when it is there (here a stand-in that names itself and the file it was given).
@@ -233,8 +287,11 @@ def test_gpu_verify_runs_the_pyz_through_its_launcher(bare_python: tuple[str, di
     venv_python.parent.mkdir(parents=True)
     venv_python.write_text('#!/bin/sh\necho "venv python: $(basename "$1") $2"\n')
     venv_python.chmod(0o755)
-    proc = run(["/bin/sh", "-c", variables["__gpu_verify_launcher"], "gpufleet-check", str(venv_python), python, "--json"],
-               {**env, "TMPDIR": str(remote_tmp)}, input=zipapp)
+    proc = run(
+        ["/bin/sh", "-c", variables["__gpu_verify_launcher"], "gpufleet-check", str(venv_python), python, "--json"],
+        {**env, "TMPDIR": str(remote_tmp)},
+        input=zipapp,
+    )
     assert (proc.returncode, proc.stdout) == (0, "venv python: gpufleet_check.pyz --json\n"), explain(proc)
     assert list(remote_tmp.iterdir()) == []
 
@@ -250,11 +307,14 @@ def test_count_pci_gpus_imports_from_the_pyz(bare_python: tuple[str, dict[str, s
     fake = tmp_path / "fake-torch" / "torch"
     fake.mkdir(parents=True)
     (fake / "__init__.py").write_text("class cuda:\n    device_count = staticmethod(lambda: 3)\n")
-    [task] = [t for t in load_trusted(REPO_ROOT / "roles" / "smoke_training" / "tasks" / "run.yml")
-              if t.get("name") == "Count the GPUs torch sees and those on the PCI bus"]
-    argv = Templar(loader=DataLoader(), variables={"smoke_training_python": python,
-                                                   "smoke_training_payload_dir": str(payload_dir)}
-                   ).template(task["ansible.builtin.command"]["argv"])
+    [task] = [
+        t
+        for t in load_trusted(REPO_ROOT / "roles" / "smoke_training" / "tasks" / "run.yml")
+        if t.get("name") == "Count the GPUs torch sees and those on the PCI bus"
+    ]
+    argv = Templar(
+        loader=DataLoader(), variables={"smoke_training_python": python, "smoke_training_payload_dir": str(payload_dir)}
+    ).template(task["ansible.builtin.command"]["argv"])
     assert argv[-1] == str(payload_dir / "gpufleet_check.pyz")
     proc = run([str(a) for a in argv], {**env, "PYTHONPATH": str(fake.parent)})
     assert proc.returncode == 0, explain(proc)
@@ -262,11 +322,18 @@ def test_count_pci_gpus_imports_from_the_pyz(bare_python: tuple[str, dict[str, s
     assert counts["torch"] == 3 and isinstance(counts["pci"], int)
 
     sysfs = tmp_path / "sysfs"
-    for address, pci_class in (("0000:18:00.0", "0x030200"), ("0000:19:00.0", "0x030000"), ("0000:05:00.0", "0x068000")):
+    for address, pci_class in (
+        ("0000:18:00.0", "0x030200"),
+        ("0000:19:00.0", "0x030000"),
+        ("0000:05:00.0", "0x068000"),
+    ):
         (sysfs / address).mkdir(parents=True)
         (sysfs / address / "vendor").write_text("0x10de\n")
         (sysfs / address / "class").write_text(pci_class + "\n")
-    code = f"import sys; sys.path.insert(0, {str(PYZ)!r}); from gpufleet_check import count_pci_gpus; print(count_pci_gpus({str(sysfs)!r}))"
+    code = (
+        f"import sys; sys.path.insert(0, {str(PYZ)!r}); from gpufleet_check import count_pci_gpus; "
+        f"print(count_pci_gpus({str(sysfs)!r}))"
+    )
     proc = run([python, "-c", code], env)
     assert (proc.returncode, proc.stdout.strip()) == (0, "2"), explain(proc)
 
@@ -279,7 +346,10 @@ def test_payload_is_found_beside_the_pyz(bare_python: tuple[str, dict[str, str]]
     where = tmp_path / "somewhere"
     where.mkdir()
     shutil.copyfile(PYZ, where / PYZ.name)
-    code = "import sys; sys.path.insert(0, sys.argv[1]); from gpufleet_check import launcher; print(launcher.find_payload())"
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]); from gpufleet_check import launcher; "
+        "print(launcher.find_payload())"
+    )
     proc = run([python, "-c", code, str(where / PYZ.name)], env)
     assert proc.stdout.strip() == "/opt/gpufleet/payload/train.py", explain(proc)  # nothing beside it
     (where / "train.py").write_text("")
@@ -287,7 +357,9 @@ def test_payload_is_found_beside_the_pyz(bare_python: tuple[str, dict[str, str]]
         proc = run([python, "-c", code, archive], env, cwd=where)
         assert proc.stdout.strip() == str(where / "train.py"), explain(proc)
     proc = run([python, "-c", code.replace("sys.argv[1]", repr(str(PAYLOAD_DIR)))], env)
-    assert proc.stdout.strip() == str(PAYLOAD_DIR / "train.py"), explain(proc)  # from source: roles/payload/files/train.py
+    assert proc.stdout.strip() == str(PAYLOAD_DIR / "train.py"), explain(
+        proc
+    )  # from source: roles/payload/files/train.py
 
 
 @pytest.mark.skipif(Path("/opt/gpufleet/payload/train.py").exists(), reason="this machine has an installed payload")
@@ -327,7 +399,9 @@ def test_module_imports_are_standard_library_and_declared(name: str) -> None:
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
             assert all(alias.name != "*" for alias in node.names), f"{name}: star import"
-    top_level = [node for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom)) and not getattr(node, "level", 0)]
+    top_level = [
+        node for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom)) and not getattr(node, "level", 0)
+    ]
     for node in top_level:
         modules = [alias.name for alias in node.names] if isinstance(node, ast.Import) else [node.module]
         for module in modules:
@@ -352,8 +426,10 @@ def test_no_import_cycle() -> None:
 def test_each_module_imports_on_its_own(bare_python: tuple[str, dict[str, str]], name: str) -> None:
     """A fresh interpreter imports the module alone: no torch, and nothing of the package it does not need."""
     python, env = bare_python
-    code = (f"import importlib, sys; importlib.import_module('gpufleet_check.{name}'); "
-            "print(' '.join(sorted(m for m in sys.modules if m.startswith('gpufleet_check.') or m == 'torch')))")
+    code = (
+        f"import importlib, sys; importlib.import_module('gpufleet_check.{name}'); "
+        "print(' '.join(sorted(m for m in sys.modules if m.startswith('gpufleet_check.') or m == 'torch')))"
+    )
     pythonpath = os.pathsep.join(filter(None, [str(PAYLOAD_DIR), env.get("PYTHONPATH")]))
     proc = run([python, "-c", code], {**env, "PYTHONPATH": pythonpath})
     assert proc.returncode == 0, explain(proc)
@@ -376,10 +452,16 @@ def test_metrics_loads_without_its_package() -> None:
         del sys.modules[module.__name__]
 
 
-def test_package_runs_from_source(bare_python: tuple[str, dict[str, str]], empty_host: list[str], tmp_path: Path) -> None:
+def test_package_runs_from_source(
+    bare_python: tuple[str, dict[str, str]], empty_host: list[str], tmp_path: Path
+) -> None:
     """PYTHONPATH=roles/payload/files python3 -m gpufleet_check: the same command line as the .pyz."""
     python, env = bare_python
-    env = {**env, "PATH": str(tmp_path), "PYTHONPATH": os.pathsep.join(filter(None, [str(PAYLOAD_DIR), env.get("PYTHONPATH")]))}
+    env = {
+        **env,
+        "PATH": str(tmp_path),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(PAYLOAD_DIR), env.get("PYTHONPATH")])),
+    }
     proc = run([python, "-m", "gpufleet_check", "--help"], env)
     assert proc.returncode == 0 and proc.stdout.startswith("usage: python3 -m gpufleet_check "), explain(proc)
     assert_torch_reported_missing(run([python, "-m", "gpufleet_check", "--json", *empty_host], env))

@@ -9,7 +9,6 @@ from types import SimpleNamespace
 from typing import Any, Callable
 
 import pytest
-
 from conftest import load_script
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -24,11 +23,24 @@ verify = load_verify()
 
 
 def check_result(verdict: str = "pass", reasons: tuple[str, ...] = ()) -> dict[str, Any]:
-    return {"schema": "gpufleet-check/1", "verdict": verdict, "reasons": list(reasons), "reboot_required": False,
-            "versions": {"driver_installed": "535.261.03", "cuda": "12.1", "torch": "2.5.1+cu121"},
-            "gpus": [{"index": 0, "name": "NVIDIA H100 80GB HBM3"}],
-            "checks": [{"name": "gemm", "verdict": verdict, "value": 701.3, "unit": "TFLOP/s", "threshold": 494.5,
-                        "detail": "GPU 0"}]}
+    return {
+        "schema": "gpufleet-check/1",
+        "verdict": verdict,
+        "reasons": list(reasons),
+        "reboot_required": False,
+        "versions": {"driver_installed": "535.261.03", "cuda": "12.1", "torch": "2.5.1+cu121"},
+        "gpus": [{"index": 0, "name": "NVIDIA H100 80GB HBM3"}],
+        "checks": [
+            {
+                "name": "gemm",
+                "verdict": verdict,
+                "value": 701.3,
+                "unit": "TFLOP/s",
+                "threshold": 494.5,
+                "detail": "GPU 0",
+            }
+        ],
+    }
 
 
 PASS = {"result": check_result(), "error": None}
@@ -38,9 +50,16 @@ UNREACHABLE = {"result": None, "error": "unreachable: ssh: connect to host 10.0.
 
 def recap(hosts: dict[str, Any], dark: tuple[str, ...] = ()) -> dict[str, dict[str, int]]:
     """ansible-runner's stats for a run over ``hosts``, with ``dark`` unreachable."""
-    return {"ok": {host: 10 for host in hosts if host not in dark}, "dark": {host: 1 for host in dark},
-            "failures": {}, "skipped": {}, "ignored": {}, "rescued": {}, "changed": {},
-            "processed": {host: 1 for host in hosts}}
+    return {
+        "ok": {host: 10 for host in hosts if host not in dark},
+        "dark": {host: 1 for host in dark},
+        "failures": {},
+        "skipped": {},
+        "ignored": {},
+        "rescued": {},
+        "changed": {},
+        "processed": {host: 1 for host in hosts},
+    }
 
 
 class FakeRunner:
@@ -55,11 +74,18 @@ class FakeRunner:
     def __call__(self, run: Any) -> Any:
         self.calls.append(run)
         if self.hosts is not None:
-            doc = {"generated": "2026-11-29T22:40:00Z", "inventory": str(run.inventory), "playbook": "verify",
-                   "hosts": self.hosts}
+            doc = {
+                "generated": "2026-11-29T22:40:00Z",
+                "inventory": str(run.inventory),
+                "playbook": "verify",
+                "hosts": self.hosts,
+            }
             # What the play's action does (roles/gpu_verify/tasks/report.yml), with the settings the options gave.
-            settings = {option: run.extravars[variable] for option, variable in verify.REPORT_OPTIONS.items()
-                        if variable in run.extravars}
+            settings = {
+                option: run.extravars[variable]
+                for option, variable in verify.REPORT_OPTIONS.items()
+                if variable in run.extravars
+            }
             verify.fleet_report.write_run_report(doc, Path(run.extravars["gpu_verify_report_dir"]), **settings)
         stats = recap(self.hosts or {}) if self.stats is None else self.stats
         return verify.RunOutcome(status=self.status, rc=self.rc, stats=stats)
@@ -83,12 +109,15 @@ def fixture_inventory(tmp_path: Path) -> Path:
 @pytest.fixture(name="main")
 def fixture_main(inventory: Path, tmp_path: Path) -> Callable[..., int]:
     """main() with the fixture inventory and a report directory in tmp_path."""
+
     def run_main(*args: str) -> int:
         return verify.main(["-i", str(inventory), "--report-dir", str(tmp_path / "reports"), *args])
+
     return run_main
 
 
 # --- exit status ---------------------------------------------------------------------------------
+
 
 def test_every_node_passed_exits_0_and_prints_the_table(runner, main, capsys):
     runner.hosts = {"node-1": PASS, "node-2": PASS}
@@ -107,8 +136,12 @@ def test_failed_and_unreachable_nodes_exit_1_named_on_stderr(runner, main, capsy
     assert main() == 1
     out, err = capsys.readouterr()
     # The verdict, the failed nodes grouped by cause, then the table (header, rule, 3 nodes).
-    assert out.splitlines()[:4] == ["FAIL: 3 nodes: 1 passed, 1 failed, 1 unreachable", "  1 node: failed gemm (node-2)",
-                                    "  1 node: unreachable (node-3)", ""]
+    assert out.splitlines()[:4] == [
+        "FAIL: 3 nodes: 1 passed, 1 failed, 1 unreachable",
+        "  1 node: failed gemm (node-2)",
+        "  1 node: unreachable (node-3)",
+        "",
+    ]
     assert len(out.splitlines()) == 9
     assert err.splitlines() == [
         f"gpufleet_verify: 2 nodes did not pass (report: {tmp_path / 'reports' / 'fleet-report.md'}):",
@@ -123,8 +156,10 @@ def test_no_report_exits_2_with_the_runner_status_and_rc(runner, main, capsys, t
     assert main() == 2
     out, err = capsys.readouterr()
     assert out == ""
-    assert err == (f"gpufleet_verify: no fleet report: playbooks/verify.yml did not write "
-                   f"{tmp_path / 'reports' / 'fleet-report.json'} (ansible-runner status failed, rc 4)\n")
+    assert err == (
+        f"gpufleet_verify: no fleet report: playbooks/verify.yml did not write "
+        f"{tmp_path / 'reports' / 'fleet-report.json'} (ansible-runner status failed, rc 4)\n"
+    )
 
 
 def test_a_report_left_from_an_earlier_run_is_no_report(runner, main, capsys):
@@ -141,16 +176,20 @@ def test_a_report_without_nodes_exits_2(runner, main, capsys):
     assert "lists no nodes" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize(("content", "message"), [
-    ("{not json", "is not JSON"),
-    (json.dumps({"schema": "gpufleet-check/1", "nodes": []}), "is not a gpufleet-fleet-report/1 report"),
-])
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("{not json", "is not JSON"),
+        (json.dumps({"schema": "gpufleet-check/1", "nodes": []}), "is not a gpufleet-fleet-report/1 report"),
+    ],
+)
 def test_an_unreadable_report_exits_2(monkeypatch, main, capsys, content, message):
     def write_garbage(run: Any) -> Any:
         report_dir = Path(run.extravars["gpu_verify_report_dir"])
         report_dir.mkdir()
         (report_dir / "fleet-report.json").write_text(content)
         return verify.RunOutcome(status="successful", rc=0, stats={})
+
     monkeypatch.setattr(verify, "run_playbook", write_garbage)
     assert main() == 2
     assert message in capsys.readouterr().err
@@ -158,12 +197,14 @@ def test_an_unreadable_report_exits_2(monkeypatch, main, capsys, content, messag
 
 # --- cross-check with the run's stats ------------------------------------------------------------
 
+
 def test_dark_host_reported_unreachable_is_consistent(runner, main, capsys):
     runner.hosts = {"node-1": PASS, "node-2": UNREACHABLE}
     runner.stats = recap(runner.hosts, dark=("node-2",))
     assert main() == 1
     assert capsys.readouterr().err.splitlines()[1:] == [
-        "  node-2: UNREACHABLE: unreachable: ssh: connect to host 10.0.0.3 port 22: No route to host"]
+        "  node-2: UNREACHABLE: unreachable: ssh: connect to host 10.0.0.3 port 22: No route to host"
+    ]
 
 
 @pytest.mark.parametrize(("entry", "verdict"), [(PASS, "PASS"), (FAIL, "FAIL")])
@@ -192,15 +233,38 @@ def test_run_without_stats_trusts_the_report(runner, main):
 
 # --- arguments -----------------------------------------------------------------------------------
 
+
 def test_arguments_reach_the_playbook_run(runner, main, tmp_path, inventory):
     runner.hosts = {"node-1": PASS}
-    assert main("--limit", "node-1:node-2", "--check", "--quiet", "-e", "gpu_verify_quick=true",
-                "--extra-var", "gpu_verify_skip_checks=allreduce_busbw", "-e", "note=a=b") == 0
-    assert runner.calls == [verify.PlaybookRun(
-        inventory=inventory, limit="node-1:node-2",
-        extravars={"gpu_verify_quick": "true", "gpu_verify_skip_checks": "allreduce_busbw", "note": "a=b",
-                   "gpu_verify_report_dir": str(tmp_path / "reports")},
-        check_mode=True, quiet=True)]
+    assert (
+        main(
+            "--limit",
+            "node-1:node-2",
+            "--check",
+            "--quiet",
+            "-e",
+            "gpu_verify_quick=true",
+            "--extra-var",
+            "gpu_verify_skip_checks=allreduce_busbw",
+            "-e",
+            "note=a=b",
+        )
+        == 0
+    )
+    assert runner.calls == [
+        verify.PlaybookRun(
+            inventory=inventory,
+            limit="node-1:node-2",
+            extravars={
+                "gpu_verify_quick": "true",
+                "gpu_verify_skip_checks": "allreduce_busbw",
+                "note": "a=b",
+                "gpu_verify_report_dir": str(tmp_path / "reports"),
+            },
+            check_mode=True,
+            quiet=True,
+        )
+    ]
 
 
 def test_defaults_resolve_against_the_working_directory(runner, inventory, monkeypatch, tmp_path):
@@ -213,20 +277,23 @@ def test_defaults_resolve_against_the_working_directory(runner, inventory, monke
     assert (inventory.parent / "reports" / "verify" / "fleet-report.xml").exists()
 
 
-@pytest.mark.parametrize("args", [
-    [],
-    ["-i"],
-    ["-i", "{inventory}", "-e", "novalue"],
-    ["-i", "{inventory}", "-e", "not a name=1"],
-    ["-i", "{inventory}", "-e", "gpu_verify_report_dir=/tmp/elsewhere"],
-    ["-i", "{inventory}", "--unknown"],
-    ["-i", "{tmp_path}/missing/hosts.yml"],
-    ["-i", "{inventory}", "-e", "gpu_verify_history_keep=5"],
-    ["-i", "{inventory}", "--repeat-failures", "4"],
-    ["-i", "{inventory}", "--history-keep", "2"],
-    ["-i", "{inventory}", "--repeat-runs", "-1"],
-    ["-i", "{inventory}", "--outlier-fraction", "1"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        [],
+        ["-i"],
+        ["-i", "{inventory}", "-e", "novalue"],
+        ["-i", "{inventory}", "-e", "not a name=1"],
+        ["-i", "{inventory}", "-e", "gpu_verify_report_dir=/tmp/elsewhere"],
+        ["-i", "{inventory}", "--unknown"],
+        ["-i", "{tmp_path}/missing/hosts.yml"],
+        ["-i", "{inventory}", "-e", "gpu_verify_history_keep=5"],
+        ["-i", "{inventory}", "--repeat-failures", "4"],
+        ["-i", "{inventory}", "--history-keep", "2"],
+        ["-i", "{inventory}", "--repeat-runs", "-1"],
+        ["-i", "{inventory}", "--outlier-fraction", "1"],
+    ],
+)
 def test_bad_arguments_exit_2_without_running(runner, inventory, tmp_path, capsys, args):
     assert verify.main([arg.format(inventory=inventory, tmp_path=tmp_path) for arg in args]) == 2
     assert runner.calls == []
@@ -239,8 +306,11 @@ def test_history_options_reach_the_play_and_the_repeat_offenders_are_printed(run
     runner.hosts = {"node-1": PASS, "node-2": FAIL}
     assert main("--history-keep", "5", "--repeat-failures", "2", "--repeat-runs", "3", "--outlier-fraction", "0.2") == 1
     assert {key: value for key, value in runner.calls[0].extravars.items() if key != "gpu_verify_report_dir"} == {
-        "gpu_verify_history_keep": 5, "gpu_verify_repeat_failures": 2, "gpu_verify_repeat_runs": 3,
-        "gpu_verify_outlier_fraction": 0.2}
+        "gpu_verify_history_keep": 5,
+        "gpu_verify_repeat_failures": 2,
+        "gpu_verify_repeat_runs": 3,
+        "gpu_verify_outlier_fraction": 0.2,
+    }
     runner.hosts = {"node-1": PASS, "node-2": PASS}
     assert main("--history-keep", "5") == 0
     runner.hosts = {"node-1": PASS, "node-2": FAIL}
@@ -268,6 +338,7 @@ def test_help_exits_0(runner, capsys):
 
 # --- the ansible-runner call ---------------------------------------------------------------------
 
+
 def test_run_playbook_calls_ansible_runner(monkeypatch, tmp_path):
     seen: dict[str, Any] = {}
     stats = {"dark": {"node-2": 1}, "processed": {"node-1": 1, "node-2": 1}}
@@ -277,16 +348,26 @@ def test_run_playbook_calls_ansible_runner(monkeypatch, tmp_path):
         return SimpleNamespace(status="failed", rc=2, stats=stats)
 
     monkeypatch.setitem(sys.modules, "ansible_runner", SimpleNamespace(run=fake_run))
-    run = verify.PlaybookRun(inventory=tmp_path / "hosts.yml", limit="node-*",
-                             extravars={"gpu_verify_report_dir": "/r"}, check_mode=True, quiet=True)
+    run = verify.PlaybookRun(
+        inventory=tmp_path / "hosts.yml",
+        limit="node-*",
+        extravars={"gpu_verify_report_dir": "/r"},
+        check_mode=True,
+        quiet=True,
+    )
     outcome = verify.run_playbook(run)
     assert outcome == verify.RunOutcome(status="failed", rc=2, stats=stats)
     assert seen["private_data_dir_existed"] and not Path(seen["private_data_dir"]).exists()
     passed = ("project_dir", "playbook", "inventory", "limit", "extravars", "cmdline", "quiet")
     assert {key: seen[key] for key in passed} == {
-        "project_dir": str(REPO_ROOT), "playbook": str(REPO_ROOT / "playbooks" / "verify.yml"),
-        "inventory": str(tmp_path / "hosts.yml"), "limit": "node-*", "extravars": {"gpu_verify_report_dir": "/r"},
-        "cmdline": "--check", "quiet": True}
+        "project_dir": str(REPO_ROOT),
+        "playbook": str(REPO_ROOT / "playbooks" / "verify.yml"),
+        "inventory": str(tmp_path / "hosts.yml"),
+        "limit": "node-*",
+        "extravars": {"gpu_verify_report_dir": "/r"},
+        "cmdline": "--check",
+        "quiet": True,
+    }
     assert seen["envvars"]["ANSIBLE_CONFIG"] == str(REPO_ROOT / "ansible.cfg")
     assert seen["envvars"]["PATH"].startswith(f"{Path(sys.executable).parent}:")
 
@@ -334,6 +415,9 @@ def test_a_checkout_without_the_link_loads_the_module_by_path(tmp_path):
     clone = tmp_path / "clone"
     (clone / "plugins" / "module_utils").mkdir(parents=True)
     (clone / "plugins" / "module_utils" / "fleet_report.py").write_text(
-        (REPO_ROOT / "plugins" / "module_utils" / "fleet_report.py").read_text())
+        (REPO_ROOT / "plugins" / "module_utils" / "fleet_report.py").read_text()
+    )
     module = verify.load_fleet_report(clone)
-    assert module.REPORT_SCHEMA == "gpufleet-fleet-report/1" and module.__file__ == str(clone / "plugins" / "module_utils" / "fleet_report.py")
+    assert module.REPORT_SCHEMA == "gpufleet-fleet-report/1" and module.__file__ == str(
+        clone / "plugins" / "module_utils" / "fleet_report.py"
+    )

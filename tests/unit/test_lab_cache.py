@@ -14,8 +14,9 @@ SCRIPT = Path(__file__).resolve().parents[2] / "tests" / "lab" / "files" / "lab_
 
 
 def run(cache: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(SCRIPT), "--cache", str(cache), *args], capture_output=True, text=True,
-                          check=False)
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), "--cache", str(cache), *args], capture_output=True, text=True, check=False
+    )
 
 
 def tree(root: Path, files: dict) -> Path:
@@ -26,23 +27,36 @@ def tree(root: Path, files: dict) -> Path:
 
 
 def test_store_then_restore_gives_the_same_files_with_a_manifest(tmp_path):
-    src = tree(tmp_path / "src", {"pool/main/a.deb": b"A", "pool/non-free/b.deb": b"BB", "kernel-release": b"6.1\n",
-                                  "dists/bookworm/InRelease": b"signed", ".fetched-x": b""})
+    src = tree(
+        tmp_path / "src",
+        {
+            "pool/main/a.deb": b"A",
+            "pool/non-free/b.deb": b"BB",
+            "kernel-release": b"6.1\n",
+            "dists/bookworm/InRelease": b"signed",
+            ".fetched-x": b"",
+        },
+    )
     cache = tmp_path / "cache"
     stored = run(cache, "store", "--key", "debs-abc", "--from", str(src), "--exclude", "dists/*", "--exclude", ".*")
     assert stored.returncode == 0, stored.stderr
     manifest = (cache / "debs-abc" / "SHA256SUMS").read_text().splitlines()
     kernel = hashlib.sha256(b"6.1\n").hexdigest()
-    assert manifest == [f"{kernel}  kernel-release",
-                        f"{hashlib.sha256(b'A').hexdigest()}  pool/main/a.deb",
-                        f"{hashlib.sha256(b'BB').hexdigest()}  pool/non-free/b.deb"]
+    assert manifest == [
+        f"{kernel}  kernel-release",
+        f"{hashlib.sha256(b'A').hexdigest()}  pool/main/a.deb",
+        f"{hashlib.sha256(b'BB').hexdigest()}  pool/non-free/b.deb",
+    ]
     dest = tmp_path / "dest"
     restored = run(cache, "restore", "--key", "debs-abc", "--into", str(dest))
     assert restored.returncode == 0, restored.stderr
     assert "3 file(s) of debs-abc checked (sha256)" in restored.stdout
     assert (dest / "pool/non-free/b.deb").read_bytes() == b"BB"
     assert sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file()) == [
-        "kernel-release", "pool/main/a.deb", "pool/non-free/b.deb"]
+        "kernel-release",
+        "pool/main/a.deb",
+        "pool/non-free/b.deb",
+    ]
 
 
 def test_an_absent_entry_is_a_miss_and_changes_nothing(tmp_path):

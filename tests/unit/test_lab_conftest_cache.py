@@ -33,16 +33,27 @@ def probe(tmp_path):
     work = tmp_path / "build"
     (work / "conftest").mkdir(parents=True)
     (work / "conftest" / "headers.h").write_text("#define NV_LINUX_KCONFIG_H_PRESENT\n")
-    env = {**os.environ, "RUNS": str(tmp_path / "runs"), "GPUFLEET_LAB_CCACHE": "",
-           "GPUFLEET_LAB_CONFTEST_CACHE": str(tmp_path / "cache"), "GPUFLEET_LAB_DPKG_INFO": str(info)}
+    env = {
+        **os.environ,
+        "RUNS": str(tmp_path / "runs"),
+        "GPUFLEET_LAB_CCACHE": "",
+        "GPUFLEET_LAB_CONFTEST_CACHE": str(tmp_path / "cache"),
+        "GPUFLEET_LAB_DPKG_INFO": str(info),
+    }
 
     def run(pid: int, code: str, *extra: str) -> subprocess.CompletedProcess:
         source = work / f"conftest{pid}.c"
         source.write_text(code)
         (work / f"conftest{pid}.o").unlink(missing_ok=True)
         args = ["-O2", f'-DKBUILD_BASENAME="#conftest{pid}"', *extra, "-c", source.name]
-        result = subprocess.run([sys.executable, str(SCRIPT), str(cc), *args], cwd=work, env=env,
-                                capture_output=True, text=True, check=False)
+        result = subprocess.run(
+            [sys.executable, str(SCRIPT), str(cc), *args],
+            cwd=work,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         result.object = (work / f"conftest{pid}.o").read_text() if (work / f"conftest{pid}.o").exists() else None
         return result
 
@@ -86,6 +97,11 @@ def test_any_other_compile_goes_to_the_compiler_each_time(probe, tmp_path):
     (work / "module.c").write_text("int good;")
     env = {**os.environ, "RUNS": str(tmp_path / "runs"), "GPUFLEET_LAB_CCACHE": ""}
     for _run in range(2):
-        subprocess.run([sys.executable, str(SCRIPT), str(tmp_path / "fake-cc"), "-c", "module.c"], cwd=work, env=env,
-                       check=True, capture_output=True)
+        subprocess.run(
+            [sys.executable, str(SCRIPT), str(tmp_path / "fake-cc"), "-c", "module.c"],
+            cwd=work,
+            env=env,
+            check=True,
+            capture_output=True,
+        )
     assert runs() == 2

@@ -31,14 +31,22 @@ def fixture_repo(tmp_path_factory) -> tuple[Path, Path]:
     home = work / "gnupg"
     home.mkdir(mode=0o700)
     gpg = ["gpg", "--homedir", str(home), "--batch"]
-    subprocess.run([*gpg, "--passphrase", "", "--quick-gen-key", "gpufleet fixture test", "ed25519", "sign", "1d"],
-                   check=True, capture_output=True)
-    fpr = subprocess.run([*gpg, "--with-colons", "--list-keys"], check=True, capture_output=True,
-                         text=True).stdout.split("fpr:::::::::")[1].split(":")[0]
+    subprocess.run(
+        [*gpg, "--passphrase", "", "--quick-gen-key", "gpufleet fixture test", "ed25519", "sign", "1d"],
+        check=True,
+        capture_output=True,
+    )
+    fpr = (
+        subprocess.run([*gpg, "--with-colons", "--list-keys"], check=True, capture_output=True, text=True)
+        .stdout.split("fpr:::::::::")[1]
+        .split(":")[0]
+    )
     root = work / "transitional"
     subprocess.run(["sh", str(SCRIPT), str(root), str(home), fpr], check=True, capture_output=True)
     key = work / "key.asc"
-    key.write_text(subprocess.run([*gpg, "--armor", "--export", fpr], check=True, capture_output=True, text=True).stdout)
+    key.write_text(
+        subprocess.run([*gpg, "--armor", "--export", fpr], check=True, capture_output=True, text=True).stdout
+    )
     return root, key
 
 
@@ -54,13 +62,18 @@ def test_the_fixture_says_what_it_is(fixture_repo):
 
 def test_the_roles_trial_reads_it_and_play_1s_filter_refuses_it(fixture_repo):
     root, key = fixture_repo
-    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
-           "TRIAL_SOURCES": f"Types: deb\nURIs: file:{root}\nSuites: {SUITE}\nComponents: non-free\nSigned-By: {key}\n",
-           "TRIAL_PACKAGE": "nvidia-smi", "TRIAL_OWN_FILE": "/etc/apt/sources.list.d/gpufleet-fixture-test.sources",
-           "TRIAL_SHOW": "nvidia-kernel-dkms nvidia-smi libcuda1 nvidia-persistenced", "TRIAL_SHOW_VERSION": "535.261.03"}
+    env = {
+        "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
+        "TRIAL_SOURCES": f"Types: deb\nURIs: file:{root}\nSuites: {SUITE}\nComponents: non-free\nSigned-By: {key}\n",
+        "TRIAL_PACKAGE": "nvidia-smi",
+        "TRIAL_OWN_FILE": "/etc/apt/sources.list.d/gpufleet-fixture-test.sources",
+        "TRIAL_SHOW": "nvidia-kernel-dkms nvidia-smi libcuda1 nvidia-persistenced",
+        "TRIAL_SHOW_VERSION": "535.261.03",
+    }
     result = subprocess.run(["bash", str(TRIAL)], capture_output=True, text=True, env=env, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
     madison, _separator, shown = result.stdout.partition("[stanzas]\n")
     assert [line.split("|")[1].strip() for line in madison.splitlines()] == [VERSION]
     assert filters.foreign_branches(shown, "535") == [
-        {"package": "nvidia-smi", "version": VERSION, "depends_on": "libnvidia-compute-580", "branch": "580"}]
+        {"package": "nvidia-smi", "version": VERSION, "depends_on": "libnvidia-compute-580", "branch": "580"}
+    ]

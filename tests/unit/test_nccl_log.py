@@ -46,8 +46,9 @@ def test_every_log_cites_its_published_source():
     assert len(files) >= 10
     for path in files:
         header = [line for line in path.read_text().splitlines() if line.startswith("# ")]
-        assert header and header[0].startswith(("# Source: https://github.com/",
-                                                "# Source: captured on the lent GPU machine of tests/gpu/device-check.sh")), path.name
+        assert header and header[0].startswith(
+            ("# Source: https://github.com/", "# Source: captured on the lent GPU machine of tests/gpu/device-check.sh")
+        ), path.name
         if "device-check.sh" in header[0]:
             assert "driver" in " ".join(header) and "torch" in " ".join(header), path.name  # its stack
         text = " ".join(header)
@@ -96,8 +97,13 @@ def test_socket_fallback_names_its_interface_and_connections():
 
 def test_roce_hcas_and_their_disabled_gpudirect_rdma():
     found = reading("roce-gdr-disabled-nccl-1537.log")
-    assert found["hcas"] == [{"name": "mlx5_0", "port": 1, "link": "RoCE"}, {"name": "mlx5_1", "port": 1, "link": "RoCE"}]
-    assert found["gdr_basis"].startswith("HCA lines (no NET connection logged)") and "mlx5_0, mlx5_1" in found["gdr_basis"]
+    assert found["hcas"] == [
+        {"name": "mlx5_0", "port": 1, "link": "RoCE"},
+        {"name": "mlx5_1", "port": 1, "link": "RoCE"},
+    ]
+    assert (
+        found["gdr_basis"].startswith("HCA lines (no NET connection logged)") and "mlx5_0, mlx5_1" in found["gdr_basis"]
+    )
 
 
 def test_sharp_plugin_hcas_are_infiniband():
@@ -126,9 +132,13 @@ def test_one_connection_without_gdrdma_makes_it_partial_and_is_shown():
 
 
 def test_warnings_are_kept_apart_and_bounded():
-    text = "\n".join(f"node:1:2 [0] transport/net_ib.cc:818 NCCL WARN NET/IB : Got completion with error {i}" for i in range(9))
+    text = "\n".join(
+        f"node:1:2 [0] transport/net_ib.cc:818 NCCL WARN NET/IB : Got completion with error {i}" for i in range(9)
+    )
     found = nccl.parse_log(text)
-    assert len(found["warnings"]) == nccl.MAX_WARNINGS and found["warnings"][0] == "NET/IB : Got completion with error 0"
+    assert (
+        len(found["warnings"]) == nccl.MAX_WARNINGS and found["warnings"][0] == "NET/IB : Got completion with error 0"
+    )
     assert found["evidence"] == [] and found["networks"] == []
 
 
@@ -143,8 +153,11 @@ def test_read_logs_reads_every_rank_file_and_none_without_nccl(tmp_path: Path):
 
 def test_debug_env_writes_one_file_per_rank_in_the_directory(tmp_path: Path):
     env = nccl.debug_env(tmp_path)
-    assert env == {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET",
-                   "NCCL_DEBUG_FILE": str(tmp_path / "nccl-%h-%p.log")}
+    assert env == {
+        "NCCL_DEBUG": "INFO",
+        "NCCL_DEBUG_SUBSYS": "INIT,NET",
+        "NCCL_DEBUG_FILE": str(tmp_path / "nccl-%h-%p.log"),
+    }
     assert Path(env["NCCL_DEBUG_FILE"].replace("%h", "node1").replace("%p", "42")).match(nccl.LOG_GLOB)
 
 
@@ -155,9 +168,15 @@ FLOORS = {"rdma": 6.0, "socket": 0.0, "gloo": 0.0}
 
 def network(backend: str, busbw: float | None, nodes: int = 2, world_busbw: float = 100.0) -> dict[str, Any]:
     """train.py's network figures (time_all_reduce) of a run on `nodes` nodes, 8 ranks each."""
-    return {"backend": backend, "measured": "gloo over TCP" if backend == "gloo" else "NCCL", "size_bytes": 64 * 2**20,
-            "warmup": 5, "iters": 20, "world": {"ranks": 8 * nodes, "seconds": 0.01, "algbw_gbps": 1.0, "busbw_gbps": world_busbw},
-            "inter_node": {"ranks": nodes, "seconds": 0.01 if busbw else None, "algbw_gbps": busbw, "busbw_gbps": busbw}}
+    return {
+        "backend": backend,
+        "measured": "gloo over TCP" if backend == "gloo" else "NCCL",
+        "size_bytes": 64 * 2**20,
+        "warmup": 5,
+        "iters": 20,
+        "world": {"ranks": 8 * nodes, "seconds": 0.01, "algbw_gbps": 1.0, "busbw_gbps": world_busbw},
+        "inter_node": {"ranks": nodes, "seconds": 0.01 if busbw else None, "algbw_gbps": busbw, "busbw_gbps": busbw},
+    }
 
 
 def nodes(*names: str | None) -> list[dict[str, Any]]:
@@ -177,13 +196,18 @@ def test_a_gloo_floor_is_judged_against_the_gloo_figure():
     low = nccl.judge(network("gloo", 0.4), nodes(None, None), {**FLOORS, "gloo": 1.0})
     assert low["verdict"] == "fail" and low["problems"] == [
         "cross-node all-reduce bus bandwidth 0.4 GB/s (one rank per node, 2 nodes, 64 MiB, gloo over TCP) is below "
-        "the floor 1 GB/s (smoke_training_min_busbw_gloo_gbps)"]
+        "the floor 1 GB/s (smoke_training_min_busbw_gloo_gbps)"
+    ]
     assert nccl.judge(network("gloo", 1.5), nodes(None, None), {**FLOORS, "gloo": 1.0})["verdict"] == "pass"
 
 
 def test_nccl_over_infiniband_with_gpudirect_rdma_passes_its_floor_and_expectations():
-    verdict = nccl.judge(network("nccl", 23.5), nodes("ibext-sharp-nccl-988.log", "ibext-sharp-nccl-988.log"), FLOORS,
-                         expect_transport="ib")
+    verdict = nccl.judge(
+        network("nccl", 23.5),
+        nodes("ibext-sharp-nccl-988.log", "ibext-sharp-nccl-988.log"),
+        FLOORS,
+        expect_transport="ib",
+    )
     assert verdict["verdict"] == "pass", verdict["problems"]
     assert (verdict["transport"], verdict["floor_gbps"], verdict["measured"]) == ("IB", 6.0, "NCCL over IB")
 
@@ -192,15 +216,21 @@ def test_nccl_below_the_rdma_floor_fails_naming_the_setting():
     verdict = nccl.judge(network("nccl", 2.1), nodes("roce-nccl-tests-185.log", "roce-nccl-tests-185.log"), FLOORS)
     assert verdict["problems"] == [
         "cross-node all-reduce bus bandwidth 2.1 GB/s (one rank per node, 2 nodes, 64 MiB, NCCL over RoCE) is below "
-        "the floor 6 GB/s (smoke_training_min_busbw_rdma_gbps)"]
+        "the floor 6 GB/s (smoke_training_min_busbw_rdma_gbps)"
+    ]
 
 
 def test_a_socket_fallback_fails_an_infiniband_fleet_naming_the_node_and_the_line():
-    verdict = nccl.judge(network("nccl", 4.9), nodes("socket-nccl-tests-284.log", "socket-nccl-tests-284.log"), FLOORS,
-                         expect_transport="ib")
+    verdict = nccl.judge(
+        network("nccl", 4.9),
+        nodes("socket-nccl-tests-284.log", "socket-nccl-tests-284.log"),
+        FLOORS,
+        expect_transport="ib",
+    )
     assert verdict["verdict"] == "fail" and verdict["measured"] == "NCCL over Socket (GPUDirect RDMA off)"
-    assert verdict["problems"][0].startswith("gpu1: NCCL used Socket between nodes, expected IB "
-                                             "(smoke_training_expect_transport) [")
+    assert verdict["problems"][0].startswith(
+        "gpu1: NCCL used Socket between nodes, expected IB (smoke_training_expect_transport) ["
+    )
     assert "NET/Socket : Using [0]eno2:10.42.0.2<0>" in verdict["problems"][0]
     assert len(verdict["problems"]) == 2  # both nodes; the socket floor is 0: not judged
     assert "no floor for NCCL over Socket" in " ".join(verdict["notes"])
@@ -208,17 +238,27 @@ def test_a_socket_fallback_fails_an_infiniband_fleet_naming_the_node_and_the_lin
 
 def test_gpudirect_rdma_disabled_fails_a_fleet_that_expects_it():
     """NVIDIA/nccl#1537: RoCE, nvidia_peermem loaded, yet "GPU Direct RDMA Disabled for HCA 0 'mlx5_0'"."""
-    verdict = nccl.judge(network("nccl", 20.0), nodes("roce-gdr-disabled-nccl-1537.log", "roce-gdr-disabled-nccl-1537.log"),
-                         FLOORS, expect_transport="roce", expect_gdr=True)  # YAML's true, as Ansible may pass it
+    verdict = nccl.judge(
+        network("nccl", 20.0),
+        nodes("roce-gdr-disabled-nccl-1537.log", "roce-gdr-disabled-nccl-1537.log"),
+        FLOORS,
+        expect_transport="roce",
+        expect_gdr=True,
+    )  # YAML's true, as Ansible may pass it
     assert [p.split(" (")[0] for p in verdict["problems"]] == ["gpu1: GPUDirect RDMA off", "gpu2: GPUDirect RDMA off"]
     assert "expected on (smoke_training_expect_gdr)" in verdict["problems"][0]
 
 
 def test_gpudirect_rdma_on_some_connections_only_is_not_on():
-    verdict = nccl.judge(network("nccl", 20.0), nodes("ib-gdrdma-nccl-707.log", "ib-gdrdma-nccl-707-edited-one-without-gdr.log"),
-                         FLOORS, expect_gdr="true")
-    assert verdict["problems"] == ["gpu2: GPUDirect RDMA partial (11 of 12 NET connection(s) via /GDRDMA), "
-                                   "expected on (smoke_training_expect_gdr)"]
+    verdict = nccl.judge(
+        network("nccl", 20.0),
+        nodes("ib-gdrdma-nccl-707.log", "ib-gdrdma-nccl-707-edited-one-without-gdr.log"),
+        FLOORS,
+        expect_gdr="true",
+    )
+    assert verdict["problems"] == [
+        "gpu2: GPUDirect RDMA partial (11 of 12 NET connection(s) via /GDRDMA), expected on (smoke_training_expect_gdr)"
+    ]
     assert "GPUDirect RDMA differs between nodes: gpu1 on, gpu2 partial" in verdict["notes"]
 
 
@@ -237,11 +277,14 @@ def test_an_expectation_fails_a_run_that_did_not_use_nccl():
     verdict = nccl.judge(network("gloo", 0.4), nodes(None, None), FLOORS, expect_transport="ib", expect_gdr="false")
     assert verdict["problems"] == [
         "expected NCCL over IB between nodes (smoke_training_expect_transport), but the run used gloo (no GPU?)",
-        "expected GPUDirect RDMA off (smoke_training_expect_gdr), but the run used gloo, not NCCL"]
+        "expected GPUDirect RDMA off (smoke_training_expect_gdr), but the run used gloo, not NCCL",
+    ]
 
 
 def test_one_node_judges_nothing_between_nodes():
-    verdict = nccl.judge(network("nccl", None, nodes=1), nodes("socket-nccl-tests-284.log"), FLOORS, expect_transport="ib")
+    verdict = nccl.judge(
+        network("nccl", None, nodes=1), nodes("socket-nccl-tests-284.log"), FLOORS, expect_transport="ib"
+    )
     assert verdict["verdict"] == "pass" and "one node: no all-reduce crossed nodes" in " ".join(verdict["notes"])
 
 
@@ -258,8 +301,9 @@ def test_an_unknown_expectation_is_refused(keywords: dict[str, str]):
 
 
 def test_the_filter_is_the_judge_and_names_bad_input():
-    assert smoke_filter.smoke_network(network("gloo", 0.4), nodes(None, None), FLOORS) == \
-        nccl.judge(network("gloo", 0.4), nodes(None, None), FLOORS)
+    assert smoke_filter.smoke_network(network("gloo", 0.4), nodes(None, None), FLOORS) == nccl.judge(
+        network("gloo", 0.4), nodes(None, None), FLOORS
+    )
     with pytest.raises(AnsibleFilterError, match="smoke_network: expect_transport 'fast'"):
         smoke_filter.smoke_network(None, [], FLOORS, "fast")
     with pytest.raises(AnsibleFilterError, match="must be a mapping"):

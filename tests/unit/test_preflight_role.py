@@ -25,47 +25,65 @@ from typing import Any
 
 import pytest
 import role_run
-
 from conftest import FAKE_FACTS
 
 SHIM = "/var/lib/shim-signed/mok/MOK.der"
 DKMS = "/var/lib/dkms/mok.pub"
 STAT = role_run.role_task("preflight", "probe.yml", "Look for the enrolled MOK certificate")
 FACTS = {name: {**facts, "memtotal_mb": 2_063_000} for name, facts in FAKE_FACTS.items()}
-CHECK = role_run.Batch(FACTS, [
-    role_run.import_role("preflight", "os"),
-    role_run.import_role("preflight", "check"),
-], after=[role_run.capture({"stat_path": STAT["ansible.builtin.stat"]["path"], "stat_runs": role_run.condition(STAT)})])
+CHECK = role_run.Batch(
+    FACTS,
+    [
+        role_run.import_role("preflight", "os"),
+        role_run.import_role("preflight", "check"),
+    ],
+    after=[
+        role_run.capture({"stat_path": STAT["ansible.builtin.stat"]["path"], "stat_runs": role_run.condition(STAT)})
+    ],
+)
 
 
 def _probed(mok_exists: bool | None) -> dict[str, Any]:
     """probe.yml's registered results on a healthy 8-GPU host with Secure Boot on; mok_exists None: not looked for."""
     return {
-        "__preflight_pci": {"stdout_lines": [f"0x10de 0x0302 0x2330 0000:{bus:02x}:00.0" for bus in (0x18, 0x2a)]},
-        "__preflight_df": {"stdout_lines": ["Filesystem 1-blocks Used Available Capacity Mounted on",
-                                            "/dev/nvme0n1p2 1967317618688 96148692992 1771081269248 6% /"]},
+        "__preflight_pci": {"stdout_lines": [f"0x10de 0x0302 0x2330 0000:{bus:02x}:00.0" for bus in (0x18, 0x2A)]},
+        "__preflight_df": {
+            "stdout_lines": [
+                "Filesystem 1-blocks Used Available Capacity Mounted on",
+                "/dev/nvme0n1p2 1967317618688 96148692992 1771081269248 6% /",
+            ]
+        },
         "__preflight_secure_boot": {"stdout": "enabled"},
         "__preflight_nouveau": {"stat": {"exists": False}},
-        "__preflight_mok": {"skipped": True, "changed": False} if mok_exists is None else {"stat": {"exists": mok_exists}},
+        "__preflight_mok": {"skipped": True, "changed": False}
+        if mok_exists is None
+        else {"stat": {"exists": mok_exists}},
         "__preflight_headers_installed": {"stdout": "install ok installed"},
         "preflight_secure_boot_policy": "mok",
     }
 
 
-CASES = [("ubuntu2004", {}), ("ubuntu2204", {}), ("debian12", {}),
-         ("debian12", {"preflight_mok_certificate": "/root/mok/MOK.der"})]
+CASES = [
+    ("ubuntu2004", {}),
+    ("ubuntu2204", {}),
+    ("debian12", {}),
+    ("debian12", {"preflight_mok_certificate": "/root/mok/MOK.der"}),
+]
 for _host, _settings in CASES:
     for _exists in (False, True):
         CHECK.declare(_host, **_probed(_exists), **_settings)
 
 
-@pytest.mark.parametrize("host, settings, expected", [
-    ("ubuntu2004", {}, SHIM),
-    ("ubuntu2204", {}, SHIM),
-    ("debian12", {}, DKMS),
-    # The user's setting wins on every OS.
-    ("debian12", {"preflight_mok_certificate": "/root/mok/MOK.der"}, "/root/mok/MOK.der"),
-])
+@pytest.mark.parametrize(
+    "host, settings, expected",
+    [
+        ("ubuntu2004", {}, SHIM),
+        ("ubuntu2204", {}, SHIM),
+        ("debian12", {}, DKMS),
+        # The user's setting wins on every OS.
+        ("debian12", {"preflight_mok_certificate": "/root/mok/MOK.der"}, "/root/mok/MOK.der"),
+    ],
+)
 def test_a_missing_mok_certificate_stops_the_host_naming_the_oss_path(host, settings, expected):
     outcome = CHECK.get(host, **_probed(False), **settings)
     assert outcome["__preflight_mok_certificate"] == expected
@@ -74,12 +92,15 @@ def test_a_missing_mok_certificate_stops_the_host_naming_the_oss_path(host, sett
     assert "UEFI Secure Boot is enabled and the policy is 'mok'" in outcome.failure
 
 
-@pytest.mark.parametrize("host, settings, expected", [
-    ("ubuntu2004", {}, SHIM),
-    ("ubuntu2204", {}, SHIM),
-    ("debian12", {}, DKMS),
-    ("debian12", {"preflight_mok_certificate": "/root/mok/MOK.der"}, "/root/mok/MOK.der"),
-])
+@pytest.mark.parametrize(
+    "host, settings, expected",
+    [
+        ("ubuntu2004", {}, SHIM),
+        ("ubuntu2204", {}, SHIM),
+        ("debian12", {}, DKMS),
+        ("debian12", {"preflight_mok_certificate": "/root/mok/MOK.der"}, "/root/mok/MOK.der"),
+    ],
+)
 def test_an_enrolled_mok_certificate_lets_dkms_build(host, settings, expected):
     outcome = CHECK.get(host, **_probed(True), **settings)
     assert outcome.failure is None
@@ -91,13 +112,20 @@ def test_an_enrolled_mok_certificate_lets_dkms_build(host, settings, expected):
 
 def test_an_os_without_a_default_looks_for_no_certificate():
     """An OS outside the Debian family has no values file: nothing to stat, and the OS check stops the host."""
-    rocky = {**FACTS["debian12"], "distribution": "Rocky", "distribution_version": "9.3",
-             "distribution_major_version": "9", "os_family": "RedHat"}
+    rocky = {
+        **FACTS["debian12"],
+        "distribution": "Rocky",
+        "distribution_version": "9.3",
+        "distribution_major_version": "9",
+        "os_family": "RedHat",
+    }
     outcome = CHECK.get(rocky, **_probed(None))
     assert outcome["__preflight_mok_certificate"] == ""
     assert "unsupported operating system Rocky 9" in outcome.failure
-    assert ("(`mokutil --import` the certificate DKMS signs with, named in preflight_mok_certificate, reboot"
-            in outcome.failure)
+    assert (
+        "(`mokutil --import` the certificate DKMS signs with, named in preflight_mok_certificate, reboot"
+        in outcome.failure
+    )
 
 
 # --------------------------------------------------------------------------- the one host probe
@@ -116,16 +144,19 @@ def _probe_script(disk_path: str, require_headers: bool) -> str:
     environment.filters["quote"] = lambda value: shlex.quote(str(value))
     environment.filters["bool"] = bool
     return environment.from_string(PROBE["ansible.builtin.shell"]).render(
-        preflight_disk_path=disk_path, preflight_require_kernel_headers=require_headers,
+        preflight_disk_path=disk_path,
+        preflight_require_kernel_headers=require_headers,
         preflight_kernel_release="0.0.0-gpufleet-test",
-        __preflight_secure_boot_efivar="/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c")
+        __preflight_secure_boot_efivar="/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c",
+    )
 
 
 def _run_probe(disk_path: str, require_headers: bool) -> Any:
     import subprocess
 
-    return subprocess.run(["/bin/bash", "-c", _probe_script(disk_path, require_headers)],
-                          capture_output=True, text=True, check=False)
+    return subprocess.run(
+        ["/bin/bash", "-c", _probe_script(disk_path, require_headers)], capture_output=True, text=True, check=False
+    )
 
 
 @pytest.mark.parametrize("require_headers", [True, False])
@@ -135,9 +166,21 @@ def test_the_probe_answers_each_question_in_the_shape_of_its_own_command(tmp_pat
     result = _run_probe(str(tmp_path), require_headers)
     assert result.returncode == 0, result.stderr
     host = role_run.Host("probed", FAKE_FACTS["debian12"], {"__preflight_probe": {"stdout": result.stdout}})
-    outcome = role_run.run([host], [KEEP], after=[role_run.capture(role_run.names(
-        "__preflight_pci", "__preflight_df", "__preflight_secure_boot", "__preflight_nouveau",
-        "__preflight_headers_installed"))])["probed"]
+    outcome = role_run.run(
+        [host],
+        [KEEP],
+        after=[
+            role_run.capture(
+                role_run.names(
+                    "__preflight_pci",
+                    "__preflight_df",
+                    "__preflight_secure_boot",
+                    "__preflight_nouveau",
+                    "__preflight_headers_installed",
+                )
+            )
+        ],
+    )["probed"]
     assert outcome.failure is None
     assert all(len(line.split()) == 4 and line.startswith("0x") for line in outcome["__preflight_pci"]["stdout_lines"])
     df = outcome["__preflight_df"]["stdout_lines"]

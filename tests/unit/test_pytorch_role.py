@@ -1,4 +1,5 @@
-"""roles/pytorch without a host: what it resolves from files/compatibility.yml, what it rejects, what its scripts report.
+"""roles/pytorch without a host: what it resolves from files/compatibility.yml, what it rejects, what its scripts
+report.
 
 The role runs for real (tests/unit/role_run.py): ansible-core's executor runs
 ``include_role: gpufleet.fleet.pytorch tasks_from: validate`` on fake hosts
@@ -40,7 +41,20 @@ RELEASES = MATRIX["pytorch_releases"]
 INDEX = "https://download.pytorch.org/whl"
 # The torch releases download.pytorch.org/whl/cu121 carries (2.1.0, the first
 # built for CUDA 12.1, to 2.5.1, the last; 2.6 moved to cu124/cu126).
-CU121_RELEASES = ["2.1.0", "2.1.1", "2.1.2", "2.2.0", "2.2.1", "2.2.2", "2.3.0", "2.3.1", "2.4.0", "2.4.1", "2.5.0", "2.5.1"]
+CU121_RELEASES = [
+    "2.1.0",
+    "2.1.1",
+    "2.1.2",
+    "2.2.0",
+    "2.2.1",
+    "2.2.2",
+    "2.3.0",
+    "2.3.1",
+    "2.4.0",
+    "2.4.1",
+    "2.5.0",
+    "2.5.1",
+]
 
 
 def _version_key(release: str) -> tuple[int, ...]:
@@ -51,9 +65,20 @@ def _version_key(release: str) -> tuple[int, ...]:
 VALIDATE = role_run.Batch(FAKE_FACTS, [role_run.import_role("pytorch")])
 # ... and the arguments of install.yml's pip task, templated on the host afterwards.
 INSTALL_TASK = role_run.role_task("pytorch", "install.yml", "Install {{ __pytorch_requirements")
-WITH_INSTALL = role_run.Batch(FAKE_FACTS, [role_run.import_role("pytorch")], after=[role_run.capture(
-    {"argv": INSTALL_TASK["ansible.builtin.command"]["argv"], "stdin": INSTALL_TASK["ansible.builtin.command"]["stdin"]},
-    vars=INSTALL_TASK.get("vars"), name="Template the pip task's arguments")])
+WITH_INSTALL = role_run.Batch(
+    FAKE_FACTS,
+    [role_run.import_role("pytorch")],
+    after=[
+        role_run.capture(
+            {
+                "argv": INSTALL_TASK["ansible.builtin.command"]["argv"],
+                "stdin": INSTALL_TASK["ansible.builtin.command"]["stdin"],
+            },
+            vars=INSTALL_TASK.get("vars"),
+            name="Template the pip task's arguments",
+        )
+    ],
+)
 
 
 def pytorch_config(host: str = "ubuntu2204", **overrides: Any) -> role_run.Outcome:
@@ -130,7 +155,11 @@ def test_cuda_release_variant_is_its_version(cuda):
 # PyPI's metadata: torch 2.5.0/2.5.1 have no cp38 wheel, 2.4.1 has; os_pythons: python3 3.8.2-0ubuntu2 on focal,
 # https://packages.ubuntu.com/focal/python/python3; 3.10.6-1~22.04 on jammy, https://packages.ubuntu.com/jammy/python3;
 # 3.11.2-1+b1 on bookworm, https://packages.debian.org/bookworm/python3).
-DEFAULT_RELEASE = {"ubuntu2004": ("2.4.1", "0.19.1"), "ubuntu2204": ("2.5.1", "0.20.1"), "debian12": ("2.5.1", "0.20.1")}
+DEFAULT_RELEASE = {
+    "ubuntu2004": ("2.4.1", "0.19.1"),
+    "ubuntu2204": ("2.5.1", "0.20.1"),
+    "debian12": ("2.5.1", "0.20.1"),
+}
 
 
 @pytest.mark.parametrize("host", list(FAKE_FACTS))
@@ -144,11 +173,19 @@ def test_defaults_install_the_newest_cu121_torch_of_the_os_python_from_pytorch_i
     assert cfg["__pytorch_cuda_release"] == "12.1"
     assert cfg["__pytorch_variant"] == "cu121"
     assert cfg["__pytorch_index_url"] == f"{INDEX}/cu121"
-    assert cfg["__pytorch_matrix_pins"] == [f"torch=={torch}+cu121", f"torchvision=={vision}+cu121", f"torchaudio=={torch}+cu121"]
+    assert cfg["__pytorch_matrix_pins"] == [
+        f"torch=={torch}+cu121",
+        f"torchvision=={vision}+cu121",
+        f"torchaudio=={torch}+cu121",
+    ]
     assert cfg["__pytorch_requirements"] == cfg["__pytorch_matrix_pins"]
     # PyTorch's index mirrors torch's dependencies: no second index, no trusted host.
     assert cfg["__pytorch_pip_source_args"] == ["--index-url", f"{INDEX}/cu121"]
-    assert cfg["__pytorch_source_pages"] == [f"{INDEX}/cu121/torch/", f"{INDEX}/cu121/torchvision/", f"{INDEX}/cu121/torchaudio/"]
+    assert cfg["__pytorch_source_pages"] == [
+        f"{INDEX}/cu121/torch/",
+        f"{INDEX}/cu121/torchvision/",
+        f"{INDEX}/cu121/torchaudio/",
+    ]
     assert cfg["__pytorch_expected_cuda"] == "12.1"
     assert cfg["__pytorch_venv"] == "/opt/gpufleet/venv"
 
@@ -214,7 +251,11 @@ def test_ubuntu_20_04_defaults_to_torch_2_4_1_for_its_python_3_8():
     cfg = pytorch_config("ubuntu2004")
     assert cfg.failure is None
     assert cfg["__pytorch_release"] == "2.4.1" == FOCAL_CP38[-1]
-    assert cfg["__pytorch_matrix_pins"] == ["torch==2.4.1+cu121", "torchvision==0.19.1+cu121", "torchaudio==2.4.1+cu121"]
+    assert cfg["__pytorch_matrix_pins"] == [
+        "torch==2.4.1+cu121",
+        "torchvision==0.19.1+cu121",
+        "torchaudio==2.4.1+cu121",
+    ]
     # The bundled builds follow the release: 2.4.1's cu121 wheels pin nvidia-nccl-cu12==2.20.5 (not 2.5.1's 2.21.5).
     assert cfg["__pytorch_stack"]["bundled"] == {"cudnn": "9.1.0.70", "nccl": "2.20.5"}
     assert cfg["__pytorch_stack"]["python"]["version"] == "3.8"
@@ -223,10 +264,12 @@ def test_ubuntu_20_04_defaults_to_torch_2_4_1_for_its_python_3_8():
 def test_ubuntu_20_04_refuses_torch_2_5_1_naming_the_releases_its_python_takes():
     cfg = pytorch_config("ubuntu2004", pytorch_release="2.5.1")
     assert cfg.failure is not None
-    assert cfg.failure.startswith(f"pytorch settings rejected on {cfg.host}: [1] pytorch_release 2.5.1: torch 2.5.1 has "
-                                  "no wheels for Python 3.8 (/usr/bin/python3, the python3 of Ubuntu 20.04), only for "
-                                  "Python 3.9, 3.10, 3.11, 3.12, 3.13; choose a release whose wheels exist for Python 3.8: "
-                                  "2.1.0 ... 2.4.1 (or leave pytorch_release empty for the newest of them, 2.4.1)")
+    assert cfg.failure.startswith(
+        f"pytorch settings rejected on {cfg.host}: [1] pytorch_release 2.5.1: torch 2.5.1 has "
+        "no wheels for Python 3.8 (/usr/bin/python3, the python3 of Ubuntu 20.04), only for "
+        "Python 3.9, 3.10, 3.11, 3.12, 3.13; choose a release whose wheels exist for Python 3.8: "
+        "2.1.0 ... 2.4.1 (or leave pytorch_release empty for the newest of them, 2.4.1)"
+    )
     assert "pytorch_python, pytorch_python_packages" in cfg.failure
     # Every release the matrix gives Python 3.8 is accepted there.
     assert pytorch_config("ubuntu2004", pytorch_release="2.4.1").failure is None
@@ -248,21 +291,30 @@ def write_lock(directory: Path, wheels: dict[str, bytes]) -> Path:
     for name, content in wheels.items():
         (house / name).write_bytes(content)
     lock = directory / "wheels.lock"
-    subprocess.run([sys.executable, str(REPO_ROOT / "files" / "wheelhouse_lock.py"), str(house), "--out", str(lock)], check=True)
+    subprocess.run(
+        [sys.executable, str(REPO_ROOT / "files" / "wheelhouse_lock.py"), str(house), "--out", str(lock)], check=True
+    )
     return lock
 
 
 # The lab's wheelhouse as PyPI names the wheels (https://pypi.org/project/torch/2.3.1/#files: the cu121 build,
 # torch-2.3.1-cp311-cp311-manylinux1_x86_64.whl, no local version; its Requires-Dist nvidia-*-cu12 and triton).
-LAB_WHEELS = {"torch-2.3.1-cp311-cp311-manylinux1_x86_64.whl": b"torch",
-              "torchvision-0.18.1-cp311-cp311-manylinux1_x86_64.whl": b"torchvision",
-              "torchaudio-2.3.1-cp311-cp311-manylinux1_x86_64.whl": b"torchaudio",
-              "numpy-1.26.4-cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64.whl": b"numpy",
-              "nvidia_cudnn_cu12-8.9.2.26-py3-none-manylinux1_x86_64.whl": b"cudnn",
-              "nvidia_nccl_cu12-2.20.5-py3-none-manylinux2014_x86_64.whl": b"nccl",
-              "triton-2.3.1-cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64.whl": b"triton"}
-LAB_SETTINGS = {"pytorch_release": "2.3.1", "pytorch_wheel_source": "pypi", "pytorch_wheelhouse_url": "{{ lab_mirror_url }}/wheels/",
-                "pytorch_extra_packages": ["numpy==1.26.4"], "pytorch_hashes_file": "{{ lab_wheelhouse_lock }}"}
+LAB_WHEELS = {
+    "torch-2.3.1-cp311-cp311-manylinux1_x86_64.whl": b"torch",
+    "torchvision-0.18.1-cp311-cp311-manylinux1_x86_64.whl": b"torchvision",
+    "torchaudio-2.3.1-cp311-cp311-manylinux1_x86_64.whl": b"torchaudio",
+    "numpy-1.26.4-cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64.whl": b"numpy",
+    "nvidia_cudnn_cu12-8.9.2.26-py3-none-manylinux1_x86_64.whl": b"cudnn",
+    "nvidia_nccl_cu12-2.20.5-py3-none-manylinux2014_x86_64.whl": b"nccl",
+    "triton-2.3.1-cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64.whl": b"triton",
+}
+LAB_SETTINGS = {
+    "pytorch_release": "2.3.1",
+    "pytorch_wheel_source": "pypi",
+    "pytorch_wheelhouse_url": "{{ lab_mirror_url }}/wheels/",
+    "pytorch_extra_packages": ["numpy==1.26.4"],
+    "pytorch_hashes_file": "{{ lab_wheelhouse_lock }}",
+}
 
 
 def test_lab_settings(locked):
@@ -276,35 +328,58 @@ def test_lab_settings(locked):
     cfg, _lock = locked["lab"]
     assert cfg.failure is None
     assert [line.split()[0] for line in cfg["__pytorch_hash_lines"]] == [
-        "numpy==1.26.4", "nvidia-cudnn-cu12==8.9.2.26", "nvidia-nccl-cu12==2.20.5", "torch==2.3.1", "torchaudio==2.3.1",
-        "torchvision==0.18.1", "triton==2.3.1"]
+        "numpy==1.26.4",
+        "nvidia-cudnn-cu12==8.9.2.26",
+        "nvidia-nccl-cu12==2.20.5",
+        "torch==2.3.1",
+        "torchaudio==2.3.1",
+        "torchvision==0.18.1",
+        "triton==2.3.1",
+    ]
     assert cfg["__pytorch_variant"] == "cu121" and cfg["__pytorch_expected_cuda"] == "12.1"
     assert cfg["__pytorch_matrix_pins"] == ["torch==2.3.1", "torchvision==0.18.1", "torchaudio==2.3.1"]
-    assert cfg["__pytorch_requirements"] == ["torch==2.3.1", "torchvision==0.18.1", "torchaudio==2.3.1", "numpy==1.26.4"]
-    assert cfg["__pytorch_pip_source_args"] == ["--no-index", "--find-links", "http://gpufleet-mirror/wheels/", "--trusted-host=gpufleet-mirror"]
+    assert cfg["__pytorch_requirements"] == [
+        "torch==2.3.1",
+        "torchvision==0.18.1",
+        "torchaudio==2.3.1",
+        "numpy==1.26.4",
+    ]
+    assert cfg["__pytorch_pip_source_args"] == [
+        "--no-index",
+        "--find-links",
+        "http://gpufleet-mirror/wheels/",
+        "--trusted-host=gpufleet-mirror",
+    ]
     assert cfg["__pytorch_source_pages"] == ["http://gpufleet-mirror/wheels/"]
 
 
 def test_lab_wheelhouse_downloads_what_the_lab_settings_pin(locked):
-    """tests/lab/vars/lab.yml lab_wheelhouse_requirements (what the lab downloads from PyPI) is the stack lookup's pins for
-    the lab inventory's settings plus its pytorch_extra_packages: a drift between the two fails here, not in the lab."""
+    """tests/lab/vars/lab.yml lab_wheelhouse_requirements (what the lab downloads from PyPI) is the stack lookup's pins
+    for the lab inventory's settings plus its pytorch_extra_packages: a drift between the two fails here, not in the
+    lab."""
     cfg, _lock = locked["lab"]
     assert yaml.safe_load(LAB_PLAYBOOK_VARS.read_text())["lab_wheelhouse_requirements"] == cfg["__pytorch_requirements"]
     assert cfg["__pytorch_requirements"] == cfg["__pytorch_matrix_pins"] + LAB_SETTINGS["pytorch_extra_packages"]
 
 
 def test_lab_wheelhouse_download_accepts_pypi_manylinux1_wheels():
-    """https://pypi.org/project/torch/2.3.1/#files: torch-2.3.1-cp311-cp311-manylinux1_x86_64.whl (its nvidia-*-cu12 wheels are
-    manylinux1 too). pip download --platform expands only the legacy tag manylinux2014 to manylinux2010/manylinux1, not
-    manylinux_2_17: without it pip finds no torch 2.3.1 for the nodes (checked with pip 23.2 --dry-run --report)."""
-    download = next(task for play in yaml.safe_load((REPO_ROOT / "tests" / "lab" / "lab.yml").read_text())
-                    for task in play.get("tasks", []) if task.get("name", "").startswith("Fill the pip wheelhouse"))
+    """https://pypi.org/project/torch/2.3.1/#files: torch-2.3.1-cp311-cp311-manylinux1_x86_64.whl (its nvidia-*-cu12
+    wheels are manylinux1 too). pip download --platform expands only the legacy tag manylinux2014 to
+    manylinux2010/manylinux1, not manylinux_2_17: without it pip finds no torch 2.3.1 for the nodes (checked with pip
+    23.2 --dry-run --report)."""
+    download = next(
+        task
+        for play in yaml.safe_load((REPO_ROOT / "tests" / "lab" / "lab.yml").read_text())
+        for task in play.get("tasks", [])
+        if task.get("name", "").startswith("Fill the pip wheelhouse")
+    )
     assert "--platform manylinux2014_x86_64" in download["ansible.builtin.shell"]
 
 
 def test_lab_stack_is_cuda_12_1_with_the_bundled_builds():
     """The lab's release from PyPI is the CUDA 12.1 build: torch must report CUDA 12.1 and its own cuDNN 8.9.2.26 /
-    NCCL 2.20.5 (https://pypi.org/project/torch/2.3.1/, Requires-Dist nvidia-cudnn-cu12==8.9.2.26, nvidia-nccl-cu12==2.20.5)."""
+    NCCL 2.20.5 (https://pypi.org/project/torch/2.3.1/, Requires-Dist nvidia-cudnn-cu12==8.9.2.26,
+    nvidia-nccl-cu12==2.20.5)."""
     stack = load_script(REPO_ROOT / "plugins" / "lookup" / "stack.py", "gpufleet_stack")
     resolved = stack.resolve(stack.load_matrix(), pytorch_release="2.3.1", pytorch_wheel_source="pypi")
     assert resolved["errors"] == []
@@ -327,13 +402,16 @@ INTERNAL_MIRROR = {
 
 
 def test_internal_mirror_and_extra_packages():
-    """An internal http mirror of the index (variant placeholder), a second index and extra pins: pip trusts both http hosts."""
+    """An internal http mirror of the index (variant placeholder), a second index and extra pins: pip trusts both http
+    hosts."""
     cfg = pytorch_config(**INTERNAL_MIRROR)
     assert cfg.failure is None
     assert cfg["__pytorch_index_url"] == "http://pypi.corp.example:8081/repository/pytorch-cu121/simple"
     assert cfg["__pytorch_pip_source_args"] == [
-        "--index-url", "http://pypi.corp.example:8081/repository/pytorch-cu121/simple",
-        "--extra-index-url", "http://pypi.corp.example:8081/repository/pypi/simple",
+        "--index-url",
+        "http://pypi.corp.example:8081/repository/pytorch-cu121/simple",
+        "--extra-index-url",
+        "http://pypi.corp.example:8081/repository/pypi/simple",
         "--trusted-host=pypi.corp.example:8081",
     ]
     assert cfg["__pytorch_requirements"][-2:] == ["numpy==1.26.4", "ray[default]==2.9.3"]
@@ -354,8 +432,11 @@ def test_pypi_source_pins_without_label_from_pypi():
     assert cfg["__pytorch_matrix_pins"] == ["torch==2.4.1", "torchvision==0.19.1", "torchaudio==2.4.1"]
     assert cfg["__pytorch_index_url"] == "https://pypi.org/simple"
     assert cfg["__pytorch_pip_source_args"] == ["--index-url", "https://pypi.org/simple"]
-    assert cfg["__pytorch_source_pages"] == ["https://pypi.org/simple/torch/", "https://pypi.org/simple/torchvision/",
-                                             "https://pypi.org/simple/torchaudio/"]
+    assert cfg["__pytorch_source_pages"] == [
+        "https://pypi.org/simple/torch/",
+        "https://pypi.org/simple/torchvision/",
+        "https://pypi.org/simple/torchaudio/",
+    ]
 
 
 def test_an_explicit_index_wins_over_the_source_index():
@@ -364,8 +445,11 @@ def test_an_explicit_index_wins_over_the_source_index():
     assert cfg.failure is None
     assert cfg["__pytorch_index_url"] == "http://nexus.corp.example:8081/repository/pypi/simple"
     assert cfg["__pytorch_matrix_pins"][0] == "torch==2.4.1"
-    assert cfg["__pytorch_pip_source_args"] == ["--index-url", "http://nexus.corp.example:8081/repository/pypi/simple",
-                                                "--trusted-host=nexus.corp.example:8081"]
+    assert cfg["__pytorch_pip_source_args"] == [
+        "--index-url",
+        "http://nexus.corp.example:8081/repository/pypi/simple",
+        "--trusted-host=nexus.corp.example:8081",
+    ]
 
 
 def test_the_default_source_is_pytorch_index():
@@ -376,7 +460,8 @@ def test_the_default_source_is_pytorch_index():
 
 
 def test_argument_spec_declares_the_wheel_source_and_its_choices():
-    """meta/argument_specs.yml is the one place for the setting's type and choices (the matrix's pytorch_wheel_sources)."""
+    """meta/argument_specs.yml is the one place for the setting's type and choices (the matrix's
+    pytorch_wheel_sources)."""
     spec = yaml.safe_load((ROLE / "meta" / "argument_specs.yml").read_text())["argument_specs"]
     option = spec["main"]["options"]["pytorch_wheel_source"]
     assert option["type"] == "str" and option["default"] == "pytorch"
@@ -396,35 +481,68 @@ def test_torchvision_and_torchaudio_can_be_left_out():
 # these two show that the role passes its settings and stops on them.
 BAD_INPUT = [
     ({"pytorch_release": "2.0.1"}, "pytorch_release '2.0.1' is not a PyTorch release gpufleet knows"),
-    ({"pytorch_cuda_release": "12.4", "pytorch_torchvision": False},
-     "pytorch_cuda_release '12.4' is not a CUDA release gpufleet knows (files/compatibility.yml lists 12.1)"),
-    ({"pytorch_index_url": "ftp://mirror/whl/{variant}"}, "pytorch_index_url 'ftp://mirror/whl/{variant}' is not an http(s) URL"),
-    ({"pytorch_index_url": "https://mirror/whl/{cuda}"}, "is not an http(s) URL (rendered: 'https://mirror/whl/{cuda}'"),
+    (
+        {"pytorch_cuda_release": "12.4", "pytorch_torchvision": False},
+        "pytorch_cuda_release '12.4' is not a CUDA release gpufleet knows (files/compatibility.yml lists 12.1)",
+    ),
+    (
+        {"pytorch_index_url": "ftp://mirror/whl/{variant}"},
+        "pytorch_index_url 'ftp://mirror/whl/{variant}' is not an http(s) URL",
+    ),
+    (
+        {"pytorch_index_url": "https://mirror/whl/{cuda}"},
+        "is not an http(s) URL (rendered: 'https://mirror/whl/{cuda}'",
+    ),
     ({"pytorch_extra_index_url": "pypi.org/simple"}, "pytorch_extra_index_url 'pypi.org/simple' is not an http(s) URL"),
-    ({"pytorch_wheelhouse_url": "http://mirror/wheels"}, "pytorch_wheelhouse_url 'http://mirror/wheels' must end with '/'"),
-    ({"pytorch_wheelhouse_url": "file:///srv/wheels/"}, "pytorch_wheelhouse_url 'file:///srv/wheels/' is not an http(s) URL"),
+    (
+        {"pytorch_wheelhouse_url": "http://mirror/wheels"},
+        "pytorch_wheelhouse_url 'http://mirror/wheels' must end with '/'",
+    ),
+    (
+        {"pytorch_wheelhouse_url": "file:///srv/wheels/"},
+        "pytorch_wheelhouse_url 'file:///srv/wheels/' is not an http(s) URL",
+    ),
     (
         {"pytorch_wheelhouse_url": "http://mirror/wheels/", "pytorch_extra_index_url": "https://pypi.org/simple"},
         "pytorch_extra_index_url is set but pytorch_wheelhouse_url makes pip use no index at all",
     ),
-    ({"pytorch_extra_packages": ["numpy>=1.26"]},
-     "pytorch_extra_packages must be exact pins name==version (as every host must get the same build): numpy>=1.26"),
-    ({"pytorch_extra_packages": ["Torch==2.5.1"]}, "pytorch_extra_packages pins torch, whose versions come from pytorch_release"),
+    (
+        {"pytorch_extra_packages": ["numpy>=1.26"]},
+        "pytorch_extra_packages must be exact pins name==version (as every host must get the same build): numpy>=1.26",
+    ),
+    (
+        {"pytorch_extra_packages": ["Torch==2.5.1"]},
+        "pytorch_extra_packages pins torch, whose versions come from pytorch_release",
+    ),
     ({"pytorch_venv": "/opt"}, "pytorch_venv '/opt' must be an absolute path of its own"),
     ({"pytorch_venv": "/usr/"}, "pytorch_venv '/usr/' must be an absolute path of its own"),
     ({"pytorch_venv": "venv"}, "pytorch_venv 'venv' must be an absolute path of its own"),
     ({"pytorch_python": "python3"}, "pytorch_python 'python3' must be the absolute path of an interpreter"),
     ({"pytorch_pip_timeout": 0}, "pytorch_pip_timeout must be a whole number of seconds above 0"),
-    ({"pytorch_wheelhouse_url": "http://mirror/wheels/"}, "pytorch_wheelhouse_url is an offline install, which gpufleet checks wheel by wheel"),
-    ({"pytorch_hashes_file": "/nonexistent/wheels.lock"}, "pytorch_hashes_file /nonexistent/wheels.lock does not exist on the controller"),
+    (
+        {"pytorch_wheelhouse_url": "http://mirror/wheels/"},
+        "pytorch_wheelhouse_url is an offline install, which gpufleet checks wheel by wheel",
+    ),
+    (
+        {"pytorch_hashes_file": "/nonexistent/wheels.lock"},
+        "pytorch_hashes_file /nonexistent/wheels.lock does not exist on the controller",
+    ),
     # https://pypi.org/project/torch/2.5.1/: the cu124 build (Requires-Dist nvidia-cuda-runtime-cu12==12.4.127).
-    ({"pytorch_wheel_source": "pypi"},
-     "torch 2.5.1 on PyPI (pytorch_wheel_source pypi) is the cu124 build, not cu121 (the variant of CUDA 12.1, pytorch_cuda_release): "
-     "use pytorch_wheel_source pytorch (https://download.pytorch.org/whl/cu121), or a release PyPI publishes as cu121: 2.1.0 ... 2.4.1"),
-    ({"pytorch_wheel_source": "pypi", "pytorch_release": "2.3.1", "pytorch_variant": "cpu"},
-     "torch 2.3.1 on PyPI (pytorch_wheel_source pypi) has no CPU-only build"),
-    ({"pytorch_wheel_source": "devpi"},
-     "pytorch_wheel_source 'devpi' is not a wheel source gpufleet knows (files/compatibility.yml lists pytorch, pypi)"),
+    (
+        {"pytorch_wheel_source": "pypi"},
+        "torch 2.5.1 on PyPI (pytorch_wheel_source pypi) is the cu124 build, not cu121 (the variant of CUDA 12.1, "
+        "pytorch_cuda_release): use pytorch_wheel_source pytorch (https://download.pytorch.org/whl/cu121), or a "
+        "release PyPI publishes as cu121: 2.1.0 ... 2.4.1",
+    ),
+    (
+        {"pytorch_wheel_source": "pypi", "pytorch_release": "2.3.1", "pytorch_variant": "cpu"},
+        "torch 2.3.1 on PyPI (pytorch_wheel_source pypi) has no CPU-only build",
+    ),
+    (
+        {"pytorch_wheel_source": "devpi"},
+        "pytorch_wheel_source 'devpi' is not a wheel source gpufleet knows (files/compatibility.yml lists pytorch, "
+        "pypi)",
+    ),
 ]
 
 
@@ -436,8 +554,12 @@ def test_bad_input_is_rejected_with_a_clear_message(overrides, message):
     assert message in cfg.failure
 
 
-EVERY_PROBLEM = {"pytorch_release": "2.0.1", "pytorch_wheelhouse_url": "http://mirror/wheels", "pytorch_venv": "/usr",
-                 "pytorch_pip_timeout": -1}
+EVERY_PROBLEM = {
+    "pytorch_release": "2.0.1",
+    "pytorch_wheelhouse_url": "http://mirror/wheels",
+    "pytorch_venv": "/usr",
+    "pytorch_pip_timeout": -1,
+}
 
 
 def test_every_problem_comes_in_one_message():
@@ -445,7 +567,10 @@ def test_every_problem_comes_in_one_message():
     cfg = pytorch_config(**EVERY_PROBLEM)
     assert cfg.failure is not None
     assert cfg.failure.startswith(f"pytorch settings rejected on {cfg.host}: ")
-    for n, name in enumerate(["pytorch_release", "pytorch_wheelhouse_url", "pytorch_venv", "pytorch_hashes_file", "pytorch_pip_timeout"], start=1):
+    for n, name in enumerate(
+        ["pytorch_release", "pytorch_wheelhouse_url", "pytorch_venv", "pytorch_hashes_file", "pytorch_pip_timeout"],
+        start=1,
+    ):
         assert re.search(rf"\[{n}\] [^\[]*{name}", cfg.failure), (name, cfg.failure)
 
 
@@ -458,46 +583,85 @@ def test_a_cpu_build_ignores_an_unknown_cuda_release():
 
 # download.pytorch.org/whl/cu121/torch/ as PyTorch serves it (excerpt): the
 # href carries the local version as %2B, the anchor text as "+".
-PYTORCH_TORCH_PAGE = "\n".join(
-    f'<a href="/whl/cu121/torch-2.5.1%2Bcu121-cp{py}-cp{py}-linux_x86_64.whl#sha256={py * 4}">'
-    f"torch-2.5.1+cu121-cp{py}-cp{py}-linux_x86_64.whl</a><br/>"
-    for py in ("39", "310", "311", "312")
-) + '\n<a href="/whl/cu121/torch-2.4.1%2Bcu121-cp38-cp38-linux_x86_64.whl#sha256=00">torch-2.4.1+cu121-cp38-cp38-linux_x86_64.whl</a><br/>'
-TORCHVISION_PAGE = ('<a href="/whl/cu121/torchvision-0.20.1%2Bcu121-cp311-cp311-linux_x86_64.whl#sha256=aa">'
-                    'torchvision-0.20.1+cu121-cp311-cp311-linux_x86_64.whl</a>')
-TORCHAUDIO_PAGE = '<a href="/whl/cu121/torchaudio-2.5.1%2Bcu121-cp311-cp311-linux_x86_64.whl#sha256=bb">torchaudio-2.5.1+cu121-cp311-cp311-linux_x86_64.whl</a>'
+PYTORCH_TORCH_PAGE = (
+    "\n".join(
+        f'<a href="/whl/cu121/torch-2.5.1%2Bcu121-cp{py}-cp{py}-linux_x86_64.whl#sha256={py * 4}">'
+        f"torch-2.5.1+cu121-cp{py}-cp{py}-linux_x86_64.whl</a><br/>"
+        for py in ("39", "310", "311", "312")
+    )
+    + '\n<a href="/whl/cu121/torch-2.4.1%2Bcu121-cp38-cp38-linux_x86_64.whl#sha256=00">'
+    "torch-2.4.1+cu121-cp38-cp38-linux_x86_64.whl</a><br/>"
+)
+TORCHVISION_PAGE = (
+    '<a href="/whl/cu121/torchvision-0.20.1%2Bcu121-cp311-cp311-linux_x86_64.whl#sha256=aa">'
+    "torchvision-0.20.1+cu121-cp311-cp311-linux_x86_64.whl</a>"
+)
+TORCHAUDIO_PAGE = (
+    '<a href="/whl/cu121/torchaudio-2.5.1%2Bcu121-cp311-cp311-linux_x86_64.whl#sha256=bb">'
+    "torchaudio-2.5.1+cu121-cp311-cp311-linux_x86_64.whl</a>"
+)
 # The lab mirror's nginx autoindex: the anchor text is cut short, the href is whole (PyPI's wheel names).
 LAB_WHEELHOUSE_PAGE = (
-    '<a href="torch-2.3.1-cp311-cp311-manylinux1_x86_64.whl">torch-2.3.1-cp311-cp311-manylinux1_x86_64.whl</a> 29-Nov-2026 19:32 779098464\n'
-    '<a href="torchaudio-2.3.1-cp311-cp311-manylinux1_x86_64.whl">torchaudio-2.3.1-cp311-cp311-manylinux1_x86_64.whl</a> 29-Nov-2026 19:32 3392917\n'
-    '<a href="torchvision-0.18.1-cp311-cp311-manylinux1_x86_64.whl">torchvision-0.18.1-cp311-cp311-manylinux1_x86_64.whl</a> 29-Nov-2026 19:32 7017423\n'
+    '<a href="torch-2.3.1-cp311-cp311-manylinux1_x86_64.whl">'
+    "torch-2.3.1-cp311-cp311-manylinux1_x86_64.whl</a> 29-Nov-2026 19:32 779098464\n"
+    '<a href="torchaudio-2.3.1-cp311-cp311-manylinux1_x86_64.whl">'
+    "torchaudio-2.3.1-cp311-cp311-manylinux1_x86_64.whl</a> 29-Nov-2026 19:32 3392917\n"
+    '<a href="torchvision-0.18.1-cp311-cp311-manylinux1_x86_64.whl">'
+    "torchvision-0.18.1-cp311-cp311-manylinux1_x86_64.whl</a> 29-Nov-2026 19:32 7017423\n"
     '<a href="triton-2.3.1-cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64.whl">'
-    'triton-2.3.1-cp311-cp311-manylinux_2_17_x86_64.m..&gt;</a> 29-Nov-2026 19:32 168072328\n'
+    "triton-2.3.1-cp311-cp311-manylinux_2_17_x86_64.m..&gt;</a> 29-Nov-2026 19:32 168072328\n"
     '<a href="sympy-1.14.0-py3-none-any.whl">sympy-1.14.0-py3-none-any.whl</a> 29-Nov-2026 19:32 6299353'
 )
 
 
 # The probes' registered results on a host without the environment: preflight.yml's stat found no venv, so the
 # command that reads the installed versions was skipped.
-NO_VENV = {"__pytorch_venv_stat": {"stat": {"exists": False}}, "__pytorch_installed": {"skipped": True, "changed": False}}
+NO_VENV = {
+    "__pytorch_venv_stat": {"stat": {"exists": False}},
+    "__pytorch_installed": {"skipped": True, "changed": False},
+}
 DF = "Filesystem 1024-blocks Used Available Capacity Mounted on\n/dev/sda2 102400000 98000000 {free} 96% /"
 ROOMY_KB = 52428800
 # The checks of preflight.yml after its host probes, in the role's order (copies of its tasks), after validate.yml.
-PREFLIGHT = role_run.Batch(FAKE_FACTS, [role_run.import_role("pytorch")] + [
-    role_run.role_task("pytorch", "preflight.yml", name)
-    for name in ("Decide what must be installed", "too full", "does not answer", "lacks a pinned wheel")])
-LAB_SOURCE = {"lab_mirror_url": "http://gpufleet-mirror", "pytorch_release": "2.3.1", "pytorch_wheel_source": "pypi",
-              "pytorch_wheelhouse_url": "{{ lab_mirror_url }}/wheels/", "pytorch_require_hashes_offline": False}
+PREFLIGHT = role_run.Batch(
+    FAKE_FACTS,
+    [role_run.import_role("pytorch")]
+    + [
+        role_run.role_task("pytorch", "preflight.yml", name)
+        for name in ("Decide what must be installed", "too full", "does not answer", "lacks a pinned wheel")
+    ],
+)
+LAB_SOURCE = {
+    "lab_mirror_url": "http://gpufleet-mirror",
+    "pytorch_release": "2.3.1",
+    "pytorch_wheel_source": "pypi",
+    "pytorch_wheelhouse_url": "{{ lab_mirror_url }}/wheels/",
+    "pytorch_require_hashes_offline": False,
+}
 
 
-def _preflight_host(host: str = "ubuntu2204", python: str = "3.11", pages: list[str] | None = None,
-                    source: list[dict] | None = None, free_kb: int = ROOMY_KB, **settings: Any) -> tuple[str, dict]:
+def _preflight_host(
+    host: str = "ubuntu2204",
+    python: str = "3.11",
+    pages: list[str] | None = None,
+    source: list[dict] | None = None,
+    free_kb: int = ROOMY_KB,
+    **settings: Any,
+) -> tuple[str, dict]:
     """(facts, inventory variables) of a preflight() case: the settings and the probes' registered results."""
     urls = pytorch_config(host, **settings)["__pytorch_source_pages"]
-    probe = source if source is not None else [{"item": url, "status": 200, "content": page} for url, page in zip(urls, pages)]
-    return host, {**settings, **NO_VENV, "__pytorch_python_probe": {"rc": 0, "stdout_lines": [python, "x86_64"]},
-                  "__pytorch_source_probe": {"results": probe},
-                  "__pytorch_df": {"stdout_lines": DF.format(free=free_kb).splitlines()}}
+    probe = (
+        source
+        if source is not None
+        else [{"item": url, "status": 200, "content": page} for url, page in zip(urls, pages, strict=True)]
+    )
+    return host, {
+        **settings,
+        **NO_VENV,
+        "__pytorch_python_probe": {"rc": 0, "stdout_lines": [python, "x86_64"]},
+        "__pytorch_source_probe": {"results": probe},
+        "__pytorch_df": {"stdout_lines": DF.format(free=free_kb).splitlines()},
+    }
 
 
 def preflight(*args: Any, **kwargs: Any) -> role_run.Outcome:
@@ -546,7 +710,9 @@ def test_source_check_stops_python_3_8_for_torch_2_5():
     fired, msg = _source_check("ubuntu2004", "3.8", PYTORCH_PAGES, **OWN_PYTHON)
     assert fired
     host = preflight("ubuntu2004", "3.8", PYTORCH_PAGES, **OWN_PYTHON).host
-    assert msg.startswith(f"pytorch on {host}: {INDEX}/cu121 has no wheel of torch==2.5.1+cu121, torchvision==0.20.1+cu121")
+    assert msg.startswith(
+        f"pytorch on {host}: {INDEX}/cu121 has no wheel of torch==2.5.1+cu121, torchvision==0.20.1+cu121"
+    )
     assert "for CPython 3.8 on x86_64" in msg
     assert "torch==2.5.1+cu121 is offered for cp39, cp310, cp311, cp312" in msg
     assert "pytorch_python" in msg
@@ -561,13 +727,23 @@ def test_source_check_stops_a_source_without_the_variant():
 def test_source_check_reads_the_lab_wheelhouse():
     assert not _source_check("debian12", "3.11", [LAB_WHEELHOUSE_PAGE], **LAB_SOURCE)[0]
     fired, msg = _source_check("debian12", "3.12", [LAB_WHEELHOUSE_PAGE], **LAB_SOURCE)
-    assert fired and ("http://gpufleet-mirror/wheels/ has no wheel of torch==2.3.1, torchvision==0.18.1, torchaudio==2.3.1 "
-                      "for CPython 3.12") in msg
+    assert (
+        fired
+        and (
+            "http://gpufleet-mirror/wheels/ has no wheel of torch==2.3.1, torchvision==0.18.1, torchaudio==2.3.1 "
+            "for CPython 3.12"
+        )
+        in msg
+    )
     assert "offered for cp311" in msg
 
 
 UNREACHABLE = [
-    {"item": f"{INDEX}/cu121/torch/", "status": -1, "msg": "Request failed: <urlopen error [Errno -3] Temporary failure in name resolution>"},
+    {
+        "item": f"{INDEX}/cu121/torch/",
+        "status": -1,
+        "msg": "Request failed: <urlopen error [Errno -3] Temporary failure in name resolution>",
+    },
     {"item": f"{INDEX}/cu121/torchvision/", "status": 200},
     {"item": f"{INDEX}/cu121/torchaudio/", "status": 200},
 ]
@@ -584,8 +760,9 @@ def test_disk_check():
     """The stop names the path, its free space, what is needed and the shortfall."""
     cfg = preflight(pages=PYTORCH_PAGES, free_kb=4194304)
     assert cfg.failed_task is not None and "too full" in cfg.failed_task
-    assert cfg.failure.startswith(f"pytorch on {cfg.host}: / (the file system of /opt/gpufleet/venv) has 4.0 GB free, "
-                                  "needs 10 GB: 6.0 GB short.")
+    assert cfg.failure.startswith(
+        f"pytorch on {cfg.host}: / (the file system of /opt/gpufleet/venv) has 4.0 GB free, needs 10 GB: 6.0 GB short."
+    )
     assert "pytorch_min_free_disk_gb=10" in cfg.failure
     assert preflight(pages=PYTORCH_PAGES, free_kb=ROOMY_KB).failure is None
 
@@ -603,13 +780,17 @@ def _load_script(name: str):
     return load_script(ROLE / "files" / name)
 
 
-@pytest.mark.parametrize(("code", "text"), [(None, None), (8902, "8.9.2"), (8700, "8.7.0"), (90100, "9.1.0"), (90501, "9.5.1")])
+@pytest.mark.parametrize(
+    ("code", "text"), [(None, None), (8902, "8.9.2"), (8700, "8.7.0"), (90100, "9.1.0"), (90501, "9.5.1")]
+)
 def test_cudnn_version_text(code, text):
     """torch.backends.cudnn.version() codes of cuDNN 8 (torch 2.1: 8902) and 9 (torch 2.5.1+cu121: 90100)."""
     assert _load_script("pytorch_report.py").cudnn_version_string(code) == text
 
 
-@pytest.mark.parametrize(("version", "text"), [((2, 21, 5), "2.21.5"), ((2, 18, 1), "2.18.1"), (21805, "2.18.5"), (2708, "2.7.8")])
+@pytest.mark.parametrize(
+    ("version", "text"), [((2, 21, 5), "2.21.5"), ((2, 18, 1), "2.18.1"), (21805, "2.18.5"), (2708, "2.7.8")]
+)
 def test_nccl_version_text(version, text):
     assert _load_script("pytorch_report.py").nccl_version_string(version) == text
 
@@ -617,8 +798,13 @@ def test_nccl_version_text(version, text):
 @pytest.mark.parametrize(
     ("torch_version", "cuda", "variant"),
     # PyPI's torch 2.3.1 is unlabelled: its variant is that of the CUDA it reports.
-    [("2.5.1+cu121", "12.1", "cu121"), ("2.3.1+cpu", None, "cpu"), ("2.5.1", "12.4", "cu124"), ("2.5.1", None, "cpu"),
-     ("2.3.1", "12.1", "cu121")],
+    [
+        ("2.5.1+cu121", "12.1", "cu121"),
+        ("2.3.1+cpu", None, "cpu"),
+        ("2.5.1", "12.4", "cu124"),
+        ("2.5.1", None, "cpu"),
+        ("2.3.1", "12.1", "cu121"),
+    ],
 )
 def test_installed_variant(torch_version, cuda, variant):
     assert _load_script("pytorch_report.py").local_variant(torch_version, cuda) == variant
@@ -626,7 +812,9 @@ def test_installed_variant(torch_version, cuda, variant):
 
 def _installed_probe(pins: list[str]) -> dict:
     script = (ROLE / "files" / "pytorch_installed.py").read_text()
-    out = subprocess.run([sys.executable, "-I", "-c", script, json.dumps(pins)], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-I", "-c", script, json.dumps(pins)], capture_output=True, text=True, check=True
+    )
     return json.loads(out.stdout.splitlines()[-1])
 
 
@@ -654,6 +842,7 @@ def test_installed_probe_local_versions():
 
 # --- hash-checked installs (pytorch_hashes_file) --------------------------------
 
+
 def install_argv(cfg: role_run.Outcome) -> tuple[list, Any]:
     """The pip command line and stdin of install.yml's pip task as templated on the host of ``cfg`` (a WITH_INSTALL
     case; stdin None: omitted)."""
@@ -661,18 +850,25 @@ def install_argv(cfg: role_run.Outcome) -> tuple[list, Any]:
     return cfg["argv"], cfg.captured.get("stdin")
 
 
-OFFLINE_WHEELS = {"torch-2.5.1+cu121-cp311-cp311-linux_x86_64.whl": b"cu121 torch",
-                  "torchvision-0.20.1+cu121-cp311-cp311-linux_x86_64.whl": b"tv",
-                  "torchaudio-2.5.1+cu121-cp311-cp311-linux_x86_64.whl": b"ta",
-                  "nvidia_cudnn_cu12-9.1.0.70-py3-none-manylinux2014_x86_64.whl": b"cudnn"}
+OFFLINE_WHEELS = {
+    "torch-2.5.1+cu121-cp311-cp311-linux_x86_64.whl": b"cu121 torch",
+    "torchvision-0.20.1+cu121-cp311-cp311-linux_x86_64.whl": b"tv",
+    "torchaudio-2.5.1+cu121-cp311-cp311-linux_x86_64.whl": b"ta",
+    "nvidia_cudnn_cu12-9.1.0.70-py3-none-manylinux2014_x86_64.whl": b"cudnn",
+}
 BAD_LOCK_LINES = [
     "torch>=2.5.1 --hash=sha256:" + "a" * 64,
     "torch==2.5.1+cu121",
     "torch==2.5.1+cu121 --hash=sha256:abc",
     "torch==2.5.1+cu121 --hash=md5:" + "a" * 32,
 ]
-COMPILED_LOCK = ("#\n# pip-compile --generate-hashes\n#\ntorch==2.5.1+cu121 \\\n    --hash=sha256:" + "b" * 64
-                 + " \\\n    --hash=sha256:" + "c" * 64 + "\n    # via -r requirements.in\n")
+COMPILED_LOCK = (
+    "#\n# pip-compile --generate-hashes\n#\ntorch==2.5.1+cu121 \\\n    --hash=sha256:"
+    + "b" * 64
+    + " \\\n    --hash=sha256:"
+    + "c" * 64
+    + "\n    # via -r requirements.in\n"
+)
 TORCH_ONLY = {"pytorch_torchvision": False, "pytorch_torchaudio": False}
 
 
@@ -691,16 +887,41 @@ def locked(tmp_path_factory) -> dict[str, tuple[role_run.Outcome, Path]]:
 
     lab = {k: v for k, v in yaml.safe_load(LAB_VARS.read_text()).items() if k.startswith("pytorch_")}
     cases = {
-        "lab": (VALIDATE, "debian12", house("lab", LAB_WHEELS), lambda lock: dict(
-            lab, lab_mirror_url="http://gpufleet-mirror", lab_wheelhouse_lock=str(lock))),
-        "offline": (WITH_INSTALL, "ubuntu2204", house("offline", OFFLINE_WHEELS), lambda lock: dict(
-            pytorch_wheelhouse_url="http://mirror.corp/wheels/", pytorch_hashes_file=str(lock))),
-        "other-release": (VALIDATE, "ubuntu2204", house("old", {"torch-2.4.1+cu121-cp311-cp311-linux_x86_64.whl": b"old"}),
-                          lambda lock: dict(TORCH_ONLY, pytorch_wheelhouse_url="http://mirror/wheels/", pytorch_hashes_file=str(lock))),
-        "compiled": (VALIDATE, "ubuntu2204", text("compiled.txt", COMPILED_LOCK), lambda lock: dict(TORCH_ONLY, pytorch_hashes_file=str(lock))),
-        **{line: (VALIDATE, "ubuntu2204", text(f"bad-{n}.lock", f"# a comment\n{line}\n"),
-                  lambda lock: dict(TORCH_ONLY, pytorch_hashes_file=str(lock)))
-           for n, line in enumerate(BAD_LOCK_LINES)},
+        "lab": (
+            VALIDATE,
+            "debian12",
+            house("lab", LAB_WHEELS),
+            lambda lock: dict(lab, lab_mirror_url="http://gpufleet-mirror", lab_wheelhouse_lock=str(lock)),
+        ),
+        "offline": (
+            WITH_INSTALL,
+            "ubuntu2204",
+            house("offline", OFFLINE_WHEELS),
+            lambda lock: dict(pytorch_wheelhouse_url="http://mirror.corp/wheels/", pytorch_hashes_file=str(lock)),
+        ),
+        "other-release": (
+            VALIDATE,
+            "ubuntu2204",
+            house("old", {"torch-2.4.1+cu121-cp311-cp311-linux_x86_64.whl": b"old"}),
+            lambda lock: dict(
+                TORCH_ONLY, pytorch_wheelhouse_url="http://mirror/wheels/", pytorch_hashes_file=str(lock)
+            ),
+        ),
+        "compiled": (
+            VALIDATE,
+            "ubuntu2204",
+            text("compiled.txt", COMPILED_LOCK),
+            lambda lock: dict(TORCH_ONLY, pytorch_hashes_file=str(lock)),
+        ),
+        **{
+            line: (
+                VALIDATE,
+                "ubuntu2204",
+                text(f"bad-{n}.lock", f"# a comment\n{line}\n"),
+                lambda lock: dict(TORCH_ONLY, pytorch_hashes_file=str(lock)),
+            )
+            for n, line in enumerate(BAD_LOCK_LINES)
+        },
     }
     for batch, host, lock, settings in cases.values():
         batch.declare(host, **settings(lock))
@@ -708,11 +929,16 @@ def locked(tmp_path_factory) -> dict[str, tuple[role_run.Outcome, Path]]:
 
 
 def test_offline_install_is_hash_checked_through_stdin(locked):
-    """A lock makes pip install exactly it with --require-hashes; it travels on stdin, nothing is written on the node."""
+    """A lock makes pip install exactly it with --require-hashes; it travels on stdin, nothing is written on the
+    node."""
     cfg, _lock = locked["offline"]
     assert cfg.failure is None
     argv, stdin = install_argv(cfg)
-    assert argv[argv.index("--require-hashes"):argv.index("--require-hashes") + 3] == ["--require-hashes", "-r", "/dev/stdin"]
+    assert argv[argv.index("--require-hashes") : argv.index("--require-hashes") + 3] == [
+        "--require-hashes",
+        "-r",
+        "/dev/stdin",
+    ]
     assert not any(a.startswith("torch==") for a in argv)
     assert "--no-index" in argv and "http://mirror.corp/wheels/" in argv
     assert stdin.splitlines() == cfg["__pytorch_hash_lines"]
@@ -721,18 +947,28 @@ def test_offline_install_is_hash_checked_through_stdin(locked):
 
 def test_without_a_lock_pip_gets_the_pins():
     argv, stdin = install_argv(WITH_INSTALL.get("ubuntu2204"))
-    assert "--require-hashes" not in argv and argv[-3:] == ["torch==2.5.1+cu121", "torchvision==0.20.1+cu121", "torchaudio==2.5.1+cu121"]
+    assert "--require-hashes" not in argv and argv[-3:] == [
+        "torch==2.5.1+cu121",
+        "torchvision==0.20.1+cu121",
+        "torchaudio==2.5.1+cu121",
+    ]
     assert stdin is None  # omit: the command gets no stdin
 
 
 def test_offline_install_without_hashes_only_when_switched_off():
-    assert pytorch_config(pytorch_wheelhouse_url="http://mirror/wheels/", pytorch_require_hashes_offline=False).failure is None
+    assert (
+        pytorch_config(pytorch_wheelhouse_url="http://mirror/wheels/", pytorch_require_hashes_offline=False).failure
+        is None
+    )
 
 
 def test_a_lock_of_another_release_is_rejected(locked):
     cfg, lock = locked["other-release"]
     assert cfg.failure is not None
-    assert "pytorch_hashes_file " + str(lock) + " does not pin torch==2.5.1+cu121 (it pins torch==2.4.1+cu121)" in cfg.failure
+    assert (
+        "pytorch_hashes_file " + str(lock) + " does not pin torch==2.5.1+cu121 (it pins torch==2.4.1+cu121)"
+        in cfg.failure
+    )
 
 
 @pytest.mark.parametrize("line", BAD_LOCK_LINES)
@@ -746,10 +982,12 @@ def test_pip_compile_style_continuations_and_comments_are_read(locked):
     cfg, _lock = locked["compiled"]
     assert cfg.failure is None
     assert [" ".join(line.split()) for line in cfg["__pytorch_hash_lines"]] == [
-        "torch==2.5.1+cu121 --hash=sha256:" + "b" * 64 + " --hash=sha256:" + "c" * 64]
+        "torch==2.5.1+cu121 --hash=sha256:" + "b" * 64 + " --hash=sha256:" + "c" * 64
+    ]
 
 
-# --- play 1's wheel plan (preflight.yml, files/pytorch_wheel_plan.py; its parts: tests/unit/test_wheel_plan.py) --------
+# --- play 1's wheel plan (preflight.yml, files/pytorch_wheel_plan.py; its parts: tests/unit/test_wheel_plan.py) ---
+
 
 def test_the_wheel_plan_gives_pip_the_install_source_and_options():
     """pip resolves what the install would install, from where: the same source and extra options (a proxy, a CA), its
@@ -757,17 +995,27 @@ def test_the_wheel_plan_gives_pip_the_install_source_and_options():
     cfg = pytorch_config()
     assert cfg["__pytorch_plan_requirements"] == cfg["__pytorch_requirements"]
     assert cfg["__pytorch_plan_pip_args"] == ["--index-url", f"{INDEX}/cu121", "--timeout", "60", "--retries", "1"]
-    assert cfg["__pytorch_plan_context"] == {"source": f"{INDEX}/cu121", "source_setting": "pytorch_index_url", "hashes_file": "",
-                                             "matrix_packages": ["torch", "torchvision", "torchaudio"]}
+    assert cfg["__pytorch_plan_context"] == {
+        "source": f"{INDEX}/cu121",
+        "source_setting": "pytorch_index_url",
+        "hashes_file": "",
+        "matrix_packages": ["torch", "torchvision", "torchaudio"],
+    }
     cfg = pytorch_config(**PLAN_MIRROR)
-    assert cfg["__pytorch_plan_pip_args"] == cfg["__pytorch_pip_source_args"] + ["--cert", "/etc/ssl/certs/corp-ca.pem", "--timeout", "20",
-                                                                                 "--retries", "0"]
+    assert cfg["__pytorch_plan_pip_args"] == cfg["__pytorch_pip_source_args"] + [
+        "--cert",
+        "/etc/ssl/certs/corp-ca.pem",
+        "--timeout",
+        "20",
+        "--retries",
+        "0",
+    ]
 
 
 def test_the_wheel_plan_of_a_locked_wheelhouse_resolves_the_lock_without_its_hashes(locked):
-    """pip reads only metadata when no hash is required (pip 25.3 prepare.py: "Metadata-only fetching is not used as hash
-    checking is required"): the lock's pins go without their hashes, every pin a requirement, so that a dependency the
-    lock lacks shows in the plan."""
+    """pip reads only metadata when no hash is required (pip 25.3 prepare.py: "Metadata-only fetching is not used as
+    hash checking is required"): the lock's pins go without their hashes, every pin a requirement, so that a dependency
+    the lock lacks shows in the plan."""
     cfg, lock = locked["offline"]
     assert cfg["__pytorch_plan_requirements"] == [line.split()[0] for line in cfg["__pytorch_hash_lines"]]
     assert cfg["__pytorch_plan_pip_args"][:3] == ["--no-index", "--find-links", "http://mirror.corp/wheels/"]
@@ -777,34 +1025,61 @@ def test_the_wheel_plan_of_a_locked_wheelhouse_resolves_the_lock_without_its_has
 
 WHEEL_PLAN_RECORDED = json.loads((REPO_ROOT / "tests" / "unit" / "data" / "wheel_plan.json").read_text())["cases"]
 # The judge and the stop of preflight.yml (copies), after validate.yml, on a host without the environment.
-PLAN_CHECK = role_run.Batch(FAKE_FACTS, [role_run.import_role("pytorch")] + [
-    role_run.role_task("pytorch", "preflight.yml", name)
-    for name in ("Decide what must be installed", "Judge the wheel plan", "cannot fetch a wheel it needs")])
-PLAN_PIP = {"path": "/home/ops/.ansible/tmp/ansible-local-1/gpufleet-pip-25.3.pyz", "version": "25.3", "min_python": "3.9", "problem": ""}
-PLAN_MIRROR = {**INTERNAL_MIRROR, "pytorch_pip_extra_args": ["--cert", "/etc/ssl/certs/corp-ca.pem"], "pytorch_pip_timeout": 20,
-               "pytorch_pip_retries": 0}
+PLAN_CHECK = role_run.Batch(
+    FAKE_FACTS,
+    [role_run.import_role("pytorch")]
+    + [
+        role_run.role_task("pytorch", "preflight.yml", name)
+        for name in ("Decide what must be installed", "Judge the wheel plan", "cannot fetch a wheel it needs")
+    ],
+)
+PLAN_PIP = {
+    "path": "/home/ops/.ansible/tmp/ansible-local-1/gpufleet-pip-25.3.pyz",
+    "version": "25.3",
+    "min_python": "3.9",
+    "problem": "",
+}
+PLAN_MIRROR = {
+    **INTERNAL_MIRROR,
+    "pytorch_pip_extra_args": ["--cert", "/etc/ssl/certs/corp-ca.pem"],
+    "pytorch_pip_timeout": 20,
+    "pytorch_pip_retries": 0,
+}
 
 
 def _plan_case(recorded: str = "", pip: dict | None = None, python_rc: int = 0) -> dict:
-    """The host variables of a wheel-plan case: the probes' results, the pip the lookup gave, the plan's recorded output."""
-    return {**NO_VENV, "__pytorch_python_probe": {"rc": python_rc, "stdout_lines": ["3.11", "x86_64"] if python_rc == 0 else []},
-            "__pytorch_plan_pip": pip or PLAN_PIP,
-            **({"__pytorch_plan": WHEEL_PLAN_RECORDED[recorded]["result"]} if recorded else {})}
+    """The host variables of a wheel-plan case: the probes' results, the pip the lookup gave, the plan's recorded
+    output."""
+    return {
+        **NO_VENV,
+        "__pytorch_python_probe": {"rc": python_rc, "stdout_lines": ["3.11", "x86_64"] if python_rc == 0 else []},
+        "__pytorch_plan_pip": pip or PLAN_PIP,
+        **({"__pytorch_plan": WHEEL_PLAN_RECORDED[recorded]["result"]} if recorded else {}),
+    }
 
 
-PLAN_CASES = {"second-host": _plan_case("second-host-closed"), "happy": _plan_case("happy"),
-              "old-pip": _plan_case(pip={**PLAN_PIP, "path": "", "version": "23.2.1", "problem": "the controller's pip is 23.2.1 (...)"}),
-              "no-python": _plan_case(python_rc=2),
-              "switched-off": {**_plan_case("second-host-closed"), "pytorch_wheel_plan": False}}
+PLAN_CASES = {
+    "second-host": _plan_case("second-host-closed"),
+    "happy": _plan_case("happy"),
+    "old-pip": _plan_case(
+        pip={**PLAN_PIP, "path": "", "version": "23.2.1", "problem": "the controller's pip is 23.2.1 (...)"}
+    ),
+    "no-python": _plan_case(python_rc=2),
+    "switched-off": {**_plan_case("second-host-closed"), "pytorch_wheel_plan": False},
+}
 
 
 def test_play_1_stops_a_host_that_cannot_fetch_a_wheel_naming_the_host_the_file_and_the_requirement():
     """The recorded plan of a dependency on a second host that does not answer (pip 25.3, test_wheel_plan.py)."""
     cfg = PLAN_CHECK.get(**PLAN_CASES["second-host"])
     assert cfg.failed_task is not None and "cannot fetch a wheel it needs" in cfg.failed_task
-    assert re.match(rf"pytorch on {cfg.host}: pip resolved the pinned wheel set on this host, and the install cannot fetch all of it "
-                    r"\(nothing has been changed\): \[1\] 127\.0\.0\.1:\d+ does not answer \(connection refused\): pip fetches "
-                    r"gpufleet_demo_pinned-2\.0-py3-none-any\.whl from it", cfg.failure), cfg.failure
+    assert re.match(
+        rf"pytorch on {cfg.host}: pip resolved the pinned wheel set on this host, and the install cannot fetch all of "
+        r"it "
+        r"\(nothing has been changed\): \[1\] 127\.0\.0\.1:\d+ does not answer \(connection refused\): pip fetches "
+        r"gpufleet_demo_pinned-2\.0-py3-none-any\.whl from it",
+        cfg.failure,
+    ), cfg.failure
     assert "for gpufleet-demo-pinned==2.0 (needed by gpufleet-demo-top==1.0)" in cfg.failure
     assert f"or mirror the file into {INDEX}/cu121 (pytorch_index_url)" in cfg.failure
 
@@ -819,14 +1094,23 @@ def test_a_fetchable_wheel_set_passes_and_says_where_it_comes_from():
     cfg = PLAN_CHECK.get(**PLAN_CASES["happy"])
     assert cfg.failure is None
     assert cfg["__pytorch_wheel_plan"]["problems"] == [] and cfg["__pytorch_wheel_plan"]["warnings"] == []
-    assert re.fullmatch(r"3 wheels for CPython 3\.\d+\.\d+ on x86_64, from 127\.0\.0\.1:\d+ \(3\)", cfg["__pytorch_wheel_plan"]["summary"])
+    assert re.fullmatch(
+        r"3 wheels for CPython 3\.\d+\.\d+ on x86_64, from 127\.0\.0\.1:\d+ \(3\)",
+        cfg["__pytorch_wheel_plan"]["summary"],
+    )
 
 
-@pytest.mark.parametrize(("case", "why"), [
-    ("old-pip", "the wheel set was not resolved: the controller's pip is 23.2.1 (...); play 1 checked the listings of the pinned "
-                "wheels only, not the wheels they need nor the hosts those come from"),
-    ("no-python", "the wheel set was not resolved: /usr/bin/python3 does not run yet; play 1 checked the listings"),
-])
+@pytest.mark.parametrize(
+    ("case", "why"),
+    [
+        (
+            "old-pip",
+            "the wheel set was not resolved: the controller's pip is 23.2.1 (...); play 1 checked the listings of "
+            "the pinned wheels only, not the wheels they need nor the hosts those come from",
+        ),
+        ("no-python", "the wheel set was not resolved: /usr/bin/python3 does not run yet; play 1 checked the listings"),
+    ],
+)
 def test_a_plan_that_cannot_run_warns_and_does_not_stop(case, why):
     cfg = PLAN_CHECK.get(**PLAN_CASES[case])
     assert cfg.failure is None
@@ -841,11 +1125,19 @@ for _release in RELEASES:
     VALIDATE.declare(pytorch_release=_release, pytorch_variant="cpu")
 for _release in CU121_RELEASES:
     VALIDATE.declare(pytorch_release=_release)
-for _settings in [{"cuda_release": "12.1"}, {"cuda_release": "11.8"}, INTERNAL_MIRROR, TORCH_ONLY, EVERY_PROBLEM, PYPI, PYPI_MIRROR,
-                  {"pytorch_wheel_source": "pytorch", "pytorch_release": "2.4.1"},
-                  {"pytorch_variant": "cpu", "pytorch_cuda_release": "11.8"},
-                  {"pytorch_wheelhouse_url": "http://mirror/wheels/", "pytorch_require_hashes_offline": False},
-                  *(overrides for overrides, _message in BAD_INPUT)]:
+for _settings in [
+    {"cuda_release": "12.1"},
+    {"cuda_release": "11.8"},
+    INTERNAL_MIRROR,
+    TORCH_ONLY,
+    EVERY_PROBLEM,
+    PYPI,
+    PYPI_MIRROR,
+    {"pytorch_wheel_source": "pytorch", "pytorch_release": "2.4.1"},
+    {"pytorch_variant": "cpu", "pytorch_cuda_release": "11.8"},
+    {"pytorch_wheelhouse_url": "http://mirror/wheels/", "pytorch_require_hashes_offline": False},
+    *(overrides for overrides, _message in BAD_INPUT),
+]:
     VALIDATE.declare(**_settings)
 VALIDATE.declare("debian12", **LAB_SOURCE)
 WITH_INSTALL.declare("ubuntu2204")
@@ -868,24 +1160,41 @@ PREFLIGHT_CASES = [
 
 
 # The check after the import (facts.yml), given what pytorch_report.py published.
-BUILD_CHECK = role_run.Batch(FAKE_FACTS, [role_run.import_role("pytorch"),
-                                          role_run.role_task("pytorch", "facts.yml", "is not the pinned build")])
+BUILD_CHECK = role_run.Batch(
+    FAKE_FACTS, [role_run.import_role("pytorch"), role_run.role_task("pytorch", "facts.yml", "is not the pinned build")]
+)
 PYPI_LAB = {"pytorch_release": "2.3.1", "pytorch_wheel_source": "pypi"}
 
 
-@pytest.mark.parametrize(("settings", "imported", "stopped"), [
-    # PyPI's torch 2.3.1: pip's metadata says 2.3.1 (pinned torch==2.3.1), its torch/version.py 2.3.1+cu121
-    # (read from torch-2.3.1-cp311-cp311-manylinux1_x86_64.whl, https://pypi.org/project/torch/2.3.1/).
-    (PYPI_LAB, ("2.3.1+cu121", "12.1", "cu121"), None),
-    ({"pytorch_release": "2.3.1"}, ("2.3.1+cu121", "12.1", "cu121"), None),
-    # PyPI's 2.5.1 is the cu124 build: installed where 2.3.1 of cu121 was pinned.
-    (PYPI_LAB, ("2.5.1", "12.4", "cu124"), "imports torch 2.5.1 (cu124, CUDA 12.4), not torch 2.3.1 of the cu121 build for CUDA 12.1"),
-    (PYPI_LAB, ("2.3.1+cpu", None, "cpu"), "imports torch 2.3.1+cpu (cpu, CUDA none), not torch 2.3.1 of the cu121 build"),
-], ids=["pypi-local-tag", "pytorch-index", "pypi-2.5.1-cu124", "cpu-build"])
+@pytest.mark.parametrize(
+    ("settings", "imported", "stopped"),
+    [
+        # PyPI's torch 2.3.1: pip's metadata says 2.3.1 (pinned torch==2.3.1), its torch/version.py 2.3.1+cu121
+        # (read from torch-2.3.1-cp311-cp311-manylinux1_x86_64.whl, https://pypi.org/project/torch/2.3.1/).
+        (PYPI_LAB, ("2.3.1+cu121", "12.1", "cu121"), None),
+        ({"pytorch_release": "2.3.1"}, ("2.3.1+cu121", "12.1", "cu121"), None),
+        # PyPI's 2.5.1 is the cu124 build: installed where 2.3.1 of cu121 was pinned.
+        (
+            PYPI_LAB,
+            ("2.5.1", "12.4", "cu124"),
+            "imports torch 2.5.1 (cu124, CUDA 12.4), not torch 2.3.1 of the cu121 build for CUDA 12.1",
+        ),
+        (
+            PYPI_LAB,
+            ("2.3.1+cpu", None, "cpu"),
+            "imports torch 2.3.1+cpu (cpu, CUDA none), not torch 2.3.1 of the cu121 build",
+        ),
+    ],
+    ids=["pypi-local-tag", "pytorch-index", "pypi-2.5.1-cu124", "cpu-build"],
+)
 def test_the_imported_build_is_judged_by_release_and_variant(settings, imported, stopped):
     version, cuda, variant = imported
-    facts = {"__pytorch_import": {"rc": 0, "stdout_lines": ["{}"]}, "pytorch_torch_version": version,
-             "pytorch_cuda_version": cuda, "pytorch_variant_installed": variant}
+    facts = {
+        "__pytorch_import": {"rc": 0, "stdout_lines": ["{}"]},
+        "pytorch_torch_version": version,
+        "pytorch_cuda_version": cuda,
+        "pytorch_variant_installed": variant,
+    }
     outcome = BUILD_CHECK.get("ubuntu2204", **settings, **facts)
     if stopped is None:
         assert outcome.failure is None, outcome.failure

@@ -25,8 +25,28 @@ ROLES = sorted(p.parent.parent for p in (REPO / "roles").glob("*/meta/argument_s
 # Facts roles publish for others to read (set_fact in the named task file).
 PUBLISHED = {"preflight_report": REPO / "roles/preflight/tasks/check.yml"}
 # What every role may read: Ansible's own variables.
-ANSIBLE_VARS = {"ansible_facts", "inventory_hostname", "role_path", "lookup", "default", "int", "bool", "string", "lower",
-                "regex_replace", "true", "false", "if", "else", "and", "or", "not", "in", "is", "none"}
+ANSIBLE_VARS = {
+    "ansible_facts",
+    "inventory_hostname",
+    "role_path",
+    "lookup",
+    "default",
+    "int",
+    "bool",
+    "string",
+    "lower",
+    "regex_replace",
+    "true",
+    "false",
+    "if",
+    "else",
+    "and",
+    "or",
+    "not",
+    "in",
+    "is",
+    "none",
+}
 
 _NAME = re.compile(r"(?<![\w.'\"])([a-z_][a-z0-9_]*)")
 _FALLBACK = re.compile(r"\b([a-z][a-z0-9_]*)\s*\|\s*default\('([^']*)'\)")
@@ -42,8 +62,12 @@ def _defaults(role: Path) -> dict:
 
 
 OWNER = {name: role for role in ROLES for name in _specs(role)}
-LINKS = [(role.name, name, value) for role in ROLES for name, value in _defaults(role).items()
-         if isinstance(value, str) and "{{" in value]
+LINKS = [
+    (role.name, name, value)
+    for role in ROLES
+    for name, value in _defaults(role).items()
+    if isinstance(value, str) and "{{" in value
+]
 
 
 def _read_names(value: str) -> set[str]:
@@ -54,23 +78,31 @@ def _read_names(value: str) -> set[str]:
 
 def test_the_rule_sees_the_links_there_are():
     """The scan finds the known links (a scan that finds nothing would pass everything)."""
-    assert {("slurm", "slurm_payload_dir"), ("gpu_verify", "gpu_verify_python"),
-            ("nvidia_driver", "nvidia_driver_module_source")} <= {(role, name) for role, name, _value in LINKS}
+    assert {
+        ("slurm", "slurm_payload_dir"),
+        ("gpu_verify", "gpu_verify_python"),
+        ("nvidia_driver", "nvidia_driver_module_source"),
+    } <= {(role, name) for role, name, _value in LINKS}
 
 
 @pytest.mark.parametrize(("role", "name", "value"), LINKS, ids=[f"{r}.{n}" for r, n, _value in LINKS])
 def test_a_default_follows_only_public_settings_and_says_so(role, name, value):
-    description = " ".join(_specs(REPO / "roles" / role)[name]["description"]
-                           if isinstance(_specs(REPO / "roles" / role)[name]["description"], list)
-                           else [_specs(REPO / "roles" / role)[name]["description"]])
+    description = " ".join(
+        _specs(REPO / "roles" / role)[name]["description"]
+        if isinstance(_specs(REPO / "roles" / role)[name]["description"], list)
+        else [_specs(REPO / "roles" / role)[name]["description"]]
+    )
     for read in _read_names(value):
         assert not read.startswith("__"), f"{role}.{name} reads the private variable {read}"
         if read.startswith(role + "_"):
             continue
         assert read in OWNER or read in PUBLISHED, (
-            f"{role}.{name} reads {read}, which is neither a setting in a role's spec nor a published fact")
+            f"{role}.{name} reads {read}, which is neither a setting in a role's spec nor a published fact"
+        )
         if read in PUBLISHED:
-            assert re.search(rf"^\s+{read}:", PUBLISHED[read].read_text(), re.M), f"{read} is not set where it is said to be"
+            assert re.search(rf"^\s+{read}:", PUBLISHED[read].read_text(), re.M), (
+                f"{read} is not set where it is said to be"
+            )
         assert read in description, f"{role}.{name} follows {read}, but its spec's description does not say so"
 
 
@@ -81,7 +113,8 @@ def test_a_fallback_is_the_followed_roles_own_default(role, name, value):
             continue
         own = _defaults(OWNER[followed]).get(followed, "")
         assert fallback == ("" if own is None else str(own)), (
-            f"{role}.{name} falls back to {fallback!r}, but {OWNER[followed].name}'s {followed} defaults to {own!r}")
+            f"{role}.{name} falls back to {fallback!r}, but {OWNER[followed].name}'s {followed} defaults to {own!r}"
+        )
 
 
 def test_no_role_reaches_into_another_roles_folder():
@@ -101,8 +134,13 @@ PART_SWITCHES = {"gpufleet_pytorch", "gpufleet_slurm", "gpufleet_monitoring", "g
 
 def _playbook_reads() -> list[tuple[str, str, str]]:
     reads = []
-    for path in sorted([*(REPO / "playbooks").rglob("*.yml"), *(REPO / "roles").glob("*/defaults/main.yml"),
-                        *(REPO / "roles").glob("*/tasks/*.yml")]):
+    for path in sorted(
+        [
+            *(REPO / "playbooks").rglob("*.yml"),
+            *(REPO / "roles").glob("*/defaults/main.yml"),
+            *(REPO / "roles").glob("*/tasks/*.yml"),
+        ]
+    ):
         for name, fallback in _PLAYBOOK_READ.findall(path.read_text()):
             reads.append((str(path.relative_to(REPO)), name, fallback))
     return reads
@@ -118,4 +156,5 @@ def test_the_playbooks_fall_back_to_their_settings_spec_defaults():
     for where, name, fallback in reads:
         assert name in spec, f"{where} reads {name}, which roles/gpufleet's spec does not define"
         assert yaml.safe_load(fallback) == spec[name]["default"], (
-            f"{where} falls back to {fallback} for {name}; the spec's default is {spec[name]['default']!r}")
+            f"{where} falls back to {fallback} for {name}; the spec's default is {spec[name]['default']!r}"
+        )

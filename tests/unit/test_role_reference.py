@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import REPO_ROOT, ROLES_DIR, load_script
 
 SCRIPT = REPO_ROOT / "tools" / "role_reference.py"
@@ -24,14 +23,18 @@ def reference():
 
 def _spec_options(spec_file: Path) -> dict[str, list[str]]:
     """Every option name of every entry point of a spec file, nested ones as parent.child / parent[].child."""
+
     def walk(options: dict, prefix: str = "") -> list[str]:
         names = []
         for name, attrs in (options or {}).items():
             attrs = attrs or {}
             names.append(prefix + name)
             if attrs.get("options"):
-                names += walk(attrs["options"], f"{prefix}{name}[]." if attrs.get("type") == "list" else f"{prefix}{name}.")
+                names += walk(
+                    attrs["options"], f"{prefix}{name}[]." if attrs.get("type") == "list" else f"{prefix}{name}."
+                )
         return names
+
     specs = yaml.safe_load(spec_file.read_text())["argument_specs"]
     return {entry: walk((spec or {}).get("options")) for entry, spec in specs.items()}
 
@@ -39,14 +42,15 @@ def _spec_options(spec_file: Path) -> dict[str, list[str]]:
 def _sections(markdown: str) -> dict[str, str]:
     """The text of each '## <role>' section."""
     parts = re.split(r"^## (\S+)$", markdown, flags=re.M)
-    return dict(zip(parts[1::2], parts[2::2]))
+    return dict(zip(parts[1::2], parts[2::2], strict=True))
 
 
 def test_docs_roles_md_is_current(reference):
     """docs/roles.md is exactly what the generator makes from today's specs (regenerate: make docs)."""
     assert REFERENCE.is_file(), "docs/roles.md is missing: run `python tools/role_reference.py`"
     assert REFERENCE.read_text(encoding="utf-8") == reference.render(ROLES_DIR), (
-        "docs/roles.md is stale: run `python tools/role_reference.py` (make docs) and commit it")
+        "docs/roles.md is stale: run `python tools/role_reference.py` (make docs) and commit it"
+    )
 
 
 def test_every_option_of_every_spec_appears_in_its_role_section():
@@ -77,7 +81,8 @@ def fake_roles(tmp_path: Path) -> Path:
     """Two roles: one with nested options, choices, a required option and a second entry point; one without options."""
     roles = tmp_path / "roles"
     (roles / "beta" / "meta").mkdir(parents=True)
-    (roles / "beta" / "meta" / "argument_specs.yml").write_text(textwrap.dedent("""\
+    (roles / "beta" / "meta" / "argument_specs.yml").write_text(
+        textwrap.dedent("""\
         ---
         argument_specs:
           upgrade:
@@ -120,10 +125,12 @@ def fake_roles(tmp_path: Path) -> Path:
                 type: str
                 default: "{{ x | default('') }}"
                 description: Follows x.
-        """))
+        """)
+    )
     (roles / "alpha" / "meta").mkdir(parents=True)
     (roles / "alpha" / "meta" / "argument_specs.yml").write_text(
-        "argument_specs:\n  main:\n    short_description: The alpha role.\n")
+        "argument_specs:\n  main:\n    short_description: The alpha role.\n"
+    )
     (roles / "gamma").mkdir()  # no spec: not documented
     return roles
 
@@ -134,7 +141,7 @@ def test_render_documents_nested_options_entry_points_and_escapes_pipes(referenc
     assert list(sections) == ["alpha", "beta"]
     assert "Takes no options." in sections["alpha"]
     beta = sections["beta"]
-    assert "| `beta_mode` | str |  | `\"safe\"` | `\"fast\"`, `\"safe\"` | no | How. |" in beta
+    assert '| `beta_mode` | str |  | `"safe"` | `"fast"`, `"safe"` | no | How. |' in beta
     assert "| `beta_limits.cpu` | int |" in beta
     assert "| `beta_hosts[].name` | str |  |  |  | yes | Host name. |" in beta
     assert "| `beta_hosts` | list | dict | `[]` |" in beta
@@ -153,8 +160,13 @@ def test_check_names_the_stale_file_and_write_fixes_it(fake_roles, tmp_path):
     out = tmp_path / "roles.md"
 
     def run(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, str(SCRIPT), "--roles-dir", str(fake_roles), "--output", str(out), *args],
-                              capture_output=True, text=True, timeout=60, check=False)
+        return subprocess.run(
+            [sys.executable, str(SCRIPT), "--roles-dir", str(fake_roles), "--output", str(out), *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
 
     missing = run("--check")
     assert missing.returncode == 1 and str(out) in missing.stderr and "missing" in missing.stderr

@@ -6,9 +6,11 @@ from __future__ import annotations
 import role_run
 import rules_case
 
-NO_GPU_NODES = ("the inventory (inventory/lab, inventory/extra.yml) has no host in the group gpu_nodes: every play"
-                " would match no host and the run would do nothing (put the GPU servers under gpu_nodes in its"
-                " hosts.yml)")
+NO_GPU_NODES = (
+    "the inventory (inventory/lab, inventory/extra.yml) has no host in the group gpu_nodes: every play"
+    " would match no host and the run would do nothing (put the GPU servers under gpu_nodes in its"
+    " hosts.yml)"
+)
 
 
 def refusals(**values):

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
+
 from ansible_collections.gpufleet.fleet.plugins.lookup.stack import load_matrix, resolve
 from ansible_collections.gpufleet.fleet.plugins.module_utils.settings import judge
 
@@ -34,10 +35,16 @@ def layouts(distribution: str) -> dict[str, Any]:
 
 def settings(distribution: str = "Ubuntu", **changed: Any) -> dict[str, Any]:
     """The defaults on a new host of this OS (no cuda_release, preflight_report, driver fact), changed."""
-    return {"nvidia_driver_branch": "535", "nvidia_driver_version": "", "nvidia_driver_source": "",
-            "nvidia_driver_repository_url": "", "nvidia_driver_repository_key_url": "",
-            "ansible_facts": {"distribution": distribution}, "__nvidia_driver_sources": layouts(distribution),
-            **changed}
+    return {
+        "nvidia_driver_branch": "535",
+        "nvidia_driver_version": "",
+        "nvidia_driver_source": "",
+        "nvidia_driver_repository_url": "",
+        "nvidia_driver_repository_key_url": "",
+        "ansible_facts": {"distribution": distribution},
+        "__nvidia_driver_sources": layouts(distribution),
+        **changed,
+    }
 
 
 def judged(distribution: str = "Ubuntu", **changed: Any):
@@ -56,9 +63,12 @@ def test_the_defaults_resolve_the_source_stack_and_release(distribution, source)
     j = judged(distribution)
     assert j.errors == [] and j.message == ""
     stack = resolve(MATRIX, driver_branch="535", driver_version="", distribution=distribution, cuda_release="")
-    assert j.facts == {"__nvidia_driver_source": source, "__nvidia_driver_stack": stack,
-                       "__nvidia_driver_version": DEFAULT_535,
-                       "__nvidia_driver_eol_warning": stack["driver"]["lifecycle"]["warning"]}
+    assert j.facts == {
+        "__nvidia_driver_source": source,
+        "__nvidia_driver_stack": stack,
+        "__nvidia_driver_version": DEFAULT_535,
+        "__nvidia_driver_eol_warning": stack["driver"]["lifecycle"]["warning"],
+    }
 
 
 def test_an_explicit_source_and_version_are_kept():
@@ -80,8 +90,10 @@ def test_a_branch_past_its_end_of_life_is_noted_not_refused():
     eol = resolve(MATRIX, driver_branch="535", distribution="Ubuntu", cuda_release="12.1")["driver"]["lifecycle"]
     j = judged(cuda_release=12.1)
     assert j.errors == [] and j.facts["__nvidia_driver_eol_warning"] == eol["warning"]
-    assert judged(nvidia_driver_branch=580).facts["__nvidia_driver_eol_warning"] == resolve(
-        MATRIX, driver_branch="580", distribution="Ubuntu")["driver"]["lifecycle"]["warning"]
+    assert (
+        judged(nvidia_driver_branch=580).facts["__nvidia_driver_eol_warning"]
+        == resolve(MATRIX, driver_branch="580", distribution="Ubuntu")["driver"]["lifecycle"]["warning"]
+    )
 
 
 # --------------------------------------------------------------------------- the matrix's reasons
@@ -90,24 +102,31 @@ def test_a_branch_past_its_end_of_life_is_noted_not_refused():
 def test_an_unknown_branch_is_refused_and_the_release_is_the_setting():
     j = judged(nvidia_driver_branch="999", nvidia_driver_version="999.1.2")
     known = ", ".join(str(branch) for branch in MATRIX["driver_branches"])
-    assert j.errors == [(f"nvidia_driver_branch '999' is not a driver branch gpufleet knows"
-                         f" (the compatibility matrix lists {known})")]
+    assert j.errors == [
+        (f"nvidia_driver_branch '999' is not a driver branch gpufleet knows (the compatibility matrix lists {known})")
+    ]
     assert j.facts["__nvidia_driver_version"] == "999.1.2" and j.facts["__nvidia_driver_eol_warning"] == ""
 
 
 def test_a_release_of_another_branch_is_refused():
-    assert reasons(nvidia_driver_version="550.127.05") == [(
-        f"nvidia_driver_version '550.127.05' is not a release of branch 535"
-        f" (expected the form 535.NNN.NN, for example {DEFAULT_535})")]
+    assert reasons(nvidia_driver_version="550.127.05") == [
+        (
+            f"nvidia_driver_version '550.127.05' is not a release of branch 535"
+            f" (expected the form 535.NNN.NN, for example {DEFAULT_535})"
+        )
+    ]
 
 
 def test_the_gpu_gate_refuses_for_the_branch_and_warns_of_unknown_gpus_and_leaves_cuda_to_its_role():
     j = judged(preflight_report=B200_AND_UNKNOWN, cuda_release="11.0")
-    assert j.errors == [(
-        "nvidia_driver_branch 535 cannot drive the NVIDIA B200 (PCI ID 10de:2901, Blackwell; 1 GPU: 0000:18:00.0): "
-        "Blackwell needs driver branch 570 or newer "
-        "(https://docs.nvidia.com/datacenter/tesla/drivers/cuda-toolkit-driver-and-architecture-matrix.html); "
-        "set nvidia_driver_branch to 580")]
+    assert j.errors == [
+        (
+            "nvidia_driver_branch 535 cannot drive the NVIDIA B200 (PCI ID 10de:2901, Blackwell; 1 GPU: 0000:18:00.0): "
+            "Blackwell needs driver branch 570 or newer "
+            "(https://docs.nvidia.com/datacenter/tesla/drivers/cuda-toolkit-driver-and-architecture-matrix.html); "
+            "set nvidia_driver_branch to 580"
+        )
+    ]
     (warning,) = j.facts["__nvidia_driver_stack"]["gpus"]["warnings"]
     assert warning.startswith("a GPU with PCI ID 10de:ffff (0000:2a:00.0) is not in the compatibility matrix")
     assert reasons(preflight_report=B200_AND_UNKNOWN, nvidia_driver_branch="580", nvidia_driver_source="nvidia") == []
@@ -120,16 +139,19 @@ def test_a_source_of_another_os_is_refused_naming_the_valid_ones():
     """The matrix's sources of the branch on this OS do not have it either: both are said."""
     assert reasons("Debian", nvidia_driver_source="ubuntu") == [
         "nvidia_driver_source 'ubuntu' does not exist on Debian (choose one of debian_nonfree, nvidia)",
-        "branch 535 is not offered by source 'ubuntu' on Debian (the compatibility matrix)"]
+        "branch 535 is not offered by source 'ubuntu' on Debian (the compatibility matrix)",
+    ]
     # A layout the matrix does not list for the branch: the first rule alone.
     assert reasons("Debian", nvidia_driver_source="nvidia", __nvidia_driver_sources={"debian_nonfree": {}}) == [
-        "nvidia_driver_source 'nvidia' does not exist on Debian (choose one of debian_nonfree)"]
+        "nvidia_driver_source 'nvidia' does not exist on Debian (choose one of debian_nonfree)"
+    ]
 
 
 def test_a_branch_the_source_does_not_offer_is_refused():
     assert reasons(nvidia_driver_branch="580") == []
     assert reasons(nvidia_driver_branch="580", nvidia_driver_source="ubuntu") == [
-        "branch 580 is not offered by source 'ubuntu' on Ubuntu (the compatibility matrix)"]
+        "branch 580 is not offered by source 'ubuntu' on Ubuntu (the compatibility matrix)"
+    ]
 
 
 # --------------------------------------------------------------------------- the mirror
@@ -137,27 +159,36 @@ def test_a_branch_the_source_does_not_offer_is_refused():
 
 def test_the_repository_url_must_be_http():
     assert reasons(nvidia_driver_repository_url="http://mirror.example.com:8080/ubuntu") == []
-    assert reasons(nvidia_driver_repository_url="ftp://mirror.example.com/ubuntu") == [(
-        "nvidia_driver_repository_url 'ftp://mirror.example.com/ubuntu' is not an http(s) URL "
-        "(for example http://mirror.example.com/debian)")]
+    assert reasons(nvidia_driver_repository_url="ftp://mirror.example.com/ubuntu") == [
+        (
+            "nvidia_driver_repository_url 'ftp://mirror.example.com/ubuntu' is not an http(s) URL "
+            "(for example http://mirror.example.com/debian)"
+        )
+    ]
 
 
 def test_the_key_url_must_be_http_and_come_with_the_repository_url():
     mirror = "https://mirror.example.com/nvidia"
     assert reasons(nvidia_driver_repository_url=mirror, nvidia_driver_repository_key_url=f"{mirror}/key.asc") == []
     assert reasons(nvidia_driver_repository_url=mirror, nvidia_driver_repository_key_url="mirror/key.asc") == [
-        "nvidia_driver_repository_key_url 'mirror/key.asc' is not an http(s) URL"]
-    assert reasons(nvidia_driver_repository_key_url=f"{mirror}/key.asc") == [(
-        "nvidia_driver_repository_key_url is set but nvidia_driver_repository_url is empty: a mirror's key needs the "
-        "mirror's URL (set nvidia_driver_repository_url to the mirror's repository root)")]
+        "nvidia_driver_repository_key_url 'mirror/key.asc' is not an http(s) URL"
+    ]
+    assert reasons(nvidia_driver_repository_key_url=f"{mirror}/key.asc") == [
+        (
+            "nvidia_driver_repository_key_url is set but nvidia_driver_repository_url is empty: a mirror's key needs the "
+            "mirror's URL (set nvidia_driver_repository_url to the mirror's repository root)"
+        )
+    ]
 
 
 # --------------------------------------------------------------------------- the installed driver's source
 
 
-MOVE = ("the driver on this host (535.230.02) came from source 'ubuntu', and the default source is 'nvidia', whose "
-        "packages would replace it: set nvidia_driver_source: ubuntu to keep it, or nvidia_driver_source: nvidia to "
-        "move this host")
+MOVE = (
+    "the driver on this host (535.230.02) came from source 'ubuntu', and the default source is 'nvidia', whose "
+    "packages would replace it: set nvidia_driver_source: ubuntu to keep it, or nvidia_driver_source: nvidia to "
+    "move this host"
+)
 
 
 def _installed(version: str = "535.230.02", **fact: Any) -> dict[str, Any]:
@@ -168,13 +199,17 @@ def test_a_default_source_that_would_replace_the_installed_driver_is_refused():
     assert reasons(**_installed(source="ubuntu")) == [MOVE]
 
 
-@pytest.mark.parametrize(("distribution", "changed"), [
-    ("Ubuntu", _installed(source="nvidia")),
-    ("Ubuntu", {**_installed(source="ubuntu"), "nvidia_driver_source": "nvidia"}),
-    ("Ubuntu", _installed("not installed")),
-    ("Ubuntu", {"ansible_local": {}}),
-    ("Debian", _installed()),
-], ids=["same-source", "explicit-move", "not-installed", "no-fact", "debian-old-fact"])
+@pytest.mark.parametrize(
+    ("distribution", "changed"),
+    [
+        ("Ubuntu", _installed(source="nvidia")),
+        ("Ubuntu", {**_installed(source="ubuntu"), "nvidia_driver_source": "nvidia"}),
+        ("Ubuntu", _installed("not installed")),
+        ("Ubuntu", {"ansible_local": {}}),
+        ("Debian", _installed()),
+    ],
+    ids=["same-source", "explicit-move", "not-installed", "no-fact", "debian-old-fact"],
+)
 def test_the_installed_drivers_source_is_kept_or_moved_explicitly(distribution, changed):
     assert reasons(distribution, **changed) == []
 
@@ -187,8 +222,12 @@ def test_a_fact_of_gpufleet_0_3_came_from_canonicals_archive_on_ubuntu():
 
 
 def test_every_reason_is_given_in_order_in_one_message():
-    j = judged("Debian", nvidia_driver_source="ubuntu", nvidia_driver_version="550.127.05",
-               nvidia_driver_repository_key_url="key.asc")
+    j = judged(
+        "Debian",
+        nvidia_driver_source="ubuntu",
+        nvidia_driver_version="550.127.05",
+        nvidia_driver_repository_key_url="key.asc",
+    )
     assert j.message == (
         "nvidia_driver settings rejected on gpu-1: "
         f"[1] nvidia_driver_version '550.127.05' is not a release of branch 535 (expected the form 535.NNN.NN, for "
@@ -197,4 +236,5 @@ def test_every_reason_is_given_in_order_in_one_message():
         "[3] branch 535 is not offered by source 'ubuntu' on Debian (the compatibility matrix); "
         "[4] nvidia_driver_repository_key_url 'key.asc' is not an http(s) URL; "
         "[5] nvidia_driver_repository_key_url is set but nvidia_driver_repository_url is empty: a mirror's key needs "
-        "the mirror's URL (set nvidia_driver_repository_url to the mirror's repository root)")
+        "the mirror's URL (set nvidia_driver_repository_url to the mirror's repository root)"
+    )

@@ -24,7 +24,9 @@ SCANNED_SUFFIXES = {".yml", ".yaml", ".j2", ".sh", ".py", ".cfg", ".conf", ""}
 BLIND_TRUST = re.compile(r"trusted\s*=\s*yes|\[\s*trusted|apt-key\b|allow-unauthenticated|AllowUnauthenticated")
 PIPE_TO_SHELL = re.compile(r"\b(curl|wget)\b[^\n|]*\|\s*(sudo\s+)?(ba|z)?sh\b")
 # A task argument that templates a secret variable (a value, not a command's wording).
-SECRET_ARGUMENT = re.compile(r"\{\{[^}]*(password|passwd|secret|token|private_key|munge_key(?!_path))[^}]*\}\}", re.IGNORECASE)
+SECRET_ARGUMENT = re.compile(
+    r"\{\{[^}]*(password|passwd|secret|token|private_key|munge_key(?!_path))[^}]*\}\}", re.IGNORECASE
+)
 
 
 def source_files() -> Iterator[Path]:
@@ -61,7 +63,15 @@ def module_args(task: dict) -> Iterator[tuple[str, Any]]:
 def test_the_scan_sees_the_roles():
     names = {p.name for p in source_files()}
     # The payload's sources (gpufleet_check.pyz, the zipapp built from them, is not text) and the tools.
-    assert {"source.sources.j2", "pin.pref.j2", "apt-repository-trial.sh", "main.yml", "checks.py", "launcher.py", "build_pyz.py"} <= names
+    assert {
+        "source.sources.j2",
+        "pin.pref.j2",
+        "apt-repository-trial.sh",
+        "main.yml",
+        "checks.py",
+        "launcher.py",
+        "build_pyz.py",
+    } <= names
 
 
 @pytest.mark.parametrize("path", sorted(source_files()), ids=lambda p: str(p.relative_to(REPO)))
@@ -80,9 +90,12 @@ def test_every_apt_source_is_signed_by_a_keyring(template):
 
 def test_roles_write_apt_sources_only_from_deb822_templates():
     """No role writes a one-line .list source (which could go without Signed-By)."""
-    offenders = [str(p.relative_to(REPO)) for p in yaml_files()
-                 if p.is_relative_to(REPO / "roles") and ("apt_repository" in p.read_text() or
-                                                          re.search(r"sources\.list\.d/[^\s\"']*\.list", p.read_text()))]
+    offenders = [
+        str(p.relative_to(REPO))
+        for p in yaml_files()
+        if p.is_relative_to(REPO / "roles")
+        and ("apt_repository" in p.read_text() or re.search(r"sources\.list\.d/[^\s\"']*\.list", p.read_text()))
+    ]
     assert offenders == []
 
 
@@ -101,7 +114,9 @@ def test_modes_are_quoted_octal_and_never_world_writable():
     for path, mode in modes:
         if isinstance(mode, str) and "{{" in mode:
             continue  # a templated mode (the lab's directory list) is checked where it is defined
-        assert isinstance(mode, str) and re.fullmatch(r"0[0-7]{3}", mode), f"{path}: mode {mode!r} is not a quoted octal"
+        assert isinstance(mode, str) and re.fullmatch(r"0[0-7]{3}", mode), (
+            f"{path}: mode {mode!r} is not a quoted octal"
+        )
         assert int(mode[-1]) & 2 == 0, f"{path}: mode {mode} is world-writable"
 
 
@@ -116,8 +131,12 @@ def test_tasks_with_secrets_have_no_log():
         for doc in yaml.safe_load_all(path.read_text()):
             for task in tasks_in(doc):
                 for module, args in module_args(task):
-                    if SECRET_ARGUMENT.search(yaml.safe_dump(args)) and not module.endswith(("debug", "assert", "fail")):
-                        assert task.get("no_log") in (True, "true"), f"{path}: task {task.get('name')!r} handles a secret"
+                    if SECRET_ARGUMENT.search(yaml.safe_dump(args)) and not module.endswith(
+                        ("debug", "assert", "fail")
+                    ):
+                        assert task.get("no_log") in (True, "true"), (
+                            f"{path}: task {task.get('name')!r} handles a secret"
+                        )
 
 
 def _munge_key_tasks() -> list[dict]:
@@ -130,8 +149,11 @@ def test_munge_key_is_private_to_munge():
     path = yaml.safe_load((REPO / "roles" / "slurm" / "vars" / "main.yml").read_text())["__slurm_munge_key_path"]
     assert path == "/etc/munge/munge.key"
     tasks = _munge_key_tasks()
-    modes = [t["ansible.builtin.file"] for t in tasks if "ansible.builtin.file" in t
-             and "__slurm_munge_key_path" in t["ansible.builtin.file"]["path"]]
+    modes = [
+        t["ansible.builtin.file"]
+        for t in tasks
+        if "ansible.builtin.file" in t and "__slurm_munge_key_path" in t["ansible.builtin.file"]["path"]
+    ]
     assert modes and all((m["mode"], m["owner"], m["group"]) == ("0400", "munge", "munge") for m in modes)
     (writer,) = [t for t in tasks if "stdin" in str(t.get("ansible.builtin.shell", ""))]
     command = writer["ansible.builtin.shell"]["cmd"]
@@ -150,13 +172,17 @@ def test_munge_key_copy_never_shows_its_content():
 
 # --- offline installs are hash-checked ------------------------------------------
 
+
 def test_offline_wheel_installs_need_a_hash_lock():
     """A wheelhouse install is refused without pytorch_hashes_file (by default), the
     lock reaches pip with --require-hashes, and the lab installs that way."""
     defaults = yaml.safe_load((REPO / "roles" / "pytorch" / "defaults" / "main.yml").read_text())
     assert defaults["pytorch_require_hashes_offline"] is True
-    install = next(t for t in tasks_in(yaml.safe_load((REPO / "roles" / "pytorch" / "tasks" / "install.yml").read_text()))
-                   if "pip" in str(t.get("ansible.builtin.command", {}).get("argv", "")) and "install" in t.get("name", "").lower())
+    install = next(
+        t
+        for t in tasks_in(yaml.safe_load((REPO / "roles" / "pytorch" / "tasks" / "install.yml").read_text()))
+        if "pip" in str(t.get("ansible.builtin.command", {}).get("argv", "")) and "install" in t.get("name", "").lower()
+    )
     argv = install["ansible.builtin.command"]["argv"]
     assert "['--require-hashes', '-r', '/dev/stdin'] if __pytorch_hash_lines | length > 0" in argv
     lab = yaml.safe_load((REPO / "tests" / "lab" / "inventory" / "group_vars" / "all" / "main.yml").read_text())
@@ -165,6 +191,7 @@ def test_offline_wheel_installs_need_a_hash_lock():
 
 # --- downloads retry, interrupted dpkg runs are finished ---------------------------
 
+
 def role_task_files() -> Iterator[Path]:
     yield from sorted((REPO / "roles").glob("*/tasks/*.yml"))
 
@@ -172,16 +199,28 @@ def role_task_files() -> Iterator[Path]:
 def downloads(task: dict) -> bool:
     apt = task.get("ansible.builtin.apt")
     # A removal (state absent: nvidia_driver's purge of a driver gpufleet did not install) fetches nothing.
-    if isinstance(apt, dict) and any(k in apt for k in ("name", "deb", "update_cache")) and apt.get("state") != "absent":
+    if (
+        isinstance(apt, dict)
+        and any(k in apt for k in ("name", "deb", "update_cache"))
+        and apt.get("state") != "absent"
+    ):
         return True
     if "ansible.builtin.get_url" in task:
         return True
-    argv = str(task.get("ansible.builtin.command", {}).get("argv", "")) if isinstance(task.get("ansible.builtin.command"), dict) else ""
+    argv = (
+        str(task.get("ansible.builtin.command", {}).get("argv", ""))
+        if isinstance(task.get("ansible.builtin.command"), dict)
+        else ""
+    )
     return "'pip', 'install'" in argv
 
 
-DOWNLOADS = [(path, task["name"]) for path in role_task_files() for task in tasks_in(yaml.safe_load(path.read_text()) or [])
-             if downloads(task)]
+DOWNLOADS = [
+    (path, task["name"])
+    for path in role_task_files()
+    for task in tasks_in(yaml.safe_load(path.read_text()) or [])
+    if downloads(task)
+]
 
 
 def test_the_download_scan_sees_the_installs():
@@ -204,10 +243,18 @@ def test_every_download_retries_while_its_source_does_not_answer(path, name):
     assert register and until == f"{register} is not gpufleet.fleet.fetch_failure"
 
 
-INSTALLING_ROLES = sorted({p.parent.parent.name for p, _name in DOWNLOADS
-                           if any(t.get("ansible.builtin.apt", {}).get("name") or t.get("ansible.builtin.apt", {}).get("deb")
-                                  for t in tasks_in(yaml.safe_load(p.read_text())) if isinstance(t.get("ansible.builtin.apt"), dict))}
-                          - {"preflight"})
+INSTALLING_ROLES = sorted(
+    {
+        p.parent.parent.name
+        for p, _name in DOWNLOADS
+        if any(
+            t.get("ansible.builtin.apt", {}).get("name") or t.get("ansible.builtin.apt", {}).get("deb")
+            for t in tasks_in(yaml.safe_load(p.read_text()))
+            if isinstance(t.get("ansible.builtin.apt"), dict)
+        )
+    }
+    - {"preflight"}
+)
 
 
 @pytest.mark.parametrize("role", INSTALLING_ROLES)

@@ -55,8 +55,15 @@ def test_a_rejection_several_hosts_share_is_said_once_naming_them():
 def test_the_part_switches_and_the_roles_play_1_judges_and_probes():
     switched = settings.parts({"gpufleet_pytorch": "yes", "gpufleet_slurm": True, "gpufleet_monitoring": False})
     assert switched == {"pytorch": True, "slurm": True, "monitoring": False, "container": False}
-    assert settings.judged_roles(switched) == ["gpufleet", "nvidia_driver", "cuda", "pytorch", "slurm", "gpu_verify",
-                                               "smoke_training"]
+    assert settings.judged_roles(switched) == [
+        "gpufleet",
+        "nvidia_driver",
+        "cuda",
+        "pytorch",
+        "slurm",
+        "gpu_verify",
+        "smoke_training",
+    ]
     assert settings.probed_roles(switched) == ["nvidia_driver", "cuda", "pytorch", "slurm"]
 
 
@@ -69,30 +76,43 @@ def test_every_judged_role_has_rules_and_reads_what_it_names():
 
 
 def test_read_names_takes_prefixes_and_names():
-    assert settings.read_names(["cuda_*", "preflight_report", "absent"],
-                               ["cuda_release", "cuda_toolkit", "cudax", "preflight_report"]) == [
-        "cuda_release", "cuda_toolkit", "preflight_report"]
+    assert settings.read_names(
+        ["cuda_*", "preflight_report", "absent"], ["cuda_release", "cuda_toolkit", "cudax", "preflight_report"]
+    ) == ["cuda_release", "cuda_toolkit", "preflight_report"]
 
 
 def test_a_mapping_read_by_key_is_cut_to_those_keys():
     reads = ["ansible_facts.distribution", "ansible_facts.os_family", "cuda_*"]
     assert settings.read_names(reads, ["ansible_facts", "cuda_release"]) == ["ansible_facts", "cuda_release"]
     values = {"ansible_facts": {"distribution": "Ubuntu", "os_family": "Debian", "hostname": "n1"}, "cuda_release": ""}
-    assert settings.narrowed(reads, values) == {"ansible_facts": {"distribution": "Ubuntu", "os_family": "Debian"},
-                                                "cuda_release": ""}
+    assert settings.narrowed(reads, values) == {
+        "ansible_facts": {"distribution": "Ubuntu", "os_family": "Debian"},
+        "cuda_release": "",
+    }
 
 
 # --- the cuda role's rules ------------------------------------------------------------------------------------
 
-CUDA_DEFAULTS = {"cuda_release": "", "cuda_repository_url": "", "cuda_repository_key_url": "", "cuda_driver_version": "",
-                 "cuda_toolkit": True, "cuda_libraries": ["cudnn", "nccl"], "cuda_compile_check_archs": ["sm_80"],
-                 "__cuda_supported_os": ["ubuntu2004", "ubuntu2204", "debian12"]}
+CUDA_DEFAULTS = {
+    "cuda_release": "",
+    "cuda_repository_url": "",
+    "cuda_repository_key_url": "",
+    "cuda_driver_version": "",
+    "cuda_toolkit": True,
+    "cuda_libraries": ["cudnn", "nccl"],
+    "cuda_compile_check_archs": ["sm_80"],
+    "__cuda_supported_os": ["ubuntu2004", "ubuntu2204", "debian12"],
+}
 
 
 def judge_cuda(**values):
     matrix = stack_plugin.load_matrix()
-    judgement = settings.Judgement("cuda", "node-1", {**CUDA_DEFAULTS, "__cuda_repo_os": "ubuntu2204", **values},
-                                   stack=lambda **choices: stack_plugin.resolve(matrix, **choices))
+    judgement = settings.Judgement(
+        "cuda",
+        "node-1",
+        {**CUDA_DEFAULTS, "__cuda_repo_os": "ubuntu2204", **values},
+        stack=lambda **choices: stack_plugin.resolve(matrix, **choices),
+    )
     cuda.judge(judgement)
     return judgement
 
@@ -105,22 +125,34 @@ def test_cuda_resolves_the_default_release_and_its_driver():
     assert judgement.facts["__cuda_spec"]["min_driver"] == "530.30.02"
 
 
-@pytest.mark.parametrize("values, message", [
-    ({"nvidia_driver_branch": "470"},
-     "CUDA 12.1 needs NVIDIA driver 530.30.02 or newer, but nvidia_driver_branch 470 (its default release) is driver"
-     " 470.256.02: choose a newer driver branch (nvidia_driver_branch) or an older CUDA release (cuda_release)"),
-    ({"cuda_driver_version": "470.256.02"}, "but cuda_driver_version is driver 470.256.02"),
-    ({"cuda_release": "11.0"}, "cuda_release '11.0' is not a CUDA release gpufleet knows"),
-    ({"__cuda_repo_os": "ubuntu1804"},
-     "NVIDIA publishes no CUDA repository for ubuntu1804 (it does for ubuntu2004, ubuntu2204, debian12)"),
-    # NVIDIA's debian12 directory starts at CUDA 12.3
-    # (https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64/ lists no cuda-toolkit-12-1).
-    ({"__cuda_repo_os": "debian12"}, "Set cuda_repository_url to a site repository that carries"),
-    ({"cuda_repository_url": "mirror/cuda"}, "cuda_repository_url 'mirror/cuda' is not an http(s) URL"),
-    ({"cuda_repository_key_url": "ftp://mirror/key"}, "cuda_repository_key_url 'ftp://mirror/key' is not an http(s) URL"),
-    ({"cuda_compile_check_archs": ["sm_80", "compute_90"]},
-     "cuda_compile_check_archs must be GPU architectures like sm_80 or sm_90, got ['sm_80', 'compute_90']"),
-])
+@pytest.mark.parametrize(
+    "values, message",
+    [
+        (
+            {"nvidia_driver_branch": "470"},
+            "CUDA 12.1 needs NVIDIA driver 530.30.02 or newer, but nvidia_driver_branch 470 (its default release) is driver"
+            " 470.256.02: choose a newer driver branch (nvidia_driver_branch) or an older CUDA release (cuda_release)",
+        ),
+        ({"cuda_driver_version": "470.256.02"}, "but cuda_driver_version is driver 470.256.02"),
+        ({"cuda_release": "11.0"}, "cuda_release '11.0' is not a CUDA release gpufleet knows"),
+        (
+            {"__cuda_repo_os": "ubuntu1804"},
+            "NVIDIA publishes no CUDA repository for ubuntu1804 (it does for ubuntu2004, ubuntu2204, debian12)",
+        ),
+        # NVIDIA's debian12 directory starts at CUDA 12.3
+        # (https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64/ lists no cuda-toolkit-12-1).
+        ({"__cuda_repo_os": "debian12"}, "Set cuda_repository_url to a site repository that carries"),
+        ({"cuda_repository_url": "mirror/cuda"}, "cuda_repository_url 'mirror/cuda' is not an http(s) URL"),
+        (
+            {"cuda_repository_key_url": "ftp://mirror/key"},
+            "cuda_repository_key_url 'ftp://mirror/key' is not an http(s) URL",
+        ),
+        (
+            {"cuda_compile_check_archs": ["sm_80", "compute_90"]},
+            "cuda_compile_check_archs must be GPU architectures like sm_80 or sm_90, got ['sm_80', 'compute_90']",
+        ),
+    ],
+)
 def test_cuda_refuses_naming_the_setting(values, message):
     judgement = judge_cuda(**values)
     assert any(message in error for error in judgement.errors), judgement.errors

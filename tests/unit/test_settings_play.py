@@ -15,19 +15,30 @@ import role_run
 import yaml
 from conftest import FAKE_FACTS, REPO_ROOT
 
-PLAY_1 = next(play for play in yaml.safe_load((REPO_ROOT / "playbooks" / "check.yml").read_text())
-              if play["name"] == "Check hosts and settings (read-only)")
-TASKS = [copy.deepcopy(task) for task in PLAY_1["tasks"]
-         if task["name"] in ("Judge the settings of every host (once, on the controller)",
-                             "Stop a host whose settings are wrong (nothing has been changed)")]
+PLAY_1 = next(
+    play
+    for play in yaml.safe_load((REPO_ROOT / "playbooks" / "check.yml").read_text())
+    if play["name"] == "Check hosts and settings (read-only)"
+)
+TASKS = [
+    copy.deepcopy(task)
+    for task in PLAY_1["tasks"]
+    if task["name"]
+    in (
+        "Judge the settings of every host (once, on the controller)",
+        "Stop a host whose settings are wrong (nothing has been changed)",
+    )
+]
 # What play 1's pre_tasks leave on every host before the judgement (no unknown setting).
 BEFORE = {"__gpufleet_rejected": []}
 
 
 def judged(**hosts):
     """{host: Outcome} of the two tasks on fake Ubuntu 22.04 hosts with these settings (host vars)."""
-    fake = [role_run.Host(name, FAKE_FACTS["ubuntu2204"], {**BEFORE, **settings}, groups=("gpu_nodes",))
-            for name, settings in hosts.items()]
+    fake = [
+        role_run.Host(name, FAKE_FACTS["ubuntu2204"], {**BEFORE, **settings}, groups=("gpu_nodes",))
+        for name, settings in hosts.items()
+    ]
     return role_run.run(fake, copy.deepcopy(TASKS))
 
 
@@ -36,15 +47,23 @@ def test_play_1_has_the_two_tasks():
 
 
 def test_good_hosts_pass_and_only_the_wrong_ones_stop():
-    outcome = judged(**{"node-1": {}, "node-2": {}, "node-3": {"smoke_training_steps": 2},
-                        "node-4": {"pytorch_require_gpu": "perhaps"}})
+    outcome = judged(
+        **{
+            "node-1": {},
+            "node-2": {},
+            "node-3": {"smoke_training_steps": 2},
+            "node-4": {"pytorch_require_gpu": "perhaps"},
+        }
+    )
     assert outcome["node-1"].failure is None and outcome["node-2"].failure is None
     assert outcome["node-3"].failure == (
         "smoke_training settings rejected on node-3: [1] smoke_training_steps '2' is too few: the loss trend needs 4"
-        " steps or more; nothing has been changed")
+        " steps or more; nothing has been changed"
+    )
     assert outcome["node-4"].failure.startswith(
         "pytorch settings rejected on node-4 (argument spec): argument 'pytorch_require_gpu' is of type str and we"
-        " were unable to convert to bool")
+        " were unable to convert to bool"
+    )
 
 
 def test_a_rejection_several_hosts_share_is_said_once_naming_them():
@@ -54,8 +73,10 @@ def test_a_rejection_several_hosts_share_is_said_once_naming_them():
     said = [outcome[host].failure for host in ("node-1", "node-3", "node-4")]
     assert sum(reason in message for message in said) == 1, said
     assert said[0].startswith("gpu_verify settings rejected on 3 hosts (node-1, node-3, node-4): [1] " + reason), said
-    assert said[1] == ("gpu_verify settings rejected on node-3: the same settings as node-1, whose message gives the"
-                       " reasons; nothing has been changed")
+    assert said[1] == (
+        "gpu_verify settings rejected on node-3: the same settings as node-1, whose message gives the"
+        " reasons; nothing has been changed"
+    )
     assert outcome["node-2"].failure is None
 
 

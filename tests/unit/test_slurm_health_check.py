@@ -26,7 +26,6 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-
 from conftest import ROLES_DIR
 
 PROGRAM = ROLES_DIR / "slurm" / "files" / "gpufleet_slurm_health.py"
@@ -63,13 +62,19 @@ class FakeSlurm:
         if argv[0] in ("sinfo", "scontrol"):
             self.calls.append(argv)
             if self.fail == argv[0]:
-                return subprocess.CompletedProcess(argv, 1, "", "slurm_load_node error: Unable to contact slurm controller")
+                return subprocess.CompletedProcess(
+                    argv, 1, "", "slurm_load_node error: Unable to contact slurm controller"
+                )
             if argv[0] == "scontrol":
                 state = next(a for a in argv if a.startswith("State="))
-                self.drain_reason = next(a for a in argv if a.startswith("Reason="))[7:] if state == "State=DRAIN" else None
+                self.drain_reason = (
+                    next(a for a in argv if a.startswith("Reason="))[7:] if state == "State=DRAIN" else None
+                )
                 return subprocess.CompletedProcess(argv, 0, "", "")
             assert argv[1:] == ["--noheader", "--Node", f"--nodes={NODE}", "--states=DRAIN", "--format=%E"], argv
-            return subprocess.CompletedProcess(argv, 0, "" if self.drain_reason is None else self.drain_reason + "\n", "")
+            return subprocess.CompletedProcess(
+                argv, 0, "" if self.drain_reason is None else self.drain_reason + "\n", ""
+            )
         return subprocess.run(argv, check=False, **kwargs)  # the health check reads the return codes
 
     def updates(self) -> list[list[str]]:
@@ -84,15 +89,38 @@ def host(tmp_path: Path) -> dict[str, Any]:
     (tmp_path / "libs" / f"libnvidia-ml.so.{LAB_DRIVER}").write_text("")
     module = tmp_path / "nvidia-module-version"
     module.write_text(LAB_DRIVER + "\n")
-    checks = ["--quick", "--dcgm-level", "0", "--skip=torch_cuda", "--skip=libraries", "--sysfs-pci-dir", str(tmp_path / "sysfs"),
-              "--module-version-file", str(module), "--driver-proc-file", str(tmp_path / "none"),
-              "--driver-lib-dir", str(tmp_path / "libs")]
+    checks = [
+        "--quick",
+        "--dcgm-level",
+        "0",
+        "--skip=torch_cuda",
+        "--skip=libraries",
+        "--sysfs-pci-dir",
+        str(tmp_path / "sysfs"),
+        "--module-version-file",
+        str(module),
+        "--driver-proc-file",
+        str(tmp_path / "none"),
+        "--driver-lib-dir",
+        str(tmp_path / "libs"),
+    ]
     return {"root": tmp_path, "module": module, "checks": checks, "textfile": tmp_path / "textfile"}
 
 
 def run(host: dict[str, Any], slurm: FakeSlurm, zipapp: Path = ZIPAPP, timeout: int = 40, *extra: str) -> int:
-    argv = ["--zipapp", str(zipapp), "--python", sys.executable, "--timeout", str(timeout),
-            "--textfile-dir", str(host["textfile"]), *extra, "--", *host["checks"]]
+    argv = [
+        "--zipapp",
+        str(zipapp),
+        "--python",
+        sys.executable,
+        "--timeout",
+        str(timeout),
+        "--textfile-dir",
+        str(host["textfile"]),
+        *extra,
+        "--",
+        *host["checks"],
+    ]
     env = {"SLURMD_NODENAME": NODE, "PATH": os.environ["PATH"]}
     return health.main(argv, run=slurm, environ=env, clock=lambda: 1_700_000_000.0)
 
@@ -115,11 +143,14 @@ def test_a_failure_drains_the_node_naming_the_check_and_its_action_class(host):
     assert run(host, slurm) == 0
     (update,) = slurm.updates()
     assert update[:4] == ["scontrol", "update", f"NodeName={NODE}", "State=DRAIN"]
-    reason = update[4][len("Reason="):]
+    reason = update[4][len("Reason=") :]
     assert reason.startswith("gpufleet: driver_version [reboot]: "), reason
     assert "535.1.0" in reason and LAB_DRIVER in reason and len(reason) < 200, reason
-    assert metrics(host) == {f'gpufleet_slurm_drained{{reason="{reason}"}}': "1", "gpufleet_slurm_health_check_passed": "0",
-                             "gpufleet_slurm_health_check_timestamp_seconds": "1700000000.000"}
+    assert metrics(host) == {
+        f'gpufleet_slurm_drained{{reason="{reason}"}}': "1",
+        "gpufleet_slurm_health_check_passed": "0",
+        "gpufleet_slurm_health_check_timestamp_seconds": "1700000000.000",
+    }
 
 
 def test_a_pass_resumes_a_node_gpufleet_drained_and_a_failure_drains_it_once(host):
@@ -164,9 +195,11 @@ def test_a_check_that_hangs_is_stopped_within_the_budget_with_its_children_and_d
     """A check hung in a child (nvidia-smi that does not answer): timeout(1) stops its whole process group."""
     hang = host["root"] / "hang.py"
     pid_file = host["root"] / "child.pid"
-    hang.write_text("import subprocess, sys, time\n"
-                    f"child = subprocess.Popen(['sleep', '60'])\nopen({str(pid_file)!r}, 'w').write(str(child.pid))\n"
-                    "child.wait()\n")
+    hang.write_text(
+        "import subprocess, sys, time\n"
+        f"child = subprocess.Popen(['sleep', '60'])\nopen({str(pid_file)!r}, 'w').write(str(child.pid))\n"
+        "child.wait()\n"
+    )
     slurm = FakeSlurm()
     began = time.monotonic()
     assert run(host, slurm, hang, 1) == 0
@@ -187,7 +220,9 @@ def test_a_check_that_crashes_drains_with_its_last_error_line(host):
     assert slurm.drain_reason == "gpufleet: health check could not run: gpufleet_check: cannot import json"
 
 
-@pytest.mark.parametrize("stdout", ["not json", '{"verdict": "maybe", "checks": []}', '["pass"]', '{"verdict": "pass"}'])
+@pytest.mark.parametrize(
+    "stdout", ["not json", '{"verdict": "maybe", "checks": []}', '["pass"]', '{"verdict": "pass"}']
+)
 def test_a_malformed_report_drains(host, stdout):
     bad = host["root"] / "bad.py"
     bad.write_text(f"print({stdout!r})\n")
@@ -206,15 +241,27 @@ def test_slurm_that_does_not_answer_is_an_error_and_leaves_the_node_unjudged_in_
     mismatch(host)
     assert run(host, FakeSlurm(fail="sinfo")) == 1
     assert "Unable to contact slurm controller" in capsys.readouterr().err
-    assert metrics(host) == {"gpufleet_slurm_health_check_passed": "0",
-                             "gpufleet_slurm_health_check_timestamp_seconds": "1700000000.000"}
+    assert metrics(host) == {
+        "gpufleet_slurm_health_check_passed": "0",
+        "gpufleet_slurm_health_check_timestamp_seconds": "1700000000.000",
+    }
 
 
 def test_no_textfile_directory_no_metrics_and_the_node_name_falls_back_to_the_short_host_name(host, monkeypatch):
     monkeypatch.setattr(health.socket, "gethostname", lambda: f"{NODE}.cluster.example")
     slurm = FakeSlurm()
-    argv = ["--zipapp", str(ZIPAPP), "--python", "/nonexistent/python", "--fallback-python", sys.executable,
-            "--textfile-dir", str(host["root"] / "absent"), "--", *host["checks"]]
+    argv = [
+        "--zipapp",
+        str(ZIPAPP),
+        "--python",
+        "/nonexistent/python",
+        "--fallback-python",
+        sys.executable,
+        "--textfile-dir",
+        str(host["root"] / "absent"),
+        "--",
+        *host["checks"],
+    ]
     assert health.main(argv, run=slurm, environ={}) == 0  # slurmd 19.05: an empty environment
     assert slurm.calls[0][3] == f"--nodes={NODE}"
     assert not (host["root"] / "absent").exists()
@@ -229,16 +276,31 @@ def test_a_timeout_slurm_would_cut_short_is_a_usage_error(timeout, capsys):
 
 
 def test_reason_names_the_first_failed_check_its_class_and_how_many_more():
-    report = {"verdict": "fail", "checks": [
-        {"name": "driver_version", "verdict": "pass", "detail": "ok"},
-        {"name": "gpu_errors", "verdict": "fail", "detail": "GPU 0: row remap pending " + "x" * 300,
-         "findings": [{"verdict": "warn", "action_class": None}, {"verdict": "fail", "action_class": "reboot"}]},
-        {"name": "xid", "verdict": "fail", "detail": "Xid 79", "findings": [{"verdict": "fail", "action_class": "replace"}]}]}
+    report = {
+        "verdict": "fail",
+        "checks": [
+            {"name": "driver_version", "verdict": "pass", "detail": "ok"},
+            {
+                "name": "gpu_errors",
+                "verdict": "fail",
+                "detail": "GPU 0: row remap pending " + "x" * 300,
+                "findings": [{"verdict": "warn", "action_class": None}, {"verdict": "fail", "action_class": "reboot"}],
+            },
+            {
+                "name": "xid",
+                "verdict": "fail",
+                "detail": "Xid 79",
+                "findings": [{"verdict": "fail", "action_class": "replace"}],
+            },
+        ],
+    }
     outcome = health.judge_report(report)
     assert not outcome.healthy
     assert outcome.reason.startswith("gpufleet: gpu_errors [reboot]: GPU 0: row remap pending x")
     assert outcome.reason.endswith("... (+1 more failed)") and len(outcome.reason) < 200
-    nothing = health.judge_report({"verdict": "fail", "checks": [], "reasons": ["nothing was checked: no GPU (14 checks skipped)"]})
+    nothing = health.judge_report(
+        {"verdict": "fail", "checks": [], "reasons": ["nothing was checked: no GPU (14 checks skipped)"]}
+    )
     assert nothing.reason == "gpufleet: nothing was checked: no GPU (14 checks skipped)"
 
 
@@ -251,10 +313,18 @@ def test_action_classes_are_gpufleet_check_s():
     assert health.ACTION_CLASSES == check_health.ACTION_CLASSES
 
 
-@pytest.mark.parametrize("stdout, reason", [("", None), ("admin: maintenance\n", ADMIN),
-                                            ("gpufleet: xid [drain]: Xid 48\ngpufleet: xid [drain]: Xid 48\n",
-                                             "gpufleet: xid [drain]: Xid 48"),  # a node in two partitions
-                                            ("none\n", "")])
+@pytest.mark.parametrize(
+    "stdout, reason",
+    [
+        ("", None),
+        ("admin: maintenance\n", ADMIN),
+        (
+            "gpufleet: xid [drain]: Xid 48\ngpufleet: xid [drain]: Xid 48\n",
+            "gpufleet: xid [drain]: Xid 48",
+        ),  # a node in two partitions
+        ("none\n", ""),
+    ],
+)
 def test_sinfo_drain_reason(stdout, reason):
     assert health.drain_reason_from_sinfo(stdout) == reason
 
@@ -267,5 +337,6 @@ def test_metric_labels_are_escaped():
 def test_the_program_runs_on_python_3_8_syntax():
     """Ubuntu 20.04's /usr/bin/python3 is 3.8: no syntax newer than that (ast with feature_version)."""
     import ast
+
     ast.parse(PROGRAM.read_text(), feature_version=(3, 8))
     assert PROGRAM.read_text().startswith("#!/usr/bin/python3\n") and os.access(PROGRAM, os.X_OK)

@@ -24,26 +24,40 @@ from typing import Any
 
 import pytest
 import role_run
-
 from conftest import FAKE_FACTS, ROLES_DIR, load_trusted
 
 ROLE = ROLES_DIR / "slurm"
 NODES = ["gpu-a01", "gpu-a02", "gpu-a03"]
 CONTROLLER = "head-01"
 # configure.yml's probes of nodes outside the play, as registered when every node is in it: nothing probed.
-EVERY_NODE_IN_THE_PLAY = {"__slurm_other_facts": {"results": [], "skipped": True, "changed": False},
-                          "__slurm_other_gpus": {"results": [], "skipped": True, "changed": False},
-                          "__slurm_current_conf": {"skipped": True, "changed": False}}
+EVERY_NODE_IN_THE_PLAY = {
+    "__slurm_other_facts": {"results": [], "skipped": True, "changed": False},
+    "__slurm_other_gpus": {"results": [], "skipped": True, "changed": False},
+    "__slurm_current_conf": {"skipped": True, "changed": False},
+}
 # cgroup.yml after its two probes (stat of /sys/fs/cgroup/, apt-cache policy slurmd).
-CGROUP = [role_run.role_task("slurm", "cgroup.yml", name) for name in (
-    "Compare the cgroup mode with the Slurm release", "Stop a cgroup v2 node", "Warn that Slurm runs without cgroup confinement")]
-DESCRIBE = [role_run.role_task("slurm", "configure.yml", name) for name in (
-    "List the nodes outside this run that did not answer", "Start the node list for slurm.conf", "Describe every node for slurm.conf",
-    "Decide whether the cluster confines jobs with cgroups")]
+CGROUP = [
+    role_run.role_task("slurm", "cgroup.yml", name)
+    for name in (
+        "Compare the cgroup mode with the Slurm release",
+        "Stop a cgroup v2 node",
+        "Warn that Slurm runs without cgroup confinement",
+    )
+]
+DESCRIBE = [
+    role_run.role_task("slurm", "configure.yml", name)
+    for name in (
+        "List the nodes outside this run that did not answer",
+        "Start the node list for slurm.conf",
+        "Describe every node for slurm.conf",
+        "Decide whether the cluster confines jobs with cgroups",
+    )
+]
 
-# What `stat --file-system --format=%T /sys/fs/cgroup/` prints: cgroup v2 (unified; Ubuntu 22.04's and Debian 12's default:
-# https://lists.ubuntu.com/archives/ubuntu-devel/2021-August/041598.html), or the tmpfs of the v1 and hybrid layouts (systemd
-# mounts the unified hierarchy on /sys/fs/cgroup "instead of a tmpfs": systemd commit efdb02375beb0a940c3320865572913780b4d7de).
+# What `stat --file-system --format=%T /sys/fs/cgroup/` prints: cgroup v2 (unified; Ubuntu 22.04's and Debian 12's
+# default: https://lists.ubuntu.com/archives/ubuntu-devel/2021-August/041598.html), or the tmpfs of the v1 and hybrid
+# layouts (systemd mounts the unified hierarchy on /sys/fs/cgroup "instead of a tmpfs": systemd commit
+# efdb02375beb0a940c3320865572913780b4d7de).
 CGROUP_V2 = {"stdout": "cgroup2fs"}
 CGROUP_V1 = {"stdout": "tmpfs"}
 # `LC_ALL=C apt-cache policy slurmd` on each OS, slurmd not installed yet (the node's first run) or installed.
@@ -75,15 +89,27 @@ POLICY = {
         100 /var/lib/dpkg/status
 """,
 }
-# A node's probes as each OS boots by default, Ubuntu 22.04 with cgroup v1 (systemd.unified_cgroup_hierarchy=0, the fix the
-# role names): the clusters of the rendering tests, whose files are those of a confined cluster.
+# A node's probes as each OS boots by default, Ubuntu 22.04 with cgroup v1 (systemd.unified_cgroup_hierarchy=0, the fix
+# the role names): the clusters of the rendering tests, whose files are those of a confined cluster.
 BOOTED = {"debian12": CGROUP_V2, "ubuntu2204": CGROUP_V1, "ubuntu2004": CGROUP_V1}
-TEMPLATES = ["slurm.conf.j2", "gres.conf.j2", "cgroup.conf.j2", "gpufleet-train.sbatch.j2", "gpufleet-slurm-health-check.j2"]
+TEMPLATES = [
+    "slurm.conf.j2",
+    "gres.conf.j2",
+    "cgroup.conf.j2",
+    "gpufleet-train.sbatch.j2",
+    "gpufleet-slurm-health-check.j2",
+]
 
 
 def node_facts(name: str, cpus: int = 128) -> dict:
-    return {"hostname": name, "processor_vcpus": cpus, "processor_count": 2, "processor_cores": cpus // 4,
-            "processor_threads_per_core": 2, "memtotal_mb": 2_063_000}
+    return {
+        "hostname": name,
+        "processor_vcpus": cpus,
+        "processor_count": 2,
+        "processor_cores": cpus // 4,
+        "processor_threads_per_core": 2,
+        "memtotal_mb": 2_063_000,
+    }
 
 
 class Clusters:
@@ -95,7 +121,9 @@ class Clusters:
         self._pending: dict[str, list[role_run.Host]] = {}
         self._done: dict[str, role_run.Outcome] = {}
 
-    def _hosts(self, key: str, os: str, gpus: int, controllers: int, node_vars: dict, settings: dict) -> list[role_run.Host]:
+    def _hosts(
+        self, key: str, os: str, gpus: int, controllers: int, node_vars: dict, settings: dict
+    ) -> list[role_run.Host]:
         # The first cluster uses the role's default group names; the others have their own (one inventory).
         n = len(self._pending) + len(self._done)
         prefix, suffix = ("", "") if n == 0 else (f"c{n}-", f"_c{n}")
@@ -104,20 +132,39 @@ class Clusters:
         if suffix:
             common.update(slurm_node_group=groups["node"], slurm_controller_group=groups["controller"])
         heads = [CONTROLLER, "head-02"][:controllers]
-        hosts = [role_run.Host(prefix + name, {**FAKE_FACTS[os], **node_facts(name, 16)}, common, (groups["controller"],), key)
-                 for name in heads]
+        hosts = [
+            role_run.Host(
+                prefix + name, {**FAKE_FACTS[os], **node_facts(name, 16)}, common, (groups["controller"],), key
+            )
+            for name in heads
+        ]
         probes = {"__slurm_cgroup_fs": BOOTED[os], "__slurm_apt_policy": {"stdout": POLICY[os]}}
-        hosts += [role_run.Host(prefix + name, {**FAKE_FACTS[os], **node_facts(name)},
-                                {**probes, **common, "ansible_host": f"10.0.0.{i + 11}", "__slurm_pci_gpus": {"stdout": str(gpus)},
-                                 **node_vars.get(name, {})}, (groups["node"],), key)
-                  for i, name in enumerate(NODES)]
+        hosts += [
+            role_run.Host(
+                prefix + name,
+                {**FAKE_FACTS[os], **node_facts(name)},
+                {
+                    **probes,
+                    **common,
+                    "ansible_host": f"10.0.0.{i + 11}",
+                    "__slurm_pci_gpus": {"stdout": str(gpus)},
+                    **node_vars.get(name, {}),
+                },
+                (groups["node"],),
+                key,
+            )
+            for i, name in enumerate(NODES)
+        ]
         # The whole cluster in a play of its own (run_once), or its first host alone in the one play of the
         # run (the others only in the inventory).
-        return [h if self._whole else role_run.Host(h.name, h.facts, h.vars, h.groups, "first hosts", targeted=i == 0)
-                for i, h in enumerate(hosts)]
+        return [
+            h if self._whole else role_run.Host(h.name, h.facts, h.vars, h.groups, "first hosts", targeted=i == 0)
+            for i, h in enumerate(hosts)
+        ]
 
-    def get(self, os: str = "debian12", gpus: int = 8, controllers: int = 1, node_vars: dict | None = None,
-            **settings: Any) -> role_run.Outcome:
+    def get(
+        self, os: str = "debian12", gpus: int = 8, controllers: int = 1, node_vars: dict | None = None, **settings: Any
+    ) -> role_run.Outcome:
         """The outcome on the cluster's first host (its controller), running every pending cluster first."""
         key = repr((os, gpus, controllers, sorted((node_vars or {}).items()), sorted(settings.items())))
         if key not in self._done:
@@ -128,17 +175,26 @@ class Clusters:
             self._pending = {}
         return self._done[key]
 
-    def declare(self, os: str = "debian12", gpus: int = 8, controllers: int = 1, node_vars: dict | None = None,
-                **settings: Any) -> None:
+    def declare(
+        self, os: str = "debian12", gpus: int = 8, controllers: int = 1, node_vars: dict | None = None, **settings: Any
+    ) -> None:
         key = repr((os, gpus, controllers, sorted((node_vars or {}).items()), sorted(settings.items())))
         if key not in self._done and key not in self._pending:
             self._pending[key] = self._hosts(key, os, gpus, controllers, node_vars or {}, settings)
 
 
 # validate.yml on every host, the nodes described, the files rendered on the controller.
-RENDERED = Clusters([role_run.import_role("slurm"), *CGROUP, *DESCRIBE], [role_run.capture(
-    {**{name: role_run.template("slurm", name) for name in TEMPLATES}, **role_run.names("__slurm_config_dir")},
-    run_once=True, name="Render the Slurm files on the controller")], whole=True)
+RENDERED = Clusters(
+    [role_run.import_role("slurm"), *CGROUP, *DESCRIBE],
+    [
+        role_run.capture(
+            {**{name: role_run.template("slurm", name) for name in TEMPLATES}, **role_run.names("__slurm_config_dir")},
+            run_once=True,
+            name="Render the Slurm files on the controller",
+        )
+    ],
+    whole=True,
+)
 # validate.yml on the controller alone.
 VALIDATED = Clusters([role_run.import_role("slurm")], [], whole=False)
 
@@ -156,8 +212,11 @@ def render(name: str, cfg: role_run.Outcome) -> str:
 
 def conf(text: str) -> list[dict]:
     """slurm.conf/gres.conf lines as dicts of their key=value words."""
-    return [dict(word.split("=", 1) for word in line.split()) for line in text.splitlines()
-            if line.strip() and not line.startswith("#")]
+    return [
+        dict(word.split("=", 1) for word in line.split())
+        for line in text.splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
 
 
 def rejections(controllers: int = 1, **overrides) -> list[str]:
@@ -172,7 +231,9 @@ def rejections(controllers: int = 1, **overrides) -> list[str]:
 def test_slurm_conf_describes_every_node_with_its_gpus(host):
     cfg = cluster(host)
     lines = conf(render("slurm.conf.j2", cfg))
-    settings = {k: val for line in lines for k, val in line.items() if "NodeName" not in line and "PartitionName" not in line}
+    settings = {
+        k: val for line in lines for k, val in line.items() if "NodeName" not in line and "PartitionName" not in line
+    }
     # The controller's host name (its facts), then its address: its inventory name, having no ansible_host.
     assert settings["SlurmctldHost"] == f"{CONTROLLER}({cfg.host})"
     assert settings["AuthType"] == "auth/munge" and settings["GresTypes"] == "gpu"
@@ -182,10 +243,21 @@ def test_slurm_conf_describes_every_node_with_its_gpus(host):
     assert [n["NodeName"] for n in nodes] == NODES
     for i, node in enumerate(nodes):
         assert node["NodeAddr"] == f"10.0.0.{i + 11}"
-        assert (node["CPUs"], node["Sockets"], node["CoresPerSocket"], node["ThreadsPerCore"]) == ("128", "2", "32", "2")
+        assert (node["CPUs"], node["Sockets"], node["CoresPerSocket"], node["ThreadsPerCore"]) == (
+            "128",
+            "2",
+            "32",
+            "2",
+        )
         assert node["RealMemory"] == str(2_063_000 - 2048) and node["Gres"] == "gpu:8"
     (partition,) = [line for line in lines if "PartitionName" in line]
-    assert partition == {"PartitionName": "gpu", "Nodes": ",".join(NODES), "Default": "YES", "MaxTime": "INFINITE", "State": "UP"}
+    assert partition == {
+        "PartitionName": "gpu",
+        "Nodes": ",".join(NODES),
+        "Default": "YES",
+        "MaxTime": "INFINITE",
+        "State": "UP",
+    }
 
 
 def test_gres_conf_lists_device_files_and_type():
@@ -214,8 +286,14 @@ def test_per_host_gpu_override_wins_over_the_pci_count():
     assert "#SBATCH --gpus-per-node=4" in script  # the smallest node decides the default
 
 
-@pytest.mark.parametrize("host, plugin_line", [("ubuntu2004", "CgroupAutomount=yes"), ("ubuntu2204", "CgroupPlugin=autodetect"),
-                                               ("debian12", "CgroupPlugin=autodetect")])
+@pytest.mark.parametrize(
+    "host, plugin_line",
+    [
+        ("ubuntu2004", "CgroupAutomount=yes"),
+        ("ubuntu2204", "CgroupPlugin=autodetect"),
+        ("debian12", "CgroupPlugin=autodetect"),
+    ],
+)
 def test_cgroup_conf_confines_devices(host, plugin_line):
     text = render("cgroup.conf.j2", cluster(host))
     assert plugin_line in text.splitlines()
@@ -243,7 +321,7 @@ def test_job_script_runs_one_torchrun_per_node_with_rendezvous_on_the_first():
     assert "#SBATCH --gpus-per-node=8" in script
     assert 'head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)' in script
     assert re.search(r'exec srun "\$\{step\[@\]\}" \\\n  /opt/gpufleet/venv/bin/torchrun', script)
-    assert '--rdzv-endpoint="$head_node:29500"' in script and '--rdzv-backend=c10d' in script
+    assert '--rdzv-endpoint="$head_node:29500"' in script and "--rdzv-backend=c10d" in script
     assert '/opt/gpufleet/payload/train.py "$@"' in script
     if shutil.which("bash"):
         subprocess.run(["bash", "-n"], input=script, text=True, check=True)
@@ -263,11 +341,17 @@ HEALTH_PROGRAM = "/usr/local/sbin/gpufleet-slurm-health-check"
 @pytest.mark.parametrize("host", ["ubuntu2004", "ubuntu2204", "debian12"])
 def test_slurm_conf_runs_gpufleet_s_health_check(host):
     flat = {k: val for line in conf(render("slurm.conf.j2", cluster(host))) for k, val in line.items()}
-    assert (flat["HealthCheckProgram"], flat["HealthCheckInterval"], flat["HealthCheckNodeState"]) == (HEALTH_PROGRAM, "300", "IDLE")
+    assert (flat["HealthCheckProgram"], flat["HealthCheckInterval"], flat["HealthCheckNodeState"]) == (
+        HEALTH_PROGRAM,
+        "300",
+        "IDLE",
+    )
 
 
 def test_health_check_settings_and_off():
-    text = render("slurm.conf.j2", cluster(slurm_health_check_interval=10, slurm_health_check_node_state=["IDLE", "CYCLE"]))
+    text = render(
+        "slurm.conf.j2", cluster(slurm_health_check_interval=10, slurm_health_check_node_state=["IDLE", "CYCLE"])
+    )
     flat = {k: val for line in conf(text) for k, val in line.items()}
     assert (flat["HealthCheckInterval"], flat["HealthCheckNodeState"]) == ("10", "IDLE,CYCLE")
     assert "HealthCheck" not in render("slurm.conf.j2", cluster(slurm_health_check=False))
@@ -277,17 +361,27 @@ def test_health_check_wrapper_passes_the_settings_to_the_program():
     script = render("gpufleet-slurm-health-check.j2", cluster())
     assert script.startswith("#!/bin/sh\n")
     command = " ".join(line.rstrip("\\").strip() for line in script.splitlines() if not line.startswith("#"))
-    assert command == ("exec /usr/bin/python3 /usr/local/lib/gpufleet/gpufleet_slurm_health.py"
-                       " --zipapp /opt/gpufleet/payload/gpufleet_check.pyz --python /opt/gpufleet/venv/bin/python --timeout 40"
-                       " --textfile-dir /var/lib/prometheus/node-exporter"
-                       " -- --quick --dcgm-level 0 --module-version-file /sys/module/nvidia/version --require-gpus"), command
-    lab = render("gpufleet-slurm-health-check.j2", cluster(
-        slurm_health_check_require_gpus=False, slurm_health_check_skip=["torch_cuda", "libraries"],
-        nvidia_driver_module_version_file="/run/gpufleet-lab/nvidia-module-version",
-        slurm_health_check_args=["--expect-gpus", 8, "--xid-drain", "48,79"], slurm_health_check_textfile_dir=""))
-    assert lab.rstrip().endswith("--textfile-dir '' \\\n  -- --quick --dcgm-level 0 --module-version-file "
-                                 "/run/gpufleet-lab/nvidia-module-version --skip=torch_cuda --skip=libraries --expect-gpus 8 "
-                                 "--xid-drain 48,79"), lab
+    assert command == (
+        "exec /usr/bin/python3 /usr/local/lib/gpufleet/gpufleet_slurm_health.py"
+        " --zipapp /opt/gpufleet/payload/gpufleet_check.pyz --python /opt/gpufleet/venv/bin/python --timeout 40"
+        " --textfile-dir /var/lib/prometheus/node-exporter"
+        " -- --quick --dcgm-level 0 --module-version-file /sys/module/nvidia/version --require-gpus"
+    ), command
+    lab = render(
+        "gpufleet-slurm-health-check.j2",
+        cluster(
+            slurm_health_check_require_gpus=False,
+            slurm_health_check_skip=["torch_cuda", "libraries"],
+            nvidia_driver_module_version_file="/run/gpufleet-lab/nvidia-module-version",
+            slurm_health_check_args=["--expect-gpus", 8, "--xid-drain", "48,79"],
+            slurm_health_check_textfile_dir="",
+        ),
+    )
+    assert lab.rstrip().endswith(
+        "--textfile-dir '' \\\n  -- --quick --dcgm-level 0 --module-version-file "
+        "/run/gpufleet-lab/nvidia-module-version --skip=torch_cuda --skip=libraries --expect-gpus 8 "
+        "--xid-drain 48,79"
+    ), lab
     if shutil.which("sh"):
         subprocess.run(["sh", "-n"], input=script, text=True, check=True)
 
@@ -337,15 +431,20 @@ def test_defaults_pass_validation():
 
 # Slurm 22.05 brought the cgroup/v2 plugin: "Added support for Cgroup Version 2." (HIGHLIGHTS of
 # https://github.com/SchedMD/slurm/blob/slurm-22-05-0-1/RELEASE_NOTES); 21.08.5 has src/plugins/cgroup/v1 only
-# (https://github.com/SchedMD/slurm/tree/slurm-21-08-5-1/src/plugins/cgroup), and its slurmd loads a cgroup plugin at every
-# start, autodetect choosing cgroup/v2 on cgroup2fs (src/slurmd/slurmd/slurmd.c, src/common/cgroup.c at slurm-21-08-5-1):
-# "cannot find cgroup plugin for cgroup/v2". Debian 12 ships cgroup_v2.so
+# (https://github.com/SchedMD/slurm/tree/slurm-21-08-5-1/src/plugins/cgroup), and its slurmd loads a cgroup plugin at
+# every start, autodetect choosing cgroup/v2 on cgroup2fs (src/slurmd/slurmd/slurmd.c, src/common/cgroup.c at
+# slurm-21-08-5-1): "cannot find cgroup plugin for cgroup/v2". Debian 12 ships cgroup_v2.so
 # (https://packages.debian.org/bookworm/amd64/slurm-wlm-basic-plugins/filelist).
 NODE_CASES = {
     "jammy-v2": ("ubuntu2204", CGROUP_V2, POLICY["ubuntu2204"], {}),
     "jammy-v2-no-index": ("ubuntu2204", CGROUP_V2, "", {}),  # apt has no list yet: the release Ubuntu 22.04 ships
     "jammy-v1": ("ubuntu2204", CGROUP_V1, POLICY["ubuntu2204"], {}),
-    "jammy-v2-unconfined": ("ubuntu2204", CGROUP_V2, POLICY["ubuntu2204"], {"slurm_cgroup_v2_without_plugin": "no_confinement"}),
+    "jammy-v2-unconfined": (
+        "ubuntu2204",
+        CGROUP_V2,
+        POLICY["ubuntu2204"],
+        {"slurm_cgroup_v2_without_plugin": "no_confinement"},
+    ),
     "bookworm-v2": ("debian12", CGROUP_V2, POLICY["debian12"], {}),
     "focal-v1": ("ubuntu2004", CGROUP_V1, POLICY["ubuntu2004"], {}),
     "focal-v2": ("ubuntu2004", CGROUP_V2, POLICY["ubuntu2004"], {}),
@@ -354,13 +453,21 @@ NODE_CASES = {
 
 @functools.cache
 def node_checks() -> dict[str, role_run.Outcome]:
-    """validate.yml and cgroup.yml's checks on one node per case (the probes' results as host variables), in one play; the
+    """validate.yml and cgroup.yml's checks on one node per case (the probes' results as host variables), in one play;
+    the
     controller only in the inventory."""
-    controller = role_run.Host(CONTROLLER, {**FAKE_FACTS["debian12"], **node_facts(CONTROLLER, 16)}, {}, ("slurm_controller",),
-                               targeted=False)
-    nodes = [role_run.Host(case, {**FAKE_FACTS[os], **node_facts(case)},
-                           {**settings, "__slurm_cgroup_fs": fs, "__slurm_apt_policy": {"stdout": policy}}, ("gpu_nodes",))
-             for case, (os, fs, policy, settings) in NODE_CASES.items()]
+    controller = role_run.Host(
+        CONTROLLER, {**FAKE_FACTS["debian12"], **node_facts(CONTROLLER, 16)}, {}, ("slurm_controller",), targeted=False
+    )
+    nodes = [
+        role_run.Host(
+            case,
+            {**FAKE_FACTS[os], **node_facts(case)},
+            {**settings, "__slurm_cgroup_fs": fs, "__slurm_apt_policy": {"stdout": policy}},
+            ("gpu_nodes",),
+        )
+        for case, (os, fs, policy, settings) in NODE_CASES.items()
+    ]
     return role_run.run([controller, *nodes], [role_run.import_role("slurm"), *CGROUP])
 
 
@@ -372,7 +479,9 @@ def test_cgroup_v2_with_slurm_21_08_is_refused_with_the_fix():
     outcome = node_check("jammy-v2")
     assert outcome.failed_task == CGROUP[1]["name"]
     message = " ".join(outcome.failure.split())
-    assert message.startswith("slurm on jammy-v2: this node boots with cgroup v2 (/sys/fs/cgroup is cgroup2fs)"), message
+    assert message.startswith("slurm on jammy-v2: this node boots with cgroup v2 (/sys/fs/cgroup is cgroup2fs)"), (
+        message
+    )
     assert "its Slurm is 21.08 (apt candidate slurmd 21.08.5-2ubuntu1)" in message
     assert "it came with Slurm 22.05" in message
     assert "add systemd.unified_cgroup_hierarchy=0 to GRUB_CMDLINE_LINUX" in message
@@ -390,13 +499,19 @@ def test_slurm_19_05_on_cgroup_v2_is_refused_too():
     assert "its Slurm is 19.05 (installed slurmd 19.05.5-1)" in message, message
 
 
-@pytest.mark.parametrize("case, release, v2", [("jammy-v1", "21.08", False), ("bookworm-v2", "22.05", True),
-                                               ("focal-v1", "19.05", False)])
+@pytest.mark.parametrize(
+    "case, release, v2", [("jammy-v1", "21.08", False), ("bookworm-v2", "22.05", True), ("focal-v1", "19.05", False)]
+)
 def test_a_cgroup_mode_the_release_has_a_plugin_for_passes(case, release, v2):
     outcome = node_check(case)
     assert outcome.failure is None
     cgroup = outcome["__slurm_node_cgroup"]
-    assert (cgroup["release"], cgroup["v2"], cgroup["plugin_missing"], cgroup["unconfined"]) == (release, v2, False, False)
+    assert (cgroup["release"], cgroup["v2"], cgroup["plugin_missing"], cgroup["unconfined"]) == (
+        release,
+        v2,
+        False,
+        False,
+    )
 
 
 def test_no_confinement_lets_the_node_pass_unconfined():
@@ -413,7 +528,7 @@ def test_no_confinement_writes_a_configuration_without_cgroup_plugins():
     cfg = cluster("ubuntu2204", **UNCONFINED)
     settings = {k: val for line in conf(render("slurm.conf.j2", cfg)) for k, val in line.items()}
     assert settings["ProctrackType"] == "proctrack/linuxproc" and settings["TaskPlugin"] == "task/affinity"
-    prefix = cfg.host[:-len(CONTROLLER)]  # the cluster's inventory names
+    prefix = cfg.host[: -len(CONTROLLER)]  # the cluster's inventory names
     for name in ("slurm.conf.j2", "cgroup.conf.j2"):
         comments = " ".join(line[2:] for line in render(name, cfg).splitlines() if line.startswith("# "))
         assert f"node(s) {', '.join(prefix + n for n in NODES)} boot with cgroup v2" in comments, comments
@@ -439,7 +554,14 @@ def test_no_confinement_changes_nothing_where_the_plugin_exists():
 
 def test_unregistered_state_pattern():
     pattern = re.compile(load_trusted(ROLE / "vars" / "main.yml")["__slurm_unregistered_state"])
-    bad = ["n1|down*|Not responding", "n1|unk|none", "n1|idle*|none", "n1|down|Low RealMemory", "n1|fail|x", "n1|inval|bad"]
+    bad = [
+        "n1|down*|Not responding",
+        "n1|unk|none",
+        "n1|idle*|none",
+        "n1|down|Low RealMemory",
+        "n1|fail|x",
+        "n1|inval|bad",
+    ]
     good = ["n1|idle|none", "n1|alloc|none", "n1|drain|gpufleet driver upgrade", "n1|drng|gpufleet", "n1|mix|none"]
     assert all(pattern.search(line) for line in bad)
     assert not any(pattern.search(line) for line in good)
@@ -457,8 +579,11 @@ RENDERED.declare(**EXTRA_CONFIG)
 RENDERED.declare("ubuntu2204", **UNCONFINED)
 RENDERED.declare("ubuntu2204", slurm_task_plugins=["task/cgroup"], **UNCONFINED)
 RENDERED.declare("debian12", **UNCONFINED)
-for _overrides, _ in [({}, None), ({"slurm_proctrack_type": "proctrack/linuxproc", "slurm_task_plugins": ["task/affinity"]}, None),
-                      *BAD_SETTINGS]:
+for _overrides, _ in [
+    ({}, None),
+    ({"slurm_proctrack_type": "proctrack/linuxproc", "slurm_task_plugins": ["task/affinity"]}, None),
+    *BAD_SETTINGS,
+]:
     VALIDATED.declare(**_overrides)
 
 
@@ -469,23 +594,55 @@ def test_nodes_outside_the_run_are_described_from_their_registered_facts_when_on
     e2e run limited to the head, one node and two unreachable ones)."""
     ghost = "gpu-ghost"
     # As setup registers them: each fact named ansible_<fact>.
-    registered = {"results": [{"item": name, "ansible_facts": {f"ansible_{key}": value for key, value in
-                                                               {**FAKE_FACTS["debian12"], **node_facts(name)}.items()}}
-                              for name in NODES] + [{"item": ghost, "unreachable": True, "msg": "No route to host"}],
-                  "changed": False}
-    controller = role_run.Host(CONTROLLER, {**FAKE_FACTS["debian12"], **node_facts(CONTROLLER, 16)},
-                               {"__slurm_other_facts": registered,
-                                "__slurm_other_gpus": {"results": [{"item": name, "stdout": "8"} for name in NODES]},
-                                "__slurm_current_conf": {"skipped": True, "changed": False}}, ("slurm_controller",),
-                               play="limited")
+    registered = {
+        "results": [
+            {
+                "item": name,
+                "ansible_facts": {
+                    f"ansible_{key}": value for key, value in {**FAKE_FACTS["debian12"], **node_facts(name)}.items()
+                },
+            }
+            for name in NODES
+        ]
+        + [{"item": ghost, "unreachable": True, "msg": "No route to host"}],
+        "changed": False,
+    }
+    controller = role_run.Host(
+        CONTROLLER,
+        {**FAKE_FACTS["debian12"], **node_facts(CONTROLLER, 16)},
+        {
+            "__slurm_other_facts": registered,
+            "__slurm_other_gpus": {"results": [{"item": name, "stdout": "8"} for name in NODES]},
+            "__slurm_current_conf": {"skipped": True, "changed": False},
+        },
+        ("slurm_controller",),
+        play="limited",
+    )
     # What hostvars holds for them: no facts of this run (a stale host name shows if they were read).
-    nodes = [role_run.Host(name, {**FAKE_FACTS["debian12"], **node_facts("stale-" + name)},
-                           {"ansible_host": f"10.0.0.{i + 11}", "__slurm_cgroup_fs": CGROUP_V1,
-                            "__slurm_apt_policy": {"stdout": POLICY["debian12"]}}, ("gpu_nodes",), targeted=False)
-             for i, name in enumerate(NODES)]
+    nodes = [
+        role_run.Host(
+            name,
+            {**FAKE_FACTS["debian12"], **node_facts("stale-" + name)},
+            {
+                "ansible_host": f"10.0.0.{i + 11}",
+                "__slurm_cgroup_fs": CGROUP_V1,
+                "__slurm_apt_policy": {"stdout": POLICY["debian12"]},
+            },
+            ("gpu_nodes",),
+            targeted=False,
+        )
+        for i, name in enumerate(NODES)
+    ]
     silent = role_run.Host(ghost, FAKE_FACTS["debian12"], {"ansible_host": "10.0.0.99"}, ("gpu_nodes",), targeted=False)
-    outcome = role_run.run([controller, *nodes, silent], [role_run.import_role("slurm"), *DESCRIBE], [role_run.capture(
-        {"slurm.conf.j2": role_run.template("slurm", "slurm.conf.j2"), **role_run.names("__slurm_silent")})])[CONTROLLER]
+    outcome = role_run.run(
+        [controller, *nodes, silent],
+        [role_run.import_role("slurm"), *DESCRIBE],
+        [
+            role_run.capture(
+                {"slurm.conf.j2": role_run.template("slurm", "slurm.conf.j2"), **role_run.names("__slurm_silent")}
+            )
+        ],
+    )[CONTROLLER]
     assert outcome.failure is None, outcome.failure
     assert outcome["__slurm_silent"] == [ghost]
     described = [line for line in conf(outcome["slurm.conf.j2"]) if "NodeName" in line]

@@ -26,27 +26,81 @@ def errors(role: str, values: dict) -> list[str]:
 
 
 WRONG = [
-    ("pytorch", {"pytorch_require_gpu": "perhaps"}, "'pytorch_require_gpu' is of type str and we were unable to convert to bool"),
+    (
+        "pytorch",
+        {"pytorch_require_gpu": "perhaps"},
+        "'pytorch_require_gpu' is of type str and we were unable to convert to bool",
+    ),
     ("pytorch", {"pytorch_require_hashes_offline": "maybe"}, "'pytorch_require_hashes_offline' is of type str"),
-    ("pytorch", {"pytorch_pip_timeout": "soon"}, "'pytorch_pip_timeout' is of type str and we were unable to convert to int"),
-    ("monitoring", {"monitoring_dcgm": "maybe"}, "'monitoring_dcgm' is of type str and we were unable to convert to bool"),
+    (
+        "pytorch",
+        {"pytorch_pip_timeout": "soon"},
+        "'pytorch_pip_timeout' is of type str and we were unable to convert to int",
+    ),
+    (
+        "monitoring",
+        {"monitoring_dcgm": "maybe"},
+        "'monitoring_dcgm' is of type str and we were unable to convert to bool",
+    ),
     ("monitoring", {"monitoring_node_exporter_port": "http"}, "'monitoring_node_exporter_port' is of type str"),
     ("slurm", {"slurm_node_memory_reserved_mb": "2G"}, "'slurm_node_memory_reserved_mb' is of type str"),
-    ("slurm", {"slurm_proctrack_type": "proctrack/cray"}, "value of slurm_proctrack_type must be one of: proctrack/cgroup"),
-    ("slurm", {"slurm_task_plugins": ["task/magic"]}, "value of slurm_task_plugins must be one or more of: task/cgroup"),
-    ("slurm", {"slurm_extra_config": "not a mapping"}, "'slurm_extra_config' is of type str and we were unable to convert to dict"),
+    (
+        "slurm",
+        {"slurm_proctrack_type": "proctrack/cray"},
+        "value of slurm_proctrack_type must be one of: proctrack/cgroup",
+    ),
+    (
+        "slurm",
+        {"slurm_task_plugins": ["task/magic"]},
+        "value of slurm_task_plugins must be one or more of: task/cgroup",
+    ),
+    (
+        "slurm",
+        {"slurm_extra_config": "not a mapping"},
+        "'slurm_extra_config' is of type str and we were unable to convert to dict",
+    ),
     ("gpu_verify", {"gpu_verify_expected_gpus": "many"}, "'gpu_verify_expected_gpus' is of type str"),
-    ("gpu_verify", {"gpu_verify_skip_checks": ["gemmm"]}, "value of gpu_verify_skip_checks must be one or more of: driver_version"),
-    ("gpu_verify", {"gpu_verify_gemm_min_fraction": "most"}, "'gpu_verify_gemm_min_fraction' is of type str and we were unable to convert to float"),
+    (
+        "gpu_verify",
+        {"gpu_verify_skip_checks": ["gemmm"]},
+        "value of gpu_verify_skip_checks must be one or more of: driver_version",
+    ),
+    (
+        "gpu_verify",
+        {"gpu_verify_gemm_min_fraction": "most"},
+        "'gpu_verify_gemm_min_fraction' is of type str and we were unable to convert to float",
+    ),
     ("smoke_training", {"smoke_training_steps": "x"}, "'smoke_training_steps' is of type str"),
-    ("smoke_training", {"smoke_training_amp": "fp8"}, "value of smoke_training_amp must be one of: auto, bf16, fp16, off"),
-    ("smoke_training", {"smoke_training_expect_transport": "infiniband"},
-     "value of smoke_training_expect_transport must be one of: any, ib, roce, socket"),
-    ("smoke_training", {"smoke_training_expect_gdr": "maybe"}, "value of smoke_training_expect_gdr must be one of: any, true, false"),
-    ("smoke_training", {"smoke_training_min_busbw_rdma_gbps": "fast"},
-     "'smoke_training_min_busbw_rdma_gbps' is of type str and we were unable to convert to float"),
-    ("nvidia_driver", {"nvidia_driver_module_source": "kmod"}, "value of nvidia_driver_module_source must be one of: dkms, signed"),
-    ("cuda", {"cuda_compile_check": "perhaps"}, "'cuda_compile_check' is of type str and we were unable to convert to bool"),
+    (
+        "smoke_training",
+        {"smoke_training_amp": "fp8"},
+        "value of smoke_training_amp must be one of: auto, bf16, fp16, off",
+    ),
+    (
+        "smoke_training",
+        {"smoke_training_expect_transport": "infiniband"},
+        "value of smoke_training_expect_transport must be one of: any, ib, roce, socket",
+    ),
+    (
+        "smoke_training",
+        {"smoke_training_expect_gdr": "maybe"},
+        "value of smoke_training_expect_gdr must be one of: any, true, false",
+    ),
+    (
+        "smoke_training",
+        {"smoke_training_min_busbw_rdma_gbps": "fast"},
+        "'smoke_training_min_busbw_rdma_gbps' is of type str and we were unable to convert to float",
+    ),
+    (
+        "nvidia_driver",
+        {"nvidia_driver_module_source": "kmod"},
+        "value of nvidia_driver_module_source must be one of: dkms, signed",
+    ),
+    (
+        "cuda",
+        {"cuda_compile_check": "perhaps"},
+        "'cuda_compile_check' is of type str and we were unable to convert to bool",
+    ),
 ]
 
 
@@ -59,7 +113,10 @@ def test_the_spec_rejects_a_wrong_type_or_choice_naming_the_setting(role, values
 ACCEPTED = [
     # The forms -e gives: strings that the spec converts, and lists as comma-separated strings
     # (the roles read them with gpufleet.fleet.as_list / as_dict, the same rules).
-    ("pytorch", {"pytorch_require_gpu": "true", "pytorch_pip_timeout": "60", "pytorch_extra_packages": "numpy==1.26.4"}),
+    (
+        "pytorch",
+        {"pytorch_require_gpu": "true", "pytorch_pip_timeout": "60", "pytorch_extra_packages": "numpy==1.26.4"},
+    ),
     ("slurm", {"slurm_task_plugins": "task/cgroup,task/affinity", "slurm_extra_config": "DefMemPerGPU=8192"}),
     ("gpu_verify", {"gpu_verify_skip_checks": "gemm,allreduce_busbw", "gpu_verify_gemm_min_fraction": "0.5"}),
     ("smoke_training", {"smoke_training_amp": "off", "smoke_training_steps": "8"}),

@@ -67,52 +67,143 @@ CASES: dict[str, dict[str, Any]] = {
     "no-metadata": {"source": {"metadata": False}, "expect": {"problems": []}},
     "missing-pinned": {
         "source": {"unlisted": {PINNED_WHEEL}},
-        "expect": {"problems": [["(pytorch_index_url) offers no wheel of gpufleet-demo-pinned==2.0 (needed by gpufleet-demo-top)",
-                                 "for CPython 3.", "it offers no version of it", "Mirror the file into http://127.0.0.1:",
-                                 "or change the pin (pytorch_release)"]]}},
+        "expect": {
+            "problems": [
+                [
+                    "(pytorch_index_url) offers no wheel of gpufleet-demo-pinned==2.0 (needed by gpufleet-demo-top)",
+                    "for CPython 3.",
+                    "it offers no version of it",
+                    "Mirror the file into http://127.0.0.1:",
+                    "or change the pin (pytorch_release)",
+                ]
+            ]
+        },
+    },
     "file-gone": {
         "source": {"gone": {PINNED_WHEEL}},
-        "expect": {"problems": [["/files/gpufleet_demo_pinned-2.0-py3-none-any.whl answers HTTP 404",
-                                 f"{PINNED_WHEEL}, the wheel of gpufleet-demo-pinned==2.0 (needed by gpufleet-demo-top==1.0), is listed but gone",
-                                 "Mirror the file into", "or change the pin (pytorch_release)"]]}},
+        "expect": {
+            "problems": [
+                [
+                    "/files/gpufleet_demo_pinned-2.0-py3-none-any.whl answers HTTP 404",
+                    f"{PINNED_WHEEL}, the wheel of gpufleet-demo-pinned==2.0 (needed by gpufleet-demo-top==1.0), is "
+                    "listed but gone",
+                    "Mirror the file into",
+                    "or change the pin (pytorch_release)",
+                ]
+            ]
+        },
+    },
     "second-host-closed": {
         "source": {"file_hosts": {PINNED: "closed"}},
-        "expect": {"problems": [[r"/^127\.0\.0\.1:\d+ does not answer \(connection refused\)/",
-                                 f"pip fetches {PINNED_WHEEL} from it", "for gpufleet-demo-pinned==2.0 (needed by gpufleet-demo-top==1.0)",
-                                 r"/Allow 127\.0\.0\.1:\d+ through the site's firewall or proxy/", "or mirror the file into"]]}},
+        "expect": {
+            "problems": [
+                [
+                    r"/^127\.0\.0\.1:\d+ does not answer \(connection refused\)/",
+                    f"pip fetches {PINNED_WHEEL} from it",
+                    "for gpufleet-demo-pinned==2.0 (needed by gpufleet-demo-top==1.0)",
+                    r"/Allow 127\.0\.0\.1:\d+ through the site's firewall or proxy/",
+                    "or mirror the file into",
+                ]
+            ]
+        },
+    },
     "second-host-closed-no-metadata": {
         "source": {"metadata": False, "file_hosts": {PINNED: "closed"}},
-        "expect": {"problems": [[r"/^127\.0\.0\.1:\d+ does not answer \(connection refused\)/", f"pip fetches {PINNED_WHEEL} from it",
-                                 "(needed by gpufleet-demo-top==1.0)"]]}},
+        "expect": {
+            "problems": [
+                [
+                    r"/^127\.0\.0\.1:\d+ does not answer \(connection refused\)/",
+                    f"pip fetches {PINNED_WHEEL} from it",
+                    "(needed by gpufleet-demo-top==1.0)",
+                ]
+            ]
+        },
+    },
     "redirect-closed": {
         "source": {"redirect": "closed"},
-        "expect": {"problems": [[r"/^127\.0\.0\.1:\d+ \(redirected from 127\.0\.0\.1:\d+\) does not answer \(connection refused\)/",
-                                 f": it serves 3 wheels of the install: {TOP_WHEEL}, the wheel of gpufleet-demo-top==1.0; ",
-                                 f"{PINNED_WHEEL}, the wheel of gpufleet-demo-pinned==2.0 (needed by gpufleet-demo-top==1.0); ",
-                                 r"/Allow 127\.0\.0\.1:\d+ through/"]]}},
+        "expect": {
+            "problems": [
+                [
+                    r"/^127\.0\.0\.1:\d+ \(redirected from 127\.0\.0\.1:\d+\) does not answer \(connection refused\)/",
+                    f": it serves 3 wheels of the install: {TOP_WHEEL}, the wheel of gpufleet-demo-top==1.0; ",
+                    f"{PINNED_WHEEL}, the wheel of gpufleet-demo-pinned==2.0 (needed by gpufleet-demo-top==1.0); ",
+                    r"/Allow 127\.0\.0\.1:\d+ through/",
+                ]
+            ]
+        },
+    },
     "index-closed": {
-        "source": {}, "index": "closed",
-        "expect": {"problems": [[r"/^127\.0\.0\.1:\d+ does not answer \(connection refused\): pip cannot read the listing/",
-                                 "so it finds none of the wheels there", "or correct pytorch_index_url"]]}},
-    "wheelhouse-lock": {"source": {"unlisted": {FREE_OLD_WHEEL}}, "index": "flat", "lock": "full",
-                        "expect": {"problems": [], "summary": ["3 wheels"]}},
+        "source": {},
+        "index": "closed",
+        "expect": {
+            "problems": [
+                [
+                    r"/^127\.0\.0\.1:\d+ does not answer \(connection refused\): pip cannot read the listing/",
+                    "so it finds none of the wheels there",
+                    "or correct pytorch_index_url",
+                ]
+            ]
+        },
+    },
+    "wheelhouse-lock": {
+        "source": {"unlisted": {FREE_OLD_WHEEL}},
+        "index": "flat",
+        "lock": "full",
+        "expect": {"problems": [], "summary": ["3 wheels"]},
+    },
     "wheelhouse-missing-wheel": {
-        "source": {"unlisted": {FREE_OLD_WHEEL, PINNED_WHEEL}}, "index": "flat", "lock": "full",
-        "expect": {"problems": [["/wheels/ (pytorch_wheelhouse_url) offers no wheel of gpufleet-demo-pinned==2.0 (pinned by "
-                                 "pytorch_hashes_file /srv/locks/demo.lock) for CPython 3.", "or change the pin (pytorch_hashes_file)"]]}},
+        "source": {"unlisted": {FREE_OLD_WHEEL, PINNED_WHEEL}},
+        "index": "flat",
+        "lock": "full",
+        "expect": {
+            "problems": [
+                [
+                    "/wheels/ (pytorch_wheelhouse_url) offers no wheel of gpufleet-demo-pinned==2.0 (pinned by "
+                    "pytorch_hashes_file /srv/locks/demo.lock) for CPython 3.",
+                    "or change the pin (pytorch_hashes_file)",
+                ]
+            ]
+        },
+    },
     "lock-lacks-dependency": {
-        "source": {"unlisted": {FREE_OLD_WHEEL}}, "index": "flat", "lock": "without-pinned",
-        "expect": {"problems": [["does not pin gpufleet-demo-pinned==2.0 (needed by gpufleet-demo-top==1.0)",
-                                 "pip --require-hashes refuses the install", "Write the lock again"]]}},
+        "source": {"unlisted": {FREE_OLD_WHEEL}},
+        "index": "flat",
+        "lock": "without-pinned",
+        "expect": {
+            "problems": [
+                [
+                    "does not pin gpufleet-demo-pinned==2.0 (needed by gpufleet-demo-top==1.0)",
+                    "pip --require-hashes refuses the install",
+                    "Write the lock again",
+                ]
+            ]
+        },
+    },
     "conflict": {
-        "source": {}, "extra": [f"{FREE}==1.0"],
-        "expect": {"problems": [["pip cannot install the pins together: The user requested gpufleet-demo-free==1.0; "
-                                 "gpufleet-demo-top 1.0 depends on gpufleet-demo-free>=1.1. Change the pins (pytorch_release, "
-                                 "pytorch_extra_packages)"]]}},
+        "source": {},
+        "extra": [f"{FREE}==1.0"],
+        "expect": {
+            "problems": [
+                [
+                    "pip cannot install the pins together: The user requested gpufleet-demo-free==1.0; "
+                    "gpufleet-demo-top 1.0 depends on gpufleet-demo-free>=1.1. Change the pins (pytorch_release, "
+                    "pytorch_extra_packages)"
+                ]
+            ]
+        },
+    },
     "no-metadata-no-ranges": {
         "source": {"metadata": False, "ranges": False},
-        "expect": {"problems": [], "warnings": [["serves neither PEP 658 metadata nor byte ranges for gpufleet_demo_top-1.0-py3-none-any.whl",
-                                                 "which play 1 does not do"]]}},
+        "expect": {
+            "problems": [],
+            "warnings": [
+                [
+                    "serves neither PEP 658 metadata nor byte ranges for gpufleet_demo_top-1.0-py3-none-any.whl",
+                    "which play 1 does not do",
+                ]
+            ],
+        },
+    },
 }
 
 
@@ -139,7 +230,7 @@ def check_judged(judged: dict[str, Any], expect: dict[str, Any]) -> None:
         if wanted is None:
             continue
         assert len(judged[key]) == len(wanted), (key, judged[key])
-        for text, fragments in zip(judged[key], wanted):
+        for text, fragments in zip(judged[key], wanted, strict=True):
             assert matches(text, fragments), (fragments, text)
     if "summary" in expect:
         assert matches(judged["summary"], expect["summary"]), judged["summary"]
@@ -173,7 +264,10 @@ def test_pip_older_than_25_3_is_not_shipped(tmp_path):
     25.3, https://github.com/pypa/pip/blob/main/NEWS.rst#253-2025-10-24): no zip, and the reason."""
     out = pip_zipapp.zipapp(tmp_path, _dist(tmp_path, "25.2"))
     assert out["path"] == "" and out["version"] == "25.2" and out["min_python"] == "3.9"
-    assert "the controller's pip is 25.2" in out["problem"] and "pip 25.3 or newer reads only the index's metadata" in out["problem"]
+    assert (
+        "the controller's pip is 25.2" in out["problem"]
+        and "pip 25.3 or newer reads only the index's metadata" in out["problem"]
+    )
     assert not list(tmp_path.glob("*.pyz"))
 
 
@@ -185,14 +279,21 @@ def test_the_zip_runs_on_the_node_python_and_is_the_same_each_time(tmp_path):
     assert first["problem"] == "" and first["path"].endswith("/gpufleet-pip-25.3.pyz")
     assert Path(first["path"]).read_bytes() == Path(second["path"]).read_bytes()
     assert "__main__.py" in zipfile.ZipFile(first["path"]).namelist()
-    done = subprocess.run([sys.executable, "-I", first["path"], "--version"], capture_output=True, text=True,
-                          env={"PATH": "/usr/bin:/bin"}, check=False)
+    done = subprocess.run(
+        [sys.executable, "-I", first["path"], "--version"],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin"},
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     # The package's own version (the copy's metadata was edited, its code was not).
     assert done.stdout.startswith(f"pip {pip_zipapp.controller_pip().version} from {first['path']}/pip")
 
 
-@pytest.mark.parametrize(("requires", "minimum"), [(">=3.9", "3.9"), (">=3.10", "3.10"), (">=3.7, !=3.8.0", "3.7"), (None, "")])
+@pytest.mark.parametrize(
+    ("requires", "minimum"), [(">=3.9", "3.9"), (">=3.10", "3.10"), (">=3.7, !=3.8.0", "3.7"), (None, "")]
+)
 def test_the_oldest_python_of_requires_python(requires, minimum):
     assert pip_zipapp.min_python(requires) == minimum
 
@@ -207,7 +308,11 @@ def test_pip_option_values_in_both_spellings():
 def test_fetch_answers(wheels):
     """HEAD per file: 200, 404, a closed port, a server that refuses HEAD (GET of one byte instead), a redirect."""
     dead = f"http://127.0.0.1:{closed_port()}/files/"
-    with WheelSource(wheels) as source, WheelSource(wheels, head=False) as no_head, WheelSource(wheels, redirect=source.url("/files/")) as moved:
+    with (
+        WheelSource(wheels) as source,
+        WheelSource(wheels, head=False) as no_head,
+        WheelSource(wheels, redirect=source.url("/files/")) as moved,
+    ):
         ok = plan_script.fetch(source.url("/files/" + TOP_WHEEL), [], 5)
         missing = plan_script.fetch(source.url("/files/absent-1.0-py3-none-any.whl"), [], 5)
         refused = plan_script.fetch(dead + TOP_WHEEL, [], 5)
@@ -216,28 +321,42 @@ def test_fetch_answers(wheels):
     assert (ok["status"], ok["error"]) == (200, "")
     assert (missing["status"], missing["error"]) == (404, "Not Found")
     assert refused["status"] == 0 and "Connection refused" in refused["error"]
-    assert ranged["status"] == 206 and [(r.method, r.range) for r in no_head.requests] == [("HEAD", None), ("GET", "bytes=0-0")]
+    assert ranged["status"] == 206 and [(r.method, r.range) for r in no_head.requests] == [
+        ("HEAD", None),
+        ("GET", "bytes=0-0"),
+    ]
     assert redirected["status"] == 200 and redirected["final_url"] == source.url("/files/" + TOP_WHEEL)
     assert [r.method for r in source.requests if r.path.endswith(TOP_WHEEL)] == ["HEAD", "HEAD"]
 
 
 def test_the_script_says_when_the_python_is_too_old_for_the_pip(tmp_path):
     config = {"pip": str(tmp_path / "pip.pyz"), "pip_version": "25.3", "min_python": "99.0", "pip_args": []}
-    done = subprocess.run([sys.executable, "-I", "-c", PLAN_SCRIPT.read_text(), json.dumps(config)], input="", capture_output=True,
-                          text=True, env={"PATH": "/usr/bin:/bin"}, check=False)
+    done = subprocess.run(
+        [sys.executable, "-I", "-c", PLAN_SCRIPT.read_text(), json.dumps(config)],
+        input="",
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin"},
+        check=False,
+    )
     out = json.loads(done.stdout)
     assert out["skipped"].startswith("pip 25.3 runs on Python 99.0 or newer, ") and out["install"] == []
     judged = filters.wheel_plan({"rc": done.returncode, "stdout": done.stdout, "stderr": done.stderr}, {})
-    assert judged["problems"] == [] and judged["warnings"][0].startswith("the wheel set was not resolved: pip 25.3 runs on Python 99.0")
+    assert judged["problems"] == [] and judged["warnings"][0].startswith(
+        "the wheel set was not resolved: pip 25.3 runs on Python 99.0"
+    )
 
 
 def test_a_plan_that_did_not_run_is_a_warning_not_a_stop():
     judged = filters.wheel_plan({"rc": None, "msg": "No space left on device"}, {})
     assert judged["problems"] == []
-    assert judged["warnings"] == ["the wheel plan did not run (rc None: No space left on device); the hosts of the wheels were not checked"]
+    assert judged["warnings"] == [
+        "the wheel plan did not run (rc None: No space left on device); the hosts of the wheels were not checked"
+    ]
 
 
 # --- the recorded outputs of the live runs ---------------------------------------------------------------------
+
 
 def recorded() -> dict[str, Any]:
     return json.loads(RECORDED.read_text())
@@ -254,21 +373,33 @@ def test_a_pip_failure_of_another_kind_warns_and_does_not_stop():
     """Only what pip says of the source stops a host; anything else (here the recorded missing-pinned output, its ERROR
     lines replaced by pip's crash line) leaves the install to find out."""
     entry = json.loads(json.dumps(recorded()["cases"]["missing-pinned"]))
-    entry["result"]["stdout"] = entry["result"]["stdout"].replace(
-        "ERROR: Could not find a version that satisfies the requirement gpufleet-demo-pinned==2.0 (from gpufleet-demo-top) (from versions: none)",
-        "ERROR: Exception:").replace("ERROR: No matching distribution found for gpufleet-demo-pinned==2.0", "ERROR: Exception:")
+    entry["result"]["stdout"] = (
+        entry["result"]["stdout"]
+        .replace(
+            "ERROR: Could not find a version that satisfies the requirement gpufleet-demo-pinned==2.0 (from "
+            "gpufleet-demo-top) (from versions: none)",
+            "ERROR: Exception:",
+        )
+        .replace("ERROR: No matching distribution found for gpufleet-demo-pinned==2.0", "ERROR: Exception:")
+    )
     judged = filters.wheel_plan(entry["result"], entry["context"])
     assert judged["problems"] == []
-    assert judged["warnings"][0].startswith("pip could not resolve the wheel set on this host (rc 1: ERROR: Exception: ERROR: Exception:)")
+    assert judged["warnings"][0].startswith(
+        "pip could not resolve the wheel set on this host (rc 1: ERROR: Exception: ERROR: Exception:)"
+    )
 
 
 def test_the_script_reduces_a_real_report():
-    """pip's installation report (https://pip.pypa.io/en/stable/reference/installation-report/, version "1"), as pip 25.3
-    wrote it for the happy case: each item's name, version, URL, requested flag, Requires-Dist and sha256."""
+    """pip's installation report (https://pip.pypa.io/en/stable/reference/installation-report/, version "1"), as pip
+    25.3 wrote it for the happy case: each item's name, version, URL, requested flag, Requires-Dist and sha256."""
     report = recorded()["report"]
     assert report["version"] == "1"
     items = plan_script.installs(report)
-    assert [(i["name"], i["version"], i["requested"]) for i in items] == [(TOP, "1.0", True), (PINNED, "2.0", False), (FREE, "1.1", False)]
+    assert [(i["name"], i["version"], i["requested"]) for i in items] == [
+        (TOP, "1.0", True),
+        (PINNED, "2.0", False),
+        (FREE, "1.1", False),
+    ]
     assert items[0]["requires_dist"] == [f"{PINNED}==2.0", f"{FREE}>=1.1", 'gpufleet-demo-never; python_version < "3"']
     assert items[1]["url"].endswith("/files/" + PINNED_WHEEL) and re.fullmatch(r"[0-9a-f]{64}", items[1]["sha256"])
 
@@ -312,23 +443,43 @@ def run_case(name: str, wheels: dict, pip_app: dict, workdir: Path) -> tuple[dic
     source = WheelSource(wheels, **settings).start()
     try:
         flat = case.get("index") == "flat"
-        url = {"flat": source.url("/wheels/"), "closed": f"{dead}/simple"}.get(case.get("index", ""), source.url("/simple"))
+        url = {"flat": source.url("/wheels/"), "closed": f"{dead}/simple"}.get(
+            case.get("index", ""), source.url("/simple")
+        )
         pip_args = (["--no-index", "--find-links", url] if flat else ["--index-url", url]) + TIMEOUTS
         if case.get("lock"):
             # The lock of the whole wheelhouse (one version of each project), written before any wheel went missing.
-            lines = lock_lines(wheels, set(wheels) - {FREE_OLD_WHEEL}, without=PINNED if case["lock"] == "without-pinned" else "")
+            lines = lock_lines(
+                wheels, set(wheels) - {FREE_OLD_WHEEL}, without=PINNED if case["lock"] == "without-pinned" else ""
+            )
             requirements = [re.sub(r"\s+--hash=\S+", "", line) for line in lines]
         else:
             lines, requirements = [], REQUIREMENTS + case.get("extra", [])
-        context = {"source": url, "source_setting": "pytorch_wheelhouse_url" if flat else "pytorch_index_url",
-                   "hashes_file": "/srv/locks/demo.lock" if lines else "", "matrix_packages": [TOP], "requirements": requirements}
+        context = {
+            "source": url,
+            "source_setting": "pytorch_wheelhouse_url" if flat else "pytorch_index_url",
+            "hashes_file": "/srv/locks/demo.lock" if lines else "",
+            "matrix_packages": [TOP],
+            "requirements": requirements,
+        }
         workdir.mkdir(parents=True, exist_ok=True)
         shutil.copy(pip_app["path"], workdir / "pip.pyz")
-        config = {"pip": str(workdir / "pip.pyz"), "pip_version": pip_app["version"], "min_python": pip_app["min_python"],
-                  "timeout": 5, "pip_args": pip_args}
-        done = subprocess.run([sys.executable, "-I", "-c", PLAN_SCRIPT.read_text(), json.dumps(config)], input="\n".join(requirements),
-                              capture_output=True, text=True, env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(workdir)},
-                              timeout=300, check=False)
+        config = {
+            "pip": str(workdir / "pip.pyz"),
+            "pip_version": pip_app["version"],
+            "min_python": pip_app["min_python"],
+            "timeout": 5,
+            "pip_args": pip_args,
+        }
+        done = subprocess.run(
+            [sys.executable, "-I", "-c", PLAN_SCRIPT.read_text(), json.dumps(config)],
+            input="\n".join(requirements),
+            capture_output=True,
+            text=True,
+            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(workdir)},
+            timeout=300,
+            check=False,
+        )
         return {"rc": done.returncode, "stdout": done.stdout, "stderr": done.stderr}, context, source
     finally:
         source.stop()
@@ -352,7 +503,10 @@ def test_live(case, wheels, pip_app, tmp_path):
     if case == "happy":
         assert source.bytes_fetched("wheel") == 0 and not wheel_gets
         assert sorted(r.path.rsplit("/", 1)[-1] for r in source.requests if r.path.endswith(".metadata")) == [
-            FREE_WHEEL + ".metadata", PINNED_WHEEL + ".metadata", TOP_WHEEL + ".metadata"]
+            FREE_WHEEL + ".metadata",
+            PINNED_WHEEL + ".metadata",
+            TOP_WHEEL + ".metadata",
+        ]
     elif case == "no-metadata":
         whole = sum(len(w.data) for n, w in wheels.items() if n in (TOP_WHEEL, PINNED_WHEEL, FREE_WHEEL))
         assert wheel_gets and all(r.status == 206 for r in wheel_gets)
@@ -375,14 +529,36 @@ def record(workdir: Path) -> None:
         cases[name] = {"result": result, "context": context}
     with WheelSource(wheels) as source:
         report = workdir / "report.json"
-        subprocess.run([sys.executable, "-I", app["path"], "install", "--dry-run", "--ignore-installed", "--no-cache-dir", "--quiet",
-                        "--only-binary=:all:", "--report", str(report), "--index-url", source.url("/simple"), *REQUIREMENTS],
-                       check=True, env={"PATH": "/usr/bin:/bin", "HOME": str(workdir), "PIP_CONFIG_FILE": os.devnull})
-    data = {"_source": (f"Recorded by `python tests/unit/test_wheel_plan.py --record` with pip {app['version']} on CPython "
-                        f"{sys.version.split()[0]} ({os.uname().machine}): the output of roles/pytorch/files/pytorch_wheel_plan.py "
-                        "for each case of CASES against tests/unit/wheel_index.py on 127.0.0.1, verbatim (the ports are that run's), "
-                        "and pip's own --report of the happy case"),
-            "cases": cases, "report": json.loads(report.read_text())}
+        subprocess.run(
+            [
+                sys.executable,
+                "-I",
+                app["path"],
+                "install",
+                "--dry-run",
+                "--ignore-installed",
+                "--no-cache-dir",
+                "--quiet",
+                "--only-binary=:all:",
+                "--report",
+                str(report),
+                "--index-url",
+                source.url("/simple"),
+                *REQUIREMENTS,
+            ],
+            check=True,
+            env={"PATH": "/usr/bin:/bin", "HOME": str(workdir), "PIP_CONFIG_FILE": os.devnull},
+        )
+    data = {
+        "_source": (
+            f"Recorded by `python tests/unit/test_wheel_plan.py --record` with pip {app['version']} on CPython "
+            f"{sys.version.split()[0]} ({os.uname().machine}): the output of roles/pytorch/files/pytorch_wheel_plan.py "
+            "for each case of CASES against tests/unit/wheel_index.py on 127.0.0.1, verbatim (the ports are that "
+            "run's), and pip's own --report of the happy case"
+        ),
+        "cases": cases,
+        "report": json.loads(report.read_text()),
+    }
     RECORDED.parent.mkdir(exist_ok=True)
     RECORDED.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
 

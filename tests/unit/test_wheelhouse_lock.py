@@ -25,13 +25,16 @@ def wheelhouse(tmp_path: Path, files: dict[str, bytes]) -> Path:
 
 
 def test_one_pin_per_project_with_the_sha256_of_every_wheel(tmp_path):
-    house = wheelhouse(tmp_path, {
-        "torch-2.5.1+cu121-cp311-cp311-linux_x86_64.whl": b"t311",
-        "torch-2.5.1+cu121-cp310-cp310-linux_x86_64.whl": b"t310",
-        "typing_extensions-4.12.2-py3-none-any.whl": b"te",
-        "MarkupSafe-2.1.5-cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64.whl": b"ms",
-        "index.html": b"<html>",
-    })
+    house = wheelhouse(
+        tmp_path,
+        {
+            "torch-2.5.1+cu121-cp311-cp311-linux_x86_64.whl": b"t311",
+            "torch-2.5.1+cu121-cp310-cp310-linux_x86_64.whl": b"t310",
+            "typing_extensions-4.12.2-py3-none-any.whl": b"te",
+            "MarkupSafe-2.1.5-cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64.whl": b"ms",
+            "index.html": b"<html>",
+        },
+    )
     done = run(str(house))
     assert done.returncode == 0, done.stderr
     lines = [line for line in done.stdout.splitlines() if not line.startswith("#")]
@@ -51,12 +54,17 @@ def test_out_file_is_written_whole(tmp_path):
     assert not out.with_name("lock.txt.tmp").exists()
 
 
-@pytest.mark.parametrize(("files", "message"), [
-    ({"torch-2.5.1-cp311-cp311-linux_x86_64.whl": b"a", "torch-2.4.1-cp311-cp311-linux_x86_64.whl": b"b"},
-     "holds torch at 2.4.1, 2.5.1: keep one version per project"),
-    ({"README.txt": b""}, "holds no wheels"),
-    ({"torch.whl": b""}, "torch.whl is not a wheel file name"),
-])
+@pytest.mark.parametrize(
+    ("files", "message"),
+    [
+        (
+            {"torch-2.5.1-cp311-cp311-linux_x86_64.whl": b"a", "torch-2.4.1-cp311-cp311-linux_x86_64.whl": b"b"},
+            "holds torch at 2.4.1, 2.5.1: keep one version per project",
+        ),
+        ({"README.txt": b""}, "holds no wheels"),
+        ({"torch.whl": b""}, "torch.whl is not a wheel file name"),
+    ],
+)
 def test_refuses_what_pip_would_refuse(tmp_path, files, message):
     done = run(str(wheelhouse(tmp_path, files)))
     assert done.returncode == 2

@@ -73,13 +73,16 @@ def build_wheels(projects: list[Project], workdir: Path) -> dict[str, Wheel]:
         package_data = ""
         if project.payload:
             # Incompressible, so that the wheel is as large as the payload.
-            (source / module / "payload.bin").write_bytes(hashlib.shake_256(project.name.encode()).digest(project.payload))
+            (source / module / "payload.bin").write_bytes(
+                hashlib.shake_256(project.name.encode()).digest(project.payload)
+            )
             package_data = f'\n[tool.setuptools.package-data]\n{module} = ["payload.bin"]\n'
         requires = ", ".join(f"'{r}'" for r in project.requires)  # TOML literal strings: markers keep their quotes
         (source / "pyproject.toml").write_text(
             '[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n\n'
             f'[project]\nname = "{project.name}"\nversion = "{project.version}"\ndependencies = [{requires}]\n'
-            f'requires-python = ">=3.8"\n\n[tool.setuptools]\npackages = ["{module}"]\n{package_data}')
+            f'requires-python = ">=3.8"\n\n[tool.setuptools]\npackages = ["{module}"]\n{package_data}'
+        )
         sources.append((canonical(project.name), str(source)))
     # One pip run per batch of distinct names (pip refuses two versions of a project in one run).
     batches: list[dict[str, str]] = []
@@ -90,8 +93,24 @@ def build_wheels(projects: list[Project], workdir: Path) -> dict[str, Wheel]:
             batches.append(batch)
         batch[name] = source
     for batch in batches:
-        subprocess.run([sys.executable, "-I", "-m", "pip", "wheel", "--quiet", "--no-build-isolation", "--no-deps", "--no-index",
-                        "--wheel-dir", str(out), *batch.values()], check=True, capture_output=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-I",
+                "-m",
+                "pip",
+                "wheel",
+                "--quiet",
+                "--no-build-isolation",
+                "--no-deps",
+                "--no-index",
+                "--wheel-dir",
+                str(out),
+                *batch.values(),
+            ],
+            check=True,
+            capture_output=True,
+        )
     wheels: dict[str, Wheel] = {}
     for built in sorted(out.glob("*.whl")):
         with zipfile.ZipFile(built) as archive:
@@ -161,24 +180,43 @@ class WheelSource:
             attrs = ""
             if self.metadata:
                 digest = hashlib.sha256(wheel.metadata).hexdigest()
-                attrs = f' data-requires-python="&gt;=3.8" data-dist-info-metadata="sha256={digest}" data-core-metadata="sha256={digest}"'
-            anchors.append(f'    <a href="{html.escape(self.file_url(wheel))}#sha256={wheel.sha256}"{attrs}>{wheel.filename}</a><br/>')
-        return ("<!DOCTYPE html>\n<html>\n  <body>\n    <h1>Links for " + project + "</h1>\n" + "\n".join(anchors)
-                + "\n  </body>\n</html>\n").encode()
+                attrs = (
+                    f' data-requires-python="&gt;=3.8" data-dist-info-metadata="sha256={digest}" '
+                    f'data-core-metadata="sha256={digest}"'
+                )
+            anchors.append(
+                f'    <a href="{html.escape(self.file_url(wheel))}#sha256={wheel.sha256}"{attrs}>'
+                f"{wheel.filename}</a><br/>"
+            )
+        return (
+            "<!DOCTYPE html>\n<html>\n  <body>\n    <h1>Links for "
+            + project
+            + "</h1>\n"
+            + "\n".join(anchors)
+            + "\n  </body>\n</html>\n"
+        ).encode()
 
     def root_page(self) -> bytes:
         projects = sorted({w.project for w in self.wheels.values()})
-        return ("<!DOCTYPE html>\n<html>\n  <body>\n"
-                + "".join(f'    <a href="/simple/{p}/">{p}</a><br/>\n' for p in projects) + "  </body>\n</html>\n").encode()
+        return (
+            "<!DOCTYPE html>\n<html>\n  <body>\n"
+            + "".join(f'    <a href="/simple/{p}/">{p}</a><br/>\n' for p in projects)
+            + "  </body>\n</html>\n"
+        ).encode()
 
     def autoindex(self) -> bytes:
         """/wheels/ as nginx's autoindex lists a directory (name cut at 50 characters, date, size)."""
         rows = []
         for wheel in self._listed():
             shown = wheel.filename if len(wheel.filename) <= 50 else wheel.filename[:47] + "..&gt;"
-            rows.append(f'<a href="{wheel.filename}">{shown}</a>{" " * max(1, 51 - len(shown))}29-Nov-2026 19:32 {len(wheel.data):>19}')
-        return ("<html>\r\n<head><title>Index of /wheels/</title></head>\r\n<body>\r\n<h1>Index of /wheels/</h1><hr><pre>"
-                '<a href="../">../</a>\r\n' + "\r\n".join(rows) + "\r\n</pre><hr></body>\r\n</html>\r\n").encode()
+            rows.append(
+                f'<a href="{wheel.filename}">{shown}</a>{" " * max(1, 51 - len(shown))}29-Nov-2026 19:32 '
+                f"{len(wheel.data):>19}"
+            )
+        return (
+            "<html>\r\n<head><title>Index of /wheels/</title></head>\r\n<body>\r\n<h1>Index of /wheels/</h1><hr><pre>"
+            '<a href="../">../</a>\r\n' + "\r\n".join(rows) + "\r\n</pre><hr></body>\r\n</html>\r\n"
+        ).encode()
 
     # ------------------------------------------------------------------ serving
     def _resolve(self, path: str) -> tuple[bytes, str] | None:
@@ -222,12 +260,20 @@ class WheelSource:
                 if not with_body and not source.head:
                     body, status, headers = b"", 405, {"Allow": "GET"}
                 elif found is None:
-                    body, status, headers = b"<html><body><h1>404 Not Found</h1></body></html>", 404, {"Content-Type": "text/html"}
+                    body, status, headers = (
+                        b"<html><body><h1>404 Not Found</h1></body></html>",
+                        404,
+                        {"Content-Type": "text/html"},
+                    )
                 elif found[1].startswith("redirect:"):
-                    body, status, headers = b"", 302, {"Location": found[1][len("redirect:"):]}
+                    body, status, headers = b"", 302, {"Location": found[1][len("redirect:") :]}
                 else:
                     data, kind = found
-                    body, status, headers = data, 200, {"Content-Type": kind, "Last-Modified": email.utils.formatdate(0, usegmt=True)}
+                    body, status, headers = (
+                        data,
+                        200,
+                        {"Content-Type": kind, "Last-Modified": email.utils.formatdate(0, usegmt=True)},
+                    )
                     if source.ranges:
                         headers["Accept-Ranges"] = "bytes"
                     match = re.fullmatch(r"bytes=(\d*)-(\d*)", requested_range or "")
@@ -237,7 +283,7 @@ class WheelSource:
                             start, end = int(match[1]), min(int(match[2]) if match[2] else size - 1, size - 1)
                         else:
                             start, end = max(0, size - int(match[2])), size - 1
-                        body, status = data[start:end + 1], 206
+                        body, status = data[start : end + 1], 206
                         headers["Content-Range"] = f"bytes {start}-{end}/{size}"
                 headers["Content-Length"] = str(len(body))
                 self.send_response(status)
@@ -247,7 +293,9 @@ class WheelSource:
                 if with_body:
                     self.wfile.write(body)
                 with source._lock:
-                    source.requests.append(Request(self.command, self.path, status, requested_range, len(body) if with_body else 0))
+                    source.requests.append(
+                        Request(self.command, self.path, status, requested_range, len(body) if with_body else 0)
+                    )
 
             def do_GET(self) -> None:  # noqa: N802 (http.server's names)
                 self._answer(True)
@@ -276,7 +324,9 @@ class WheelSource:
 
     def bytes_fetched(self, kind: str | None = None) -> int:
         """Body bytes sent: all, or of one kind ('page', 'metadata', 'wheel')."""
+
         def kind_of(path: str) -> str:
             path = path.split("#", 1)[0]
             return "metadata" if path.endswith(".metadata") else ("wheel" if path.endswith(".whl") else "page")
+
         return sum(r.body_bytes for r in self.requests if kind is None or kind_of(r.path) == kind)

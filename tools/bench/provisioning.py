@@ -3,7 +3,7 @@
 
     make bench                               # sizes 1 and 3 nodes (about 30 min on 2 cores), then tools/bench/scale.py
     .venv/bin/python tools/bench/provisioning.py --sizes 1 --skip-shell
-    .venv/bin/python tools/bench/provisioning.py --verify-only     # verify on 1, 3, 6 copies of a converged node (minutes)
+    .venv/bin/python tools/bench/provisioning.py --verify-only  # verify on 1, 3, 6 copies of a converged node (minutes)
 
 Needs the lab (`make lab`: the mirror and the node image). For each size N
 it starts N never-provisioned nodes beside the lab's own (gpufleet-bench-*,
@@ -35,8 +35,8 @@ in a re-run. Results also go to reports/bench/provisioning-<UTC time>.json.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import datetime as dt
+import importlib.util
 import json
 import os
 import statistics
@@ -107,14 +107,19 @@ def timed_verify(workdir: Path, inventory: Path, where: str) -> float:
     """Seconds of one verify.yml run; a failed run stops the benchmark, naming where it ran."""
     seconds, run = timed(workdir, "playbooks/verify.yml", inventory)
     if run.status != "successful":
-        raise SystemExit(f"verify.yml failed on {where} (status {run.status}, rc {run.rc}): {run.failures() or 'no task failed'}")
+        raise SystemExit(
+            f"verify.yml failed on {where} (status {run.status}, rc {run.rc}): {run.failures() or 'no task failed'}"
+        )
     return seconds
 
 
 def provisioning_seconds(run) -> float:
     """Seconds between the start of provision.yml's first play and the start of the play after its last."""
-    starts = [(ev["event_data"].get("play", ""), dt.datetime.fromisoformat(ev["created"]))
-              for ev in run.events if ev.get("event") == "playbook_on_play_start"]
+    starts = [
+        (ev["event_data"].get("play", ""), dt.datetime.fromisoformat(ev["created"]))
+        for ev in run.events
+        if ev.get("event") == "playbook_on_play_start"
+    ]
     first = next(t for name, t in starts if name == PROVISION_PLAYS[0])
     after = [t for name, t in starts if t > first and name not in PROVISION_PLAYS]
     end = min(after) if after else dt.datetime.fromisoformat(run.events[-1]["created"])
@@ -141,8 +146,10 @@ def bench_size(size: int, root: Path) -> dict:
         if rerun.status != "successful":
             raise SystemExit(f"the site.yml re-run failed on {size} node(s): {rerun.failures()}")
         verify = [timed_verify(workdir, inventory, f"{size} node(s)") for _round in range(3)]
-        log(f"{size} node(s): re-run {rerun_s:.0f} s, {len(rerun_requests)} mirror requests ({len(downloads)} downloads);"
-            f" verify {statistics.median(verify):.1f} s")
+        log(
+            f"{size} node(s): re-run {rerun_s:.0f} s, {len(rerun_requests)} mirror requests ({len(downloads)} "
+            f"downloads); verify {statistics.median(verify):.1f} s"
+        )
         return {
             "nodes": size,
             "first_converge_s": round(first_s, 1),
@@ -176,21 +183,24 @@ def shell_sequence() -> str:
     cuda_repo = f"{mirror}/site/cuda-{cuda['release']}/debian12"
     return f"""set -eux
 export DEBIAN_FRONTEND=noninteractive
-echo 'deb [signed-by=/usr/share/keyrings/gpufleet-lab-archive-keyring.gpg] {mirror}/debian bookworm contrib non-free non-free-firmware' \\
-  > /etc/apt/sources.list.d/nvidia.list
-printf 'Package: *nvidia* libcuda* libnvidia*\\nPin: version {driver}-*\\nPin-Priority: 1001\\n' > /etc/apt/preferences.d/nvidia.pref
+echo 'deb [signed-by=/usr/share/keyrings/gpufleet-lab-archive-keyring.gpg] {mirror}/debian bookworm' \\
+  'contrib non-free non-free-firmware' > /etc/apt/sources.list.d/nvidia.list
+printf 'Package: *nvidia* libcuda* libnvidia*\\nPin: version {driver}-*\\nPin-Priority: 1001\\n' \\
+  > /etc/apt/preferences.d/nvidia.pref
 apt-get update
 apt-get install -y --no-install-recommends linux-headers-{kernel} nvidia-kernel-dkms={driver}-* nvidia-smi={driver}-* \\
   libcuda1={driver}-* nvidia-persistenced
-python3 -c "import urllib.request; urllib.request.urlretrieve('{cuda_repo}/cuda-keyring_1.1-1_all.deb', '/tmp/cuda-keyring.deb')"
+python3 -c "import urllib.request
+urllib.request.urlretrieve('{cuda_repo}/cuda-keyring_1.1-1_all.deb', '/tmp/cuda-keyring.deb')"
 dpkg -i /tmp/cuda-keyring.deb
 echo 'deb [signed-by=/usr/share/keyrings/cuda-archive-keyring.gpg] {cuda_repo}/ /' > /etc/apt/sources.list.d/cuda.list
 apt-get update
-apt-get install -y --no-install-recommends cuda-toolkit-12-1={cuda['toolkit_version']} \\
-  libcudnn8={cuda['cudnn']['package_version']} libnccl2={cuda['nccl']['package_version']}
+apt-get install -y --no-install-recommends cuda-toolkit-12-1={cuda["toolkit_version"]} \\
+  libcudnn8={cuda["cudnn"]["package_version"]} libnccl2={cuda["nccl"]["package_version"]}
 apt-get install -y --no-install-recommends python3-venv
 python3 -m venv /opt/venv
-/opt/venv/bin/pip install --no-index --find-links {mirror}/wheels/ --trusted-host {mirror.split('//')[1]} {' '.join(wheels)}
+/opt/venv/bin/pip install --no-index --find-links {mirror}/wheels/ --trusted-host {mirror.split("//")[1]} \\
+  {" ".join(wheels)}
 /opt/venv/bin/python -c 'import torch; print(torch.__version__)'
 """
 
@@ -206,17 +216,30 @@ def bench_verify_copies(sizes: list[int], root: Path) -> dict:
     try:
         log(f"starting {len(names)} copies")
         hosts = start_lab_nodes(names, "bench", image=image)
-        inventories = {size: lone_inventory(root / f"verify-{size}", {n: hosts[n] for n in names[:size]}) for size in sizes}
+        inventories = {
+            size: lone_inventory(root / f"verify-{size}", {n: hosts[n] for n in names[:size]}) for size in sizes
+        }
         seconds: dict[int, list[float]] = {size: [] for size in sizes}
         for _round in range(3):
             for size in sizes:
-                seconds[size].append(timed_verify(root, inventories[size],
-                                                  f"{size} copies of {source} (converge the lab first: make run)"))
+                seconds[size].append(
+                    timed_verify(
+                        root, inventories[size], f"{size} copies of {source} (converge the lab first: make run)"
+                    )
+                )
         for size in sizes:
             log(f"verify on {size} node(s): {', '.join(f'{s:.1f}' for s in seconds[size])} s")
-        return {"verify_copies_of": source, "verify_copies": [
-            {"nodes": size, "verify_s": [round(s, 2) for s in seconds[size]],
-             "verify_median_s": round(statistics.median(seconds[size]), 2)} for size in sizes]}
+        return {
+            "verify_copies_of": source,
+            "verify_copies": [
+                {
+                    "nodes": size,
+                    "verify_s": [round(s, 2) for s in seconds[size]],
+                    "verify_median_s": round(statistics.median(seconds[size]), 2),
+                }
+                for size in sizes
+            ],
+        }
     finally:
         remove_nodes(names)
         podman("rmi", image, check=False)
@@ -228,8 +251,9 @@ def bench_shell(root: Path) -> dict:
     try:
         log("the shell sequence on a fresh node")
         start = time.monotonic()
-        done = subprocess.run(["podman", "exec", "-i", name, "bash"], input=shell_sequence(), text=True,
-                              capture_output=True, check=False)
+        done = subprocess.run(
+            ["podman", "exec", "-i", name, "bash"], input=shell_sequence(), text=True, capture_output=True, check=False
+        )
         seconds = time.monotonic() - start
         if done.returncode != 0:  # the other figures still count
             log(f"the shell sequence failed:\n{done.stderr[-3000:]}")
@@ -245,9 +269,26 @@ def bench_payload(ranks: list[int], root: Path) -> dict:
     figures = {}
     for n in ranks:
         result = root / f"payload-{n}.json"
-        cmd = [str(torchrun), "--standalone", f"--nproc-per-node={n}", str(REPO / "roles" / "payload" / "files" / "train.py"),
-               "--device", "cpu", "--amp", "off", "--steps", "60", "--batch-size", "512", "--hidden", "256",
-               "--num-samples", "16384", "--result", str(result)]
+        cmd = [
+            str(torchrun),
+            "--standalone",
+            f"--nproc-per-node={n}",
+            str(REPO / "roles" / "payload" / "files" / "train.py"),
+            "--device",
+            "cpu",
+            "--amp",
+            "off",
+            "--steps",
+            "60",
+            "--batch-size",
+            "512",
+            "--hidden",
+            "256",
+            "--num-samples",
+            "16384",
+            "--result",
+            str(result),
+        ]
         subprocess.run(cmd, check=True, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
         data = json.loads(result.read_text())
         figures[n] = round(data["samples_per_s"], 1)
@@ -261,16 +302,25 @@ def verify_scaling(by_n: dict) -> str:
         return "verify scaling: needs 1 node and a larger size"
     big = max(by_n)
     scaling = by_n[big]["verify_median_s"] / by_n[1]["verify_median_s"]
-    return (f"verify on {big} nodes / on 1 node: {scaling:.2f} x (target <= {VERIFY_SCALING_TARGET} x): "
-            f"{'met' if scaling <= VERIFY_SCALING_TARGET else 'NOT met'}")
+    return (
+        f"verify on {big} nodes / on 1 node: {scaling:.2f} x (target <= {VERIFY_SCALING_TARGET} x): "
+        f"{'met' if scaling <= VERIFY_SCALING_TARGET else 'NOT met'}"
+    )
 
 
 def report_verify_copies(results: dict) -> str:
     copies = results["verify_copies"]
-    lines = [f"gpufleet verify benchmark, {results['date']}, {results['machine']}",
-             f"(copies of the converged lab node {results['verify_copies_of']})", "",
-             "| nodes | verify.yml runs | median |", "|---|---|---|"]
-    lines += [f"| {c['nodes']} | {', '.join(f'{s:.1f}' for s in c['verify_s'])} s | {c['verify_median_s']:.1f} s |" for c in copies]
+    lines = [
+        f"gpufleet verify benchmark, {results['date']}, {results['machine']}",
+        f"(copies of the converged lab node {results['verify_copies_of']})",
+        "",
+        "| nodes | verify.yml runs | median |",
+        "|---|---|---|",
+    ]
+    lines += [
+        f"| {c['nodes']} | {', '.join(f'{s:.1f}' for s in c['verify_s'])} s | {c['verify_median_s']:.1f} s |"
+        for c in copies
+    ]
     lines += ["", verify_scaling({c["nodes"]: c for c in copies})]
     return "\n".join(lines)
 
@@ -280,27 +330,40 @@ def report(results: dict) -> str:
         return report_verify_copies(results)
     lines = [f"gpufleet provisioning benchmark, {results['date']}, {results['machine']}", ""]
     sizes = results["sizes"]
-    lines.append("| nodes | first converge | of which provisioning | re-run | re-run / first "
-                 "| mirror requests / downloads in re-run | verify.yml (median of 3) |")
+    lines.append(
+        "| nodes | first converge | of which provisioning | re-run | re-run / first "
+        "| mirror requests / downloads in re-run | verify.yml (median of 3) |"
+    )
     lines.append("|---|---|---|---|---|---|---|")
     for s in sizes:
-        lines.append(f"| {s['nodes']} | {s['first_converge_s']:.0f} s | {s['first_provisioning_s']:.0f} s | {s['rerun_s']:.0f} s | "
-                     f"{s['rerun_ratio']:.0%} | {s['rerun_mirror_requests']} / {len(s['rerun_downloads'])} | {s['verify_median_s']:.1f} s |")
+        lines.append(
+            f"| {s['nodes']} | {s['first_converge_s']:.0f} s | {s['first_provisioning_s']:.0f} s | {s['rerun_s']:.0f} "
+            f"s | {s['rerun_ratio']:.0%} | {s['rerun_mirror_requests']} / {len(s['rerun_downloads'])} | "
+            f"{s['verify_median_s']:.1f} s |"
+        )
     lines.append("")
     by_n = {s["nodes"]: s for s in sizes}
     worst_ratio = max(s["rerun_ratio"] for s in sizes)
-    lines.append(f"re-run / first converge: worst {worst_ratio:.0%} (target <= {RERUN_TARGET:.0%}): "
-                 f"{'met' if worst_ratio <= RERUN_TARGET else 'NOT met'}")
+    lines.append(
+        f"re-run / first converge: worst {worst_ratio:.0%} (target <= {RERUN_TARGET:.0%}): "
+        f"{'met' if worst_ratio <= RERUN_TARGET else 'NOT met'}"
+    )
     downloads = [d for s in sizes for d in s["rerun_downloads"]]
-    lines.append(f"downloads in re-runs: {len(downloads)} (target 0): {'met' if not downloads else 'NOT met: ' + ', '.join(downloads[:5])}")
+    lines.append(
+        f"downloads in re-runs: {len(downloads)} (target 0): "
+        f"{'met' if not downloads else 'NOT met: ' + ', '.join(downloads[:5])}"
+    )
     lines.append(verify_scaling(by_n))
     if "shell_error" in results:
         lines.append("by hand (shell sequence): FAILED, see shell_error in the JSON")
     if "shell_s" in results and 1 in by_n:
         shell = results["shell_s"]
-        lines.append(f"by hand (shell sequence, 1 node): {shell:.0f} s; gpufleet's provisioning of 1 node: "
-                     f"{by_n[1]['first_provisioning_s']:.0f} s ({by_n[1]['first_provisioning_s'] / shell:.2f} x), "
-                     f"whole site.yml with verify and smoke: {by_n[1]['first_converge_s']:.0f} s ({by_n[1]['first_converge_s'] / shell:.2f} x)")
+        lines.append(
+            f"by hand (shell sequence, 1 node): {shell:.0f} s; gpufleet's provisioning of 1 node: "
+            f"{by_n[1]['first_provisioning_s']:.0f} s ({by_n[1]['first_provisioning_s'] / shell:.2f} x), whole "
+            f"site.yml with verify and smoke: {by_n[1]['first_converge_s']:.0f} s "
+            f"({by_n[1]['first_converge_s'] / shell:.2f} x)"
+        )
     if "payload_samples_per_s" in results:
         figures = results["payload_samples_per_s"]
         lines.append("payload on CPU (gloo): " + ", ".join(f"{n} rank(s) {v} samples/s" for n, v in figures.items()))
@@ -314,8 +377,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default="1,3", help="node counts, comma-separated (default 1,3)")
     parser.add_argument("--skip-shell", action="store_true", help="leave out the by-hand shell sequence")
     parser.add_argument("--payload-ranks", default=f"1,{os.cpu_count() or 2}", help="CPU ranks for the payload figure")
-    parser.add_argument("--verify-only", action="store_true",
-                        help="only verify.yml, on copies of the lab's converged first node (run `make run` first)")
+    parser.add_argument(
+        "--verify-only",
+        action="store_true",
+        help="only verify.yml, on copies of the lab's converged first node (run `make run` first)",
+    )
     parser.add_argument("--out", type=Path, default=REPO / "reports" / "bench")
     args = parser.parse_args(argv)
     if not (LAB_INVENTORY / "hosts.yml").exists():

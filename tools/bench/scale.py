@@ -53,11 +53,18 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "e2e"))
-from conftest import (LAB_INVENTORY, LIGHT_NODE_MAX, lone_inventory, podman, remove_lab_nodes,  # noqa: E402
-                      ssh_control_path, start_light_nodes)
+from conftest import (  # noqa: E402 (tests/e2e is on sys.path from the line above)
+    LAB_INVENTORY,
+    LIGHT_NODE_MAX,
+    lone_inventory,
+    podman,
+    remove_lab_nodes,
+    ssh_control_path,
+    start_light_nodes,
+)
 
 sys.path.insert(0, str(REPO / "tools" / "bench"))
-import results as results_file  # noqa: E402
+import results as results_file  # noqa: E402 (tools/bench is on sys.path from the line above)
 
 PLAYS = {"verify": "playbooks/verify.yml", "play 1": "playbooks/check.yml"}
 # Targets of issue 17 (ratios from one run): verify on 100 nodes <= 10 x one node and on 10 <= 3 x; the
@@ -82,13 +89,14 @@ def log(message: str) -> None:
 
 # --------------------------------------------------------------------------- the controller's processes
 
+
 def proc_stat(pid: int) -> tuple[int, float] | None:
     """(parent pid, CPU seconds) of a process, None when it is gone."""
     try:
         text = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    fields = text[text.rindex(")") + 2:].split()  # after the command name, which may hold spaces
+    fields = text[text.rindex(")") + 2 :].split()  # after the command name, which may hold spaces
     return int(fields[1]), (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
@@ -192,8 +200,9 @@ class Sampler(threading.Thread):
             for pid in set(descendants(self.root)) | masters:
                 p, r = memory_of(pid)
                 pss, rss = pss + p, rss + r
-                kind = breakdown.setdefault(process_class(pid, self.root, masters, process_comm(pid)),
-                                            {"processes": 0, "pss_bytes": 0})
+                kind = breakdown.setdefault(
+                    process_class(pid, self.root, masters, process_comm(pid)), {"processes": 0, "pss_bytes": 0}
+                )
                 kind["processes"] += 1
                 kind["pss_bytes"] += p
             if pss > self.peak_pss:
@@ -210,6 +219,7 @@ def describe_breakdown(breakdown: dict[str, dict[str, int]]) -> str:
 
 # --------------------------------------------------------------------------- the machine and the nodes
 
+
 def machine_busy_s() -> float:
     """CPU seconds the whole machine has been busy (all but idle and iowait)."""
     fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
@@ -218,8 +228,10 @@ def machine_busy_s() -> float:
 
 def cgroup_cpu_file(container: str) -> Path | None:
     path = podman("inspect", "--format", "{{.State.CgroupPath}}", container, check=False).stdout.strip()
-    for candidate in (Path("/sys/fs/cgroup/cpuacct") / path.lstrip("/") / "cpuacct.usage",  # cgroup v1
-                      Path("/sys/fs/cgroup") / path.lstrip("/") / "cpu.stat"):  # cgroup v2
+    for candidate in (
+        Path("/sys/fs/cgroup/cpuacct") / path.lstrip("/") / "cpuacct.usage",  # cgroup v1
+        Path("/sys/fs/cgroup") / path.lstrip("/") / "cpu.stat",
+    ):  # cgroup v2
         if path and candidate.exists():
             return candidate
     return None
@@ -248,12 +260,24 @@ def parse_size(text: str) -> int:
     match = re.fullmatch(r"\s*([\d.]+)\s*([kKMGT]?i?B)\s*", text)
     if not match:
         raise ValueError(f"not a size: {text!r}")
-    units = {"B": 1, "kB": 1e3, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12,
-             "KiB": 2**10, "kiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
+    units = {
+        "B": 1,
+        "kB": 1e3,
+        "KB": 1e3,
+        "MB": 1e6,
+        "GB": 1e9,
+        "TB": 1e12,
+        "KiB": 2**10,
+        "kiB": 2**10,
+        "MiB": 2**20,
+        "GiB": 2**30,
+        "TiB": 2**40,
+    }
     return int(float(match.group(1)) * units[match.group(2)])
 
 
 # --------------------------------------------------------------------------- one measured run
+
 
 def task_seconds(output: str, task: str) -> float | None:
     """A task's time from profile_tasks' closing list ("<role> : <task> ---- 0.52s")."""
@@ -277,21 +301,34 @@ def tasks_per_host(output: str) -> int:
     return max(counts.values(), default=0)
 
 
-def measure(play: str, inventory: Path, workdir: Path, cgroups: dict, env: dict | None = None,
-            repo: Path = REPO) -> dict:
+def measure(
+    play: str, inventory: Path, workdir: Path, cgroups: dict, env: dict | None = None, repo: Path = REPO
+) -> dict:
     """One ansible-playbook run of a play on an inventory, measured; repo: the tree whose plays, roles and
     ansible.cfg run (a worktree of BEFORE_COMMIT for the before/after)."""
     end_ssh_masters()
     reports = workdir / "reports"
-    argv = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory), PLAYS[play],
-            "-e", json.dumps({"gpu_verify_report_dir": str(reports)})]
-    environment = {**os.environ, "ANSIBLE_CONFIG": str(repo / "ansible.cfg"),
-                   "ANSIBLE_CACHE_PLUGIN_CONNECTION": str(workdir / "facts"),
-                   "PROFILE_TASKS_TASK_OUTPUT_LIMIT": "all", **(env or {})}
+    argv = [
+        str(Path(sys.executable).parent / "ansible-playbook"),
+        "-i",
+        str(inventory),
+        PLAYS[play],
+        "-e",
+        json.dumps({"gpu_verify_report_dir": str(reports)}),
+    ]
+    environment = {
+        **os.environ,
+        "ANSIBLE_CONFIG": str(repo / "ansible.cfg"),
+        "ANSIBLE_CACHE_PLUGIN_CONNECTION": str(workdir / "facts"),
+        "PROFILE_TASKS_TASK_OUTPUT_LIMIT": "all",
+        **(env or {}),
+    }
     nodes_before = {name: cgroup_cpu_s(path) for name, path in cgroups.items()}
     busy_before, children_before = machine_busy_s(), resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.monotonic()
-    proc = subprocess.Popen(argv, cwd=repo, env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        argv, cwd=repo, env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     sampler = Sampler(proc.pid)
     sampler.start()
     output = proc.communicate()[0]
@@ -300,18 +337,30 @@ def measure(play: str, inventory: Path, workdir: Path, cgroups: dict, env: dict 
     sampler.join()
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     masters = [proc_stat(pid) for pid in ssh_masters()]
-    controller_cpu = (children.ru_utime - children_before.ru_utime + children.ru_stime - children_before.ru_stime
-                      + sum(cpu for _ppid, cpu in filter(None, masters)))
+    controller_cpu = (
+        children.ru_utime
+        - children_before.ru_utime
+        + children.ru_stime
+        - children_before.ru_stime
+        + sum(cpu for _ppid, cpu in filter(None, masters))
+    )
     busy = machine_busy_s() - busy_before
     nodes_cpu = sum(cgroup_cpu_s(path) - nodes_before[name] for name, path in cgroups.items())
     end_ssh_masters()
     (workdir / f"{play.replace(' ', '-')}.log").write_text(output)
     result = {
-        "play": play, "nodes": len(cgroups), "rc": proc.returncode, "wall_s": round(wall, 2),
-        "controller_cpu_s": round(controller_cpu, 2), "controller_peak_pss_bytes": sampler.peak_pss,
-        "controller_peak_rss_bytes": sampler.peak_rss, "controller_peak_breakdown": sampler.peak_breakdown,
+        "play": play,
+        "nodes": len(cgroups),
+        "rc": proc.returncode,
+        "wall_s": round(wall, 2),
+        "controller_cpu_s": round(controller_cpu, 2),
+        "controller_peak_pss_bytes": sampler.peak_pss,
+        "controller_peak_rss_bytes": sampler.peak_rss,
+        "controller_peak_breakdown": sampler.peak_breakdown,
         "nodes_cpu_s": round(nodes_cpu, 2),
-        "machine_busy_cpu_s": round(busy, 2), "env": env or {}, "tasks_per_host": tasks_per_host(output),
+        "machine_busy_cpu_s": round(busy, 2),
+        "env": env or {},
+        "tasks_per_host": tasks_per_host(output),
     }
     if play == "verify":
         report = reports / "fleet-report.json"
@@ -340,6 +389,7 @@ def lead_of(markdown: Path) -> list[str]:
 
 # --------------------------------------------------------------------------- the benchmark
 
+
 def inventory_of(hosts: dict, names: list[str], workdir: Path) -> Path:
     return lone_inventory(workdir / f"inventory-{len(names)}", {name: hosts[name] for name in names})
 
@@ -352,8 +402,9 @@ def per_added_node(by_size: dict, key: str) -> float | None:
     return (by_size[sizes[-1]][key] - by_size[1][key]) / (sizes[-1] - 1)
 
 
-def run_benchmark(sizes: list[int], runs: int, compare: str, failures: bool, root: Path,
-                  plays: tuple[str, ...] = tuple(PLAYS)) -> dict:
+def run_benchmark(
+    sizes: list[int], runs: int, compare: str, failures: bool, root: Path, plays: tuple[str, ...] = tuple(PLAYS)
+) -> dict:
     count = max(sizes)
     log(f"starting {count} light nodes")
     start = time.monotonic()
@@ -365,15 +416,21 @@ def run_benchmark(sizes: list[int], runs: int, compare: str, failures: bool, roo
         memory = node_memory_bytes(names)
         results["node_memory_bytes"] = {"median": int(statistics.median(memory)), "max": max(memory)}
         cgroups = {name: cgroup_cpu_file(name) for name in names}
-        log(f"{count} light nodes up in {results['start_nodes_s']} s, "
-            f"{statistics.median(memory) / 2**20:.1f} MiB each (median)")
+        log(
+            f"{count} light nodes up in {results['start_nodes_s']} s, "
+            f"{statistics.median(memory) / 2**20:.1f} MiB each (median)"
+        )
         runs_out = []
         for size in sizes:
             inventory = inventory_of(hosts, names[:size], root)
             for play in plays:
                 for _run in range(runs):
-                    result = measure(play, inventory, root / f"{play.replace(' ', '-')}-{size}",
-                                     {n: cgroups[n] for n in names[:size]})
+                    result = measure(
+                        play,
+                        inventory,
+                        root / f"{play.replace(' ', '-')}-{size}",
+                        {n: cgroups[n] for n in names[:size]},
+                    )
                     result["variant"] = "tuned"
                     runs_out.append(result)
                     log(describe(result))
@@ -398,8 +455,7 @@ def run_benchmark(sizes: list[int], runs: int, compare: str, failures: bool, roo
 def worktree(commit: str, path: Path) -> Path:
     """A checkout of commit at path (git worktree), linked as the collection gpufleet.fleet as `make venv`
     links a clone, so that its playbooks run its own roles and plugins."""
-    subprocess.run(["git", "worktree", "add", "--detach", str(path), commit], cwd=REPO, check=True,
-                   capture_output=True)
+    subprocess.run(["git", "worktree", "add", "--detach", str(path), commit], cwd=REPO, check=True, capture_output=True)
     link = path / ".ansible" / "collections" / "ansible_collections" / "gpufleet" / "fleet"
     link.parent.mkdir(parents=True)
     link.symlink_to("../../../..")
@@ -422,9 +478,11 @@ def failing_run(hosts: dict, names: list[str], root: Path, cgroups: dict) -> dic
 
 
 def describe(result: dict) -> str:
-    return (f"{result['play']} on {result['nodes']} node(s) [{result['variant']}]: {result['wall_s']:.1f} s, "
-            f"controller {result['controller_cpu_s']:.1f} CPU s, peak {result['controller_peak_pss_bytes'] / 2**20:.0f} MiB"
-            f" PSS, nodes {result['nodes_cpu_s']:.1f} CPU s, rc {result['rc']}")
+    return (
+        f"{result['play']} on {result['nodes']} node(s) [{result['variant']}]: {result['wall_s']:.1f} s, "
+        f"controller {result['controller_cpu_s']:.1f} CPU s, peak {result['controller_peak_pss_bytes'] / 2**20:.0f} MiB"
+        f" PSS, nodes {result['nodes_cpu_s']:.1f} CPU s, rc {result['rc']}"
+    )
 
 
 def median_runs(runs: list[dict], play: str, variant: str = "tuned") -> dict:
@@ -433,20 +491,31 @@ def median_runs(runs: list[dict], play: str, variant: str = "tuned") -> dict:
     for run in runs:
         if run["play"] == play and run["variant"] == variant:
             by_size.setdefault(run["nodes"], []).append(run)
-    keys = ("wall_s", "controller_cpu_s", "controller_peak_pss_bytes", "controller_peak_rss_bytes", "nodes_cpu_s",
-            "machine_busy_cpu_s")
-    return {size: {k: statistics.median(r[k] for r in group) for k in keys} | {"first": group[0]}
-            for size, group in sorted(by_size.items())}
+    keys = (
+        "wall_s",
+        "controller_cpu_s",
+        "controller_peak_pss_bytes",
+        "controller_peak_rss_bytes",
+        "nodes_cpu_s",
+        "machine_busy_cpu_s",
+    )
+    return {
+        size: {k: statistics.median(r[k] for r in group) for k in keys} | {"first": group[0]}
+        for size, group in sorted(by_size.items())
+    }
 
 
 def report(results: dict) -> str:
-    lines = [f"Scale benchmark, {results['date']}, {results['machine']}",
-             f"light nodes: {results['node_memory_bytes']['median'] / 2**20:.1f} MiB each at boot (median; max "
-             f"{results['node_memory_bytes']['max'] / 2**20:.1f} MiB), {results['node_memory_after_bytes'] / 2**20:.1f}"
-             f" MiB after the runs; {results['start_nodes_s']} s to start {max(results['sizes'])}", "",
-             "| play | nodes | wall s | x 1 node | target | controller CPU s | peak PSS MiB (RSS) | nodes' CPU share |"
-             " report write s | report KiB (json/md/xml) | tasks a host |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"Scale benchmark, {results['date']}, {results['machine']}",
+        f"light nodes: {results['node_memory_bytes']['median'] / 2**20:.1f} MiB each at boot (median; max "
+        f"{results['node_memory_bytes']['max'] / 2**20:.1f} MiB), {results['node_memory_after_bytes'] / 2**20:.1f}"
+        f" MiB after the runs; {results['start_nodes_s']} s to start {max(results['sizes'])}",
+        "",
+        "| play | nodes | wall s | x 1 node | target | controller CPU s | peak PSS MiB (RSS) | nodes' CPU share |"
+        " report write s | report KiB (json/md/xml) | tasks a host |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for play in PLAYS:
         by_size = median_runs(results["runs"], play)
         if not by_size:
@@ -456,16 +525,19 @@ def report(results: dict) -> str:
             first = figures["first"]
             ratio = figures["wall_s"] / one if one else None
             target = TARGETS.get((play, size))
-            verdict = "" if target is None or ratio is None else f"<= {target:g} x: {'met' if ratio <= target else 'NOT met'}"
+            verdict = (
+                "" if target is None or ratio is None else f"<= {target:g} x: {'met' if ratio <= target else 'NOT met'}"
+            )
             share = figures["nodes_cpu_s"] / figures["machine_busy_cpu_s"] if figures["machine_busy_cpu_s"] else 0
             sizes = first.get("report_bytes") or {}
             lines.append(
-                f"| {play} | {size} | {figures['wall_s']:.1f} | {'-' if ratio is None else f'{ratio:.2f}'} | {verdict} | "
-                f"{figures['controller_cpu_s']:.1f} | {figures['controller_peak_pss_bytes'] / 2**20:.0f} "
+                f"| {play} | {size} | {figures['wall_s']:.1f} | {'-' if ratio is None else f'{ratio:.2f}'} | {verdict} "
+                f"| {figures['controller_cpu_s']:.1f} | {figures['controller_peak_pss_bytes'] / 2**20:.0f} "
                 f"({figures['controller_peak_rss_bytes'] / 2**20:.0f}) | {share:.0%} | "
                 f"{'-' if first.get('report_write_s') is None else first['report_write_s']} | "
-                + ("/".join(f"{sizes.get(s, 0) / 1024:.0f}" for s in ('.json', '.md', '.xml')) if sizes else "-")
-                + f" | {first.get('tasks_per_host', '-')} |")
+                + ("/".join(f"{sizes.get(s, 0) / 1024:.0f}" for s in (".json", ".md", ".xml")) if sizes else "-")
+                + f" | {first.get('tasks_per_host', '-')} |"
+            )
         for key, label in (("wall_s", "wall s"), ("controller_cpu_s", "controller CPU s")):
             added = per_added_node(by_size, key)
             if added is not None:
@@ -474,38 +546,57 @@ def report(results: dict) -> str:
                     met = added <= PLAY_1_CPU_PER_NODE_TARGET_S
                     target = f"<= {PLAY_1_CPU_PER_NODE_TARGET_S:g} s: {'met' if met else 'NOT met'}"
                 lines.append(f"| {play} | per added node | | | {target} | {label}: {added:.3f} | | | | | |")
-        counted = [figures["first"]["tasks_per_host"] for figures in by_size.values() if "tasks_per_host" in figures["first"]]
+        counted = [
+            figures["first"]["tasks_per_host"] for figures in by_size.values() if "tasks_per_host" in figures["first"]
+        ]
         if play == "play 1" and counted:
             most = max(counted)
-            lines.append(f"| {play} | tasks a host | | | <= {PLAY_1_TASKS_TARGET}: "
-                         f"{'met' if most <= PLAY_1_TASKS_TARGET else 'NOT met'} | {most} | | | | | |")
+            lines.append(
+                f"| {play} | tasks a host | | | <= {PLAY_1_TASKS_TARGET}: "
+                f"{'met' if most <= PLAY_1_TASKS_TARGET else 'NOT met'} | {most} | | | | | |"
+            )
     for run in results["runs"]:
         if run["variant"] != "3 failing" and run["rc"] != 0:
             reason = next((line.strip() for line in run.get("tail", []) if line.startswith("failed: ")), "see its log")
-            lines.append(f"FAILED: {run['play']} on {run['nodes']} nodes ({run['variant']}), rc {run['rc']}: its figures"
-                         f" are of a failed run, not comparable; {reason[:300]}")
+            lines.append(
+                f"FAILED: {run['play']} on {run['nodes']} nodes ({run['variant']}), rc {run['rc']}: its figures"
+                f" are of a failed run, not comparable; {reason[:300]}"
+            )
     peak = max((r["controller_peak_pss_bytes"] for r in results["runs"] if r["variant"] == "tuned"), default=0)
-    lines += ["", f"controller peak memory (PSS): {peak / 2**20:.0f} MiB; target <= {PEAK_TARGET_BYTES / 1e9:g} GB: "
-                  f"{'met' if peak <= PEAK_TARGET_BYTES else 'NOT met'}"]
+    lines += [
+        "",
+        f"controller peak memory (PSS): {peak / 2**20:.0f} MiB; target <= {PEAK_TARGET_BYTES / 1e9:g} GB: "
+        f"{'met' if peak <= PEAK_TARGET_BYTES else 'NOT met'}",
+    ]
     for run in results["runs"]:
         if run["variant"] == "tuned" and run["nodes"] == max(results["sizes"]) and run.get("controller_peak_breakdown"):
-            lines.append(f"  {run['play']} on {run['nodes']} nodes, at its peak ({run['controller_peak_pss_bytes'] / 2**20:.0f}"
-                         f" MiB; PSS and processes): {describe_breakdown(run['controller_peak_breakdown'])}")
+            lines.append(
+                f"  {run['play']} on {run['nodes']} nodes, at its peak ({run['controller_peak_pss_bytes'] / 2**20:.0f}"
+                f" MiB; PSS and processes): {describe_breakdown(run['controller_peak_breakdown'])}"
+            )
     before = {r["play"]: r for r in results["runs"] if r["variant"] == "before"}
     if before:
-        lines += ["", f"before / after the tuning (the tree of {next(iter(before.values()))['commit']} / this one), "
-                      f"{max(results['sizes'])} nodes:"]
+        lines += [
+            "",
+            f"before / after the tuning (the tree of {next(iter(before.values()))['commit']} / this one), "
+            f"{max(results['sizes'])} nodes:",
+        ]
         for play, old in before.items():
             new = median_runs(results["runs"], play)[old["nodes"]]
-            lines.append(f"  {play}: {old['wall_s']:.1f} s -> {new['wall_s']:.1f} s, controller "
-                         f"{old['controller_cpu_s']:.1f} -> {new['controller_cpu_s']:.1f} CPU s, peak PSS "
-                         f"{old['controller_peak_pss_bytes'] / 2**20:.0f} -> {new['controller_peak_pss_bytes'] / 2**20:.0f} MiB"
-                         f", tasks a host {old.get('tasks_per_host', '-')} -> {new['first'].get('tasks_per_host', '-')}")
+            lines.append(
+                f"  {play}: {old['wall_s']:.1f} s -> {new['wall_s']:.1f} s, controller "
+                f"{old['controller_cpu_s']:.1f} -> {new['controller_cpu_s']:.1f} CPU s, peak PSS "
+                f"{old['controller_peak_pss_bytes'] / 2**20:.0f} -> {new['controller_peak_pss_bytes'] / 2**20:.0f} MiB"
+                f", tasks a host {old.get('tasks_per_host', '-')} -> {new['first'].get('tasks_per_host', '-')}"
+            )
     failing = next((r for r in results["runs"] if r["variant"] == "3 failing"), None)
     if failing:
-        lines += ["", f"verify with 3 of {failing['nodes']} nodes failing (forged mismatch: "
-                      f"{', '.join(failing['mismatched'])}; stopped: {failing['stopped']}): {failing['wall_s']:.1f} s, "
-                      f"rc {failing['rc']}; the report begins:"]
+        lines += [
+            "",
+            f"verify with 3 of {failing['nodes']} nodes failing (forged mismatch: "
+            f"{', '.join(failing['mismatched'])}; stopped: {failing['stopped']}): {failing['wall_s']:.1f} s, "
+            f"rc {failing['rc']}; the report begins:",
+        ]
         lines += [f"  {line}" for line in failing.get("report_lead", [])]
     return "\n".join(lines)
 
@@ -514,14 +605,25 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--sizes", default="1,10,50,100", help="node counts, comma-separated (default 1,10,50,100)")
     parser.add_argument("--runs", type=int, default=1, help="runs of each play at each size (the median is shown)")
-    parser.add_argument("--before-commit", dest="compare", default=BEFORE_COMMIT,
-                        help=f"the tree before the tuning, run at the largest size (default {BEFORE_COMMIT})")
-    parser.add_argument("--no-compare", dest="compare", action="store_const", const="",
-                        help="leave out the runs of the tree before the tuning")
-    parser.add_argument("--no-failures", dest="failures", action="store_false",
-                        help="leave out verify with 3 failing nodes")
-    parser.add_argument("--plays", default=",".join(PLAYS),
-                        help=f"the plays to run, comma-separated (default {','.join(PLAYS)})")
+    parser.add_argument(
+        "--before-commit",
+        dest="compare",
+        default=BEFORE_COMMIT,
+        help=f"the tree before the tuning, run at the largest size (default {BEFORE_COMMIT})",
+    )
+    parser.add_argument(
+        "--no-compare",
+        dest="compare",
+        action="store_const",
+        const="",
+        help="leave out the runs of the tree before the tuning",
+    )
+    parser.add_argument(
+        "--no-failures", dest="failures", action="store_false", help="leave out verify with 3 failing nodes"
+    )
+    parser.add_argument(
+        "--plays", default=",".join(PLAYS), help=f"the plays to run, comma-separated (default {','.join(PLAYS)})"
+    )
     parser.add_argument("--out", type=Path, default=REPO / "reports" / "bench")
     args = parser.parse_args(argv)
     plays = tuple(p.strip() for p in args.plays.split(",") if p.strip())
@@ -533,8 +635,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     sizes = sorted({int(s) for s in args.sizes.split(",") if s.strip()})
     if not sizes or sizes[0] < 1 or sizes[-1] > LIGHT_NODE_MAX or args.runs < 1:
-        print(f"--sizes: node counts from 1 to {LIGHT_NODE_MAX} (the light nodes' addresses), --runs >= 1; "
-              f"got {args.sizes}, {args.runs}", file=sys.stderr)
+        print(
+            f"--sizes: node counts from 1 to {LIGHT_NODE_MAX} (the light nodes' addresses), --runs >= 1; "
+            f"got {args.sizes}, {args.runs}",
+            file=sys.stderr,
+        )
         return 2
     os.environ.setdefault("CONTAINERS_CONF", str(REPO / "tests" / "lab" / "files" / "containers.conf"))
     results: dict = {**results_file.header(), "sizes": sizes}

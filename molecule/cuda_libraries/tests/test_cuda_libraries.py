@@ -14,10 +14,18 @@ testinfra_hosts = ["ansible://all"]
 
 # library -> (build, packages, header, the header's version macros)
 LIBRARIES = {
-    "cudnn": ("8.9.2.26-1+cuda12.1", ["libcudnn8", "libcudnn8-dev"], "cudnn_version.h",
-              {"CUDNN_MAJOR": 8, "CUDNN_MINOR": 9, "CUDNN_PATCHLEVEL": 2}),
-    "nccl": ("2.18.1-1+cuda12.1", ["libnccl2", "libnccl-dev"], "nccl.h",
-             {"NCCL_MAJOR": 2, "NCCL_MINOR": 18, "NCCL_PATCH": 1}),
+    "cudnn": (
+        "8.9.2.26-1+cuda12.1",
+        ["libcudnn8", "libcudnn8-dev"],
+        "cudnn_version.h",
+        {"CUDNN_MAJOR": 8, "CUDNN_MINOR": 9, "CUDNN_PATCHLEVEL": 2},
+    ),
+    "nccl": (
+        "2.18.1-1+cuda12.1",
+        ["libnccl2", "libnccl-dev"],
+        "nccl.h",
+        {"NCCL_MAJOR": 2, "NCCL_MINOR": 18, "NCCL_PATCH": 1},
+    ),
 }
 PACKAGES = [(library, name) for library, (_b, names, _h, _v) in LIBRARIES.items() for name in names]
 
@@ -55,7 +63,7 @@ def test_nccl_loads_and_reports_its_version(host):
     """The real libnccl.so.2 loads without a GPU and reports 2.18.1."""
     out = host.check_output(
         "python3 -c \"import ctypes; lib = ctypes.CDLL('libnccl.so.2'); v = ctypes.c_int();"
-        " assert lib.ncclGetVersion(ctypes.byref(v)) == 0; print(v.value)\""
+        ' assert lib.ncclGetVersion(ctypes.byref(v)) == 0; print(v.value)"'
     )
     assert out.strip() == "21801"
 

@@ -49,17 +49,24 @@ def test_venv_exists_and_belongs_to_root(host):
     assert "include-system-site-packages = false" in cfg
     assert host.file(PYTHON).exists
     # Made by the system Python's venv module, not by virtualenv.
-    assert host.check_output(f"{PYTHON} -c 'import sys; print(sys.prefix != sys.base_prefix, sys.base_prefix)'") == "True /usr"
+    assert (
+        host.check_output(f"{PYTHON} -c 'import sys; print(sys.prefix != sys.base_prefix, sys.base_prefix)'")
+        == "True /usr"
+    )
 
 
 def test_torch_imports_with_the_pinned_cuda_build(host):
-    out = host.check_output(f"{PYTHON} -c 'import torch; print(torch.__version__, torch.version.cuda,"
-                            " torch.backends.cudnn.version(), torch.cuda.nccl.version(), torch.backends.cuda.is_built())'")
+    out = host.check_output(
+        f"{PYTHON} -c 'import torch; print(torch.__version__, torch.version.cuda,"
+        " torch.backends.cudnn.version(), torch.cuda.nccl.version(), torch.backends.cuda.is_built())'"
+    )
     assert out == f"{TORCH_REPORTED} 12.1 8902 (2, 20, 5) True"
 
 
 def test_torch_computes(host):
-    out = host.check_output(f"{PYTHON} -c 'import torch; print((torch.arange(6.).reshape(2, 3) @ torch.ones(3)).tolist())'")
+    out = host.check_output(
+        f"{PYTHON} -c 'import torch; print((torch.arange(6.).reshape(2, 3) @ torch.ones(3)).tolist())'"
+    )
     assert out == "[3.0, 12.0]"
 
 
@@ -70,8 +77,12 @@ def test_pip_in_the_venv_reports_exact_versions(host):
     assert (pkgs["torchvision"], pkgs["torchaudio"], pkgs["numpy"]) == ("0.18.1", "2.3.1", "1.26.4")
     # torch's dependencies came from the wheelhouse with it: the CUDA 12.1 libraries at the versions its
     # metadata pins, and triton.
-    assert (pkgs["nvidia-cuda-runtime-cu12"], pkgs["nvidia-cudnn-cu12"], pkgs["nvidia-nccl-cu12"], pkgs["triton"]) == \
-        ("12.1.105", "8.9.2.26", "2.20.5", "2.3.1")
+    assert (pkgs["nvidia-cuda-runtime-cu12"], pkgs["nvidia-cudnn-cu12"], pkgs["nvidia-nccl-cu12"], pkgs["triton"]) == (
+        "12.1.105",
+        "8.9.2.26",
+        "2.20.5",
+        "2.3.1",
+    )
     for dep in ("filelock", "sympy", "networkx", "jinja2", "fsspec", "typing-extensions"):
         assert dep in pkgs, dep
     show = host.check_output(f"{PYTHON} -m pip show torch --disable-pip-version-check")
@@ -127,7 +138,9 @@ def test_installed_probe_finds_nothing_to_do(host):
     assert probe["unsatisfied"] == []
     assert probe["installed"] == {"torch": TORCH, "torchvision": "0.18.1", "torchaudio": "2.3.1", "numpy": "1.26.4"}
     # The same release from PyTorch's index carries the local version: another build.
-    assert _run_script(host, "pytorch_installed.py", json.dumps(["torch==2.3.1+cu121"]))["unsatisfied"] == ["torch==2.3.1+cu121"]
+    assert _run_script(host, "pytorch_installed.py", json.dumps(["torch==2.3.1+cu121"]))["unsatisfied"] == [
+        "torch==2.3.1+cu121"
+    ]
 
 
 def test_pip_left_no_cache(host):

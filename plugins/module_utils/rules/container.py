@@ -18,17 +18,33 @@ from ansible_collections.gpufleet.fleet.plugins.module_utils.settings import (
     to_bool,
 )
 
-READS = ("container_*", "ansible_facts.architecture", "ansible_facts.distribution", "ansible_facts.distribution_version",
-         "__container_engines", "__container_engines_refused",
-         "__container_engine_runtimes", "__container_runtimes", "__container_deb_architectures",
-         "__container_nvidia_toolkit_public_url", "__container_toolkit_version_pattern",
-         "__container_image_default_base", "__container_image_base_os", "__container_image_name_pattern",
-         "__container_image_tag_pattern", "__container_system_dirs")
+READS = (
+    "container_*",
+    "ansible_facts.architecture",
+    "ansible_facts.distribution",
+    "ansible_facts.distribution_version",
+    "__container_engines",
+    "__container_engines_refused",
+    "__container_engine_runtimes",
+    "__container_runtimes",
+    "__container_deb_architectures",
+    "__container_nvidia_toolkit_public_url",
+    "__container_toolkit_version_pattern",
+    "__container_image_default_base",
+    "__container_image_base_os",
+    "__container_image_name_pattern",
+    "__container_image_tag_pattern",
+    "__container_system_dirs",
+)
 
 # The settings of the matrix's choices, as this role names them in the matrix's reasons.
-NAMES = {"cuda_release": "container_image_cuda_release", "pytorch_release": "container_image_torch_release",
-         "pytorch_cuda_release": "container_image_cuda_release", "pytorch_variant": "container_image_torch_variant",
-         "pytorch_wheel_source": "container_image_wheel_source"}
+NAMES = {
+    "cuda_release": "container_image_cuda_release",
+    "pytorch_release": "container_image_torch_release",
+    "pytorch_cuda_release": "container_image_cuda_release",
+    "pytorch_variant": "container_image_torch_variant",
+    "pytorch_wheel_source": "container_image_wheel_source",
+}
 
 
 def _no_trailing_slash(url: str) -> str:
@@ -41,30 +57,44 @@ def resolve_engine(j: Judgement) -> None:
     arch = j["ansible_facts"]["architecture"]
     deb_archs = j["__container_deb_architectures"]
     j.set("__container_engine_spec", (j.get("__container_engines") or {}).get(engine, {}))
-    j.set("__container_nvidia_runtimes",
-          as_list(j["container_nvidia_runtimes"]) or j["__container_engine_runtimes"].get(engine, []))
+    j.set(
+        "__container_nvidia_runtimes",
+        as_list(j["container_nvidia_runtimes"]) or j["__container_engine_runtimes"].get(engine, []),
+    )
     j.set("__container_deb_arch", deb_archs.get(arch, ""))
     url = j["container_nvidia_toolkit_repository_url"]
-    j.set("__container_repo_url", _no_trailing_slash(
-        url or j["__container_nvidia_toolkit_public_url"].replace("{arch}", text(deb_archs.get(arch, arch)))))
-    j.set("__container_key_url",
-          "" if j["container_nvidia_toolkit_repository_keyring"] else j["container_nvidia_toolkit_repository_key_url"])
+    j.set(
+        "__container_repo_url",
+        _no_trailing_slash(
+            url or j["__container_nvidia_toolkit_public_url"].replace("{arch}", text(deb_archs.get(arch, arch)))
+        ),
+    )
+    j.set(
+        "__container_key_url",
+        "" if j["container_nvidia_toolkit_repository_keyring"] else j["container_nvidia_toolkit_repository_key_url"],
+    )
 
 
 def resolve_image(j: Judgement) -> None:
     """The training image's stack (the compatibility matrix), base, name, pip sources and build arguments."""
     # The image's OS (its python3 takes the wheels), known for the default base only.
     base_os = j["__container_image_base_os"] if not j["container_image_base"] else {}
-    stack = j.stack(cuda_release=text(j["container_image_cuda_release"]),
-                    pytorch_release=text(j["container_image_torch_release"]),
-                    pytorch_variant=text(j["container_image_torch_variant"]),
-                    pytorch_wheel_source=text(j["container_image_wheel_source"]),
-                    distribution=base_os.get("distribution", ""), os_version=base_os.get("version", ""), names=NAMES)
+    stack = j.stack(
+        cuda_release=text(j["container_image_cuda_release"]),
+        pytorch_release=text(j["container_image_torch_release"]),
+        pytorch_variant=text(j["container_image_torch_variant"]),
+        pytorch_wheel_source=text(j["container_image_wheel_source"]),
+        distribution=base_os.get("distribution", ""),
+        os_version=base_os.get("version", ""),
+        names=NAMES,
+    )
     torch = stack.get("pytorch") or {}
     j.set("__container_image_stack", stack)
     release = j.set("__container_image_torch_release", torch.get("release", text(j["container_image_torch_release"])))
-    j.set("__container_image_cuda_release",
-          (stack.get("cuda") or {}).get("release", text(j["container_image_cuda_release"])))
+    j.set(
+        "__container_image_cuda_release",
+        (stack.get("cuda") or {}).get("release", text(j["container_image_cuda_release"])),
+    )
     variant = j.set("__container_image_variant", torch.get("variant", text(j["container_image_torch_variant"])))
     # The variant as the pins carry it: empty where the source has no local version labels (PyPI's torch==2.3.1 is
     # its cu121 build).
@@ -75,9 +105,14 @@ def resolve_image(j: Judgement) -> None:
     tag = j["container_image_tag"] or f"{release}-{variant}"
     j.set("__container_image_ref", f"{text(j['container_image_name'])}:{text(tag)}")
     # An explicit index (a mirror) wins over the wheel source's.
-    index_url = j.set("__container_image_index_url", _no_trailing_slash(
-        (text(j["container_image_index_url"]) or text(j["__container_image_source_index_url"]))
-        .replace("{variant}", text(variant))))
+    index_url = j.set(
+        "__container_image_index_url",
+        _no_trailing_slash(
+            (text(j["container_image_index_url"]) or text(j["__container_image_source_index_url"])).replace(
+                "{variant}", text(variant)
+            )
+        ),
+    )
     # pip ignores a plain-http source unless its host is trusted: an http URL in the settings is the operator's
     # choice (an internal mirror).
     wheelhouse = j["container_image_wheelhouse_url"]
@@ -90,9 +125,16 @@ def resolve_image(j: Judgement) -> None:
     j.set("__container_image_pip_args", pip_args)
     # The ARGs of roles/container/files/Containerfile.train; TORCH_VARIANT is empty for the pypi source (the
     # Containerfile then pins the plain version).
-    j.set("__container_image_build_args", {"BASE_IMAGE": base, "TORCH_VERSION": release, "TORCH_VARIANT": label,
-                                           "TORCH_INDEX_URL": index_url,
-                                           "PIP_EXTRA_ARGS": " ".join(text(arg) for arg in pip_args)})
+    j.set(
+        "__container_image_build_args",
+        {
+            "BASE_IMAGE": base,
+            "TORCH_VERSION": release,
+            "TORCH_VARIANT": label,
+            "TORCH_INDEX_URL": index_url,
+            "PIP_EXTRA_ARGS": " ".join(text(arg) for arg in pip_args),
+        },
+    )
 
 
 def check_engine(j: Judgement) -> None:
@@ -103,73 +145,105 @@ def check_engine(j: Judgement) -> None:
     engines = j.get("__container_engines")
     refused = j.get("__container_engines_refused") or {}
     reason = f": {refused[text(engine)]}" if text(engine) in refused else ""
-    j.check(engines is not None,
-            f"the container role has no package layout for {host_os} (roles/container/vars has Ubuntu and Debian)")
-    j.check(engines is None or j["__container_engine_spec"],
-            f"container_engine '{engine}' is not an engine gpufleet installs on {host_os}{reason}"
-            f" (choose {' or '.join(engines or {})})")
+    j.check(
+        engines is not None,
+        f"the container role has no package layout for {host_os} (roles/container/vars has Ubuntu and Debian)",
+    )
+    j.check(
+        engines is None or j["__container_engine_spec"],
+        f"container_engine '{engine}' is not an engine gpufleet installs on {host_os}{reason}"
+        f" (choose {' or '.join(engines or {})})",
+    )
     version = j["container_nvidia_toolkit_version"]
-    j.check(matches(j["__container_toolkit_version_pattern"], version),
-            f"container_nvidia_toolkit_version '{version}' is not a package version of the NVIDIA Container Toolkit"
-            " (the form X.Y.Z-N, for example 1.19.1-1)")
-    j.check(j["__container_deb_arch"],
-            f"NVIDIA publishes no Container Toolkit repository for the architecture {facts['architecture']}"
-            f" (it does for {', '.join(j['__container_deb_architectures'])})")
+    j.check(
+        matches(j["__container_toolkit_version_pattern"], version),
+        f"container_nvidia_toolkit_version '{version}' is not a package version of the NVIDIA Container Toolkit"
+        " (the form X.Y.Z-N, for example 1.19.1-1)",
+    )
+    j.check(
+        j["__container_deb_arch"],
+        f"NVIDIA publishes no Container Toolkit repository for the architecture {facts['architecture']}"
+        f" (it does for {', '.join(j['__container_deb_architectures'])})",
+    )
     url = j["container_nvidia_toolkit_repository_url"]
-    j.check(not url or is_http_url(url),
-            f"container_nvidia_toolkit_repository_url '{url}' is not an http(s) URL"
-            " (for example http://mirror.example.com/libnvidia-container/stable/deb/amd64)")
+    j.check(
+        not url or is_http_url(url),
+        f"container_nvidia_toolkit_repository_url '{url}' is not an http(s) URL"
+        " (for example http://mirror.example.com/libnvidia-container/stable/deb/amd64)",
+    )
     key_url = j["container_nvidia_toolkit_repository_key_url"]
     keyring = j["container_nvidia_toolkit_repository_keyring"]
-    j.check(not key_url or is_http_url(key_url),
-            f"container_nvidia_toolkit_repository_key_url '{key_url}' is not an http(s) URL")
-    j.check(key_url or keyring,
-            "container_nvidia_toolkit_repository_key_url and container_nvidia_toolkit_repository_keyring are both"
-            " empty: the toolkit repository must be Signed-By a key (NVIDIA's is"
-            " https://nvidia.github.io/libnvidia-container/gpgkey)")
-    j.check(not keyring or matches(r"^/[^\s]+$", keyring),
-            f"container_nvidia_toolkit_repository_keyring '{keyring}' is not an absolute path of a keyring on the host"
-            " (for example /usr/share/keyrings/mirror-archive-keyring.gpg)")
+    j.check(
+        not key_url or is_http_url(key_url),
+        f"container_nvidia_toolkit_repository_key_url '{key_url}' is not an http(s) URL",
+    )
+    j.check(
+        key_url or keyring,
+        "container_nvidia_toolkit_repository_key_url and container_nvidia_toolkit_repository_keyring are both"
+        " empty: the toolkit repository must be Signed-By a key (NVIDIA's is"
+        " https://nvidia.github.io/libnvidia-container/gpgkey)",
+    )
+    j.check(
+        not keyring or matches(r"^/[^\s]+$", keyring),
+        f"container_nvidia_toolkit_repository_keyring '{keyring}' is not an absolute path of a keyring on the host"
+        " (for example /usr/share/keyrings/mirror-archive-keyring.gpg)",
+    )
     runtimes = j["__container_runtimes"]
     bad = [runtime for runtime in as_list(j["container_nvidia_runtimes"]) if runtime not in list(runtimes)]
-    j.check(not bad,
-            f"container_nvidia_runtimes names {', '.join(text(runtime) for runtime in bad)}, which nvidia-ctk cannot"
-            f" configure (choose from {', '.join(runtimes)}; empty for the engine's own)")
+    j.check(
+        not bad,
+        f"container_nvidia_runtimes names {', '.join(text(runtime) for runtime in bad)}, which nvidia-ctk cannot"
+        f" configure (choose from {', '.join(runtimes)}; empty for the engine's own)",
+    )
     spec_file = j["container_cdi_spec_file"]
-    j.check(matches(r"^/[^\s]+\.(yaml|json)$", spec_file),
-            f"container_cdi_spec_file '{spec_file}' must be an absolute path ending in .yaml or .json"
-            " (for example /etc/cdi/nvidia.yaml)")
+    j.check(
+        matches(r"^/[^\s]+\.(yaml|json)$", spec_file),
+        f"container_cdi_spec_file '{spec_file}' must be an absolute path ending in .yaml or .json"
+        " (for example /etc/cdi/nvidia.yaml)",
+    )
 
 
 def check_image(j: Judgement) -> None:
     """The training image's name, tag, base, pip sources and build directory (with container_build_image)."""
     name = j["container_image_name"]
-    j.check(matches(j["__container_image_name_pattern"], name),
-            f"container_image_name '{name}' is not an image name (lower case, for example gpufleet-train"
-            " or registry.example.com:5000/ml/gpufleet-train)")
-    j.check(matches(j["__container_image_tag_pattern"], j["__container_image_ref"].split(":")[-1]),
-            f"container_image_tag '{j['container_image_tag']}' is not an image tag (letters, digits, '_', '.', '-';"
-            " at most 128 characters)")
+    j.check(
+        matches(j["__container_image_name_pattern"], name),
+        f"container_image_name '{name}' is not an image name (lower case, for example gpufleet-train"
+        " or registry.example.com:5000/ml/gpufleet-train)",
+    )
+    j.check(
+        matches(j["__container_image_tag_pattern"], j["__container_image_ref"].split(":")[-1]),
+        f"container_image_tag '{j['container_image_tag']}' is not an image tag (letters, digits, '_', '.', '-';"
+        " at most 128 characters)",
+    )
     base = j["container_image_base"]
     j.check(not base or matches(r"^[^\s]+$", base), f"container_image_base '{base}' is not an image reference")
     wheelhouse = j["container_image_wheelhouse_url"]
-    j.check(wheelhouse or is_http_url(j["__container_image_index_url"]),
-            f"container_image_index_url '{j['container_image_index_url']}' is not an http(s) URL"
-            f" (rendered: '{j['__container_image_index_url']}'; PyTorch's own is"
-            " https://download.pytorch.org/whl/{variant}, {variant} being the only placeholder, PyPI's"
-            " https://pypi.org/simple; empty for the index of container_image_wheel_source)")
-    j.check(not wheelhouse or (is_http_url(wheelhouse) and matches(r".*/$", wheelhouse)),
-            f"container_image_wheelhouse_url '{wheelhouse}' is not the http(s) URL of a directory listing ending in '/'"
-            " (for example http://mirror.example.com/wheels/)")
+    j.check(
+        wheelhouse or is_http_url(j["__container_image_index_url"]),
+        f"container_image_index_url '{j['container_image_index_url']}' is not an http(s) URL"
+        f" (rendered: '{j['__container_image_index_url']}'; PyTorch's own is"
+        " https://download.pytorch.org/whl/{variant}, {variant} being the only placeholder, PyPI's"
+        " https://pypi.org/simple; empty for the index of container_image_wheel_source)",
+    )
+    j.check(
+        not wheelhouse or (is_http_url(wheelhouse) and matches(r".*/$", wheelhouse)),
+        f"container_image_wheelhouse_url '{wheelhouse}' is not the http(s) URL of a directory listing ending in '/'"
+        " (for example http://mirror.example.com/wheels/)",
+    )
     extra = j["container_image_pip_extra_args"]
-    j.check(not any(re.search(r"\s", text(arg)) for arg in as_list(extra)),
-            "container_image_pip_extra_args must be a list of options without spaces inside them"
-            f' (for example ["--proxy", "http://proxy:3128"]), got {extra}')
+    j.check(
+        not any(re.search(r"\s", text(arg)) for arg in as_list(extra)),
+        "container_image_pip_extra_args must be a list of options without spaces inside them"
+        f' (for example ["--proxy", "http://proxy:3128"]), got {extra}',
+    )
     build_dir = j["container_image_build_dir"]
-    j.check(matches(r"^/[^\s]*$", build_dir) and (_no_trailing_slash(text(build_dir)) or "/")
-            not in j["__container_system_dirs"],
-            f"container_image_build_dir '{build_dir}' must be an absolute path of its own, not / or a system directory"
-            " (for example /opt/gpufleet/container-build)")
+    j.check(
+        matches(r"^/[^\s]*$", build_dir)
+        and (_no_trailing_slash(text(build_dir)) or "/") not in j["__container_system_dirs"],
+        f"container_image_build_dir '{build_dir}' must be an absolute path of its own, not / or a system directory"
+        " (for example /opt/gpufleet/container-build)",
+    )
 
 
 def judge(j: Judgement) -> None:

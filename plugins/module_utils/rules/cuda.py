@@ -7,12 +7,22 @@ from __future__ import annotations
 
 import re
 
-from ansible_collections.gpufleet.fleet.plugins.module_utils.settings import Judgement, as_list, is_http_url, to_bool
 from ansible.module_utils.compat.version import LooseVersion
 
-READS = ("cuda_*", "nvidia_driver_version", "nvidia_driver_branch", "ansible_local.nvidia_driver",
-         "preflight_report.gpu_device_ids", "preflight_report.gpu_pci_addresses",
-         "__cuda_repo_os", "__cuda_supported_os", "__cuda_public_repository_url", "__cuda_keyring_package_keyring")
+from ansible_collections.gpufleet.fleet.plugins.module_utils.settings import Judgement, as_list, is_http_url, to_bool
+
+READS = (
+    "cuda_*",
+    "nvidia_driver_version",
+    "nvidia_driver_branch",
+    "ansible_local.nvidia_driver",
+    "preflight_report.gpu_device_ids",
+    "preflight_report.gpu_pci_addresses",
+    "__cuda_repo_os",
+    "__cuda_supported_os",
+    "__cuda_public_repository_url",
+    "__cuda_keyring_package_keyring",
+)
 
 _ARCH = re.compile(r"^sm_[0-9]{2,3}a?$")
 
@@ -36,9 +46,13 @@ def judge(j: Judgement) -> None:
     report = j.get("preflight_report") or {}
     repo_os = j["__cuda_repo_os"]
     supported = list(j["__cuda_supported_os"])
-    stack = j.stack(cuda_release=str(j["cuda_release"]), driver_branch=str(j.get("nvidia_driver_branch", "")),
-                    repository_os=repo_os, gpu_device_ids=report.get("gpu_device_ids", []),
-                    gpu_addresses=report.get("gpu_pci_addresses", []))
+    stack = j.stack(
+        cuda_release=str(j["cuda_release"]),
+        driver_branch=str(j.get("nvidia_driver_branch", "")),
+        repository_os=repo_os,
+        gpu_device_ids=report.get("gpu_device_ids", []),
+        gpu_addresses=report.get("gpu_pci_addresses", []),
+    )
     release = j.set("__cuda_release", (stack.get("cuda") or {}).get("release", str(j["cuda_release"])))
     j.set("__cuda_stack", stack)
     version, source = driver(j, stack)
@@ -48,22 +62,30 @@ def judge(j: Judgement) -> None:
     j.set("__cuda_spec", spec)
     site = j["cuda_repository_url"]
     j.refuse([error for error in stack.get("errors", []) if error.startswith("cuda_release")])
-    j.check(not spec or not version or LooseVersion(version) >= LooseVersion(spec["min_driver"]),
-            f"CUDA {release} needs NVIDIA driver {spec.get('min_driver', '?')} or newer, but {source} is driver {version}:"
-            " choose a newer driver branch (nvidia_driver_branch) or an older CUDA release (cuda_release)")
-    j.check(repo_os in supported or site,
-            f"NVIDIA publishes no CUDA repository for {repo_os} (it does for {', '.join(supported)})")
+    j.check(
+        not spec or not version or LooseVersion(version) >= LooseVersion(spec["min_driver"]),
+        f"CUDA {release} needs NVIDIA driver {spec.get('min_driver', '?')} or newer, but {source} is driver {version}:"
+        " choose a newer driver branch (nvidia_driver_branch) or an older CUDA release (cuda_release)",
+    )
+    j.check(
+        repo_os in supported or site,
+        f"NVIDIA publishes no CUDA repository for {repo_os} (it does for {', '.join(supported)})",
+    )
     # NVIDIA's directory for this OS must carry the release (Debian 12's starts at CUDA 12.3), unless a site
     # repository is given.
     installs = to_bool(j["cuda_toolkit"]) or bool(as_list(j["cuda_libraries"]))
-    j.check(repo_os not in supported or site or not spec.get("repository_gap") or not installs,
-            f"{spec.get('repository_gap', '')}. Set cuda_repository_url to a site repository that carries"
-            f" {spec.get('toolkit_package', 'the toolkit')} {spec.get('toolkit_version', '')} and the builds of"
-            f" cuda_libraries for {repo_os} (flat, like NVIDIA's), or choose a CUDA release NVIDIA publishes for it"
-            " (cuda_release)")
+    j.check(
+        repo_os not in supported or site or not spec.get("repository_gap") or not installs,
+        f"{spec.get('repository_gap', '')}. Set cuda_repository_url to a site repository that carries"
+        f" {spec.get('toolkit_package', 'the toolkit')} {spec.get('toolkit_version', '')} and the builds of"
+        f" cuda_libraries for {repo_os} (flat, like NVIDIA's), or choose a CUDA release NVIDIA publishes for it"
+        " (cuda_release)",
+    )
     j.check(not site or is_http_url(site), f"cuda_repository_url '{site}' is not an http(s) URL")
     key_url = j["cuda_repository_key_url"]
     j.check(not key_url or is_http_url(key_url), f"cuda_repository_key_url '{key_url}' is not an http(s) URL")
     archs = as_list(j["cuda_compile_check_archs"])
-    j.check(all(_ARCH.match(str(arch)) for arch in archs),
-            f"cuda_compile_check_archs must be GPU architectures like sm_80 or sm_90, got {j['cuda_compile_check_archs']}")
+    j.check(
+        all(_ARCH.match(str(arch)) for arch in archs),
+        f"cuda_compile_check_archs must be GPU architectures like sm_80 or sm_90, got {j['cuda_compile_check_archs']}",
+    )

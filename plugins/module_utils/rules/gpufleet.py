@@ -15,6 +15,8 @@ READS = ("groups", "ansible_inventory_sources")
 def judge(j: Judgement) -> None:
     """Refuse an inventory without a host in gpu_nodes (every play would match no host and do nothing)."""
     sources = ", ".join(str(source) for source in j.get("ansible_inventory_sources") or [])
-    j.check((j.get("groups") or {}).get("gpu_nodes"),
-            f"the inventory ({sources}) has no host in the group gpu_nodes: every play would match no host and the"
-            " run would do nothing (put the GPU servers under gpu_nodes in its hosts.yml)")
+    j.check(
+        (j.get("groups") or {}).get("gpu_nodes"),
+        f"the inventory ({sources}) has no host in the group gpu_nodes: every play would match no host and the"
+        " run would do nothing (put the GPU servers under gpu_nodes in its hosts.yml)",
+    )

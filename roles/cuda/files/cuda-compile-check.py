@@ -41,8 +41,14 @@ class CheckError(Exception):
 def toolkit_release(tool):
     """(release, version) from `<tool> --version`: ('12.1', 'V12.1.105'); None when it does not run."""
     try:
-        result = subprocess.run([tool, "--version"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                universal_newlines=True, timeout=60, check=False)
+        result = subprocess.run(
+            [tool, "--version"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            universal_newlines=True,
+            timeout=60,
+            check=False,
+        )
     except OSError:
         return None
     match = re.search(r"release ([0-9]+\.[0-9]+), (V[0-9.]+)", result.stdout)
@@ -90,8 +96,11 @@ class Nvrtc:
             except OSError as error:
                 errors.append(str(error))
         else:
-            raise CheckError("no usable NVRTC in {} ({}): {}".format(
-                lib_dir, " or ".join(NVRTC_NAMES), "; ".join(errors) or "not found"))
+            raise CheckError(
+                "no usable NVRTC in {} ({}): {}".format(
+                    lib_dir, " or ".join(NVRTC_NAMES), "; ".join(errors) or "not found"
+                )
+            )
         self.lib.nvrtcGetErrorString.restype = ctypes.c_char_p
 
     def _call(self, name, *args):
@@ -116,8 +125,11 @@ class Nvrtc:
                 self._call("nvrtcGetProgramLogSize", program, ctypes.byref(log_size))
                 log = ctypes.create_string_buffer(log_size.value)
                 self._call("nvrtcGetProgramLog", program, log)
-                raise RuntimeError("nvrtcCompileProgram failed: {}: {}".format(
-                    self.lib.nvrtcGetErrorString(status).decode(), last_lines(log.value.decode(errors="replace"))))
+                raise RuntimeError(
+                    "nvrtcCompileProgram failed: {}: {}".format(
+                        self.lib.nvrtcGetErrorString(status).decode(), last_lines(log.value.decode(errors="replace"))
+                    )
+                )
             size = ctypes.c_size_t()
             self._call("nvrtcGetPTXSize", program, ctypes.byref(size))
             ptx = ctypes.create_string_buffer(size.value)
@@ -132,9 +144,14 @@ def compile_with_nvcc(nvcc, arch, workdir):
     with open(source, "w") as handle:
         handle.write(KERNEL)
     cubin = os.path.join(workdir, "twice_{}.cubin".format(arch))
-    result = subprocess.run([nvcc, "-cubin", "-arch={}".format(arch), "-o", cubin, source],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, timeout=300,
-                            check=False)
+    result = subprocess.run(
+        [nvcc, "-cubin", "-arch={}".format(arch), "-o", cubin, source],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        universal_newlines=True,
+        timeout=300,
+        check=False,
+    )
     if result.returncode != 0:
         raise RuntimeError("nvcc exit {}: {}".format(result.returncode, last_lines(result.stdout)))
     return cubin
@@ -146,9 +163,14 @@ def compile_with_nvrtc(nvrtc, ptxas, arch, workdir):
     with open(ptx_file, "wb") as handle:
         handle.write(ptx)
     cubin = os.path.join(workdir, "twice_{}.cubin".format(arch))
-    result = subprocess.run([ptxas, "-arch={}".format(arch), "-o", cubin, ptx_file],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, timeout=300,
-                            check=False)
+    result = subprocess.run(
+        [ptxas, "-arch={}".format(arch), "-o", cubin, ptx_file],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        universal_newlines=True,
+        timeout=300,
+        check=False,
+    )
     if result.returncode != 0:
         raise RuntimeError("ptxas exit {}: {}".format(result.returncode, last_lines(result.stdout)))
     return cubin
@@ -191,8 +213,9 @@ def check(cuda_home, archs):
         missing = [] if nvrtc else [nvrtc_error]
         if not os.access(ptxas, os.X_OK):
             missing.append("no executable {}".format(ptxas))
-        raise CheckError("{} has no bin/nvcc, and NVRTC + ptxas are not usable: {}".format(
-            cuda_home, "; ".join(missing)))
+        raise CheckError(
+            "{} has no bin/nvcc, and NVRTC + ptxas are not usable: {}".format(cuda_home, "; ".join(missing))
+        )
 
     with tempfile.TemporaryDirectory(prefix="cuda-compile-check-") as workdir:
         for arch in archs:
@@ -215,9 +238,16 @@ def check(cuda_home, archs):
 
 
 def print_text(report):
-    print("cuda-compile-check: {} ({}): CUDA release {} ({}, from {}), NVRTC {}".format(
-        report["cuda_home"], report["cuda_home_resolved"], report["toolkit_release"] or "unknown",
-        report["toolkit_version"] or "?", report["release_from"] or "no tool", report["nvrtc_version"] or "not loaded"))
+    print(
+        "cuda-compile-check: {} ({}): CUDA release {} ({}, from {}), NVRTC {}".format(
+            report["cuda_home"],
+            report["cuda_home_resolved"],
+            report["toolkit_release"] or "unknown",
+            report["toolkit_version"] or "?",
+            report["release_from"] or "no tool",
+            report["nvrtc_version"] or "not loaded",
+        )
+    )
     for entry in report["archs"]:
         if entry["ok"]:
             print("  {:<7} {:<12} ok      cubin {} bytes".format(entry["arch"], entry["method"], entry["cubin_bytes"]))
@@ -229,10 +259,16 @@ def print_text(report):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description="Compile a CUDA C++ kernel for GPU architectures (no GPU needed).")
-    parser.add_argument("--cuda-home", default="/usr/local/cuda",
-                        help="the toolkit directory (default /usr/local/cuda)")
-    parser.add_argument("--arch", action="append", dest="archs", metavar="sm_NN",
-                        help="a GPU architecture such as sm_80; repeat for more (default sm_80)")
+    parser.add_argument(
+        "--cuda-home", default="/usr/local/cuda", help="the toolkit directory (default /usr/local/cuda)"
+    )
+    parser.add_argument(
+        "--arch",
+        action="append",
+        dest="archs",
+        metavar="sm_NN",
+        help="a GPU architecture such as sm_80; repeat for more (default sm_80)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     args = parser.parse_args(argv)
     archs = args.archs or ["sm_80"]

@@ -7,6 +7,7 @@ argv[3] and argv[4], optional: the same for the branch this install replaces (NV
 branch: nvidia-utils-535 goes when nvidia-utils-580 comes). Prints {"stack": [...], "replaced": [...]}, the
 replaced branch's stack without the packages of this one. Reads dpkg's database only (dpkg-query); changes nothing.
 """
+
 import fnmatch
 import json
 import re
@@ -24,8 +25,9 @@ def driver_stack(listing, named, patterns):
         if status[1:2] != "i":  # installed ("ii", or "hi" when held)
             continue
         # "a (>= 1) | b, c": every alternative's name (the installed one satisfied it)
-        depends[name] = {re.split(r"[\s(:]", alt.strip())[0]
-                         for dep in deps.split(",") for alt in dep.split("|") if alt.strip()}
+        depends[name] = {
+            re.split(r"[\s(:]", alt.strip())[0] for dep in deps.split(",") for alt in dep.split("|") if alt.strip()
+        }
         for virtual in provides.split(","):
             if virtual.strip():
                 providers.setdefault(re.split(r"[\s(]", virtual.strip())[0], set()).add(name)

@@ -62,6 +62,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             if not (math.isfinite(value := kind(text)) and ok(value)):
                 raise argparse.ArgumentTypeError(f"must be {what}, got {text}")
             return value
+
         parse.__name__ = kind.__name__  # argparse: "invalid int value: 'x'"
         return parse
 
@@ -79,8 +80,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add("--num-samples", type=count, default=4096, help="synthetic dataset size")
     add("--data-dir", type=Path, help="directory with train.pt: {'x': Tensor[N, ...], 'y': Tensor[N, ...]}")
     add("--log-every", type=count, default=10)
-    add("--min-loss-drop", type=number(float, "a finite number below 1", lambda v: v < 1), default=0.1,
-        help="fraction the loss must fall, last quarter of steps against the first")
+    add(
+        "--min-loss-drop",
+        type=number(float, "a finite number below 1", lambda v: v < 1),
+        default=0.1,
+        help="fraction the loss must fall, last quarter of steps against the first",
+    )
     add("--checkpoint", type=Path, help="checkpoint file (written by global rank 0)")
     add("--checkpoint-every", type=number(int, "0 or more", lambda v: v >= 0), default=0, help="0: only at the end")
     add("--resume", action="store_true", help="continue from --checkpoint")
@@ -88,8 +93,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add("--profile-dir", type=Path, help="torch.profiler TensorBoard traces, one per rank")
     add("--empty-cache", action="store_true", help="torch.cuda.empty_cache() between phases")
     add("--timeout", type=count, default=600, help="collective timeout, seconds")
-    add("--busbw-mib", type=number(int, "0 or more", lambda v: v >= 0), default=64,
-        help="all-reduce size of the bus-bandwidth measurement after training, MiB (0: not measured)")
+    add(
+        "--busbw-mib",
+        type=number(int, "0 or more", lambda v: v >= 0),
+        default=64,
+        help="all-reduce size of the bus-bandwidth measurement after training, MiB (0: not measured)",
+    )
     add("--busbw-iters", type=count, default=20, help="timed all-reduces of that measurement")
     add("--result", type=Path, help="write the JSON result here (rank 0)")
     add("--json", action="store_true", help="print the JSON result on stdout (rank 0)")
@@ -100,6 +109,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 @dataclass(frozen=True)
 class Data:
     """The dataset in memory: x [N, features]; y float [N, outputs] (regression, MSE) or class indices [N]."""
+
     x: torch.Tensor
     y: torch.Tensor
     task: str  # "regression" or "classification" (cross-entropy)
@@ -110,6 +120,7 @@ class Data:
 @dataclass(frozen=True)
 class Plan:
     """What plan() settled: this rank's place in the world, its device, AMP, batch split, data and checkpoint."""
+
     distributed: bool  # RANK and WORLD_SIZE set (torchrun); else one process without a process group
     rank: int
     world_size: int
@@ -155,8 +166,10 @@ def plan(args: argparse.Namespace, environ: Mapping[str, str]) -> Plan:
     amp = args.amp if args.amp != "auto" else "bf16" if bf16_ok else "fp16" if on_gpu else "off"
     parts = world_size * args.grad_accum
     if args.batch_size % parts:
-        raise UsageError(f"--batch-size {args.batch_size} is not divisible by world size {world_size} x "
-                         f"--grad-accum {args.grad_accum} = {parts}; choose a multiple of {parts}")
+        raise UsageError(
+            f"--batch-size {args.batch_size} is not divisible by world size {world_size} x "
+            f"--grad-accum {args.grad_accum} = {parts}; choose a multiple of {parts}"
+        )
     data = load_data(args)
     if len(data.x) < args.batch_size:
         raise UsageError(f"dataset has {len(data.x)} samples, fewer than one global batch ({args.batch_size})")
@@ -165,10 +178,20 @@ def plan(args: argparse.Namespace, environ: Mapping[str, str]) -> Plan:
             check_writable("--" + option.replace("_", "-"), getattr(args, option))
     if args.profile_dir is not None:  # every rank writes its trace there
         check_writable("--profile-dir", args.profile_dir, directory=True)
-    return Plan(distributed=distributed, rank=rank, world_size=world_size, local_rank=local_rank, node=node,
-                device=device, gpus=gpus, backend=("nccl" if on_gpu else "gloo") if distributed else None, amp=amp,
-                micro_batch=args.batch_size // parts, data=data,
-                checkpoint=read_checkpoint(args) if args.resume else None)
+    return Plan(
+        distributed=distributed,
+        rank=rank,
+        world_size=world_size,
+        local_rank=local_rank,
+        node=node,
+        device=device,
+        gpus=gpus,
+        backend=("nccl" if on_gpu else "gloo") if distributed else None,
+        amp=amp,
+        micro_batch=args.batch_size // parts,
+        data=data,
+        checkpoint=read_checkpoint(args) if args.resume else None,
+    )
 
 
 def cpu_autocast_available() -> bool:
@@ -264,16 +287,27 @@ class Trainer:
         self.plan = plan(args, os.environ if environ is None else environ)
         self.notes: list[str] = []  # for the result
         self.saves = 0  # checkpoints this rank wrote
-        self.sampler = DistributedSampler(range(len(self.plan.data.x)), num_replicas=self.plan.world_size,
-                                          rank=self.plan.rank, shuffle=True, seed=args.seed, drop_last=True)
+        self.sampler = DistributedSampler(
+            range(len(self.plan.data.x)),
+            num_replicas=self.plan.world_size,
+            rank=self.plan.rank,
+            shuffle=True,
+            seed=args.seed,
+            drop_last=True,
+        )
         self.epoch, self.order = -1, torch.empty(0, dtype=torch.long)  # the sampler's permutation of that epoch
 
     def setup(self) -> None:
         """The model on its device (DDP, DataParallel or plain), SGD and the GradScaler (fp16 only), a resumed state."""
         args, data, device, width = self.args, self.plan.data, self.plan.device, self.args.hidden
         torch.manual_seed(args.seed)  # identical initial weights on every rank
-        self.module = nn.Sequential(nn.Linear(data.x.shape[1], width), nn.GELU(), nn.Linear(width, width),
-                                    nn.GELU(), nn.Linear(width, data.outputs)).to(device)
+        self.module = nn.Sequential(
+            nn.Linear(data.x.shape[1], width),
+            nn.GELU(),
+            nn.Linear(width, width),
+            nn.GELU(),
+            nn.Linear(width, data.outputs),
+        ).to(device)
         self.optimizer = torch.optim.SGD(self.module.parameters(), lr=args.lr, momentum=SGD_MOMENTUM)
         self.scaler = torch.amp.GradScaler(device.type, enabled=self.plan.amp == "fp16")
         self.start_step = self.restore() if args.resume else 0
@@ -303,8 +337,11 @@ class Trainer:
                 torch.cuda.set_rng_state(state["rng"]["cuda"], self.plan.device)
         except (RuntimeError, ValueError, KeyError, TypeError) as exc:  # another model's shapes, a damaged state
             raise UsageError(f"--checkpoint {path}: does not fit this run ({first_line(exc)})") from None
-        self.notes += [f"resumed with a different {key} than the checkpoint's" for key in ("batch_size", "seed")
-                       if state["config"].get(key) != getattr(self.args, key)]
+        self.notes += [
+            f"resumed with a different {key} than the checkpoint's"
+            for key in ("batch_size", "seed")
+            if state["config"].get(key) != getattr(self.args, key)
+        ]
         return state["step"]
 
     def save_checkpoint(self, step: int) -> None:
@@ -313,10 +350,21 @@ class Trainer:
         rng = {"torch": torch.get_rng_state()}
         if self.plan.gpus:
             rng["cuda"] = torch.cuda.get_rng_state(self.plan.device)
-        config = {"batch_size": self.args.batch_size, "seed": self.args.seed, "hidden": self.args.hidden,
-                  "world_size": self.plan.world_size, "saved_by_rank": self.plan.rank}
-        state = {"model": self.module.state_dict(), "optimizer": self.optimizer.state_dict(),
-                 "scaler": self.scaler.state_dict(), "step": step, "rng": rng, "config": config}
+        config = {
+            "batch_size": self.args.batch_size,
+            "seed": self.args.seed,
+            "hidden": self.args.hidden,
+            "world_size": self.plan.world_size,
+            "saved_by_rank": self.plan.rank,
+        }
+        state = {
+            "model": self.module.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scaler": self.scaler.state_dict(),
+            "step": step,
+            "rng": rng,
+            "config": config,
+        }
         atomic_write(self.args.checkpoint, lambda handle: torch.save(state, handle))
         self.saves += 1
         LOG.info("checkpoint at step %d -> %s", step, self.args.checkpoint)
@@ -329,7 +377,7 @@ class Trainer:
             self.sampler.set_epoch(epoch)
             self.order, self.epoch = torch.tensor(list(self.sampler), device=self.plan.device), epoch
         per_step = self.plan.micro_batch * self.args.grad_accum
-        return list(self.order[index * per_step:(index + 1) * per_step].split(self.plan.micro_batch))
+        return list(self.order[index * per_step : (index + 1) * per_step].split(self.plan.micro_batch))
 
     def forward_backward(self, step: int, sync: bool = True) -> torch.Tensor:
         """The forward and backward passes of a step over this rank's micro-batches (gradient accumulation); returns
@@ -369,7 +417,9 @@ class Trainer:
             activity = torch.profiler.ProfilerActivity
             profiler = torch.profiler.profile(
                 activities=[activity.CPU, activity.CUDA] if self.plan.gpus else [activity.CPU],
-                schedule=torch.profiler.schedule(**PROFILE_SCHEDULE), on_trace_ready=self.write_trace)
+                schedule=torch.profiler.schedule(**PROFILE_SCHEDULE),
+                on_trace_ready=self.write_trace,
+            )
         started = time.perf_counter()
         logged = (started, self.start_step)  # when, and at which step, the last progress line was written
         with profiler:
@@ -417,8 +467,10 @@ def judge(losses: list[float], start_step: int, spread: float, min_drop: float) 
         first, last = sum(losses[:quarter]) / quarter, sum(losses[-quarter:]) / quarter
         drop = 1.0 - last / first if first > 0 else 0.0
         if not math.isfinite(drop) or drop < min_drop:
-            reasons.append(f"loss not falling: first-quarter mean {first:.6g}, last-quarter mean {last:.6g}, "
-                           f"drop {drop:.3f} < --min-loss-drop {min_drop}")
+            reasons.append(
+                f"loss not falling: first-quarter mean {first:.6g}, last-quarter mean {last:.6g}, "
+                f"drop {drop:.3f} < --min-loss-drop {min_drop}"
+            )
     if not spread <= PARAM_ATOL:
         reasons.append(f"ranks disagree on parameters: max abs diff {spread:.3g} > {PARAM_ATOL}")
     return Verdict(reasons, notes, drop)
@@ -429,7 +481,7 @@ def gather(t: Trainer, mine: dict[str, Any]) -> tuple[list[dict[str, Any]], floa
     if not t.plan.distributed:
         return [mine], 0.0
     data, padded = json.dumps(mine).encode(), torch.zeros(4096, dtype=torch.uint8, device=t.plan.device)
-    padded[:len(data)] = torch.tensor(list(data), dtype=torch.uint8)
+    padded[: len(data)] = torch.tensor(list(data), dtype=torch.uint8)
     every = [torch.empty_like(padded) for _rank in range(t.plan.world_size)]
     dist.all_gather(every, padded)
     params = torch.cat([p.detach().float().reshape(-1) for p in t.module.parameters()])
@@ -465,8 +517,16 @@ def node_pace(ranks: list[dict[str, Any]], samples_per_rank: int) -> list[dict[s
     for r in ranks:
         nodes.setdefault(r["node"], []).append(r)
     slowest = {n: max(r["compute_s"] for r in rs) for n, rs in nodes.items()}
-    return [{"node": n, "host": rs[0]["host"], "ranks": len(rs), "compute_s_per_step": slowest[n],
-             "samples_per_s": len(rs) * samples_per_rank / slowest[n]} for n, rs in sorted(nodes.items())]
+    return [
+        {
+            "node": n,
+            "host": rs[0]["host"],
+            "ranks": len(rs),
+            "compute_s_per_step": slowest[n],
+            "samples_per_s": len(rs) * samples_per_rank / slowest[n],
+        }
+        for n, rs in sorted(nodes.items())
+    ]
 
 
 def time_all_reduce(t: Trainer, ranks: list[dict[str, Any]], mib: int, iters: int) -> dict[str, Any]:
@@ -476,8 +536,13 @@ def time_all_reduce(t: Trainer, ranks: list[dict[str, Any]], mib: int, iters: in
     leaders = [rank for rank, r in enumerate(ranks) if r["local_rank"] == 0]
     groups = {"world": (None, list(range(len(ranks)))), "inter_node": (dist.new_group(leaders), leaders)}
     buffer, size = torch.zeros(mib * 2**20 // 4, device=t.plan.device), mib * 2**20 // 4 * 4
-    result = {"backend": t.plan.backend, "measured": "gloo over TCP" if t.plan.backend == "gloo" else "NCCL",
-              "size_bytes": size, "warmup": BUSBW_WARMUP, "iters": iters}
+    result = {
+        "backend": t.plan.backend,
+        "measured": "gloo over TCP" if t.plan.backend == "gloo" else "NCCL",
+        "size_bytes": size,
+        "warmup": BUSBW_WARMUP,
+        "iters": iters,
+    }
     for name, (group, members) in groups.items():
         seconds = torch.zeros(1, dtype=torch.float64, device=t.plan.device)
         if t.plan.rank in members and len(members) > 1:
@@ -490,8 +555,12 @@ def time_all_reduce(t: Trainer, ranks: list[dict[str, Any]], mib: int, iters: in
             seconds += (time.perf_counter() - began) / iters
         dist.all_reduce(seconds, op=dist.ReduceOp.MAX)  # the slowest rank sets the pace
         n, algbw = len(members), size / seconds.item() / 1e9 if seconds.item() > 0 else None
-        result[name] = {"ranks": n, "seconds": seconds.item() or None, "algbw_gbps": algbw,
-                        "busbw_gbps": algbw * 2 * (n - 1) / n if algbw else None}  # None: one rank, nothing crossed
+        result[name] = {
+            "ranks": n,
+            "seconds": seconds.item() or None,
+            "algbw_gbps": algbw,
+            "busbw_gbps": algbw * 2 * (n - 1) / n if algbw else None,
+        }  # None: one rank, nothing crossed
     return result
 
 
@@ -499,9 +568,18 @@ def execute(t: Trainer) -> int:
     """Train, then judge the run on global rank 0 and publish its result."""
     began, args, p = time.perf_counter(), t.args, t.plan
     t.setup()
-    LOG.info("world %d | %s | %s | %s | amp %s | global batch %d = %d rank(s) x %d micro-step(s) x %d",
-             p.world_size, p.backend, p.device, type(t.model).__name__, p.amp, args.batch_size, p.world_size,
-             args.grad_accum, p.micro_batch)
+    LOG.info(
+        "world %d | %s | %s | %s | amp %s | global batch %d = %d rank(s) x %d micro-step(s) x %d",
+        p.world_size,
+        p.backend,
+        p.device,
+        type(t.model).__name__,
+        p.amp,
+        args.batch_size,
+        p.world_size,
+        args.grad_accum,
+        p.micro_batch,
+    )
     if args.empty_cache and p.gpus:
         torch.cuda.empty_cache()  # hand cached, unused blocks back to the driver between phases
     for gpu in p.gpus:
@@ -513,28 +591,57 @@ def execute(t: Trainer) -> int:
         params = {k: v.cpu() for k, v in t.module.state_dict().items()}
         atomic_write(args.save_params, lambda handle: torch.save(params, handle))
     peak = max(map(torch.cuda.max_memory_allocated, p.gpus)) if p.gpus else None  # of the GPUs this rank drives
-    ranks, spread = gather(t, {"host": socket.gethostname(), "node": p.node, "local_rank": p.local_rank,
-                               "checkpoint_writes": t.saves, "peak_memory_bytes": peak, "compute_s": time_compute(t)})
+    ranks, spread = gather(
+        t,
+        {
+            "host": socket.gethostname(),
+            "node": p.node,
+            "local_rank": p.local_rank,
+            "checkpoint_writes": t.saves,
+            "peak_memory_bytes": peak,
+            "compute_s": time_compute(t),
+        },
+    )
     network = time_all_reduce(t, ranks, args.busbw_mib, args.busbw_iters) if p.distributed and args.busbw_mib else None
     verdict = judge(losses, t.start_step, spread, args.min_loss_drop)
     if network is None:
         why = "--busbw-mib 0" if p.distributed else "no process group"
         verdict.notes.append(f"bus bandwidth not measured: {why}")
     result = {
-        "verdict": "fail" if verdict.reasons else "pass", "reasons": verdict.reasons, "notes": t.notes + verdict.notes,
-        "mode": args.mode, "wrapper": "none" if t.model is t.module else type(t.model).__name__,
-        "world_size": p.world_size, "backend": p.backend, "device": p.device.type,
-        "hosts": [r["host"] for r in ranks], "amp": p.amp, "grad_accum": args.grad_accum,
-        "global_batch": args.batch_size, "micro_batch": p.micro_batch, "steps": len(losses),
-        "start_step": t.start_step, "final_step": t.start_step + len(losses), "losses": losses,
+        "verdict": "fail" if verdict.reasons else "pass",
+        "reasons": verdict.reasons,
+        "notes": t.notes + verdict.notes,
+        "mode": args.mode,
+        "wrapper": "none" if t.model is t.module else type(t.model).__name__,
+        "world_size": p.world_size,
+        "backend": p.backend,
+        "device": p.device.type,
+        "hosts": [r["host"] for r in ranks],
+        "amp": p.amp,
+        "grad_accum": args.grad_accum,
+        "global_batch": args.batch_size,
+        "micro_batch": p.micro_batch,
+        "steps": len(losses),
+        "start_step": t.start_step,
+        "final_step": t.start_step + len(losses),
+        "losses": losses,
         "loss_drop": verdict.loss_drop,
-        "samples_per_s": args.batch_size * len(losses) / duration if losses else 0.0, "duration_s": duration,
-        "wall_s": time.perf_counter() - began, "peak_memory_bytes": [r["peak_memory_bytes"] for r in ranks],
-        "param_max_abs_diff": spread, "checkpoint_writes": [r["checkpoint_writes"] for r in ranks],
+        "samples_per_s": args.batch_size * len(losses) / duration if losses else 0.0,
+        "duration_s": duration,
+        "wall_s": time.perf_counter() - began,
+        "peak_memory_bytes": [r["peak_memory_bytes"] for r in ranks],
+        "param_max_abs_diff": spread,
+        "checkpoint_writes": [r["checkpoint_writes"] for r in ranks],
         "compute_s_per_step": [r["compute_s"] for r in ranks],
-        "nodes": node_pace(ranks, p.micro_batch * args.grad_accum), "network": network,
-        "data": p.data.source, "task": p.data.task, "lr": args.lr, "seed": args.seed, "hidden": args.hidden,
-        "torch_version": torch.__version__, "cuda_version": torch.version.cuda,
+        "nodes": node_pace(ranks, p.micro_batch * args.grad_accum),
+        "network": network,
+        "data": p.data.source,
+        "task": p.data.task,
+        "lr": args.lr,
+        "seed": args.seed,
+        "hidden": args.hidden,
+        "torch_version": torch.__version__,
+        "cuda_version": torch.version.cuda,
     }
     if p.rank == 0:  # NaN and infinities are written as null: JSON has none
         text = json.dumps(json.loads(json.dumps(result), parse_constant=lambda _: None), indent=2, allow_nan=False)
@@ -563,8 +670,11 @@ def main(argv: list[str] | None = None) -> int:
         if p.distributed:
             if p.gpus:
                 torch.cuda.set_device(p.device)
-            dist.init_process_group(backend=p.backend, timeout=timedelta(seconds=trainer.args.timeout),
-                                    device_id=p.device if p.gpus else None)  # binds NCCL to this rank's GPU
+            dist.init_process_group(
+                backend=p.backend,
+                timeout=timedelta(seconds=trainer.args.timeout),
+                device_id=p.device if p.gpus else None,
+            )  # binds NCCL to this rank's GPU
         code = execute(trainer)
         if dist.is_initialized():  # a rank still here 60 s on dumps its stacks (should a hang return: docs/testing.md)
             faulthandler.dump_traceback_later(60)

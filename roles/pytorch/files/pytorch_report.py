@@ -15,7 +15,8 @@ import sys
 
 
 def cudnn_version_string(code):
-    """torch.backends.cudnn.version() as text: 8902 -> '8.9.2' (cuDNN 8), 90100 -> '9.1.0' (cuDNN 9+); None stays None."""
+    """torch.backends.cudnn.version() as text: 8902 -> '8.9.2' (cuDNN 8), 90100 -> '9.1.0' (cuDNN 9+); None stays
+    None."""
     if code is None:
         return None
     code = int(code)

@@ -16,8 +16,8 @@ config: {"pip": "<dir>/pip.pyz", "pip_args": [the install's source and extra opt
    source that offers neither would make pip download the whole wheel: pip is stopped at the first such
    download, and the output says which file.
 2. Each distinct file URL of the resolution, and each index and find-links URL of pip_args (pip says
-   nothing of an index it cannot reach: it finds no files there), is asked for with HEAD (redirects
-   followed; GET of one byte where HEAD is refused), through --proxy, --cert, --client-cert and
+   nothing of an index it cannot reach: it finds no files there), is asked for with HEAD (redirects followed; GET of one
+   byte where HEAD is refused), through --proxy, --cert, --client-cert and
    --trusted-host of pip_args as pip uses them, else the environment's proxy variables.
 
 Prints one JSON line; the controller judges it (the gpufleet.fleet.wheel_plan filter):
@@ -53,7 +53,7 @@ def option_values(args, name):
         if arg == name and index + 1 < len(args):
             values.append(args[index + 1])
         elif arg.startswith(name + "="):
-            values.append(arg[len(name) + 1:])
+            values.append(arg[len(name) + 1 :])
     return values
 
 
@@ -96,7 +96,9 @@ def fetch(url, pip_args, timeout):
     host = urllib.parse.urlsplit(url).netloc
     result = {"url": url, "status": 0, "final_url": url, "error": ""}
     for method, headers in (("HEAD", {}), ("GET", {"Range": "bytes=0-0"})):
-        request = urllib.request.Request(url, method=method, headers=dict(headers, **{"User-Agent": "gpufleet-wheel-plan"}))
+        request = urllib.request.Request(
+            url, method=method, headers=dict(headers, **{"User-Agent": "gpufleet-wheel-plan"})
+        )
         trail = [url]
         try:
             with opener(pip_args, host, trail).open(request, timeout=timeout) as response:
@@ -117,12 +119,35 @@ def run_pip(config, requirements, workdir):
     with open(lines, "w") as handle:
         handle.write(requirements)
     # -u: pip's lines arrive as it writes them (a whole-wheel download is stopped at its first line).
-    command = [sys.executable, "-I", "-u", config["pip"], "install", "--dry-run", "--ignore-installed", "--no-cache-dir",
-               "--progress-bar", "off", "--only-binary=:all:", "--use-feature=fast-deps", "--report", report]
+    command = [
+        sys.executable,
+        "-I",
+        "-u",
+        config["pip"],
+        "install",
+        "--dry-run",
+        "--ignore-installed",
+        "--no-cache-dir",
+        "--progress-bar",
+        "off",
+        "--only-binary=:all:",
+        "--use-feature=fast-deps",
+        "--report",
+        report,
+    ]
     command += list(config.get("pip_args") or []) + ["-r", lines]
-    env = dict(os.environ, TMPDIR=workdir, PIP_CONFIG_FILE=os.devnull, PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_INPUT="1")
-    process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               env=env, cwd=workdir, universal_newlines=True)
+    env = dict(
+        os.environ, TMPDIR=workdir, PIP_CONFIG_FILE=os.devnull, PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_INPUT="1"
+    )
+    process = subprocess.Popen(
+        command,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        cwd=workdir,
+        universal_newlines=True,
+    )
     stderr = []
     reader = threading.Thread(target=lambda: stderr.extend(process.stderr))
     reader.start()
@@ -138,8 +163,13 @@ def run_pip(config, requirements, workdir):
             process.terminate()
     process.wait()
     reader.join()
-    result = {"rc": process.returncode, "stdout": stdout[-KEEP_LINES:], "stderr": [l.rstrip("\n") for l in stderr][-KEEP_LINES:],
-              "collecting": collecting, "stopped_download": stopped}
+    result = {
+        "rc": process.returncode,
+        "stdout": stdout[-KEEP_LINES:],
+        "stderr": [line.rstrip("\n") for line in stderr][-KEEP_LINES:],
+        "collecting": collecting,
+        "stopped_download": stopped,
+    }
     data = None
     if process.returncode == 0 and not stopped and os.path.exists(report):
         with open(report) as handle:
@@ -154,9 +184,16 @@ def installs(report):
         info = item.get("download_info") or {}
         hashes = (info.get("archive_info") or {}).get("hashes") or {}
         metadata = item.get("metadata") or {}
-        items.append({"name": metadata.get("name", ""), "version": metadata.get("version", ""), "url": info.get("url", ""),
-                      "requested": bool(item.get("requested")), "requires_dist": metadata.get("requires_dist") or [],
-                      "sha256": hashes.get("sha256", "")})
+        items.append(
+            {
+                "name": metadata.get("name", ""),
+                "version": metadata.get("version", ""),
+                "url": info.get("url", ""),
+                "requested": bool(item.get("requested")),
+                "requires_dist": metadata.get("requires_dist") or [],
+                "sha256": hashes.get("sha256", ""),
+            }
+        )
     return items
 
 
@@ -164,12 +201,25 @@ def main(argv):
     config = json.loads(argv[1])
     requirements = sys.stdin.read()
     timeout = float(config.get("timeout") or 60)
-    out = {"python": "%d.%d.%d" % sys.version_info[:3], "machine": os.uname().machine, "skipped": "", "pip": {},
-           "report_version": "", "install": [], "fetch": [], "sources": []}
+    out = {
+        "python": "%d.%d.%d" % sys.version_info[:3],
+        "machine": os.uname().machine,
+        "skipped": "",
+        "pip": {},
+        "report_version": "",
+        "install": [],
+        "fetch": [],
+        "sources": [],
+    }
     minimum = tuple(int(p) for p in (config.get("min_python") or "0.0").split("."))
     if sys.version_info[:2] < minimum:
         out["skipped"] = "pip %s runs on Python %s or newer, %s is %d.%d" % (
-            config.get("pip_version", ""), config.get("min_python"), sys.executable, sys.version_info[0], sys.version_info[1])
+            config.get("pip_version", ""),
+            config.get("min_python"),
+            sys.executable,
+            sys.version_info[0],
+            sys.version_info[1],
+        )
     else:
         out["pip"], report = run_pip(config, requirements, os.path.dirname(config["pip"]))
         if report is not None:
@@ -178,8 +228,12 @@ def main(argv):
             urls = sorted({item["url"] for item in out["install"] if item["url"]})
             with ThreadPoolExecutor(max_workers=8) as pool:
                 out["fetch"] = list(pool.map(lambda url: fetch(url, config.get("pip_args") or [], timeout), urls))
-        sources = [url for name in ("--index-url", "-i", "--extra-index-url", "--find-links", "-f")
-                   for url in option_values(config.get("pip_args") or [], name) if url.startswith(("http://", "https://"))]
+        sources = [
+            url
+            for name in ("--index-url", "-i", "--extra-index-url", "--find-links", "-f")
+            for url in option_values(config.get("pip_args") or [], name)
+            if url.startswith(("http://", "https://"))
+        ]
         out["sources"] = [fetch(url, config.get("pip_args") or [], timeout) for url in sources]
     print(json.dumps(out, sort_keys=True))
     return 0

@@ -86,7 +86,7 @@ class Action:
 
 def one_line(text: str, limit: int = DETAIL_MAX_CHARS) -> str:
     text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[:limit - 3].rstrip() + "..."
+    return text if len(text) <= limit else text[: limit - 3].rstrip() + "..."
 
 
 def check_action_class(check: dict[str, Any]) -> str:
@@ -102,8 +102,11 @@ def check_action_class(check: dict[str, Any]) -> str:
 def judge_report(report: Any) -> Outcome:
     """The checks' JSON document (gpufleet-check/1) judged: its verdict, and for a failure the reason to drain
     with: the first failed check, its action class and its detail, and how many more failed."""
-    if not isinstance(report, dict) or report.get("verdict") not in ("pass", "fail") \
-            or not isinstance(report.get("checks"), list):
+    if (
+        not isinstance(report, dict)
+        or report.get("verdict") not in ("pass", "fail")
+        or not isinstance(report.get("checks"), list)
+    ):
         return Outcome(False, MARKER + "health check could not run: its report has no verdict and checks")
     if report["verdict"] == "pass":
         return Outcome(True)
@@ -144,7 +147,11 @@ def decide(outcome: Outcome, drain_reason: str | None) -> Action:
             return Action("none", why=f"passed; drained by someone else ({drain_reason}): left alone")
         return Action("none", why="passed")
     if drain_reason and not is_ours(drain_reason):
-        return Action("none", outcome.reason, why=f"failed ({outcome.reason}); drained by someone else ({drain_reason}): left alone")
+        return Action(
+            "none",
+            outcome.reason,
+            why=f"failed ({outcome.reason}); drained by someone else ({drain_reason}): left alone",
+        )
     if drain_reason == outcome.reason:
         return Action("none", outcome.reason, why=f"failed ({outcome.reason}); already drained for it")
     return Action("drain", outcome.reason, why=f"failed: drained ({outcome.reason})")
@@ -162,22 +169,27 @@ def drain_reason_from_sinfo(stdout: str) -> str | None:
 def metrics_text(passed: bool, held_reason: str | None, now: float) -> str:
     """node exporter's textfile format; held_reason is gpufleet's drain reason while it holds the node
     drained, "" when it does not, None when Slurm could not be asked."""
+
     def label(value: str) -> str:
         return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
     lines = []
     if held_reason is not None:
-        lines += ["# HELP gpufleet_slurm_drained 1 while gpufleet's Slurm health check keeps this node drained "
-                  "(reason: the drain reason), else 0.",
-                  "# TYPE gpufleet_slurm_drained gauge",
-                  f'gpufleet_slurm_drained{{reason="{label(held_reason)}"}} {1 if held_reason else 0}']
-    lines += ["# HELP gpufleet_slurm_health_check_passed 1 when the last Slurm health check passed, else 0 "
-              "(failed, timed out, or could not run).",
-              "# TYPE gpufleet_slurm_health_check_passed gauge",
-              f"gpufleet_slurm_health_check_passed {1 if passed else 0}",
-              "# HELP gpufleet_slurm_health_check_timestamp_seconds When the last Slurm health check ran (Unix time).",
-              "# TYPE gpufleet_slurm_health_check_timestamp_seconds gauge",
-              f"gpufleet_slurm_health_check_timestamp_seconds {now:.3f}"]
+        lines += [
+            "# HELP gpufleet_slurm_drained 1 while gpufleet's Slurm health check keeps this node drained "
+            "(reason: the drain reason), else 0.",
+            "# TYPE gpufleet_slurm_drained gauge",
+            f'gpufleet_slurm_drained{{reason="{label(held_reason)}"}} {1 if held_reason else 0}',
+        ]
+    lines += [
+        "# HELP gpufleet_slurm_health_check_passed 1 when the last Slurm health check passed, else 0 "
+        "(failed, timed out, or could not run).",
+        "# TYPE gpufleet_slurm_health_check_passed gauge",
+        f"gpufleet_slurm_health_check_passed {1 if passed else 0}",
+        "# HELP gpufleet_slurm_health_check_timestamp_seconds When the last Slurm health check ran (Unix time).",
+        "# TYPE gpufleet_slurm_health_check_timestamp_seconds gauge",
+        f"gpufleet_slurm_health_check_timestamp_seconds {now:.3f}",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -228,14 +240,19 @@ def run_checks(run: Runner, python: str, zipapp: str, check_args: list[str], tim
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="gpufleet-slurm-health-check", description=__doc__.split("\n\n", maxsplit=1)[0],
-                                epilog="Arguments after -- go to gpufleet_check (after --json).")
+    p = argparse.ArgumentParser(
+        prog="gpufleet-slurm-health-check",
+        description=__doc__.split("\n\n", maxsplit=1)[0],
+        epilog="Arguments after -- go to gpufleet_check (after --json).",
+    )
     p.add_argument("--zipapp", required=True, help="gpufleet_check.pyz on this node")
     p.add_argument("--python", required=True, help="the interpreter to run it with (the PyTorch environment's)")
     p.add_argument("--fallback-python", default="/usr/bin/python3", help="used when --python is not executable")
     p.add_argument("--timeout", type=int, default=40, help=f"seconds the checks may take (1 to {MAX_TIMEOUT_S})")
     p.add_argument("--textfile-dir", default="", help="node exporter's textfile directory (skipped when absent)")
-    p.add_argument("--node", default="", help="the Slurm node name (default: SLURMD_NODENAME, else the short host name)")
+    p.add_argument(
+        "--node", default="", help="the Slurm node name (default: SLURMD_NODENAME, else the short host name)"
+    )
     p.add_argument("check_args", nargs="*", help="gpufleet_check's options")
     args = p.parse_args(argv)
     if not 1 <= args.timeout <= MAX_TIMEOUT_S:
@@ -243,8 +260,12 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     return args
 
 
-def main(argv: Sequence[str] | None = None, run: Runner = subprocess.run, environ: dict[str, str] | None = None,
-         clock: Callable[[], float] = time.time) -> int:
+def main(
+    argv: Sequence[str] | None = None,
+    run: Runner = subprocess.run,
+    environ: dict[str, str] | None = None,
+    clock: Callable[[], float] = time.time,
+) -> int:
     environ = dict(os.environ if environ is None else environ)
     environ.setdefault("PATH", DEFAULT_PATH)
     os.environ["PATH"] = environ["PATH"]
@@ -258,8 +279,9 @@ def main(argv: Sequence[str] | None = None, run: Runner = subprocess.run, enviro
     held: str | None = None
     code = EXIT_OK
     try:
-        current = drain_reason_from_sinfo(slurm(run, ["sinfo", "--noheader", "--Node", f"--nodes={node}",
-                                                      "--states=DRAIN", "--format=%E"]))
+        current = drain_reason_from_sinfo(
+            slurm(run, ["sinfo", "--noheader", "--Node", f"--nodes={node}", "--states=DRAIN", "--format=%E"])
+        )
         action = decide(outcome, current)
         if action.kind == "drain":
             slurm(run, ["scontrol", "update", f"NodeName={node}", "State=DRAIN", f"Reason={action.reason}"])
@@ -271,8 +293,11 @@ def main(argv: Sequence[str] | None = None, run: Runner = subprocess.run, enviro
             held = current if is_ours(current) else ""
         print(f"gpufleet health check on {node}: {action.why}")
     except SlurmError as exc:
-        print(f"gpufleet health check on {node}: {'passed' if outcome.healthy else outcome.reason}; "
-              f"Slurm could not be asked or told: {exc}", file=sys.stderr)
+        print(
+            f"gpufleet health check on {node}: {'passed' if outcome.healthy else outcome.reason}; "
+            f"Slurm could not be asked or told: {exc}",
+            file=sys.stderr,
+        )
         code = EXIT_SLURM
     try:
         write_metrics(args.textfile_dir, metrics_text(outcome.healthy, held, clock()))

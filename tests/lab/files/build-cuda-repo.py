@@ -146,12 +146,14 @@ def parse_versions(toolkit: str, component: str, cudnn: str, nccl: str) -> Versi
         raise BuildError(f"--cuda-toolkit-version {toolkit!r} is not a cuda-toolkit package version like 12.1.1-1")
     cuda = f"{match[1]}.{match[2]}"
     if not re.fullmatch(re.escape(cuda) + r"\.\d+", component):
-        raise BuildError(f"--cuda-component-version {component!r} is not a CUDA {cuda} component version"
-                         f" like {cuda}.105")
+        raise BuildError(
+            f"--cuda-component-version {component!r} is not a CUDA {cuda} component version like {cuda}.105"
+        )
     for option, version, example in (("--cudnn-version", cudnn, "8.9.2.26"), ("--nccl-version", nccl, "2.18.1")):
         if not re.fullmatch(r"\d+(\.\d+){2,3}-\d+\+cuda" + re.escape(cuda), version):
-            raise BuildError(f"{option} {version!r} is not a package version built for CUDA {cuda}"
-                             f" like {example}-1+cuda{cuda}")
+            raise BuildError(
+                f"{option} {version!r} is not a package version built for CUDA {cuda} like {example}-1+cuda{cuda}"
+            )
     return Versions(cuda=cuda, toolkit=toolkit, component=component, cudnn=cudnn, nccl=nccl)
 
 
@@ -319,11 +321,17 @@ def repository_packages(v: Versions, keyring: bytes, key_fpr: str, repo_url: str
     component = v.component_package
 
     nvcc = Package(
-        name=f"cuda-nvcc-{v.dashed}", version=component, section="devel", wheel=nvcc_wheel,
+        name=f"cuda-nvcc-{v.dashed}",
+        version=component,
+        section="devel",
+        wheel=nvcc_wheel,
         summary="CUDA nvcc",
-        about=built_from(nvcc_wheel, "It holds what the wheel ships: ptxas, the crt headers and libnvvm with"
-                         " libdevice. NVIDIA's nvcc driver, cicc, fatbinary and nvlink are not in the"
-                         " wheel and not in this package: compile with NVRTC and ptxas."),
+        about=built_from(
+            nvcc_wheel,
+            "It holds what the wheel ships: ptxas, the crt headers and libnvvm with"
+            " libdevice. NVIDIA's nvcc driver, cicc, fatbinary and nvlink are not in the"
+            " wheel and not in this package: compile with NVRTC and ptxas.",
+        ),
         depends=[GLIBC],
         installs=[
             Install("nvidia/cuda_nvcc/bin/ptxas", f"{home}/bin/ptxas", 0o755),
@@ -332,76 +340,114 @@ def repository_packages(v: Versions, keyring: bytes, key_fpr: str, repo_url: str
             Install("nvidia/cuda_nvcc/nvvm/lib64/libnvvm.so", f"{home}/nvvm/lib64/libnvvm.so.4.0.0"),
             Install("nvidia/cuda_nvcc/nvvm/libdevice/", f"{home}/nvvm/libdevice"),
         ],
-        links={f"{home}/nvvm/lib64/libnvvm.so.4": "libnvvm.so.4.0.0",
-               f"{home}/nvvm/lib64/libnvvm.so": "libnvvm.so.4"},
+        links={f"{home}/nvvm/lib64/libnvvm.so.4": "libnvvm.so.4.0.0", f"{home}/nvvm/lib64/libnvvm.so": "libnvvm.so.4"},
     )
     cudart = Package(
-        name=f"cuda-cudart-{v.dashed}", version=component, section="libs", wheel=runtime_wheel,
-        summary="CUDA Runtime native Libraries", about=built_from(runtime_wheel),
+        name=f"cuda-cudart-{v.dashed}",
+        version=component,
+        section="libs",
+        wheel=runtime_wheel,
+        summary="CUDA Runtime native Libraries",
+        about=built_from(runtime_wheel),
         depends=[GLIBC],
         installs=[Install("nvidia/cuda_runtime/lib/libcudart.so.12", f"{target}/lib/libcudart.so.{v.component}")],
-        links={f"{target}/lib/libcudart.so.{v.cuda_major}": f"libcudart.so.{v.component}",
-               f"{home}/lib64": "targets/x86_64-linux/lib"},
+        links={
+            f"{target}/lib/libcudart.so.{v.cuda_major}": f"libcudart.so.{v.component}",
+            f"{home}/lib64": "targets/x86_64-linux/lib",
+        },
     )
     cudart_dev = Package(
-        name=f"cuda-cudart-dev-{v.dashed}", version=component, section="libdevel", wheel=runtime_wheel,
+        name=f"cuda-cudart-dev-{v.dashed}",
+        version=component,
+        section="libdevel",
+        wheel=runtime_wheel,
         summary="CUDA Runtime native dev links, headers",
         about=built_from(runtime_wheel, "The wheel has no static libcudart."),
         depends=[exact(cudart)],
         installs=[Install("nvidia/cuda_runtime/include/", f"{target}/include")],
-        links={f"{target}/lib/libcudart.so": f"libcudart.so.{v.cuda_major}",
-               f"{home}/include": "targets/x86_64-linux/include"},
+        links={
+            f"{target}/lib/libcudart.so": f"libcudart.so.{v.cuda_major}",
+            f"{home}/include": "targets/x86_64-linux/include",
+        },
     )
     nvrtc = Package(
-        name=f"cuda-nvrtc-{v.dashed}", version=component, section="libs", wheel=nvrtc_wheel,
-        summary="NVRTC native runtime libraries", about=built_from(nvrtc_wheel),
+        name=f"cuda-nvrtc-{v.dashed}",
+        version=component,
+        section="libs",
+        wheel=nvrtc_wheel,
+        summary="NVRTC native runtime libraries",
+        about=built_from(nvrtc_wheel),
         depends=CXX_RUNTIME,
         installs=[
             Install("nvidia/cuda_nvrtc/lib/libnvrtc.so.12", f"{target}/lib/libnvrtc.so.{v.component}"),
-            Install(f"nvidia/cuda_nvrtc/lib/libnvrtc-builtins.so.{v.cuda}",
-                    f"{target}/lib/libnvrtc-builtins.so.{v.component}"),
+            Install(
+                f"nvidia/cuda_nvrtc/lib/libnvrtc-builtins.so.{v.cuda}",
+                f"{target}/lib/libnvrtc-builtins.so.{v.component}",
+            ),
         ],
-        links={f"{target}/lib/libnvrtc.so.{v.cuda_major}": f"libnvrtc.so.{v.component}",
-               f"{target}/lib/libnvrtc-builtins.so.{v.cuda}": f"libnvrtc-builtins.so.{v.component}"},
+        links={
+            f"{target}/lib/libnvrtc.so.{v.cuda_major}": f"libnvrtc.so.{v.component}",
+            f"{target}/lib/libnvrtc-builtins.so.{v.cuda}": f"libnvrtc-builtins.so.{v.component}",
+        },
     )
     nvrtc_dev = Package(
-        name=f"cuda-nvrtc-dev-{v.dashed}", version=component, section="libdevel", wheel=nvrtc_wheel,
-        summary="NVRTC native dev links, headers", about=built_from(nvrtc_wheel),
+        name=f"cuda-nvrtc-dev-{v.dashed}",
+        version=component,
+        section="libdevel",
+        wheel=nvrtc_wheel,
+        summary="NVRTC native dev links, headers",
+        about=built_from(nvrtc_wheel),
         depends=[exact(nvrtc)],
         installs=[Install("nvidia/cuda_nvrtc/include/nvrtc.h", f"{target}/include/nvrtc.h")],
-        links={f"{target}/lib/libnvrtc.so": f"libnvrtc.so.{v.cuda_major}",
-               f"{target}/lib/libnvrtc-builtins.so": f"libnvrtc-builtins.so.{v.cuda}"},
+        links={
+            f"{target}/lib/libnvrtc.so": f"libnvrtc.so.{v.cuda_major}",
+            f"{target}/lib/libnvrtc-builtins.so": f"libnvrtc-builtins.so.{v.cuda}",
+        },
     )
     components = [nvcc, cudart, cudart_dev, nvrtc, nvrtc_dev]
     toolkit = Package(
-        name=f"cuda-toolkit-{v.dashed}", version=v.toolkit, section="metapackages",
+        name=f"cuda-toolkit-{v.dashed}",
+        version=v.toolkit,
+        section="metapackages",
         summary=f"CUDA Toolkit {v.cuda} meta-package",
-        about=wrap(f"gpufleet lab: the CUDA {v.cuda} components built from NVIDIA's PyPI wheels "
-                   + ", ".join(w.requirement for w in (nvcc_wheel, runtime_wheel, nvrtc_wheel))
-                   + f" for the gpufleet lab. NVIDIA's cuda-toolkit-{v.dashed} holds many more."),
+        about=wrap(
+            f"gpufleet lab: the CUDA {v.cuda} components built from NVIDIA's PyPI wheels "
+            + ", ".join(w.requirement for w in (nvcc_wheel, runtime_wheel, nvrtc_wheel))
+            + f" for the gpufleet lab. NVIDIA's cuda-toolkit-{v.dashed} holds many more."
+        ),
         depends=[exact(p) for p in components],
     )
 
     cudnn_major = v.cudnn_upstream.split(".")[0]
     cudnn_so = ".".join(v.cudnn_upstream.split(".")[:3])  # 8.9.2.26 -> 8.9.2
     libcudnn = Package(
-        name=f"libcudnn{cudnn_major}", version=v.cudnn, section="libs", wheel=cudnn_wheel,
+        name=f"libcudnn{cudnn_major}",
+        version=v.cudnn,
+        section="libs",
+        wheel=cudnn_wheel,
         summary="cuDNN runtime libraries",
-        about=wrap(f"gpufleet lab fixture: only the real dispatcher library libcudnn.so.{cudnn_so} from NVIDIA's PyPI"
-                   f" wheel {cudnn_wheel.requirement}, built for the gpufleet lab; the sub-libraries it loads"
-                   " (libcudnn_ops_infer, libcudnn_cnn_infer, ...) are left out: the library loads, but any"
-                   " cuDNN call, even cudnnGetVersion, aborts the process."),
+        about=wrap(
+            f"gpufleet lab fixture: only the real dispatcher library libcudnn.so.{cudnn_so} from NVIDIA's PyPI"
+            f" wheel {cudnn_wheel.requirement}, built for the gpufleet lab; the sub-libraries it loads"
+            " (libcudnn_ops_infer, libcudnn_cnn_infer, ...) are left out: the library loads, but any"
+            " cuDNN call, even cudnnGetVersion, aborts the process."
+        ),
         depends=CXX_RUNTIME,
         installs=[Install(f"nvidia/cudnn/lib/libcudnn.so.{cudnn_major}", f"{MULTIARCH_LIB}/libcudnn.so.{cudnn_so}")],
         links={f"{MULTIARCH_LIB}/libcudnn.so.{cudnn_major}": f"libcudnn.so.{cudnn_so}"},
         triggers=["activate-noawait ldconfig"],
     )
     libcudnn_dev = Package(
-        name=f"libcudnn{cudnn_major}-dev", version=v.cudnn, section="libdevel", wheel=cudnn_wheel,
+        name=f"libcudnn{cudnn_major}-dev",
+        version=v.cudnn,
+        section="libdevel",
+        wheel=cudnn_wheel,
         summary="cuDNN development libraries and headers",
-        about=wrap(f"gpufleet lab fixture: the real cuDNN headers (cudnn*.h, cudnn_version.h) from NVIDIA's PyPI"
-                   f" wheel {cudnn_wheel.requirement}, built for the gpufleet lab, in /usr/include (NVIDIA installs"
-                   " them in /usr/include/x86_64-linux-gnu with alternatives), and the libcudnn.so link."),
+        about=wrap(
+            f"gpufleet lab fixture: the real cuDNN headers (cudnn*.h, cudnn_version.h) from NVIDIA's PyPI"
+            f" wheel {cudnn_wheel.requirement}, built for the gpufleet lab, in /usr/include (NVIDIA installs"
+            " them in /usr/include/x86_64-linux-gnu with alternatives), and the libcudnn.so link."
+        ),
         depends=[exact(libcudnn)],
         installs=[Install("nvidia/cudnn/include/", "/usr/include")],
         links={f"{MULTIARCH_LIB}/libcudnn.so": f"libcudnn.so.{cudnn_major}"},
@@ -409,15 +455,22 @@ def repository_packages(v: Versions, keyring: bytes, key_fpr: str, repo_url: str
 
     nccl_major = v.nccl_upstream.split(".")[0]
     libnccl = Package(
-        name=f"libnccl{nccl_major}", version=v.nccl, section="libs", wheel=nccl_wheel,
-        summary="NVIDIA Collective Communication Library (NCCL) Runtime", about=built_from(nccl_wheel),
+        name=f"libnccl{nccl_major}",
+        version=v.nccl,
+        section="libs",
+        wheel=nccl_wheel,
+        summary="NVIDIA Collective Communication Library (NCCL) Runtime",
+        about=built_from(nccl_wheel),
         depends=CXX_RUNTIME,
         installs=[Install(f"nvidia/nccl/lib/libnccl.so.{nccl_major}", f"{MULTIARCH_LIB}/libnccl.so.{v.nccl_upstream}")],
         links={f"{MULTIARCH_LIB}/libnccl.so.{nccl_major}": f"libnccl.so.{v.nccl_upstream}"},
         triggers=["activate-noawait ldconfig"],
     )
     libnccl_dev = Package(
-        name="libnccl-dev", version=v.nccl, section="libdevel", wheel=nccl_wheel,
+        name="libnccl-dev",
+        version=v.nccl,
+        section="libdevel",
+        wheel=nccl_wheel,
         summary="NVIDIA Collective Communication Library (NCCL) Development Files",
         about=built_from(nccl_wheel, "The wheel has no static libnccl."),
         depends=[exact(libnccl)],
@@ -426,17 +479,23 @@ def repository_packages(v: Versions, keyring: bytes, key_fpr: str, repo_url: str
     )
 
     keyring_package = Package(
-        name="cuda-keyring", version=KEYRING_VERSION, architecture="all", section="misc",
+        name="cuda-keyring",
+        version=KEYRING_VERSION,
+        architecture="all",
+        section="misc",
         summary="GPG keyring for the CUDA repository",
-        about=wrap(f"gpufleet lab fixture: NVIDIA's name and file layout, but {KEYRING_FILE} holds the gpufleet lab"
-                   f" mirror key {key_fpr} (not NVIDIA's) and {KEYRING_LIST} points apt at {repo_url}"),
+        about=wrap(
+            f"gpufleet lab fixture: NVIDIA's name and file layout, but {KEYRING_FILE} holds the gpufleet lab"
+            f" mirror key {key_fpr} (not NVIDIA's) and {KEYRING_LIST} points apt at {repo_url}"
+        ),
         contents={
             KEYRING_FILE: keyring,
             KEYRING_LIST: f"deb [signed-by={KEYRING_FILE}] {repo_url} /\n".encode(),
             "/usr/share/doc/cuda-keyring/copyright": (
                 "gpufleet lab fixture of NVIDIA's cuda-keyring package.\n"
                 f"The key in {KEYRING_FILE} is the gpufleet lab mirror key {key_fpr},\n"
-                "generated by tests/lab/lab.yml; it is not NVIDIA's.\n").encode(),
+                "generated by tests/lab/lab.yml; it is not NVIDIA's.\n"
+            ).encode(),
         },
         conffiles=[KEYRING_LIST],
     )
@@ -458,15 +517,37 @@ def run(argv: list[str], **kwargs) -> subprocess.CompletedProcess:
 
 def fetch_wheel(wheel: Wheel, cache: Path) -> Path:
     """The wheel from the cache, downloaded with pip when it is not there yet."""
+
     def cached() -> list[Path]:
         return sorted(p for p in cache.glob(f"{wheel.stem}-*.whl") if re.search(r"(x86_64|-any)\.whl$", p.name))
 
     if not cached():
         print(f"build-cuda-repo: downloading {wheel.requirement} into {cache}", flush=True)
-        run([sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
-             "--no-deps", "--only-binary=:all:", "--implementation", "py", "--python-version", "3",
-             "--platform", "manylinux1_x86_64", "--platform", "manylinux2014_x86_64",
-             "--platform", "manylinux_2_17_x86_64", "-d", str(cache), wheel.requirement])
+        run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--quiet",
+                "--disable-pip-version-check",
+                "--no-deps",
+                "--only-binary=:all:",
+                "--implementation",
+                "py",
+                "--python-version",
+                "3",
+                "--platform",
+                "manylinux1_x86_64",
+                "--platform",
+                "manylinux2014_x86_64",
+                "--platform",
+                "manylinux_2_17_x86_64",
+                "-d",
+                str(cache),
+                wheel.requirement,
+            ]
+        )
         if not cached():
             raise BuildError(f"pip downloaded no x86_64 wheel for {wheel.requirement} into {cache}")
     return cached()[-1]
@@ -529,7 +610,7 @@ def stage(package: Package, wheel: WheelReader | None, root: Path) -> None:
             if not members:
                 raise BuildError(f"{wheel.path.name} has nothing under {item.src}")
             for member in members:
-                dest = make_dirs(root, str(Path(item.dest) / Path(member[len(item.src):]).parent))
+                dest = make_dirs(root, str(Path(item.dest) / Path(member[len(item.src) :]).parent))
                 wheel.extract(member, dest / Path(member).name, item.mode)
         else:
             dest = make_dirs(root, str(Path(item.dest).parent)) / Path(item.dest).name
@@ -620,8 +701,12 @@ def release_hash_of(release_text: str, name: str) -> str | None:
 
 def signed_by(gnupg: Path, key: str, *files: Path) -> bool:
     """True when gpg verifies the signature (InRelease, or Release.gpg + Release) as made by key."""
-    result = subprocess.run(["gpg", "--homedir", str(gnupg), "--batch", "--status-fd", "1", "--verify",
-                             *map(str, files)], capture_output=True, text=True, check=False)
+    result = subprocess.run(
+        ["gpg", "--homedir", str(gnupg), "--batch", "--status-fd", "1", "--verify", *map(str, files)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     sigs = [line.split()[2] for line in result.stdout.splitlines() if line.startswith("[GNUPG:] VALIDSIG ")]
     return result.returncode == 0 and any(fpr.upper().endswith(key.upper()) for fpr in sigs)
 
@@ -654,8 +739,9 @@ def index_and_sign(out: Path, gnupg: Path, key: str, work: Path, debs_changed: b
     stage_dir.mkdir()
     (stage_dir / "Packages").write_text(new)
     (stage_dir / "Packages.gz").write_bytes(gzip.compress(new.encode(), compresslevel=9, mtime=0))
-    options = [arg for name, value in RELEASE_FIELDS.items()
-               for arg in ("-o", f"APT::FTPArchive::Release::{name}={value}")]
+    options = [
+        arg for name, value in RELEASE_FIELDS.items() for arg in ("-o", f"APT::FTPArchive::Release::{name}={value}")
+    ]
     release = run(["apt-ftparchive", *options, "release", "."], cwd=stage_dir).stdout
     (stage_dir / "Release").write_bytes(release)
     sign = ["gpg", "--homedir", str(gnupg), "--batch", "--yes", "--local-user", key]
@@ -680,8 +766,9 @@ def human(size: int) -> str:
 
 def build_repository(args: argparse.Namespace) -> int:
     started = time.monotonic()
-    versions = parse_versions(args.cuda_toolkit_version, args.cuda_component_version,
-                              args.cudnn_version, args.nccl_version)
+    versions = parse_versions(
+        args.cuda_toolkit_version, args.cuda_component_version, args.cudnn_version, args.nccl_version
+    )
     cache, out, gnupg = Path(args.cache).resolve(), Path(args.out).resolve(), Path(args.gnupg).resolve()
     for directory in (cache, out):
         directory.mkdir(parents=True, exist_ok=True)
@@ -699,8 +786,11 @@ def build_repository(args: argparse.Namespace) -> int:
             deb = out / package.filename
             source = f", from {package.wheel.requirement}" if package.wheel else ""
             if not args.force and is_current(package, deb):
-                print(f"{package.name} {package.version} {package.architecture}: unchanged,"
-                      f" {human(deb.stat().st_size)}{source}", flush=True)
+                print(
+                    f"{package.name} {package.version} {package.architecture}: unchanged,"
+                    f" {human(deb.stat().st_size)}{source}",
+                    flush=True,
+                )
                 continue
             reader = None
             if package.wheel:
@@ -709,8 +799,11 @@ def build_repository(args: argparse.Namespace) -> int:
                 reader = readers[package.wheel]
             size = build_deb(package, reader, work, out)
             changed = True
-            print(f"{package.name} {package.version} {package.architecture}: built, {human(deb.stat().st_size)},"
-                  f" Installed-Size {size} KiB{source}", flush=True)
+            print(
+                f"{package.name} {package.version} {package.architecture}: built, {human(deb.stat().st_size)},"
+                f" Installed-Size {size} KiB{source}",
+                flush=True,
+            )
 
         wanted = {p.filename for p in packages}
         for stale in sorted(out.glob("*.deb")):
@@ -721,22 +814,30 @@ def build_repository(args: argparse.Namespace) -> int:
 
         outcome = index_and_sign(out, gnupg, args.key, work, changed)
     total = sum(d.stat().st_size for d in out.glob("*.deb"))
-    print(f"build-cuda-repo: {len(packages)} packages, {human(total)} in {out}; {outcome};"
-          f" {time.monotonic() - started:.1f} s", flush=True)
+    print(
+        f"build-cuda-repo: {len(packages)} packages, {human(total)} in {out}; {outcome};"
+        f" {time.monotonic() - started:.1f} s",
+        flush=True,
+    )
     return 0
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        description="Build the lab's flat CUDA apt repository (NVIDIA's names and layout) from NVIDIA's PyPI wheels.")
+        description="Build the lab's flat CUDA apt repository (NVIDIA's names and layout) from NVIDIA's PyPI wheels."
+    )
     parser.add_argument("--cache", required=True, help="wheel download cache (wheels already there are reused)")
-    parser.add_argument("--out", required=True,
-                        help=f"the flat repository directory (served as <mirror-url>/{repo_path('<release>')}/)")
+    parser.add_argument(
+        "--out", required=True, help=f"the flat repository directory (served as <mirror-url>/{repo_path('<release>')}/)"
+    )
     parser.add_argument("--gnupg", required=True, help="GnuPG home holding the signing key")
     parser.add_argument("--key", required=True, help="fingerprint of the signing key")
-    parser.add_argument("--mirror-url", required=True,
-                        help=f"the mirror's root URL as nodes reach it;"
-                             f" cuda-keyring's source is <mirror-url>/{repo_path('<release>')}/")
+    parser.add_argument(
+        "--mirror-url",
+        required=True,
+        help=f"the mirror's root URL as nodes reach it;"
+        f" cuda-keyring's source is <mirror-url>/{repo_path('<release>')}/",
+    )
     parser.add_argument("--cuda-toolkit-version", required=True, help="cuda-toolkit-X-Y package version, e.g. 12.1.1-1")
     parser.add_argument("--cuda-component-version", required=True, help="nvcc/cudart/nvrtc version, e.g. 12.1.105")
     parser.add_argument("--cudnn-version", required=True, help="libcudnn package version, e.g. 8.9.2.26-1+cuda12.1")

@@ -63,8 +63,29 @@ MAINTAINER = "gpufleet lab <lab@gpufleet.invalid>"
 
 # libcuda-X.Y-1: the CUDA releases libnvidia-compute-B provides (and conflicts with): 5.0 ... 11.7 in 535-jammy,
 # 5.0 ... 12.8 in 580-jammy.
-LIBCUDA_5_TO_11_7 = ["5.0", "5.5", "6.0", "6.5", "7.0", "7.5", "8.0", "9.0", "9.1", "9.2", "10.0", "10.1", "10.2",
-                     "11.0", "11.1", "11.2", "11.3", "11.4", "11.5", "11.6", "11.7"]
+LIBCUDA_5_TO_11_7 = [
+    "5.0",
+    "5.5",
+    "6.0",
+    "6.5",
+    "7.0",
+    "7.5",
+    "8.0",
+    "9.0",
+    "9.1",
+    "9.2",
+    "10.0",
+    "10.1",
+    "10.2",
+    "11.0",
+    "11.1",
+    "11.2",
+    "11.3",
+    "11.4",
+    "11.5",
+    "11.6",
+    "11.7",
+]
 LIBCUDA_TO_12_8 = LIBCUDA_5_TO_11_7 + ["11.8", "12.0", "12.1", "12.2", "12.3", "12.4", "12.5", "12.6", "12.7", "12.8"]
 
 
@@ -80,79 +101,144 @@ def relations(branch: str, release: str, version: str) -> dict[str, dict[str, st
     if b == "535":
         libcuda = [f"libcuda-{v}-1" for v in LIBCUDA_5_TO_11_7]
         return {
-            source: {"Conflicts": "nvidia-kernel-source",
-                     "Replaces": "nvidia-kernel-source, nvidia-384 (<< 390.25), nvidia-390 (<< 390.25-0ubuntu1)",
-                     "Provides": "nvidia-kernel-source"},
-            f"nvidia-dkms-{b}": {"Conflicts": "nvidia-dkms-kernel",
-                                 "Breaks": f"nvidia-kernel-source-{b} (<< 390.25-0ubuntu2~)",
-                                 "Replaces": f"nvidia-dkms-kernel, nvidia-kernel-source-{b} (<< 390.25-0ubuntu2~), "
-                                             "nvidia-384 (<< 390.25)",
-                                 "Provides": "nvidia-dkms-kernel",
-                                 "Depends": f"dkms, {window(source)}, {window(common)}, {firmware}"},
-            f"nvidia-utils-{b}": {"Suggests": f"nvidia-driver-{b}", "Provides": "nvidia-utils, nvidia-smi",
-                                  "Conflicts": "nvidia-utils, nvidia-smi", "Replaces": "nvidia-utils, nvidia-smi"},
+            source: {
+                "Conflicts": "nvidia-kernel-source",
+                "Replaces": "nvidia-kernel-source, nvidia-384 (<< 390.25), nvidia-390 (<< 390.25-0ubuntu1)",
+                "Provides": "nvidia-kernel-source",
+            },
+            f"nvidia-dkms-{b}": {
+                "Conflicts": "nvidia-dkms-kernel",
+                "Breaks": f"nvidia-kernel-source-{b} (<< 390.25-0ubuntu2~)",
+                "Replaces": f"nvidia-dkms-kernel, nvidia-kernel-source-{b} (<< 390.25-0ubuntu2~), "
+                "nvidia-384 (<< 390.25)",
+                "Provides": "nvidia-dkms-kernel",
+                "Depends": f"dkms, {window(source)}, {window(common)}, {firmware}",
+            },
+            f"nvidia-utils-{b}": {
+                "Suggests": f"nvidia-driver-{b}",
+                "Provides": "nvidia-utils, nvidia-smi",
+                "Conflicts": "nvidia-utils, nvidia-smi",
+                "Replaces": "nvidia-utils, nvidia-smi",
+            },
             f"libnvidia-compute-{b}": {
-                "Provides": ", ".join(["libnvidia-compute", "nvidia-opencl-icd", "opencl-icd",
-                                       f"libnvidia-ml.so.1 (= {version})", *libcuda, f"libcuda.so.1 (= {version})"]),
+                "Provides": ", ".join(
+                    [
+                        "libnvidia-compute",
+                        "nvidia-opencl-icd",
+                        "opencl-icd",
+                        f"libnvidia-ml.so.1 (= {version})",
+                        *libcuda,
+                        f"libcuda.so.1 (= {version})",
+                    ]
+                ),
                 "Conflicts": ", ".join(["libnvidia-compute", "nvidia-opencl-icd", *libcuda]),
-                "Replaces": ", ".join(["libnvidia-compute", "nvidia-opencl-icd",
-                                       f"libnvidia-compute-{b} (<< 390.25-0ubuntu2~)", *libcuda])},
-            f"nvidia-compute-utils-{b}": {"Depends": f"libnvidia-compute-{b}, adduser",
-                                          "Provides": "nvidia-compute-utils, nvidia-persistenced",
-                                          "Conflicts": "nvidia-compute-utils, nvidia-persistenced",
-                                          "Replaces": "nvidia-compute-utils, nvidia-persistenced"},
+                "Replaces": ", ".join(
+                    ["libnvidia-compute", "nvidia-opencl-icd", f"libnvidia-compute-{b} (<< 390.25-0ubuntu2~)", *libcuda]
+                ),
+            },
+            f"nvidia-compute-utils-{b}": {
+                "Depends": f"libnvidia-compute-{b}, adduser",
+                "Provides": "nvidia-compute-utils, nvidia-persistenced",
+                "Conflicts": "nvidia-compute-utils, nvidia-persistenced",
+                "Replaces": "nvidia-compute-utils, nvidia-persistenced",
+            },
             f"nvidia-headless-no-dkms-{b}": {
-                "Conflicts": "nvidia-384 (<< 390.25), nvidia-390 (<< 390.25-0ubuntu1)", "Provides": "nvidia-384",
+                "Conflicts": "nvidia-384 (<< 390.25), nvidia-390 (<< 390.25-0ubuntu1)",
+                "Provides": "nvidia-384",
                 "Replaces": "nvidia-384 (<< 390.25), nvidia-390 (<< 390.25-0ubuntu1)",
                 "Depends": f"{window(common)}, {source} (= {version}), libnvidia-compute-{b} (= {version}), "
-                           f"nvidia-compute-utils-{b} (= {version}), libnvidia-cfg1-{b} (= {version})"},
-            f"nvidia-headless-{b}": {"Conflicts": "nvidia-headless", "Provides": "nvidia-headless",
-                                     "Replaces": "nvidia-headless",
-                                     "Depends": f"nvidia-headless-no-dkms-{b}, nvidia-dkms-{b}"},
-            common: {"Conflicts": "nvidia-kernel-common", "Provides": "nvidia-kernel-common", "Depends": firmware,
-                     "Replaces": f"nvidia-dkms-{b} (<< 390.48-0ubuntu3~), nvidia-kernel-common"},
+                f"nvidia-compute-utils-{b} (= {version}), libnvidia-cfg1-{b} (= {version})",
+            },
+            f"nvidia-headless-{b}": {
+                "Conflicts": "nvidia-headless",
+                "Provides": "nvidia-headless",
+                "Replaces": "nvidia-headless",
+                "Depends": f"nvidia-headless-no-dkms-{b}, nvidia-dkms-{b}",
+            },
+            common: {
+                "Conflicts": "nvidia-kernel-common",
+                "Provides": "nvidia-kernel-common",
+                "Depends": firmware,
+                "Replaces": f"nvidia-dkms-{b} (<< 390.48-0ubuntu3~), nvidia-kernel-common",
+            },
             firmware: {"Breaks": f"nvidia-firmware-{b}-server-{r}", "Replaces": f"nvidia-firmware-{b}-server-{r}"},
-            f"libnvidia-cfg1-{b}": {"Provides": "libnvidia-cfg1-any", "Conflicts": "libnvidia-cfg1-any",
-                                    "Replaces": "libnvidia-cfg1-any"},
+            f"libnvidia-cfg1-{b}": {
+                "Provides": "libnvidia-cfg1-any",
+                "Conflicts": "libnvidia-cfg1-any",
+                "Replaces": "libnvidia-cfg1-any",
+            },
         }
     libcuda = [f"libcuda-{v}-1" for v in LIBCUDA_TO_12_8]
     versioned_common = f"nvidia-kernel-common-{b}-{r}"
     return {
         source: {"Conflicts": "nvidia-kernel-source", "Provides": "nvidia-kernel-source"},
-        f"nvidia-dkms-{b}": {"Conflicts": "nvidia-dkms-kernel", "Replaces": "nvidia-dkms-kernel",
-                             "Provides": "nvidia-dkms-kernel",
-                             "Depends": f"dkms, {window(source)}, {window(common)}, {firmware}"},
-        f"nvidia-utils-{b}": {"Depends": versioned_common, "Suggests": f"nvidia-driver-{b}",
-                              "Provides": "nvidia-utils, nvidia-smi", "Conflicts": "nvidia-utils, nvidia-smi",
-                              "Replaces": "nvidia-utils, nvidia-smi"},
+        f"nvidia-dkms-{b}": {
+            "Conflicts": "nvidia-dkms-kernel",
+            "Replaces": "nvidia-dkms-kernel",
+            "Provides": "nvidia-dkms-kernel",
+            "Depends": f"dkms, {window(source)}, {window(common)}, {firmware}",
+        },
+        f"nvidia-utils-{b}": {
+            "Depends": versioned_common,
+            "Suggests": f"nvidia-driver-{b}",
+            "Provides": "nvidia-utils, nvidia-smi",
+            "Conflicts": "nvidia-utils, nvidia-smi",
+            "Replaces": "nvidia-utils, nvidia-smi",
+        },
         f"libnvidia-compute-{b}": {
             "Depends": versioned_common,
-            "Provides": ", ".join(["libnvidia-compute", "nvidia-opencl-icd", "opencl-icd",
-                                   f"libnvidia-ml.so.1 (= {version})", f"libnvidia-ml1 (= {version})", *libcuda,
-                                   f"libcuda.so.1 (= {version})", f"libcuda1 (= {version})"]),
+            "Provides": ", ".join(
+                [
+                    "libnvidia-compute",
+                    "nvidia-opencl-icd",
+                    "opencl-icd",
+                    f"libnvidia-ml.so.1 (= {version})",
+                    f"libnvidia-ml1 (= {version})",
+                    *libcuda,
+                    f"libcuda.so.1 (= {version})",
+                    f"libcuda1 (= {version})",
+                ]
+            ),
             "Conflicts": ", ".join(["libnvidia-compute", "nvidia-opencl-icd", *libcuda]),
-            "Replaces": ", ".join(["libnvidia-compute", "nvidia-opencl-icd", *libcuda])},
-        f"nvidia-compute-utils-{b}": {"Depends": f"libnvidia-compute-{b}, adduser",
-                                      "Provides": "nvidia-compute-utils, nvidia-persistenced",
-                                      "Conflicts": "nvidia-compute-utils, nvidia-persistenced",
-                                      "Replaces": "nvidia-compute-utils, nvidia-persistenced"},
+            "Replaces": ", ".join(["libnvidia-compute", "nvidia-opencl-icd", *libcuda]),
+        },
+        f"nvidia-compute-utils-{b}": {
+            "Depends": f"libnvidia-compute-{b}, adduser",
+            "Provides": "nvidia-compute-utils, nvidia-persistenced",
+            "Conflicts": "nvidia-compute-utils, nvidia-persistenced",
+            "Replaces": "nvidia-compute-utils, nvidia-persistenced",
+        },
         f"nvidia-headless-no-dkms-{b}": {
             "Depends": f"{window(common)}, {source} (= {version}), libnvidia-compute-{b} (= {version}), "
-                       f"nvidia-compute-utils-{b} (= {version}), libnvidia-cfg1-{b} (= {version})"},
-        f"nvidia-headless-{b}": {"Conflicts": "nvidia-headless", "Provides": "nvidia-headless",
-                                 "Replaces": "nvidia-headless", "Depends": f"nvidia-headless-no-dkms-{b}, nvidia-dkms-{b}"},
-        common: {"Conflicts": "nvidia-kernel-common", "Provides": f"nvidia-kernel-common, {versioned_common}",
-                 "Depends": firmware, "Replaces": "nvidia-kernel-common"},
+            f"nvidia-compute-utils-{b} (= {version}), libnvidia-cfg1-{b} (= {version})"
+        },
+        f"nvidia-headless-{b}": {
+            "Conflicts": "nvidia-headless",
+            "Provides": "nvidia-headless",
+            "Replaces": "nvidia-headless",
+            "Depends": f"nvidia-headless-no-dkms-{b}, nvidia-dkms-{b}",
+        },
+        common: {
+            "Conflicts": "nvidia-kernel-common",
+            "Provides": f"nvidia-kernel-common, {versioned_common}",
+            "Depends": firmware,
+            "Replaces": "nvidia-kernel-common",
+        },
         firmware: {"Breaks": f"nvidia-firmware-{b}-server-{r}", "Replaces": f"nvidia-firmware-{b}-server-{r}"},
-        f"libnvidia-cfg1-{b}": {"Depends": versioned_common, "Provides": "libnvidia-cfg1-any",
-                                "Conflicts": "libnvidia-cfg1-any", "Replaces": "libnvidia-cfg1-any"},
+        f"libnvidia-cfg1-{b}": {
+            "Depends": versioned_common,
+            "Provides": "libnvidia-cfg1-any",
+            "Conflicts": "libnvidia-cfg1-any",
+            "Replaces": "libnvidia-cfg1-any",
+        },
     }
 
 
 NVIDIA_SMI = """#!/bin/sh
 # gpufleet lab fixture (tests/lab/files/build-fixture-branches.py): nvidia-smi of driver {release} on a host
 # without its kernel module, as the real one answers there.
-echo "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest NVIDIA driver is installed and running."
+echo "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver." \\
+  "Make sure that the latest NVIDIA driver is installed and running."
 exit 9
 """
 PERSISTENCED = """#!/bin/sh
@@ -261,12 +347,18 @@ def files(package: str, branch: str, release: str, root: Path, work: Path) -> No
 
 
 def control(package: str, version: str, fields: dict[str, str], branch: str, release: str) -> str:
-    lines = [f"Package: {package}", f"Version: {version}", "Architecture: amd64", f"Maintainer: {MAINTAINER}",
-             "Section: non-free/libs", "Priority: optional",
-             *(f"{name}: {value}" for name, value in fields.items()),
-             f"Description: gpufleet lab fixture: {package} of NVIDIA driver {release}",
-             f" Built by tests/lab/files/build-fixture-branches.py with the relations of branch {branch}'s",
-             " package of this name (canonical/nvidia-graphics-drivers). Not an NVIDIA or Canonical package."]
+    lines = [
+        f"Package: {package}",
+        f"Version: {version}",
+        "Architecture: amd64",
+        f"Maintainer: {MAINTAINER}",
+        "Section: non-free/libs",
+        "Priority: optional",
+        *(f"{name}: {value}" for name, value in fields.items()),
+        f"Description: gpufleet lab fixture: {package} of NVIDIA driver {release}",
+        f" Built by tests/lab/files/build-fixture-branches.py with the relations of branch {branch}'s",
+        " package of this name (canonical/nvidia-graphics-drivers). Not an NVIDIA or Canonical package.",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -281,8 +373,18 @@ def build(out: Path, gnupg: str, key: str, keyring_deb: Path) -> None:
                 root = work / package
                 files(package, branch, release, root, work)
                 (root / "DEBIAN" / "control").write_text(control(package, version, fields, branch, release))
-                subprocess.run(["dpkg-deb", "--root-owner-group", "-Zgzip", "--build", str(root),
-                                str(staged / f"{package}_{version}_amd64.deb")], check=True, stdout=subprocess.DEVNULL)
+                subprocess.run(
+                    [
+                        "dpkg-deb",
+                        "--root-owner-group",
+                        "-Zgzip",
+                        "--build",
+                        str(root),
+                        str(staged / f"{package}_{version}_amd64.deb"),
+                    ],
+                    check=True,
+                    stdout=subprocess.DEVNULL,
+                )
         shutil.copyfile(keyring_deb, staged / keyring_deb.name)
         subprocess.run(["sh", str(HERE / "build-apt-repo.sh"), str(staged), "/", gnupg, key, LABEL], check=True)
         if out.exists():

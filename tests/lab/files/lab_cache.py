@@ -59,7 +59,13 @@ def read_manifest(entry: Path) -> dict:
     files = {}
     for number, line in enumerate((entry / MANIFEST).read_text().splitlines(), 1):
         digest, sep, name = line.partition("  ")
-        if not sep or not re.fullmatch(r"[0-9a-f]{64}", digest) or not name or name.startswith("/") or ".." in Path(name).parts:
+        if (
+            not sep
+            or not re.fullmatch(r"[0-9a-f]{64}", digest)
+            or not name
+            or name.startswith("/")
+            or ".." in Path(name).parts
+        ):
             raise CacheError(f"line {number} of {entry / MANIFEST} is not '<sha256>  <relative path>'")
         files[name] = digest
     return files

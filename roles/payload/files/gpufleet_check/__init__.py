@@ -23,12 +23,13 @@ Modules (each reads on its own; the arrows are their imports)::
     dcgm           dcgmi diag -j JSON (DCGM 3 and 4) parser and judgement                     (standard library only)
     health_checks  the passive health checks and dcgm: their inputs and verdicts              -> common, facts, health,
                                                                                                  profiles, xid, dcgm
-    checks         the checks, the JSON report and its summary                                -> common, facts, launcher,
-                                                                                                 health, health_checks,
-                                                                                                 profiles
+    checks         the checks, the JSON report and its summary                                -> common, facts,
+                                                                                                 launcher, health,
+                                                                                                 health_checks, profiles
     metrics        the report as Prometheus metrics text (cli writes it)                      (standard library only)
-    cli            options and main()                                                        -> checks, launcher, metrics,
-                                                                                                 common, profiles
+    cli            options and main()                                                        -> checks, launcher,
+                                                                                                 metrics, common,
+                                                                                                 profiles
 
 A node receives one file: roles/payload/files/gpufleet_check.pyz, a zipapp of this
 package built reproducibly by tools/build_pyz.py (``make payload-build``;

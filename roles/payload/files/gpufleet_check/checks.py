@@ -151,9 +151,21 @@ from typing import Any, Callable
 
 from . import health, health_checks, launcher, profiles
 from .common import check_result, finite_or_none, first_lines, model_pattern, no_gpu, read_text
-from .facts import (USERSPACE_LIBRARIES, SmiInventory, all_pairs_nvlink, count_pci_gpus, gpu_pairs,
-                    installed_driver_version, is_nvlink, loaded_module_version, parse_topology,
-                    query_nvidia_smi, read_driver_fact, run_nvidia_smi, system_library_versions)
+from .facts import (
+    USERSPACE_LIBRARIES,
+    SmiInventory,
+    all_pairs_nvlink,
+    count_pci_gpus,
+    gpu_pairs,
+    installed_driver_version,
+    is_nvlink,
+    loaded_module_version,
+    parse_topology,
+    query_nvidia_smi,
+    read_driver_fact,
+    run_nvidia_smi,
+    system_library_versions,
+)
 
 SCHEMA = "gpufleet-check/1"
 
@@ -193,8 +205,8 @@ GEMM_REFERENCE_TFLOPS: tuple[tuple[str, float], ...] = (
 
 # What a healthy GPU of the model really reaches: measured dense bf16 matmul
 # TFLOP/s, the "Maximum Achievable Matmul FLOPS" (MAMF, best shape, mean of
-# 100 iterations) of Stas Bekman's Machine Learning Engineering book,
-# https://github.com/stas00/ml-engineering/blob/master/compute/accelerator/README.md#maximum-achievable-matmul-flops-comparison-table :
+# 100 iterations) of Stas Bekman's Machine Learning Engineering book, whose table is at
+# https://github.com/stas00/ml-engineering/blob/master/compute/accelerator/README.md#maximum-achievable-matmul-flops-comparison-table
 # H100 SXM 794.5 of 989 (80.3 %, torch 2.7.0+cu126, "H200 is the same"),
 # GH200 828.6 (83.8 %), A100 SXM 271.2 of 312 (86.9 %), A100 PCIe 252.9
 # (81.1 %). This project's own H200 at n=8192 (docs/gpu.md): 801, 81 % of 989.
@@ -294,10 +306,18 @@ def achievable_tflops(gpu_name: str) -> dict[str, Any] | None:
         return None
     model, datasheet = reference
     if model in GEMM_ACHIEVABLE_TFLOPS:
-        return {"model": model, "datasheet": datasheet, "achievable": GEMM_ACHIEVABLE_TFLOPS[model],
-                "source": "measured"}
-    return {"model": model, "datasheet": datasheet, "achievable": round(GEMM_FALLBACK_EFFICIENCY * datasheet, 1),
-            "source": "estimated"}
+        return {
+            "model": model,
+            "datasheet": datasheet,
+            "achievable": GEMM_ACHIEVABLE_TFLOPS[model],
+            "source": "measured",
+        }
+    return {
+        "model": model,
+        "datasheet": datasheet,
+        "achievable": round(GEMM_FALLBACK_EFFICIENCY * datasheet, 1),
+        "source": "estimated",
+    }
 
 
 def judge_gemm(gpu_name: str, tflops: float, min_fraction: float) -> dict[str, Any]:
@@ -305,20 +325,35 @@ def judge_gemm(gpu_name: str, tflops: float, min_fraction: float) -> dict[str, A
     {"verdict", "threshold", "datasheet_tflops", "achievable_tflops", "of_achievable", "detail"}."""
     figure = achievable_tflops(gpu_name)
     if figure is None:
-        return {"verdict": "warn", "threshold": None, "datasheet_tflops": None, "achievable_tflops": None,
-                "of_achievable": None,
-                "detail": f"no reference figure for {gpu_name} (measured {tflops:.1f} TFLOP/s)"}
+        return {
+            "verdict": "warn",
+            "threshold": None,
+            "datasheet_tflops": None,
+            "achievable_tflops": None,
+            "of_achievable": None,
+            "detail": f"no reference figure for {gpu_name} (measured {tflops:.1f} TFLOP/s)",
+        }
     achievable = figure["achievable"]
     threshold = min_fraction * achievable
     share = tflops / achievable
-    origin = ("published measurement" if figure["source"] == "measured"
-              else f"estimated: {GEMM_FALLBACK_EFFICIENCY:g} x the datasheet, no published measurement")
-    detail = (f"{gpu_name}: {tflops:.1f} TFLOP/s, {share:.0%} of the achievable {achievable:g} for "
-              f"{figure['model']} ({origin}; datasheet {figure['datasheet']:g}); "
-              f"floor {threshold:.1f} = {min_fraction:g} x {achievable:g}")
-    return {"verdict": "pass" if tflops >= threshold else "fail", "threshold": threshold,
-            "datasheet_tflops": figure["datasheet"], "achievable_tflops": achievable, "of_achievable": share,
-            "detail": detail}
+    origin = (
+        "published measurement"
+        if figure["source"] == "measured"
+        else f"estimated: {GEMM_FALLBACK_EFFICIENCY:g} x the datasheet, no published measurement"
+    )
+    detail = (
+        f"{gpu_name}: {tflops:.1f} TFLOP/s, {share:.0%} of the achievable {achievable:g} for "
+        f"{figure['model']} ({origin}; datasheet {figure['datasheet']:g}); "
+        f"floor {threshold:.1f} = {min_fraction:g} x {achievable:g}"
+    )
+    return {
+        "verdict": "pass" if tflops >= threshold else "fail",
+        "threshold": threshold,
+        "datasheet_tflops": figure["datasheet"],
+        "achievable_tflops": achievable,
+        "of_achievable": share,
+        "detail": detail,
+    }
 
 
 def judge_topology(links: list[list[str]], p2p: list[list[bool | None]] | None) -> tuple[str, str]:
@@ -328,8 +363,11 @@ def judge_topology(links: list[list[str]], p2p: list[list[bool | None]] | None) 
     summary = f"{len(links)} GPUs, pairs: " + ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items()))
     if p2p is not None:
         summary += f"; P2P on {sum(bool(p2p[i][j]) for i, j in pairs)}/{len(pairs)} pairs"
-    broken = [f"GPU{i}-GPU{j} ({links[i][j]})" for i, j in pairs
-              if is_nvlink(links[i][j]) and p2p is not None and p2p[i][j] is False]
+    broken = [
+        f"GPU{i}-GPU{j} ({links[i][j]})"
+        for i, j in pairs
+        if is_nvlink(links[i][j]) and p2p is not None and p2p[i][j] is False
+    ]
     crossing = [f"GPU{i}-GPU{j}" for i, j in pairs if links[i][j] in ("SYS", "SOC")]
     if broken:
         return "fail", f"NVLink without peer access: {', '.join(broken)}; {summary}"
@@ -459,26 +497,45 @@ def check_driver_version(probe: Probe) -> dict[str, Any]:
     state, smi, pci = probe.driver, probe.smi, probe.pci_gpu_count
 
     def result(verdict: str, detail: str, reboot: bool = False) -> dict[str, Any]:
-        return check_result(name, verdict, detail, value=state.loaded, threshold=state.installed,
-                            reboot_required=reboot, loaded_from=state.loaded_source,
-                            installed_library=state.installed_path)
+        return check_result(
+            name,
+            verdict,
+            detail,
+            value=state.loaded,
+            threshold=state.installed,
+            reboot_required=reboot,
+            loaded_from=state.loaded_source,
+            installed_library=state.installed_path,
+        )
 
     if smi.needs_reboot:
-        return result("fail", f"{smi.error} (loaded module {state.loaded}, installed {state.installed}): "
-                              "reboot required", reboot=True)
+        return result(
+            "fail",
+            f"{smi.error} (loaded module {state.loaded}, installed {state.installed}): reboot required",
+            reboot=True,
+        )
     if state.loaded and state.installed:
         if state.loaded == state.installed:
             return result("pass", f"loaded module {state.loaded} matches the installed userspace driver")
-        return result("fail", f"loaded module {state.loaded}, installed {state.installed}: "
-                              "driver/library mismatch, reboot required", reboot=True)
+        return result(
+            "fail",
+            f"loaded module {state.loaded}, installed {state.installed}: driver/library mismatch, reboot required",
+            reboot=True,
+        )
     if state.installed:
         if pci == 0:
             return no_gpu(name, probe, f"userspace driver {state.installed} installed, module not loaded")
-        return result("fail", f"userspace driver {state.installed} installed, {pci} GPU(s) on the PCI bus: "
-                              "module not loaded, reboot required", reboot=True)
+        return result(
+            "fail",
+            f"userspace driver {state.installed} installed, {pci} GPU(s) on the PCI bus: "
+            "module not loaded, reboot required",
+            reboot=True,
+        )
     if state.loaded:
-        return result("fail", f"module {state.loaded} loaded but no userspace driver library "
-                              f"({' / '.join(USERSPACE_LIBRARIES)}) found")
+        return result(
+            "fail",
+            f"module {state.loaded} loaded but no userspace driver library ({' / '.join(USERSPACE_LIBRARIES)}) found",
+        )
     if pci:
         return result("fail", f"{pci} GPU(s) on the PCI bus but no NVIDIA driver installed")
     return no_gpu(name, probe, "no NVIDIA driver installed")
@@ -489,8 +546,15 @@ def no_gpu_expected(name: str, probe: Probe, note: str) -> dict[str, Any]:
     skipped), else skipped "no GPU" (a failure with --require-gpus)."""
     expected = probe.args.expect_gpus
     if expected:
-        return check_result(name, "fail", f"0 GPU(s), expected {expected} (--expect-gpus): {note}",
-                            value=0, unit="GPUs", threshold=expected, reboot_required=False)
+        return check_result(
+            name,
+            "fail",
+            f"0 GPU(s), expected {expected} (--expect-gpus): {note}",
+            value=0,
+            unit="GPUs",
+            threshold=expected,
+            reboot_required=False,
+        )
     return no_gpu(name, probe, note)
 
 
@@ -500,8 +564,13 @@ def check_nvidia_smi(probe: Probe) -> dict[str, Any]:
     if not smi.ok:
         if probe.pci_gpu_count == 0 and not smi.needs_reboot:
             return no_gpu_expected(name, probe, smi.error)
-        return check_result(name, "fail", f"{smi.error} ({probe.pci_gpu_count} GPU(s) on the PCI bus)",
-                            threshold=args.expect_gpus, reboot_required=smi.needs_reboot)
+        return check_result(
+            name,
+            "fail",
+            f"{smi.error} ({probe.pci_gpu_count} GPU(s) on the PCI bus)",
+            threshold=args.expect_gpus,
+            reboot_required=smi.needs_reboot,
+        )
     if not smi.gpus and probe.pci_gpu_count == 0:
         return no_gpu_expected(name, probe, "nvidia-smi lists no GPU")
     gpus, failures, warnings = smi.gpus, [], []
@@ -509,8 +578,10 @@ def check_nvidia_smi(probe: Probe) -> dict[str, Any]:
         failures.append(f"{len(gpus)} GPU(s), expected {args.expect_gpus}")
     for gpu in gpus:
         if (gpu["ecc_uncorrected"] or 0) > args.max_ecc_errors:
-            failures.append(f"GPU {gpu['index']} ({gpu['pci_bus_id']}): {gpu['ecc_uncorrected']} uncorrected "
-                            f"ECC error(s), max {args.max_ecc_errors}")
+            failures.append(
+                f"GPU {gpu['index']} ({gpu['pci_bus_id']}): {gpu['ecc_uncorrected']} uncorrected "
+                f"ECC error(s), max {args.max_ecc_errors}"
+            )
     if probe.pci_gpu_count > len(gpus):
         warnings.append(f"nvidia-smi lists {len(gpus)} GPU(s), the PCI bus has {probe.pci_gpu_count}")
     no_persistence = [str(gpu["index"]) for gpu in gpus if gpu["persistence_mode"] is False]
@@ -519,8 +590,15 @@ def check_nvidia_smi(probe: Probe) -> dict[str, Any]:
     models = ", ".join(f"{n} x {model}" for model, n in Counter(g["name"] for g in gpus).items())
     summary = f"{len(gpus)} GPU(s): {models or 'none'}; driver {smi.driver_version}"
     verdict = "fail" if failures else "warn" if warnings else "pass"
-    return check_result(name, verdict, "; ".join(failures + warnings + [summary]), value=len(gpus),
-                        unit="GPUs", threshold=args.expect_gpus, reboot_required=False)
+    return check_result(
+        name,
+        verdict,
+        "; ".join(failures + warnings + [summary]),
+        value=len(gpus),
+        unit="GPUs",
+        threshold=args.expect_gpus,
+        reboot_required=False,
+    )
 
 
 def torch_build(torch: Any) -> str:
@@ -554,8 +632,11 @@ def check_torch_cuda(probe: Probe) -> dict[str, Any]:
         installed = installed_torch()
         if installed is None:
             return check_result(name, "fail", "torch is not installed in this environment")
-        return no_gpu(name, probe, f"torch {installed['torch']}, "
-                      + (f"CUDA {installed['cuda']}" if installed["cuda"] else "CPU-only build"))
+        return no_gpu(
+            name,
+            probe,
+            f"torch {installed['torch']}, " + (f"CUDA {installed['cuda']}" if installed["cuda"] else "CPU-only build"),
+        )
     torch = probe.torch
     if torch is None:
         return check_result(name, "fail", f"torch not importable: {probe.torch_error}")
@@ -568,14 +649,26 @@ def check_torch_cuda(probe: Probe) -> dict[str, Any]:
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     note = f" (CUDA_VISIBLE_DEVICES={visible!r})" if visible is not None else ""
     if not available:
-        return check_result(name, "fail", f"torch.cuda.is_available() is False with {expected} GPU(s) "
-                                          f"on the machine; {build}{note}",
-                            value=0, unit="GPUs", threshold=expected)
+        return check_result(
+            name,
+            "fail",
+            f"torch.cuda.is_available() is False with {expected} GPU(s) on the machine; {build}{note}",
+            value=0,
+            unit="GPUs",
+            threshold=expected,
+        )
     if count != expected:
-        return check_result(name, "fail", f"torch sees {count} GPU(s), nvidia-smi {expected}; {build}{note}",
-                            value=count, unit="GPUs", threshold=expected)
-    return check_result(name, "pass", f"torch sees {count} GPU(s); {build}", value=count, unit="GPUs",
-                        threshold=expected)
+        return check_result(
+            name,
+            "fail",
+            f"torch sees {count} GPU(s), nvidia-smi {expected}; {build}{note}",
+            value=count,
+            unit="GPUs",
+            threshold=expected,
+        )
+    return check_result(
+        name, "pass", f"torch sees {count} GPU(s); {build}", value=count, unit="GPUs", threshold=expected
+    )
 
 
 def torch_versions(torch: Any) -> dict[str, str | None]:
@@ -585,15 +678,18 @@ def torch_versions(torch: Any) -> dict[str, str | None]:
     except (AttributeError, RuntimeError):  # CPU-only builds have no NCCL
         nccl = None
     cudnn_code = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
-    return {"torch": torch.__version__, "cuda": torch.version.cuda,
-            "cudnn": decode_cudnn_version(cudnn_code), "nccl": nccl}
+    return {
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": decode_cudnn_version(cudnn_code),
+        "nccl": nccl,
+    }
 
 
 def describe_versions(versions: dict[str, str | None]) -> str:
     if versions["cuda"] is None:
         return f"torch {versions['torch']}, CPU-only build"
-    return (f"torch {versions['torch']}, CUDA {versions['cuda']}, cuDNN {versions['cudnn']}, "
-            f"NCCL {versions['nccl']}")
+    return f"torch {versions['torch']}, CUDA {versions['cuda']}, cuDNN {versions['cudnn']}, NCCL {versions['nccl']}"
 
 
 def release_parts(version: str | None) -> tuple[str, ...]:
@@ -601,8 +697,9 @@ def release_parts(version: str | None) -> tuple[str, ...]:
     return tuple(re.findall(r"\d+", version or "")[:3])
 
 
-def compare_torch_libraries(versions: dict[str, str | None] | None, expected: dict[str, str | None],
-                            system: dict[str, str | None]) -> dict[str, Any]:
+def compare_torch_libraries(
+    versions: dict[str, str | None] | None, expected: dict[str, str | None], system: dict[str, str | None]
+) -> dict[str, Any]:
     """torch's own cuDNN and NCCL against the expected bundled builds, on major.minor.patch.
 
     Per library {"torch", "expected", "outcome"}: "match", "differs", "no CUDA"
@@ -631,7 +728,7 @@ LIBRARY_NAMES = {"cudnn": "cuDNN", "nccl": "NCCL"}
 
 
 def describe_torch_libraries(compared: dict[str, Any]) -> str:
-    """"torch's own cuDNN 9.1.0 (expected 9.1.0.70), NCCL 2.21.5 (expected 2.21.5); system cuDNN
+    """ "torch's own cuDNN 9.1.0 (expected 9.1.0.70), NCCL 2.21.5 (expected 2.21.5); system cuDNN
     8.9.2.26-1+cuda12.1, NCCL not installed", or for a CPU-only torch: "torch's own cuDNN/NCCL: none, the torch
     build has no CUDA; system ..."."""
     if all(compared[library]["outcome"] == "no CUDA" for library in LIBRARY_NAMES):
@@ -643,8 +740,9 @@ def describe_torch_libraries(compared: dict[str, Any]) -> str:
             expected = f"expected {entry['expected']}" if entry["expected"] else "no expected build"
             parts.append(f"{title} {entry['torch'] or 'unavailable'} ({expected})")
         own = "torch's own " + ", ".join(parts)
-    system = ", ".join(f"{title} {compared['system'].get(library) or 'not installed'}"
-                       for library, title in LIBRARY_NAMES.items())
+    system = ", ".join(
+        f"{title} {compared['system'].get(library) or 'not installed'}" for library, title in LIBRARY_NAMES.items()
+    )
     return f"{own}; system {system}"
 
 
@@ -682,8 +780,12 @@ def check_libraries(probe: Probe) -> dict[str, Any]:
         return check_result(name, "fail", f"torch not importable: {exc}", threshold=expect)
     if versions is None:  # torch_cuda fails on it
         if expect:
-            return check_result(name, "fail", f"torch is not installed, expected a build for CUDA {expect} "
-                                              "(--expect-cuda)", threshold=expect)
+            return check_result(
+                name,
+                "fail",
+                f"torch is not installed, expected a build for CUDA {expect} (--expect-cuda)",
+                threshold=expect,
+            )
         if not probe.gpu_present:
             return no_gpu(name, probe, "torch is not installed")
         return check_result(name, "skipped", "torch is not installed (see torch_cuda)")
@@ -694,9 +796,14 @@ def check_libraries(probe: Probe) -> dict[str, Any]:
         # unless CUDA was expected of it.
         build = f"torch {versions['torch']}, CPU-only build; " + describe_torch_libraries(compared)
         if expect:
-            return check_result(name, "fail", f"torch is a CPU-only build, expected one for CUDA {expect} "
-                                              f"(--expect-cuda); {build}",
-                                value=versions, threshold=expect, torch_libraries=compared)
+            return check_result(
+                name,
+                "fail",
+                f"torch is a CPU-only build, expected one for CUDA {expect} (--expect-cuda); {build}",
+                value=versions,
+                threshold=expect,
+                torch_libraries=compared,
+            )
         result = no_gpu(name, probe, build)
         result["value"] = versions
         result["torch_libraries"] = compared
@@ -713,11 +820,14 @@ def check_libraries(probe: Probe) -> dict[str, Any]:
     for library, title in LIBRARY_NAMES.items():
         entry = compared[library]
         if entry["outcome"] == "differs":
-            failures.append(f"torch's own {title} is {entry['torch']}, the matrix's bundled build is {entry['expected']} "
-                            "(the wheel's nvidia package was replaced, or torch is not the release the matrix names)")
+            failures.append(
+                f"torch's own {title} is {entry['torch']}, the matrix's bundled build is {entry['expected']} "
+                "(the wheel's nvidia package was replaced, or torch is not the release the matrix names)"
+            )
     detail = "; ".join(failures + [describe_versions(versions), describe_torch_libraries(compared)] + gpu_note)
-    return check_result(name, "fail" if failures else "pass", detail, value=versions, threshold=expect,
-                        torch_libraries=compared)
+    return check_result(
+        name, "fail" if failures else "pass", detail, value=versions, threshold=expect, torch_libraries=compared
+    )
 
 
 def measure_gemm(torch: Any, index: int, n: int) -> dict[str, Any]:
@@ -744,9 +854,14 @@ def measure_gemm(torch: Any, index: int, n: int) -> dict[str, Any]:
         finally:
             del a, b, c
             torch.cuda.empty_cache()
-    return {"index": index, "name": props.name, "uuid": str(getattr(props, "uuid", "")) or None,
-            "dtype": str(dtype).replace("torch.", ""), "tflops": gemm_tflops(n, GEMM_ITERS, seconds),
-            "finite": finite}
+    return {
+        "index": index,
+        "name": props.name,
+        "uuid": str(getattr(props, "uuid", "")) or None,
+        "dtype": str(dtype).replace("torch.", ""),
+        "tflops": gemm_tflops(n, GEMM_ITERS, seconds),
+        "finite": finite,
+    }
 
 
 def slowest_gpu(per_gpu: list[dict[str, Any]], figure: str) -> tuple[dict[str, Any], str, str]:
@@ -773,8 +888,9 @@ def check_gemm(probe: Probe) -> dict[str, Any]:
         per_gpu.append({**measured, **judged, "detail": f"GPU {index} {judged['detail']}"})
     slowest, verdict, details = slowest_gpu(per_gpu, "tflops")
     detail = f"n={n} {slowest['dtype']}; {details}"
-    return check_result(name, verdict, detail, value=slowest["tflops"], unit="TFLOP/s",
-                        threshold=slowest["threshold"], per_gpu=per_gpu)
+    return check_result(
+        name, verdict, detail, value=slowest["tflops"], unit="TFLOP/s", threshold=slowest["threshold"], per_gpu=per_gpu
+    )
 
 
 def membw_bytes(requested_mib: int, total_memory: int) -> int:
@@ -804,6 +920,7 @@ def measure_memory_bandwidth(torch: Any, index: int, mib: int) -> dict[str, Any]
         end.synchronize()
         return start.elapsed_time(end) / 1e3
 
+    src = dst = host = None
     with torch.cuda.device(device):
         try:
             src = torch.randint(0, 256, (nbytes,), dtype=torch.uint8, device=device)
@@ -816,12 +933,18 @@ def measure_memory_bandwidth(torch: Any, index: int, mib: int) -> dict[str, Any]
             h2d_s = timed(lambda: dst.copy_(host, non_blocking=True))
             correct = correct and bool(torch.equal(dst, src))
         finally:
-            del src, dst, host
+            src = dst = host = None  # the buffers freed before empty_cache, also when one was never allocated
             torch.cuda.empty_cache()
-    return {"index": index, "name": props.name, "uuid": str(getattr(props, "uuid", "")) or None,
-            "size_mib": nbytes // 2**20, "memory_bandwidth_gbps": device_copy_gbps(nbytes, MEMBW_ITERS, device_s),
-            "h2d_gbps": host_copy_gbps(nbytes, MEMBW_ITERS, h2d_s), "d2h_gbps": host_copy_gbps(nbytes, MEMBW_ITERS, d2h_s),
-            "correct": correct}
+    return {
+        "index": index,
+        "name": props.name,
+        "uuid": str(getattr(props, "uuid", "")) or None,
+        "size_mib": nbytes // 2**20,
+        "memory_bandwidth_gbps": device_copy_gbps(nbytes, MEMBW_ITERS, device_s),
+        "h2d_gbps": host_copy_gbps(nbytes, MEMBW_ITERS, h2d_s),
+        "d2h_gbps": host_copy_gbps(nbytes, MEMBW_ITERS, d2h_s),
+        "correct": correct,
+    }
 
 
 def gpu_record(probe: Probe, measured: dict[str, Any]) -> dict[str, Any]:
@@ -829,17 +952,23 @@ def gpu_record(probe: Probe, measured: dict[str, Any]) -> dict[str, Any]:
     name as torch reports it."""
     records = probe.smi_details[0] or []
     uuid = (measured.get("uuid") or "").lower()
-    return (next((r for r in records if uuid and (r.get("uuid") or "").lower().endswith(uuid)), None)
-            or next((r for r in records if r.get("index") == measured["index"]), None)
-            or {"name": measured["name"], "pci_device_id": None})
+    return (
+        next((r for r in records if uuid and (r.get("uuid") or "").lower().endswith(uuid)), None)
+        or next((r for r in records if r.get("index") == measured["index"]), None)
+        or {"name": measured["name"], "pci_device_id": None}
+    )
 
 
 # memory_bandwidth's figures: (profile field, what it judges, [(measured key, how the detail names it)]).
-MEMBW_FLOORS = (("memory_bandwidth_gbps", "memory_bandwidth", [("memory_bandwidth_gbps", "device memory")]),
-                ("h2d_gbps", "h2d", [("h2d_gbps", "H2D"), ("d2h_gbps", "D2H")]))
+MEMBW_FLOORS = (
+    ("memory_bandwidth_gbps", "memory_bandwidth", [("memory_bandwidth_gbps", "device memory")]),
+    ("h2d_gbps", "h2d", [("h2d_gbps", "H2D"), ("d2h_gbps", "D2H")]),
+)
 
 
-def judge_memory_bandwidth(measured: dict[str, Any], profile: str, figures: dict[str, tuple[Any, str]]) -> dict[str, Any]:
+def judge_memory_bandwidth(
+    measured: dict[str, Any], profile: str, figures: dict[str, tuple[Any, str]]
+) -> dict[str, Any]:
     """One GPU's copies against its profile: device memory against ``memory_bandwidth_gbps``, H2D and D2H
     against ``h2d_gbps`` (Azure's check_gpu_bw judges both directions by it). A figure the profile lacks
     (any figure of an unknown model) is reported, not judged; a GPU of which nothing was judged warns.
@@ -853,18 +982,22 @@ def judge_memory_bandwidth(measured: dict[str, Any], profile: str, figures: dict
         out[f"{prefix}_floor"], out[f"{prefix}_source"] = (float(floor[0]), floor[1]) if floor else (None, None)
         shown = " / ".join(f"{label} {measured[key]:.1f}" for key, label in keys) + " GB/s"
         if floor is None:
-            out.update({f"{key[:-len('_gbps')]}_verdict": "not judged" for key, _label in keys})
-            parts.append(shown if unknown else
-                         f"{shown} not judged (the {profile} profile has no {field} floor; set one in "
-                         "gpu_verify_profile_overrides)")
+            out.update({f"{key[: -len('_gbps')]}_verdict": "not judged" for key, _label in keys})
+            parts.append(
+                shown
+                if unknown
+                else f"{shown} not judged (the {profile} profile has no {field} floor; set one in "
+                "gpu_verify_profile_overrides)"
+            )
             continue
         below = [label for key, label in keys if measured[key] < floor[0]]
         for key, label in keys:
             judged = "fail" if label in below else "pass"
-            out[f"{key[:-len('_gbps')]}_verdict"] = judged
+            out[f"{key[: -len('_gbps')]}_verdict"] = judged
             verdicts.append(judged)
-        relation = ("floor" if not below else "below the floor" if len(keys) == 1
-                    else f"{' and '.join(below)} below the floor")
+        relation = (
+            "floor" if not below else "below the floor" if len(keys) == 1 else f"{' and '.join(below)} below the floor"
+        )
         parts.append(f"{shown}, {relation} {floor[0]:g} of {profile} ({floor[1]})")
     if unknown:
         parts.append(f"not judged ({UNKNOWN_MODEL_NOTE})")
@@ -890,11 +1023,20 @@ def check_memory_bandwidth(probe: Probe) -> dict[str, Any]:
         per_gpu.append({**measured, **judge_memory_bandwidth(measured, profile, figures)})
     slowest, verdict, details = slowest_gpu(per_gpu, "memory_bandwidth_gbps")
     detail = f"{slowest['size_mib']} MiB copies; {details}"
-    return check_result(name, verdict, detail, value=slowest["memory_bandwidth_gbps"], unit="GB/s",
-                        threshold=slowest["memory_bandwidth_floor"], per_gpu=per_gpu, h2d_gbps=slowest["h2d_gbps"],
-                        d2h_gbps=slowest["d2h_gbps"],
-                        host_copy_min_gbps=min(min(g["h2d_gbps"], g["d2h_gbps"]) for g in per_gpu),
-                        size_mib=slowest["size_mib"], profile=slowest["profile"])
+    return check_result(
+        name,
+        verdict,
+        detail,
+        value=slowest["memory_bandwidth_gbps"],
+        unit="GB/s",
+        threshold=slowest["memory_bandwidth_floor"],
+        per_gpu=per_gpu,
+        h2d_gbps=slowest["h2d_gbps"],
+        d2h_gbps=slowest["d2h_gbps"],
+        host_copy_min_gbps=min(min(g["h2d_gbps"], g["d2h_gbps"]) for g in per_gpu),
+        size_mib=slowest["size_mib"],
+        profile=slowest["profile"],
+    )
 
 
 def free_port() -> int:
@@ -910,8 +1052,13 @@ def allreduce_worker(rank: int, world_size: int, port: int, nbytes: int, result_
 
     torch.cuda.set_device(rank)
     device = torch.device("cuda", rank)
-    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=world_size, timeout=timedelta(seconds=ALLREDUCE_TIMEOUT_S))
+    dist.init_process_group(
+        "nccl",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=world_size,
+        timeout=timedelta(seconds=ALLREDUCE_TIMEOUT_S),
+    )
     try:
         ranks_plus_one = torch.full((1024,), float(rank + 1), device=device)
         dist.all_reduce(ranks_plus_one)  # sum of 1..world_size on every rank
@@ -932,8 +1079,9 @@ def allreduce_worker(rank: int, world_size: int, port: int, nbytes: int, result_
         elapsed = torch.tensor([time.perf_counter() - began], dtype=torch.float64, device=device)
         dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)  # the slowest rank sets the pace
         if rank == 0:
-            Path(result_file).write_text(json.dumps(
-                {"seconds": elapsed.item() / ALLREDUCE_ITERS, "correct": bool(correct.item())}))
+            Path(result_file).write_text(
+                json.dumps({"seconds": elapsed.item() / ALLREDUCE_ITERS, "correct": bool(correct.item())})
+            )
     finally:
         dist.destroy_process_group()
 
@@ -944,8 +1092,9 @@ def measure_allreduce(world_size: int, nbytes: int, timeout: float = ALLREDUCE_T
 
     with tempfile.TemporaryDirectory(prefix="gpufleet-allreduce-") as tmp:
         result_file = os.path.join(tmp, "result.json")
-        context = mp.spawn(allreduce_worker, args=(world_size, free_port(), nbytes, result_file),
-                           nprocs=world_size, join=False)
+        context = mp.spawn(
+            allreduce_worker, args=(world_size, free_port(), nbytes, result_file), nprocs=world_size, join=False
+        )
         deadline = time.monotonic() + timeout
         while not context.join(timeout=1):
             if time.monotonic() > deadline:
@@ -961,8 +1110,9 @@ def sku_allreduce_floor(probe: Probe, world: int) -> tuple[dict[str, Any] | None
     (profiles: Azure's 8-GPU figures, each at its message size), or (None, why there is none). The model
     is read from nvidia-smi -q -x (PCI device ID, then name), else from nvidia-smi's names."""
     records = probe.smi_details[0] or [{"name": gpu.get("name"), "pci_device_id": None} for gpu in probe.smi.gpus]
-    keys = sorted({profiles.find_profile(gpu.get("name"), gpu.get("pci_device_id"), probe.profile_table)[0]
-                   for gpu in records})
+    keys = sorted(
+        {profiles.find_profile(gpu.get("name"), gpu.get("pci_device_id"), probe.profile_table)[0] for gpu in records}
+    )
     if not keys or keys == [profiles.DEFAULT_PROFILE]:
         return None, "unknown model: no per-SKU floor"
     if len(keys) > 1:
@@ -992,24 +1142,36 @@ def check_allreduce_busbw(probe: Probe) -> dict[str, Any]:
         threshold, basis = sku["floor"], f"the {sku['profile']} floor at {sku['size_mib']} MiB ({sku['source']})"
     else:
         threshold = args.busbw_min_nvlink if nvlink else args.busbw_min_pcie
-        why = (f"the {sku['profile']} floor {sku['floor']:g} holds at {sku['size_mib']} MiB, this run is {mib} MiB"
-               if sku else no_sku)
+        why = (
+            f"the {sku['profile']} floor {sku['floor']:g} holds at {sku['size_mib']} MiB, this run is {mib} MiB"
+            if sku
+            else no_sku
+        )
         basis = f"the flat {'NVLink/NVSwitch' if nvlink else 'PCIe'} floor ({why})"
     nbytes = mib * 2**20
 
     timing = measure_allreduce(world, nbytes)
     busbw = bus_bandwidth_gbps(nbytes, timing["seconds"], world)
-    summary = (f"{busbw:.1f} GB/s bus bandwidth, {world} GPUs, {mib} MiB float32, "
-               f"threshold {threshold:g}: {basis}")
+    summary = f"{busbw:.1f} GB/s bus bandwidth, {world} GPUs, {mib} MiB float32, threshold {threshold:g}: {basis}"
     if topology_error:
         summary += f"; topology unknown: {topology_error}"
     if not timing["correct"]:
         verdict, detail = "fail", f"wrong all-reduce result; {summary}"
     else:
         verdict, detail = ("pass" if busbw >= threshold else "fail"), summary
-    return check_result(name, verdict, detail, value=busbw, unit="GB/s", threshold=threshold,
-                        algbw_gbps=nbytes / timing["seconds"] / 1e9, world_size=world, size_mib=mib,
-                        fabric=fabric, floor_profile=sku["profile"] if sku and threshold == sku["floor"] else None)
+    return check_result(
+        name,
+        verdict,
+        detail,
+        value=busbw,
+        unit="GB/s",
+        threshold=threshold,
+        algbw_gbps=nbytes / timing["seconds"] / 1e9,
+        world_size=world,
+        size_mib=mib,
+        fabric=fabric,
+        floor_profile=sku["profile"] if sku and threshold == sku["floor"] else None,
+    )
 
 
 def peer_access(probe: Probe, count: int) -> tuple[list[list[bool | None]] | None, str]:
@@ -1036,8 +1198,7 @@ def check_p2p_topology(probe: Probe) -> dict[str, Any]:
     verdict, detail = judge_topology(links, p2p)
     if p2p is None and verdict == "pass":
         verdict = "warn"  # the links were read, peer access was not tested: not a pass
-    return check_result(name, verdict, detail + (f"; {note}" if note else ""),
-                        value={"links": links, "p2p": p2p})
+    return check_result(name, verdict, detail + (f"; {note}" if note else ""), value={"links": links, "p2p": p2p})
 
 
 # --------------------------------------------------------------------------- training (the payload)
@@ -1049,20 +1210,28 @@ def check_training(probe: Probe) -> dict[str, Any]:
     if probe.torch is None:
         return check_result(name, "fail", f"torch not importable: {probe.torch_error}")
     nproc = args.train_nproc or probe.cuda_device_count or TRAIN_CPU_NPROC
-    run = launcher.run_training(nproc, payload_args=launcher.default_payload_args(nproc),
-                                timeout=args.train_timeout, payload=args.payload)
+    run = launcher.run_training(
+        nproc, payload_args=launcher.default_payload_args(nproc), timeout=args.train_timeout, payload=args.payload
+    )
     result = probe.training_result = run["result"]
     if result is None:
-        return check_result(name, "fail", f"no result from the payload (torchrun rc {run['rc']}): "
-                                          f"{launcher.failure_summary(run)}",
-                            unit="samples/s", log_tail=run["log_tail"], failures=run["failures"])
+        return check_result(
+            name,
+            "fail",
+            f"no result from the payload (torchrun rc {run['rc']}): {launcher.failure_summary(run)}",
+            unit="samples/s",
+            log_tail=run["log_tail"],
+            failures=run["failures"],
+        )
     verdict = result.get("verdict", "fail")
     reasons = list(result.get("reasons") or [])
     if run["rc"] != 0 and verdict == "pass":
         verdict, reasons = "fail", reasons + [f"torchrun rc {run['rc']}"]
     samples = result.get("samples_per_s")
-    detail = (f"world size {result.get('world_size')} on {result.get('device')}, {result.get('steps')} steps, "
-              f"amp {result.get('amp')}, {samples or 0:.0f} samples/s" + "".join(f"; {r}" for r in reasons))
+    detail = (
+        f"world size {result.get('world_size')} on {result.get('device')}, {result.get('steps')} steps, "
+        f"amp {result.get('amp')}, {samples or 0:.0f} samples/s" + "".join(f"; {r}" for r in reasons)
+    )
     extra = {"log_tail": run["log_tail"]} if verdict != "pass" else {}
     return check_result(name, verdict, detail, value=samples, unit="samples/s", **extra)
 
@@ -1091,8 +1260,9 @@ def run_check(name: str, probe: Probe) -> dict[str, Any]:
     try:
         return CHECKS[name](probe)
     except Exception as exc:
-        return check_result(name, "fail", f"check raised {type(exc).__name__}: {exc}",
-                            traceback=traceback.format_exc()[-4000:])
+        return check_result(
+            name, "fail", f"check raised {type(exc).__name__}: {exc}", traceback=traceback.format_exc()[-4000:]
+        )
 
 
 def report_versions(probe: Probe) -> dict[str, str | None]:
@@ -1101,11 +1271,18 @@ def report_versions(probe: Probe) -> dict[str, str | None]:
     except Exception:  # a broken torch is the checks' business, not the report's
         versions = {}
     system = probe.system_libraries
-    return {"driver_installed": probe.driver.installed, "driver_loaded": probe.driver.loaded,
-            "cuda": versions.get("cuda"), "torch": versions.get("torch"), "cudnn": versions.get("cudnn"),
-            "nccl": versions.get("nccl"), "python": platform.python_version(),
-            "system_cudnn": system.get("cudnn"), "system_nccl": system.get("nccl"),
-            **driver_fact_versions(probe.driver_fact[0])}
+    return {
+        "driver_installed": probe.driver.installed,
+        "driver_loaded": probe.driver.loaded,
+        "cuda": versions.get("cuda"),
+        "torch": versions.get("torch"),
+        "cudnn": versions.get("cudnn"),
+        "nccl": versions.get("nccl"),
+        "python": platform.python_version(),
+        "system_cudnn": system.get("cudnn"),
+        "system_nccl": system.get("nccl"),
+        **driver_fact_versions(probe.driver_fact[0]),
+    }
 
 
 def fact_text(value: Any) -> str | None:
@@ -1123,8 +1300,11 @@ def driver_fact_versions(fact: dict[str, Any] | None) -> dict[str, str | None]:
     requested = fact.get("requested_version")
     if isinstance(requested, str) and not requested.strip():
         requested = "default"
-    return {"driver_requested": fact_text(requested), "driver_pinned": fact_text(fact.get("pinned_version")),
-            "driver_source": fact_text(fact.get("source"))}
+    return {
+        "driver_requested": fact_text(requested),
+        "driver_pinned": fact_text(fact.get("pinned_version")),
+        "driver_source": fact_text(fact.get("source")),
+    }
 
 
 def report_gpus(probe: Probe, checks: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -1133,12 +1313,19 @@ def report_gpus(probe: Probe, checks: list[dict[str, Any]]) -> list[dict[str, An
     gemm = next((c for c in checks if c["name"] == "gemm"), {})
     for measured in gemm.get("per_gpu", []):
         uuid = (measured["uuid"] or "").lower()
-        match = next((g for g in gpus if uuid and g["uuid"].lower().endswith(uuid)), None) \
-            or next((g for g in gpus if g["index"] == measured["index"]), None)
+        match = next((g for g in gpus if uuid and g["uuid"].lower().endswith(uuid)), None) or next(
+            (g for g in gpus if g["index"] == measured["index"]), None
+        )
         if match is None:
-            match = {"index": measured["index"], "name": measured["name"], "uuid": measured["uuid"],
-                     "pci_bus_id": None, "memory_total_mib": None, "persistence_mode": None,
-                     "ecc_uncorrected": None}
+            match = {
+                "index": measured["index"],
+                "name": measured["name"],
+                "uuid": measured["uuid"],
+                "pci_bus_id": None,
+                "memory_total_mib": None,
+                "persistence_mode": None,
+                "ecc_uncorrected": None,
+            }
             gpus.append(match)
         match["gemm_tflops"] = measured["tflops"]
         match["gemm_of_achievable"] = measured.get("of_achievable")
@@ -1148,8 +1335,11 @@ def report_gpus(probe: Probe, checks: list[dict[str, Any]]) -> list[dict[str, An
 def nothing_passed(checks: list[dict[str, Any]]) -> str:
     """The reason of a run in which no check passed and none failed: what was (not) checked."""
     counts = Counter(c["verdict"] for c in checks)
-    why = "no GPU" if any(c["verdict"] == "skipped" and c["detail"].startswith("no GPU") for c in checks) \
+    why = (
+        "no GPU"
+        if any(c["verdict"] == "skipped" and c["detail"].startswith("no GPU") for c in checks)
         else "every check was skipped"
+    )
     if counts["warn"]:
         return f"no check passed: {counts['warn']} warned, {counts['skipped']} skipped ({why})"
     return f"nothing was checked: {why} ({counts['skipped']} checks skipped)"

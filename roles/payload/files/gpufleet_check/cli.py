@@ -47,10 +47,30 @@ from pathlib import Path
 from typing import Sequence
 
 from . import launcher
-from .checks import (ALLREDUCE_MIB, CHECKS, GEMM_MIN_FRACTION, GEMM_SIZE, QUICK_ALLREDUCE_MIB, QUICK_GEMM_SIZE,
-                     QUICK_MEMBW_MIB, TRAIN_CPU_NPROC, build_report, summary_lines)
-from .common import (EXIT_FAIL, EXIT_PASS, EXIT_USAGE, check_writable, fraction, non_negative_float,
-                     non_negative_int, positive_int, program_name, write_atomically)
+from .checks import (
+    ALLREDUCE_MIB,
+    CHECKS,
+    GEMM_MIN_FRACTION,
+    GEMM_SIZE,
+    QUICK_ALLREDUCE_MIB,
+    QUICK_GEMM_SIZE,
+    QUICK_MEMBW_MIB,
+    TRAIN_CPU_NPROC,
+    build_report,
+    summary_lines,
+)
+from .common import (
+    EXIT_FAIL,
+    EXIT_PASS,
+    EXIT_USAGE,
+    check_writable,
+    fraction,
+    non_negative_float,
+    non_negative_int,
+    positive_int,
+    program_name,
+    write_atomically,
+)
 from .metrics import METRICS_FILE_MODE, metrics_text
 from .profiles import load_overrides, parse_overrides
 
@@ -78,110 +98,265 @@ def xid_codes(text: str) -> str:
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        prog=program_name(), description=DESCRIPTION,
-        epilog=f"Multi-node training: {program_name()} train --help. Exit codes: 0 pass, 1 fail, 2 usage.")
+        prog=program_name(),
+        description=DESCRIPTION,
+        epilog=f"Multi-node training: {program_name()} train --help. Exit codes: 0 pass, 1 fail, 2 usage.",
+    )
     p.add_argument("--json", action="store_true", help="print the JSON report instead of the summary")
     p.add_argument("--output", type=Path, metavar="PATH", help="also write the JSON report to this file")
-    p.add_argument("--metrics-file", type=Path, metavar="PATH",
-                   help="also write the result as Prometheus metrics (text format, replaced atomically, mode 0644) "
-                        "to this file, e.g. node exporter's textfile directory; the directory must exist")
+    p.add_argument(
+        "--metrics-file",
+        type=Path,
+        metavar="PATH",
+        help="also write the result as Prometheus metrics (text format, replaced atomically, mode 0644) "
+        "to this file, e.g. node exporter's textfile directory; the directory must exist",
+    )
     p.add_argument("--require-gpus", action="store_true", help="'no GPU' is a failure, not a skip")
-    p.add_argument("--skip", action="append", default=[], choices=list(CHECKS), metavar="CHECK",
-                   help=f"leave a check out (repeatable): {', '.join(CHECKS)}")
-    p.add_argument("--quick", action="store_true",
-                   help=f"smaller sizes: gemm n={QUICK_GEMM_SIZE}, memory copies {QUICK_MEMBW_MIB} MiB, "
-                        f"all-reduce {QUICK_ALLREDUCE_MIB} MiB")
+    p.add_argument(
+        "--skip",
+        action="append",
+        default=[],
+        choices=list(CHECKS),
+        metavar="CHECK",
+        help=f"leave a check out (repeatable): {', '.join(CHECKS)}",
+    )
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"smaller sizes: gemm n={QUICK_GEMM_SIZE}, memory copies {QUICK_MEMBW_MIB} MiB, "
+        f"all-reduce {QUICK_ALLREDUCE_MIB} MiB",
+    )
     p.add_argument("--expect-gpus", type=non_negative_int, metavar="N", help="fail with fewer GPUs than this")
-    p.add_argument("--expect-cuda", type=major_minor, metavar="X.Y",
-                   help="CUDA release torch must be built for, e.g. 12.1")
-    p.add_argument("--expect-torch-cudnn", type=library_version, metavar="X.Y.Z",
-                   help="cuDNN build torch's wheels bring, e.g. 9.1.0.70 (compared on major.minor.patch with "
-                        "torch.backends.cudnn.version()); not the system's libcudnn8")
-    p.add_argument("--expect-torch-nccl", type=library_version, metavar="X.Y.Z",
-                   help="NCCL build torch's wheels bring, e.g. 2.21.5 (compared on major.minor.patch with "
-                        "torch.cuda.nccl.version()); not the system's libnccl2")
-    p.add_argument("--max-ecc-errors", type=non_negative_int, default=0, metavar="N",
-                   help="most uncorrected (volatile) ECC errors per GPU (default 0)")
+    p.add_argument(
+        "--expect-cuda", type=major_minor, metavar="X.Y", help="CUDA release torch must be built for, e.g. 12.1"
+    )
+    p.add_argument(
+        "--expect-torch-cudnn",
+        type=library_version,
+        metavar="X.Y.Z",
+        help="cuDNN build torch's wheels bring, e.g. 9.1.0.70 (compared on major.minor.patch with "
+        "torch.backends.cudnn.version()); not the system's libcudnn8",
+    )
+    p.add_argument(
+        "--expect-torch-nccl",
+        type=library_version,
+        metavar="X.Y.Z",
+        help="NCCL build torch's wheels bring, e.g. 2.21.5 (compared on major.minor.patch with "
+        "torch.cuda.nccl.version()); not the system's libnccl2",
+    )
+    p.add_argument(
+        "--max-ecc-errors",
+        type=non_negative_int,
+        default=0,
+        metavar="N",
+        help="most uncorrected (volatile) ECC errors per GPU (default 0)",
+    )
     p.add_argument("--gemm-size", type=positive_int, metavar="N", help=f"matrix size n (default {GEMM_SIZE})")
-    p.add_argument("--gemm-min-fraction", type=fraction, default=GEMM_MIN_FRACTION, metavar="F",
-                   help="least fraction (above 0, at most 1) of the GPU model's achievable TFLOP/s, measured "
-                        f"figures where published (default {GEMM_MIN_FRACTION})")
-    p.add_argument("--allreduce-mib", type=positive_int, metavar="MIB",
-                   help=f"all-reduce size in MiB (default: the per-SKU floor's size, else {ALLREDUCE_MIB})")
-    p.add_argument("--busbw-min-nvlink", type=non_negative_float, default=100.0, metavar="GBPS",
-                   help="least bus bandwidth, GB/s, when all GPU pairs are NVLink/NVSwitch and the GPUs' profile "
-                        "has no floor for their count and message size (default 100)")
-    p.add_argument("--busbw-min-pcie", type=non_negative_float, default=5.0, metavar="GBPS",
-                   help="least bus bandwidth, GB/s, otherwise (default 5)")
+    p.add_argument(
+        "--gemm-min-fraction",
+        type=fraction,
+        default=GEMM_MIN_FRACTION,
+        metavar="F",
+        help="least fraction (above 0, at most 1) of the GPU model's achievable TFLOP/s, measured "
+        f"figures where published (default {GEMM_MIN_FRACTION})",
+    )
+    p.add_argument(
+        "--allreduce-mib",
+        type=positive_int,
+        metavar="MIB",
+        help=f"all-reduce size in MiB (default: the per-SKU floor's size, else {ALLREDUCE_MIB})",
+    )
+    p.add_argument(
+        "--busbw-min-nvlink",
+        type=non_negative_float,
+        default=100.0,
+        metavar="GBPS",
+        help="least bus bandwidth, GB/s, when all GPU pairs are NVLink/NVSwitch and the GPUs' profile "
+        "has no floor for their count and message size (default 100)",
+    )
+    p.add_argument(
+        "--busbw-min-pcie",
+        type=non_negative_float,
+        default=5.0,
+        metavar="GBPS",
+        help="least bus bandwidth, GB/s, otherwise (default 5)",
+    )
     health = p.add_argument_group("health checks (gpu_errors, pcie, clocks, nvlink, xid, interconnect, dcgm)")
-    health.add_argument("--max-corrected-ecc", type=non_negative_int, metavar="N",
-                        help="warn above this many corrected (volatile) ECC errors per GPU (default: not judged); "
-                             "uncorrected ones: --max-ecc-errors")
-    health.add_argument("--pcie-gen-policy", choices=("warn", "fail"), default="warn",
-                        help="a PCIe generation below the GPU's maximum: warn (default: an idle GPU lowers it) or fail")
-    health.add_argument("--expect-mig", choices=("any", "enabled", "disabled"), default="any",
-                        help="MIG mode every GPU must be in (default: any, not judged)")
-    health.add_argument("--nvlink-max-errors", type=non_negative_int, default=0, metavar="N",
-                        help="warn when an NVLink error counter (nvidia-smi nvlink -e) is above N (default 0)")
-    health.add_argument("--xid-window-hours", type=non_negative_float, default=24.0, metavar="H",
-                        help="judge the Xid/SXid events of the last H hours of the kernel log (default 24; 0: all)")
-    health.add_argument("--xid-drain", type=xid_codes, default="", metavar="CODES",
-                        help="Xid codes that drain whatever NVIDIA's catalog says (comma-separated)")
-    health.add_argument("--xid-ignore", type=xid_codes, default="", metavar="CODES",
-                        help="Xid codes to ignore whatever NVIDIA's catalog says (comma-separated)")
-    health.add_argument("--expect-ib-ports", type=non_negative_int, default=0, metavar="N",
-                        help="fail with fewer InfiniBand/RoCE ports ACTIVE at --ib-min-rate (default 0: not judged)")
-    health.add_argument("--ib-min-rate", type=non_negative_float, default=0.0, metavar="GBITS",
-                        help="least port rate, Gb/s, e.g. 400 for NDR (default 0)")
-    health.add_argument("--ib-link-layer", choices=("any", "InfiniBand", "Ethernet"), default="any",
-                        help="count InfiniBand or Ethernet (RoCE) ports only (default any)")
-    health.add_argument("--expect-peermem", action="store_true",
-                        help="fail when nvidia_peermem (GPUDirect RDMA) is not loaded")
-    health.add_argument("--dcgm-level", type=int, choices=(0, 1, 2, 3), default=1,
-                        help="dcgmi diag run level: 1 seconds, 2 about 2 min, 3 about 15 min; 0: not run (default 1)")
-    health.add_argument("--dcgm-timeout", type=positive_int, metavar="S",
-                        help="seconds before dcgmi diag is stopped (default: 300, 900, 2700 for levels 1, 2, 3)")
+    health.add_argument(
+        "--max-corrected-ecc",
+        type=non_negative_int,
+        metavar="N",
+        help="warn above this many corrected (volatile) ECC errors per GPU (default: not judged); "
+        "uncorrected ones: --max-ecc-errors",
+    )
+    health.add_argument(
+        "--pcie-gen-policy",
+        choices=("warn", "fail"),
+        default="warn",
+        help="a PCIe generation below the GPU's maximum: warn (default: an idle GPU lowers it) or fail",
+    )
+    health.add_argument(
+        "--expect-mig",
+        choices=("any", "enabled", "disabled"),
+        default="any",
+        help="MIG mode every GPU must be in (default: any, not judged)",
+    )
+    health.add_argument(
+        "--nvlink-max-errors",
+        type=non_negative_int,
+        default=0,
+        metavar="N",
+        help="warn when an NVLink error counter (nvidia-smi nvlink -e) is above N (default 0)",
+    )
+    health.add_argument(
+        "--xid-window-hours",
+        type=non_negative_float,
+        default=24.0,
+        metavar="H",
+        help="judge the Xid/SXid events of the last H hours of the kernel log (default 24; 0: all)",
+    )
+    health.add_argument(
+        "--xid-drain",
+        type=xid_codes,
+        default="",
+        metavar="CODES",
+        help="Xid codes that drain whatever NVIDIA's catalog says (comma-separated)",
+    )
+    health.add_argument(
+        "--xid-ignore",
+        type=xid_codes,
+        default="",
+        metavar="CODES",
+        help="Xid codes to ignore whatever NVIDIA's catalog says (comma-separated)",
+    )
+    health.add_argument(
+        "--expect-ib-ports",
+        type=non_negative_int,
+        default=0,
+        metavar="N",
+        help="fail with fewer InfiniBand/RoCE ports ACTIVE at --ib-min-rate (default 0: not judged)",
+    )
+    health.add_argument(
+        "--ib-min-rate",
+        type=non_negative_float,
+        default=0.0,
+        metavar="GBITS",
+        help="least port rate, Gb/s, e.g. 400 for NDR (default 0)",
+    )
+    health.add_argument(
+        "--ib-link-layer",
+        choices=("any", "InfiniBand", "Ethernet"),
+        default="any",
+        help="count InfiniBand or Ethernet (RoCE) ports only (default any)",
+    )
+    health.add_argument(
+        "--expect-peermem", action="store_true", help="fail when nvidia_peermem (GPUDirect RDMA) is not loaded"
+    )
+    health.add_argument(
+        "--dcgm-level",
+        type=int,
+        choices=(0, 1, 2, 3),
+        default=1,
+        help="dcgmi diag run level: 1 seconds, 2 about 2 min, 3 about 15 min; 0: not run (default 1)",
+    )
+    health.add_argument(
+        "--dcgm-timeout",
+        type=positive_int,
+        metavar="S",
+        help="seconds before dcgmi diag is stopped (default: 300, 900, 2700 for levels 1, 2, 3)",
+    )
     overrides = health.add_mutually_exclusive_group()
-    overrides.add_argument("--profile-overrides", type=Path, metavar="FILE",
-                           help='JSON object of per-SKU figures laid over the table, {"H200": '
-                                '{"allreduce_8gpu_busbw_gbps": 440}}; unknown names are refused')
-    overrides.add_argument("--profile-overrides-json", metavar="JSON",
-                           help="the same object given on the command line (gpu_verify passes it so)")
+    overrides.add_argument(
+        "--profile-overrides",
+        type=Path,
+        metavar="FILE",
+        help='JSON object of per-SKU figures laid over the table, {"H200": '
+        '{"allreduce_8gpu_busbw_gbps": 440}}; unknown names are refused',
+    )
+    overrides.add_argument(
+        "--profile-overrides-json",
+        metavar="JSON",
+        help="the same object given on the command line (gpu_verify passes it so)",
+    )
     p.add_argument("--train", action="store_true", help="also run the training payload on every GPU")
-    p.add_argument("--train-nproc", type=positive_int, metavar="N",
-                   help=f"training processes (default: one per GPU, {TRAIN_CPU_NPROC} without GPUs)")
-    p.add_argument("--train-timeout", type=positive_int, default=launcher.TRAIN_TIMEOUT_S, metavar="S",
-                   help=f"seconds before training is stopped (default {launcher.TRAIN_TIMEOUT_S})")
+    p.add_argument(
+        "--train-nproc",
+        type=positive_int,
+        metavar="N",
+        help=f"training processes (default: one per GPU, {TRAIN_CPU_NPROC} without GPUs)",
+    )
+    p.add_argument(
+        "--train-timeout",
+        type=positive_int,
+        default=launcher.TRAIN_TIMEOUT_S,
+        metavar="S",
+        help=f"seconds before training is stopped (default {launcher.TRAIN_TIMEOUT_S})",
+    )
     p.add_argument("--payload", type=Path, metavar="PATH", help=launcher.PAYLOAD_HELP)
     where = p.add_argument_group("where host facts are read (tests point these at fake files)")
-    where.add_argument("--sysfs-pci-dir", default="/sys/bus/pci/devices", metavar="DIR",
-                       help="PCI devices, each with vendor and class files (default %(default)s)")
-    where.add_argument("--module-version-file", default="/sys/module/nvidia/version", metavar="PATH",
-                       help="version of the loaded nvidia module (default %(default)s)")
-    where.add_argument("--driver-proc-file", default="/proc/driver/nvidia/version", metavar="PATH",
-                       help="its fallback, an 'NVRM version:' line (default %(default)s)")
-    where.add_argument("--driver-fact", default="", metavar="PATH",
-                       help="the nvidia_driver role's local fact (e.g. /etc/ansible/facts.d/nvidia_driver.fact): "
-                            "run when executable, else read as JSON; its requested/pinned driver version and "
-                            "source go in the report's versions, a missing or broken fact in its notes "
-                            "(default: not read)")
-    where.add_argument("--driver-lib-dir", action="append", metavar="DIR",
-                       help="look for libnvidia-ml/libcuda here instead of asking ldconfig (repeatable)")
-    where.add_argument("--smi-query-file", metavar="PATH",
-                       help="a saved nvidia-smi -q -x (or -q) output to judge instead of running nvidia-smi -q -x")
-    where.add_argument("--nvlink-status-file", metavar="PATH",
-                       help="a saved nvidia-smi nvlink --status output instead of running it")
-    where.add_argument("--nvlink-errors-file", metavar="PATH",
-                       help="a saved nvidia-smi nvlink -e output (with --nvlink-status-file)")
-    where.add_argument("--kernel-log-file", metavar="PATH",
-                       help="a saved kernel log (journalctl -k -o short-iso, dmesg --time-format iso, ...) instead "
-                            "of journalctl -k / dmesg")
+    where.add_argument(
+        "--sysfs-pci-dir",
+        default="/sys/bus/pci/devices",
+        metavar="DIR",
+        help="PCI devices, each with vendor and class files (default %(default)s)",
+    )
+    where.add_argument(
+        "--module-version-file",
+        default="/sys/module/nvidia/version",
+        metavar="PATH",
+        help="version of the loaded nvidia module (default %(default)s)",
+    )
+    where.add_argument(
+        "--driver-proc-file",
+        default="/proc/driver/nvidia/version",
+        metavar="PATH",
+        help="its fallback, an 'NVRM version:' line (default %(default)s)",
+    )
+    where.add_argument(
+        "--driver-fact",
+        default="",
+        metavar="PATH",
+        help="the nvidia_driver role's local fact (e.g. /etc/ansible/facts.d/nvidia_driver.fact): "
+        "run when executable, else read as JSON; its requested/pinned driver version and "
+        "source go in the report's versions, a missing or broken fact in its notes "
+        "(default: not read)",
+    )
+    where.add_argument(
+        "--driver-lib-dir",
+        action="append",
+        metavar="DIR",
+        help="look for libnvidia-ml/libcuda here instead of asking ldconfig (repeatable)",
+    )
+    where.add_argument(
+        "--smi-query-file",
+        metavar="PATH",
+        help="a saved nvidia-smi -q -x (or -q) output to judge instead of running nvidia-smi -q -x",
+    )
+    where.add_argument(
+        "--nvlink-status-file", metavar="PATH", help="a saved nvidia-smi nvlink --status output instead of running it"
+    )
+    where.add_argument(
+        "--nvlink-errors-file", metavar="PATH", help="a saved nvidia-smi nvlink -e output (with --nvlink-status-file)"
+    )
+    where.add_argument(
+        "--kernel-log-file",
+        metavar="PATH",
+        help="a saved kernel log (journalctl -k -o short-iso, dmesg --time-format iso, ...) instead "
+        "of journalctl -k / dmesg",
+    )
     where.add_argument("--dcgm-json-file", metavar="PATH", help="a saved dcgmi diag -j output instead of running dcgmi")
-    where.add_argument("--sysfs-infiniband-dir", default="/sys/class/infiniband", metavar="DIR",
-                       help="InfiniBand/RoCE devices, each with ports/<n>/{state,phys_state,rate,link_layer} "
-                            "(default %(default)s)")
-    where.add_argument("--sysfs-module-dir", default="/sys/module", metavar="DIR",
-                       help="loaded kernel modules, for nvidia_peermem (default %(default)s)")
+    where.add_argument(
+        "--sysfs-infiniband-dir",
+        default="/sys/class/infiniband",
+        metavar="DIR",
+        help="InfiniBand/RoCE devices, each with ports/<n>/{state,phys_state,rate,link_layer} (default %(default)s)",
+    )
+    where.add_argument(
+        "--sysfs-module-dir",
+        default="/sys/module",
+        metavar="DIR",
+        help="loaded kernel modules, for nvidia_peermem (default %(default)s)",
+    )
     return p.parse_args(argv)
 
 

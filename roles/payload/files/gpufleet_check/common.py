@@ -22,11 +22,25 @@ EXIT_PASS, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 EXIT_TIMEOUT = 124  # the `train` subcommand, like coreutils' timeout
 
 
-def check_result(name: str, verdict: str, detail: str, value: Any = None, unit: str | None = None,
-                 threshold: Any = None, **extra: Any) -> dict[str, Any]:
+def check_result(
+    name: str,
+    verdict: str,
+    detail: str,
+    value: Any = None,
+    unit: str | None = None,
+    threshold: Any = None,
+    **extra: Any,
+) -> dict[str, Any]:
     """The dict every check returns; extra keys go after the common ones."""
-    return {"name": name, "verdict": verdict, "value": value, "unit": unit,
-            "threshold": threshold, "detail": detail, **extra}
+    return {
+        "name": name,
+        "verdict": verdict,
+        "value": value,
+        "unit": unit,
+        "threshold": threshold,
+        "detail": detail,
+        **extra,
+    }
 
 
 def finite_or_none(value: Any) -> Any:

@@ -33,8 +33,16 @@ import json
 import re
 from typing import Any
 
-STATUSES = {"pass": "Pass", "fail": "Fail", "warn": "Warn", "warning": "Warn", "skip": "Skip", "skipped": "Skip",
-            "not run": "Not Run", "notrun": "Not Run"}
+STATUSES = {
+    "pass": "Pass",
+    "fail": "Fail",
+    "warn": "Warn",
+    "warning": "Warn",
+    "skip": "Skip",
+    "skipped": "Skip",
+    "not run": "Not Run",
+    "notrun": "Not Run",
+}
 LEVEL_SECONDS = {1: "seconds", 2: "about 2 minutes", 3: "about 15 minutes"}
 DEFAULT_TIMEOUT_S = {1: 300, 2: 900, 3: 2700}  # each well above the level's normal duration
 
@@ -82,13 +90,21 @@ def parse_test(test: dict[str, Any], category: str = "") -> dict[str, Any]:
         if not isinstance(result, dict):
             continue
         for gpu in result_gpus(result):
-            results.append({"gpu": gpu, "status": status_word(result.get("status")),
-                            "info": messages(result.get("info"), "info"),
-                            "warnings": messages(result.get("warnings"), "warning")})
+            results.append(
+                {
+                    "gpu": gpu,
+                    "status": status_word(result.get("status")),
+                    "info": messages(result.get("info"), "info"),
+                    "warnings": messages(result.get("warnings"), "warning"),
+                }
+            )
     summary = test.get("test_summary")
-    return {"category": category, "name": str(test.get("name", "?")),
-            "summary": status_word(summary.get("status")) if isinstance(summary, dict) and summary.get("status")
-            else None, "results": results}
+    return {
+        "category": category,
+        "name": str(test.get("name", "?")),
+        "summary": status_word(summary.get("status")) if isinstance(summary, dict) and summary.get("status") else None,
+        "results": results,
+    }
 
 
 def parse_dcgm_json(text: str) -> dict[str, Any]:
@@ -109,8 +125,10 @@ def parse_dcgm_json(text: str) -> dict[str, Any]:
     elif "DCGM GPU Diagnostic" in doc:
         schema, body = "dcgm3", doc["DCGM GPU Diagnostic"]
     else:
-        raise ValueError(f"neither 'DCGM Diagnostic' (DCGM 4) nor 'DCGM GPU Diagnostic' (DCGM 3) in dcgmi's JSON "
-                         f"(keys: {', '.join(map(str, doc)) or 'none'})")
+        raise ValueError(
+            f"neither 'DCGM Diagnostic' (DCGM 4) nor 'DCGM GPU Diagnostic' (DCGM 3) in dcgmi's JSON "
+            f"(keys: {', '.join(map(str, doc)) or 'none'})"
+        )
     if not isinstance(body, dict):
         raise ValueError("dcgmi's diagnostic section is not an object")
     metadata = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
@@ -120,9 +138,13 @@ def parse_dcgm_json(text: str) -> dict[str, Any]:
             for test in category.get("tests") or []:
                 if isinstance(test, dict):
                     tests.append(parse_test(test, str(category.get("category", ""))))
-    return {"schema": schema, "version": metadata.get("version") or body.get("version"),
-            "driver": metadata.get("Driver Version Detected") or doc.get("Driver Version Detected"),
-            "runtime_error": body.get("runtime_error") or doc.get("runtime_error"), "tests": tests}
+    return {
+        "schema": schema,
+        "version": metadata.get("version") or body.get("version"),
+        "driver": metadata.get("Driver Version Detected") or doc.get("Driver Version Detected"),
+        "runtime_error": body.get("runtime_error") or doc.get("runtime_error"),
+        "tests": tests,
+    }
 
 
 def judge_dcgm(parsed: dict[str, Any]) -> dict[str, Any]:
@@ -145,14 +167,29 @@ def judge_dcgm(parsed: dict[str, Any]) -> dict[str, Any]:
             if result["status"] in ("Fail", "Warn"):
                 why = "; ".join(result["warnings"] or result["info"]) or "no message"
                 failed = result["status"] == "Fail"
-                findings.append({"gpu": f"GPU {result['gpu']}", "verdict": result["status"].lower(),
-                                 "action": "drain: see the DCGM error" if failed else "watch",
-                                 "evidence": f"{test['name']}: {result['status']}: {why[:300]}", "test": test["name"],
-                                 "signal": "dcgm_test", "action_class": "drain" if failed else None})
+                findings.append(
+                    {
+                        "gpu": f"GPU {result['gpu']}",
+                        "verdict": result["status"].lower(),
+                        "action": "drain: see the DCGM error" if failed else "watch",
+                        "evidence": f"{test['name']}: {result['status']}: {why[:300]}",
+                        "test": test["name"],
+                        "signal": "dcgm_test",
+                        "action_class": "drain" if failed else None,
+                    }
+                )
         if test["summary"] in ("Fail", "Warn") and not any(r["status"] == test["summary"] for r in test["results"]):
-            findings.append({"gpu": "all", "verdict": test["summary"].lower(), "action": "see the DCGM log",
-                             "evidence": f"{test['name']}: test summary {test['summary']}", "test": test["name"],
-                             "signal": "dcgm_test", "action_class": "drain" if test["summary"] == "Fail" else None})
+            findings.append(
+                {
+                    "gpu": "all",
+                    "verdict": test["summary"].lower(),
+                    "action": "see the DCGM log",
+                    "evidence": f"{test['name']}: test summary {test['summary']}",
+                    "test": test["name"],
+                    "signal": "dcgm_test",
+                    "action_class": "drain" if test["summary"] == "Fail" else None,
+                }
+            )
     verdicts = {f["verdict"] for f in findings}
     unknown = [name for name, status in statuses.items() if status not in ("Pass", "Fail", "Warn", "Skip", "Not Run")]
     verdict = "fail" if "fail" in verdicts else "warn" if "warn" in verdicts or unknown else "pass"
@@ -161,12 +198,17 @@ def judge_dcgm(parsed: dict[str, Any]) -> dict[str, Any]:
 
 def mig_refusal(gpus: list[dict[str, Any]]) -> str:
     """Why dcgmi diag is refused here ("" when it is not): GPUs in MIG mode, from the -q records."""
-    partitioned = [f"GPU {g['index']} ({g['bus_id']})" for g in gpus
-                   if (g.get("mig") or {}).get("current") and g["mig"]["current"].lower() == "enabled"]
+    partitioned = [
+        f"GPU {g['index']} ({g['bus_id']})"
+        for g in gpus
+        if (g.get("mig") or {}).get("current") and g["mig"]["current"].lower() == "enabled"
+    ]
     if not partitioned:
         return ""
-    return (f"refused: MIG mode is enabled on {', '.join(partitioned)}; the diagnostic's hardware tests need "
-            "whole GPUs (run it with MIG disabled)")
+    return (
+        f"refused: MIG mode is enabled on {', '.join(partitioned)}; the diagnostic's hardware tests need "
+        "whole GPUs (run it with MIG disabled)"
+    )
 
 
 def command(level: int, dcgmi: str = "dcgmi") -> list[str]:
@@ -175,6 +217,10 @@ def command(level: int, dcgmi: str = "dcgmi") -> list[str]:
 
 def connection_problem(output: str) -> str:
     """dcgmi's complaint when it reached no host engine, else ""."""
-    match = re.search(r"(Unable to connect to host engine[^\n]*|Error: unable to establish a connection[^\n]*|"
-                      r"Host engine connection invalid[^\n]*)", output, re.IGNORECASE)
+    match = re.search(
+        r"(Unable to connect to host engine[^\n]*|Error: unable to establish a connection[^\n]*|"
+        r"Host engine connection invalid[^\n]*)",
+        output,
+        re.IGNORECASE,
+    )
     return match.group(1).strip() if match else ""

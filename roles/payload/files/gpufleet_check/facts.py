@@ -29,8 +29,16 @@ from .common import first_lines, read_text, version_key
 NVIDIA_PCI_VENDOR = "0x10de"
 GPU_PCI_CLASSES = ("0x0300", "0x0302")  # VGA controller, 3D controller (NVSwitches are bridges)
 USERSPACE_LIBRARIES = ("libnvidia-ml.so.1", "libcuda.so.1")
-SMI_QUERY_FIELDS = ("index", "name", "uuid", "pci.bus_id", "memory.total", "driver_version",
-                    "persistence_mode", "ecc.errors.uncorrected.volatile.total")
+SMI_QUERY_FIELDS = (
+    "index",
+    "name",
+    "uuid",
+    "pci.bus_id",
+    "memory.total",
+    "driver_version",
+    "persistence_mode",
+    "ecc.errors.uncorrected.volatile.total",
+)
 SMI_TIMEOUT_S = 60
 REBOOT_ERRORS = ("driver/library version mismatch",)
 
@@ -90,7 +98,8 @@ def parse_ldconfig(text: str, soname: str) -> list[str]:
 
 def ldconfig_paths(soname: str) -> list[str]:
     ldconfig = shutil.which("ldconfig") or next(
-        (p for p in ("/sbin/ldconfig", "/usr/sbin/ldconfig") if os.access(p, os.X_OK)), None)
+        (p for p in ("/sbin/ldconfig", "/usr/sbin/ldconfig") if os.access(p, os.X_OK)), None
+    )
     if ldconfig is None:
         return []
     try:
@@ -153,8 +162,9 @@ def read_driver_fact(path: str, timeout: float = DRIVER_FACT_TIMEOUT_S) -> tuple
         return None, f"driver fact {path}: not found (the nvidia_driver role did not run here)"
     if os.access(path, os.X_OK):
         try:
-            proc = subprocess.run([path], capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
-                                  check=False)
+            proc = subprocess.run(
+                [path], capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL, check=False
+            )
         except subprocess.TimeoutExpired:
             return None, f"driver fact {path}: no answer within {timeout:g} s"
         except OSError as exc:
@@ -233,23 +243,30 @@ def parse_smi_query(text: str) -> tuple[list[dict[str, Any]], str | None]:
             raise ValueError(f"unexpected nvidia-smi line ({len(row)} fields): {','.join(row)}")
         index, name, uuid, bus_id, memory, driver_version, persistence, ecc = row
         driver = driver or smi_field(driver_version)
-        gpus.append({
-            "index": smi_int(index), "name": name.strip(), "uuid": uuid.strip(),
-            "pci_bus_id": bus_id.strip(), "memory_total_mib": smi_int(memory),
-            "persistence_mode": smi_bool(persistence), "ecc_uncorrected": smi_int(ecc),
-            "gemm_tflops": None, "gemm_of_achievable": None,
-        })
+        gpus.append(
+            {
+                "index": smi_int(index),
+                "name": name.strip(),
+                "uuid": uuid.strip(),
+                "pci_bus_id": bus_id.strip(),
+                "memory_total_mib": smi_int(memory),
+                "persistence_mode": smi_bool(persistence),
+                "ecc_uncorrected": smi_int(ecc),
+                "gemm_tflops": None,
+                "gemm_of_achievable": None,
+            }
+        )
     return gpus, driver
 
 
 def query_nvidia_smi() -> SmiInventory:
-    code, output = run_nvidia_smi(f"--query-gpu={','.join(SMI_QUERY_FIELDS)}",
-                                  "--format=csv,noheader,nounits")
+    code, output = run_nvidia_smi(f"--query-gpu={','.join(SMI_QUERY_FIELDS)}", "--format=csv,noheader,nounits")
     if code is None:
         return SmiInventory(found=False, error=output)
     if code != 0:
-        return SmiInventory(found=True, returncode=code,
-                            error=f"nvidia-smi failed (rc {code}): {first_lines(output) or 'no output'}")
+        return SmiInventory(
+            found=True, returncode=code, error=f"nvidia-smi failed (rc {code}): {first_lines(output) or 'no output'}"
+        )
     try:
         gpus, driver = parse_smi_query(output)
     except ValueError as exc:
@@ -292,8 +309,13 @@ def system_library_versions() -> dict[str, str | None]:
     dpkg_query = shutil.which("dpkg-query")
     if dpkg_query is not None:
         try:  # exits 1 when a package is unknown, after listing the others
-            proc = subprocess.run([dpkg_query, "-W", "-f", DPKG_QUERY_FORMAT, *SYSTEM_LIBRARY_PACKAGES.values()],
-                                  capture_output=True, text=True, timeout=DPKG_TIMEOUT_S, check=False)
+            proc = subprocess.run(
+                [dpkg_query, "-W", "-f", DPKG_QUERY_FORMAT, *SYSTEM_LIBRARY_PACKAGES.values()],
+                capture_output=True,
+                text=True,
+                timeout=DPKG_TIMEOUT_S,
+                check=False,
+            )
             found = parse_dpkg_query(proc.stdout)
         except (OSError, subprocess.TimeoutExpired):
             pass
@@ -322,7 +344,7 @@ def parse_topology(text: str) -> list[list[str]]:
     for line in lines:
         tokens = line.split()
         if tokens and re.fullmatch(r"GPU\d+", tokens[0]) and tokens != header:
-            rows[int(tokens[0][3:])] = tokens[1:columns + 1]
+            rows[int(tokens[0][3:])] = tokens[1 : columns + 1]
     matrix = [rows.get(i, []) for i in range(columns)]
     if any(len(row) != columns for row in matrix):
         raise ValueError(f"nvidia-smi topo -m: expected {columns} GPU rows of {columns} links")

@@ -100,23 +100,57 @@ from .common import read_text
 # The kinds of work a finding asks for (the module docstring), in the order the report lists them.
 ACTION_CLASSES = ("replace", "drain", "reboot", "configure")
 NOT_A_VALUE = ("", "n/a", "[n/a]", "not supported", "[not supported]", "unknown error", "none")
-CLOCK_REASONS = ("gpu_idle", "applications_clocks_setting", "sw_power_cap", "hw_slowdown", "hw_thermal_slowdown",
-                 "hw_power_brake_slowdown", "sync_boost", "sw_thermal_slowdown", "display_clocks_setting")
+CLOCK_REASONS = (
+    "gpu_idle",
+    "applications_clocks_setting",
+    "sw_power_cap",
+    "hw_slowdown",
+    "hw_thermal_slowdown",
+    "hw_power_brake_slowdown",
+    "sync_boost",
+    "sw_thermal_slowdown",
+    "display_clocks_setting",
+)
 # nvidia-smi -q (text) names of the clock event reasons, as CLOCK_REASONS
-TEXT_CLOCK_REASONS = {"idle": "gpu_idle", "applications clocks setting": "applications_clocks_setting",
-                      "sw power cap": "sw_power_cap", "hw slowdown": "hw_slowdown",
-                      "hw thermal slowdown": "hw_thermal_slowdown",
-                      "hw power brake slowdown": "hw_power_brake_slowdown", "sync boost": "sync_boost",
-                      "sw thermal slowdown": "sw_thermal_slowdown", "display clock setting": "display_clocks_setting"}
-FAIL_REASONS = {"hw_thermal_slowdown": "HW thermal slowdown (the GPU is too hot: check cooling)",
-                "hw_power_brake_slowdown": "HW power brake slowdown (external power brake asserted, e.g. by "
-                                           "the power supply: check power)"}
-WARN_REASONS = {"hw_slowdown": "HW slowdown (too hot, power brake or power draw too high; also reported "
-                               "during a clock change)",
-                "sw_thermal_slowdown": "SW thermal slowdown (above the max operating temperature)"}
-GPU_KEYS = ("index", "bus_id", "name", "architecture", "pci_device_id", "uuid", "persistence_mode", "mig",
-            "ecc_mode", "ecc", "retired_pages", "remapped_rows", "pcie", "clock_reasons", "temperature",
-            "utilization_gpu", "fabric")
+TEXT_CLOCK_REASONS = {
+    "idle": "gpu_idle",
+    "applications clocks setting": "applications_clocks_setting",
+    "sw power cap": "sw_power_cap",
+    "hw slowdown": "hw_slowdown",
+    "hw thermal slowdown": "hw_thermal_slowdown",
+    "hw power brake slowdown": "hw_power_brake_slowdown",
+    "sync boost": "sync_boost",
+    "sw thermal slowdown": "sw_thermal_slowdown",
+    "display clock setting": "display_clocks_setting",
+}
+FAIL_REASONS = {
+    "hw_thermal_slowdown": "HW thermal slowdown (the GPU is too hot: check cooling)",
+    "hw_power_brake_slowdown": "HW power brake slowdown (external power brake asserted, e.g. by "
+    "the power supply: check power)",
+}
+WARN_REASONS = {
+    "hw_slowdown": "HW slowdown (too hot, power brake or power draw too high; also reported during a clock change)",
+    "sw_thermal_slowdown": "SW thermal slowdown (above the max operating temperature)",
+}
+GPU_KEYS = (
+    "index",
+    "bus_id",
+    "name",
+    "architecture",
+    "pci_device_id",
+    "uuid",
+    "persistence_mode",
+    "mig",
+    "ecc_mode",
+    "ecc",
+    "retired_pages",
+    "remapped_rows",
+    "pcie",
+    "clock_reasons",
+    "temperature",
+    "utilization_gpu",
+    "fabric",
+)
 
 
 # --------------------------------------------------------------------------- small value readers
@@ -142,8 +176,9 @@ def integer(text: str | None) -> int | None:
 
 
 def yes_no(text: str | None) -> bool | None:
-    return {"yes": True, "no": False, "enabled": True, "disabled": False, "active": True,
-            "not active": False}.get((value(text) or "").lower())
+    return {"yes": True, "no": False, "enabled": True, "disabled": False, "active": True, "not active": False}.get(
+        (value(text) or "").lower()
+    )
 
 
 def total(values: Iterable[int | None]) -> int | None:
@@ -152,8 +187,9 @@ def total(values: Iterable[int | None]) -> int | None:
     return sum(known) if known else None
 
 
-def ecc_counts(single_double: tuple[str | None, str | None] | None,
-               counters: list[tuple[str, str | None]]) -> dict[str, int | None]:
+def ecc_counts(
+    single_double: tuple[str | None, str | None] | None, counters: list[tuple[str, str | None]]
+) -> dict[str, int | None]:
     """{"corrected", "uncorrected"} of an ECC block, in either schema: its single/double bit totals where the
     block has them (drivers 418 and earlier), else the sums of its (lower-case named) (un)correctable counters;
     threshold flags are not counts."""
@@ -174,13 +210,20 @@ def gpu_label(gpu: dict[str, Any]) -> str:
     return f"GPU {gpu['index']} ({gpu['bus_id']})"
 
 
-def finding(gpu: dict[str, Any] | str, verdict: str, action: str, evidence: str, *, signal: str,
-            action_class: str | None) -> dict[str, Any]:
+def finding(
+    gpu: dict[str, Any] | str, verdict: str, action: str, evidence: str, *, signal: str, action_class: str | None
+) -> dict[str, Any]:
     """One finding (see the module docstring); signal and action_class are named at every call."""
     if action_class is not None and action_class not in ACTION_CLASSES:
         raise ValueError(f"action class {action_class!r} is not one of {', '.join(ACTION_CLASSES)}")
-    return {"gpu": gpu_label(gpu) if isinstance(gpu, dict) else gpu, "verdict": verdict, "action": action,
-            "evidence": evidence, "signal": signal, "action_class": action_class}
+    return {
+        "gpu": gpu_label(gpu) if isinstance(gpu, dict) else gpu,
+        "verdict": verdict,
+        "action": action,
+        "evidence": evidence,
+        "signal": signal,
+        "action_class": action_class,
+    }
 
 
 # --------------------------------------------------------------------------- nvidia-smi -q -x (XML)
@@ -198,15 +241,19 @@ def xml_ecc_counts(node: ET.Element | None) -> dict[str, int | None]:
     if node is None:
         return ecc_counts(None, [])
     legacy = node.find("single_bit") is not None or node.find("double_bit") is not None
-    return ecc_counts((xml_text(node, "single_bit/total"), xml_text(node, "double_bit/total")) if legacy else None,
-                      [(child.tag.lower(), child.text) for child in node])
+    return ecc_counts(
+        (xml_text(node, "single_bit/total"), xml_text(node, "double_bit/total")) if legacy else None,
+        [(child.tag.lower(), child.text) for child in node],
+    )
 
 
 def xml_clock_reasons(gpu: ET.Element) -> dict[str, bool | None]:
     """The clock event reasons, under <clocks_event_reasons> (drivers 535 and later, DTD v12) or
     <clocks_throttle_reasons> (before), each element prefixed by the block's singular name."""
-    for block, prefix in (("clocks_event_reasons", "clocks_event_reason_"),
-                          ("clocks_throttle_reasons", "clocks_throttle_reason_")):
+    for block, prefix in (
+        ("clocks_event_reasons", "clocks_event_reason_"),
+        ("clocks_throttle_reasons", "clocks_throttle_reason_"),
+    ):
         node = gpu.find(block)
         if node is not None:
             return {reason: yes_no(xml_text(node, prefix + reason)) for reason in CLOCK_REASONS}
@@ -226,45 +273,64 @@ def parse_smi_xml(text: str) -> list[dict[str, Any]]:
         remap = gpu.find("remapped_rows")
         remapped = None
         if remap is not None and len(remap):
-            remapped = {"correctable": integer(xml_text(remap, "remapped_row_corr")),
-                        "uncorrectable": integer(xml_text(remap, "remapped_row_unc")),
-                        "pending": yes_no(xml_text(remap, "remapped_row_pending")),
-                        "failure": yes_no(xml_text(remap, "remapped_row_failure"))}
+            remapped = {
+                "correctable": integer(xml_text(remap, "remapped_row_corr")),
+                "uncorrectable": integer(xml_text(remap, "remapped_row_unc")),
+                "pending": yes_no(xml_text(remap, "remapped_row_pending")),
+                "failure": yes_no(xml_text(remap, "remapped_row_failure")),
+            }
         retired = gpu.find("retired_pages")
         pending = [yes_no(xml_text(retired, tag)) for tag in ("pending_blacklist", "pending_retirement")]
-        gpus.append({
-            "index": index,  # nvidia-smi lists GPUs in its index order
-            "bus_id": gpu.get("id") or value(xml_text(gpu, "pci/pci_bus_id")),
-            "name": value(xml_text(gpu, "product_name")),
-            "architecture": value(xml_text(gpu, "product_architecture")),
-            "pci_device_id": value(xml_text(gpu, "pci/pci_device_id")),
-            "uuid": value(xml_text(gpu, "uuid")),
-            "persistence_mode": yes_no(xml_text(gpu, "persistence_mode")),
-            "mig": {"current": value(xml_text(gpu, "mig_mode/current_mig")),
-                    "pending": value(xml_text(gpu, "mig_mode/pending_mig"))},
-            "ecc_mode": {"current": value(xml_text(gpu, "ecc_mode/current_ecc")),
-                         "pending": value(xml_text(gpu, "ecc_mode/pending_ecc"))},
-            "ecc": {"volatile": xml_ecc_counts(gpu.find("ecc_errors/volatile")),
-                    "aggregate": xml_ecc_counts(gpu.find("ecc_errors/aggregate"))},
-            "retired_pages": None if retired is None else {
-                "single_bit": integer(xml_text(retired, "multiple_single_bit_retirement/retired_count")),
-                "double_bit": integer(xml_text(retired, "double_bit_retirement/retired_count")),
-                "pending": True if True in pending else False if False in pending else None},
-            "remapped_rows": remapped,
-            "pcie": {"gen_current": integer(xml_text(gpu, "pci/pci_gpu_link_info/pcie_gen/current_link_gen")),
-                     "gen_max": integer(xml_text(gpu, "pci/pci_gpu_link_info/pcie_gen/max_link_gen")),
-                     "width_current": integer(xml_text(gpu, "pci/pci_gpu_link_info/link_widths/current_link_width")),
-                     "width_max": integer(xml_text(gpu, "pci/pci_gpu_link_info/link_widths/max_link_width"))},
-            "clock_reasons": xml_clock_reasons(gpu),
-            "temperature": {"gpu": number(xml_text(gpu, "temperature/gpu_temp")),
-                            "slowdown": number(xml_text(gpu, "temperature/gpu_temp_slow_threshold")),
-                            "shutdown": number(xml_text(gpu, "temperature/gpu_temp_max_threshold")),
-                            "max_operating": number(xml_text(gpu, "temperature/gpu_temp_max_gpu_threshold")),
-                            "tlimit_margin": number(xml_text(gpu, "temperature/gpu_temp_tlimit"))},
-            "utilization_gpu": number(xml_text(gpu, "utilization/gpu_util")),
-            "fabric": {"state": value(xml_text(gpu, "fabric/state")),
-                       "status": value(xml_text(gpu, "fabric/status"))},
-        })
+        gpus.append(
+            {
+                "index": index,  # nvidia-smi lists GPUs in its index order
+                "bus_id": gpu.get("id") or value(xml_text(gpu, "pci/pci_bus_id")),
+                "name": value(xml_text(gpu, "product_name")),
+                "architecture": value(xml_text(gpu, "product_architecture")),
+                "pci_device_id": value(xml_text(gpu, "pci/pci_device_id")),
+                "uuid": value(xml_text(gpu, "uuid")),
+                "persistence_mode": yes_no(xml_text(gpu, "persistence_mode")),
+                "mig": {
+                    "current": value(xml_text(gpu, "mig_mode/current_mig")),
+                    "pending": value(xml_text(gpu, "mig_mode/pending_mig")),
+                },
+                "ecc_mode": {
+                    "current": value(xml_text(gpu, "ecc_mode/current_ecc")),
+                    "pending": value(xml_text(gpu, "ecc_mode/pending_ecc")),
+                },
+                "ecc": {
+                    "volatile": xml_ecc_counts(gpu.find("ecc_errors/volatile")),
+                    "aggregate": xml_ecc_counts(gpu.find("ecc_errors/aggregate")),
+                },
+                "retired_pages": None
+                if retired is None
+                else {
+                    "single_bit": integer(xml_text(retired, "multiple_single_bit_retirement/retired_count")),
+                    "double_bit": integer(xml_text(retired, "double_bit_retirement/retired_count")),
+                    "pending": True if True in pending else False if False in pending else None,
+                },
+                "remapped_rows": remapped,
+                "pcie": {
+                    "gen_current": integer(xml_text(gpu, "pci/pci_gpu_link_info/pcie_gen/current_link_gen")),
+                    "gen_max": integer(xml_text(gpu, "pci/pci_gpu_link_info/pcie_gen/max_link_gen")),
+                    "width_current": integer(xml_text(gpu, "pci/pci_gpu_link_info/link_widths/current_link_width")),
+                    "width_max": integer(xml_text(gpu, "pci/pci_gpu_link_info/link_widths/max_link_width")),
+                },
+                "clock_reasons": xml_clock_reasons(gpu),
+                "temperature": {
+                    "gpu": number(xml_text(gpu, "temperature/gpu_temp")),
+                    "slowdown": number(xml_text(gpu, "temperature/gpu_temp_slow_threshold")),
+                    "shutdown": number(xml_text(gpu, "temperature/gpu_temp_max_threshold")),
+                    "max_operating": number(xml_text(gpu, "temperature/gpu_temp_max_gpu_threshold")),
+                    "tlimit_margin": number(xml_text(gpu, "temperature/gpu_temp_tlimit")),
+                },
+                "utilization_gpu": number(xml_text(gpu, "utilization/gpu_util")),
+                "fabric": {
+                    "state": value(xml_text(gpu, "fabric/state")),
+                    "status": value(xml_text(gpu, "fabric/status")),
+                },
+            }
+        )
     return gpus
 
 
@@ -315,8 +381,10 @@ def text_ecc_counts(node: Node | None) -> dict[str, int | None]:
     if node is None:
         return ecc_counts(None, [])
     legacy = node.get("single bit") is not None or node.get("double bit") is not None
-    return ecc_counts((node.text("single bit", "total"), node.text("double bit", "total")) if legacy else None,
-                      [(key, child.value) for key, child in node.children.items()])
+    return ecc_counts(
+        (node.text("single bit", "total"), node.text("double bit", "total")) if legacy else None,
+        [(key, child.value) for key, child in node.children.items()],
+    )
 
 
 def text_clock_reasons(gpu: Node) -> dict[str, bool | None]:
@@ -352,43 +420,61 @@ def parse_smi_text(text: str) -> list[dict[str, Any]]:
         remap = gpu.get("remapped rows")
         remapped = None
         if remap is not None and remap.children:
-            remapped = {"correctable": integer(remap.text("correctable error")),
-                        "uncorrectable": integer(remap.text("uncorrectable error")),
-                        "pending": yes_no(remap.text("pending")),
-                        "failure": yes_no(remap.text("remapping failure occurred"))}
+            remapped = {
+                "correctable": integer(remap.text("correctable error")),
+                "uncorrectable": integer(remap.text("uncorrectable error")),
+                "pending": yes_no(remap.text("pending")),
+                "failure": yes_no(remap.text("remapping failure occurred")),
+            }
         retired = gpu.get("retired pages")
         pending = [yes_no(retired.text(key)) if retired else None for key in ("pending page blacklist", "pending")]
-        gpus.append({
-            "index": index,
-            "bus_id": bus_id,
-            "name": value(gpu.text("product name")),
-            "architecture": value(gpu.text("product architecture")),
-            "pci_device_id": value(gpu.text("pci", "device id")),
-            "uuid": value(gpu.text("gpu uuid")),
-            "persistence_mode": yes_no(gpu.text("persistence mode")),
-            "mig": {"current": value(gpu.text("mig mode", "current")), "pending": value(gpu.text("mig mode", "pending"))},
-            "ecc_mode": {"current": value(gpu.text("ecc mode", "current")),
-                         "pending": value(gpu.text("ecc mode", "pending"))},
-            "ecc": {"volatile": text_ecc_counts(gpu.get("ecc errors", "volatile")),
-                    "aggregate": text_ecc_counts(gpu.get("ecc errors", "aggregate"))},
-            "retired_pages": None if retired is None else {
-                "single_bit": integer(retired.text("single bit ecc")),
-                "double_bit": integer(retired.text("double bit ecc")),
-                "pending": True if True in pending else False if False in pending else None},
-            "remapped_rows": remapped,
-            "pcie": {"gen_current": integer(gpu.text("pci", "gpu link info", "pcie generation", "current")),
-                     "gen_max": integer(gpu.text("pci", "gpu link info", "pcie generation", "max")),
-                     "width_current": integer(gpu.text("pci", "gpu link info", "link width", "current")),
-                     "width_max": integer(gpu.text("pci", "gpu link info", "link width", "max"))},
-            "clock_reasons": text_clock_reasons(gpu),
-            "temperature": {"gpu": number(gpu.text("temperature", "gpu current temp")),
-                            "slowdown": number(gpu.text("temperature", "gpu slowdown temp")),
-                            "shutdown": number(gpu.text("temperature", "gpu shutdown temp")),
-                            "max_operating": number(gpu.text("temperature", "gpu max operating temp")),
-                            "tlimit_margin": number(gpu.text("temperature", "gpu t.limit temp"))},
-            "utilization_gpu": number(gpu.text("utilization", "gpu")),
-            "fabric": {"state": value(gpu.text("fabric", "state")), "status": value(gpu.text("fabric", "status"))},
-        })
+        gpus.append(
+            {
+                "index": index,
+                "bus_id": bus_id,
+                "name": value(gpu.text("product name")),
+                "architecture": value(gpu.text("product architecture")),
+                "pci_device_id": value(gpu.text("pci", "device id")),
+                "uuid": value(gpu.text("gpu uuid")),
+                "persistence_mode": yes_no(gpu.text("persistence mode")),
+                "mig": {
+                    "current": value(gpu.text("mig mode", "current")),
+                    "pending": value(gpu.text("mig mode", "pending")),
+                },
+                "ecc_mode": {
+                    "current": value(gpu.text("ecc mode", "current")),
+                    "pending": value(gpu.text("ecc mode", "pending")),
+                },
+                "ecc": {
+                    "volatile": text_ecc_counts(gpu.get("ecc errors", "volatile")),
+                    "aggregate": text_ecc_counts(gpu.get("ecc errors", "aggregate")),
+                },
+                "retired_pages": None
+                if retired is None
+                else {
+                    "single_bit": integer(retired.text("single bit ecc")),
+                    "double_bit": integer(retired.text("double bit ecc")),
+                    "pending": True if True in pending else False if False in pending else None,
+                },
+                "remapped_rows": remapped,
+                "pcie": {
+                    "gen_current": integer(gpu.text("pci", "gpu link info", "pcie generation", "current")),
+                    "gen_max": integer(gpu.text("pci", "gpu link info", "pcie generation", "max")),
+                    "width_current": integer(gpu.text("pci", "gpu link info", "link width", "current")),
+                    "width_max": integer(gpu.text("pci", "gpu link info", "link width", "max")),
+                },
+                "clock_reasons": text_clock_reasons(gpu),
+                "temperature": {
+                    "gpu": number(gpu.text("temperature", "gpu current temp")),
+                    "slowdown": number(gpu.text("temperature", "gpu slowdown temp")),
+                    "shutdown": number(gpu.text("temperature", "gpu shutdown temp")),
+                    "max_operating": number(gpu.text("temperature", "gpu max operating temp")),
+                    "tlimit_margin": number(gpu.text("temperature", "gpu t.limit temp")),
+                },
+                "utilization_gpu": number(gpu.text("utilization", "gpu")),
+                "fabric": {"state": value(gpu.text("fabric", "state")), "status": value(gpu.text("fabric", "status"))},
+            }
+        )
     return gpus
 
 
@@ -400,8 +486,9 @@ def parse_smi_query(text: str) -> list[dict[str, Any]]:
 # --------------------------------------------------------------------------- judgements of the GPU records
 
 
-def judge_gpu_errors(gpus: list[dict[str, Any]], max_uncorrected: int = 0,
-                     max_corrected: int | None = None) -> list[dict[str, Any]]:
+def judge_gpu_errors(
+    gpus: list[dict[str, Any]], max_uncorrected: int = 0, max_corrected: int | None = None
+) -> list[dict[str, Any]]:
     """Findings from ECC counts, retired pages and remapped rows (see the module docstring).
     max_uncorrected: most volatile uncorrected ECC errors (fail above); max_corrected: most
     volatile corrected ones (warn above; None: not judged)."""
@@ -410,31 +497,67 @@ def judge_gpu_errors(gpus: list[dict[str, Any]], max_uncorrected: int = 0,
         rows = gpu["remapped_rows"]
         if rows is not None:
             if rows["failure"]:
-                found.append(finding(gpu, "fail", "replace GPU",
-                                     f"row remapping failure (remapped rows: {rows['correctable']} correctable, "
-                                     f"{rows['uncorrectable']} uncorrectable)",
-                                     signal="row_remap_failure", action_class="replace"))
+                found.append(
+                    finding(
+                        gpu,
+                        "fail",
+                        "replace GPU",
+                        f"row remapping failure (remapped rows: {rows['correctable']} correctable, "
+                        f"{rows['uncorrectable']} uncorrectable)",
+                        signal="row_remap_failure",
+                        action_class="replace",
+                    )
+                )
             if rows["pending"]:
-                found.append(finding(gpu, "warn", "reboot",
-                                     "row remap pending: takes effect at the next GPU reset "
-                                     f"({rows['uncorrectable']} uncorrectable, {rows['correctable']} correctable rows)",
-                                     signal="row_remap_pending", action_class="reboot"))
+                found.append(
+                    finding(
+                        gpu,
+                        "warn",
+                        "reboot",
+                        "row remap pending: takes effect at the next GPU reset "
+                        f"({rows['uncorrectable']} uncorrectable, {rows['correctable']} correctable rows)",
+                        signal="row_remap_pending",
+                        action_class="reboot",
+                    )
+                )
         pages = gpu["retired_pages"]
         if pages is not None and pages["pending"]:
-            found.append(finding(gpu, "warn", "reboot",
-                                 f"retired page pending: takes effect when the driver reloads "
-                                 f"({pages['single_bit']} single-bit, {pages['double_bit']} double-bit pages retired)",
-                                 signal="retired_pages_pending", action_class="reboot"))
+            found.append(
+                finding(
+                    gpu,
+                    "warn",
+                    "reboot",
+                    f"retired page pending: takes effect when the driver reloads "
+                    f"({pages['single_bit']} single-bit, {pages['double_bit']} double-bit pages retired)",
+                    signal="retired_pages_pending",
+                    action_class="reboot",
+                )
+            )
         volatile, aggregate = gpu["ecc"]["volatile"], gpu["ecc"]["aggregate"]
         if volatile["uncorrected"] is not None and volatile["uncorrected"] > max_uncorrected:
-            found.append(finding(gpu, "fail", "drain",
-                                 f"{volatile['uncorrected']} uncorrected volatile ECC error(s), max {max_uncorrected} "
-                                 f"(aggregate {aggregate['uncorrected']})",
-                                 signal="ecc_uncorrected", action_class="drain"))
+            found.append(
+                finding(
+                    gpu,
+                    "fail",
+                    "drain",
+                    f"{volatile['uncorrected']} uncorrected volatile ECC error(s), max {max_uncorrected} "
+                    f"(aggregate {aggregate['uncorrected']})",
+                    signal="ecc_uncorrected",
+                    action_class="drain",
+                )
+            )
         if max_corrected is not None and volatile["corrected"] is not None and volatile["corrected"] > max_corrected:
-            found.append(finding(gpu, "warn", "watch",
-                                 f"{volatile['corrected']} corrected volatile ECC error(s), max {max_corrected} "
-                                 f"(aggregate {aggregate['corrected']})", signal="ecc_corrected", action_class=None))
+            found.append(
+                finding(
+                    gpu,
+                    "warn",
+                    "watch",
+                    f"{volatile['corrected']} corrected volatile ECC error(s), max {max_corrected} "
+                    f"(aggregate {aggregate['corrected']})",
+                    signal="ecc_corrected",
+                    action_class=None,
+                )
+            )
     return found
 
 
@@ -442,8 +565,9 @@ def gpu_profile(gpu: dict[str, Any], table: dict[str, dict[str, Any]] | None = N
     return profiles.find_profile(gpu["name"], gpu["pci_device_id"], table)
 
 
-def judge_pcie(gpus: list[dict[str, Any]], table: dict[str, dict[str, Any]] | None = None,
-               gen_policy: str = "warn") -> list[dict[str, Any]]:
+def judge_pcie(
+    gpus: list[dict[str, Any]], table: dict[str, dict[str, Any]] | None = None, gen_policy: str = "warn"
+) -> list[dict[str, Any]]:
     """Findings from each GPU's PCIe link (see the module docstring). gen_policy: "warn" or "fail"
     for a generation below the maximum."""
     found = []
@@ -454,29 +578,64 @@ def judge_pcie(gpus: list[dict[str, Any]], table: dict[str, dict[str, Any]] | No
         width, width_max = link["width_current"], link["width_max"]
         if width is not None:
             if floor is not None and width < floor:
-                found.append(finding(gpu, "fail", "reseat or replace (downtrained PCIe link)",
-                                     f"PCIe x{width}, below the {key} floor x{floor} (max x{width_max})",
-                                     signal="pcie_width", action_class="drain"))
+                found.append(
+                    finding(
+                        gpu,
+                        "fail",
+                        "reseat or replace (downtrained PCIe link)",
+                        f"PCIe x{width}, below the {key} floor x{floor} (max x{width_max})",
+                        signal="pcie_width",
+                        action_class="drain",
+                    )
+                )
             elif floor is None and width_max is not None and width < width_max:
-                found.append(finding(gpu, "fail", "reseat or replace (downtrained PCIe link)",
-                                     f"PCIe x{width} of max x{width_max} ({key}: no per-SKU floor)",
-                                     signal="pcie_width", action_class="drain"))
+                found.append(
+                    finding(
+                        gpu,
+                        "fail",
+                        "reseat or replace (downtrained PCIe link)",
+                        f"PCIe x{width} of max x{width_max} ({key}: no per-SKU floor)",
+                        signal="pcie_width",
+                        action_class="drain",
+                    )
+                )
             elif width_max is not None and width < width_max:
-                found.append(finding(gpu, "warn", "watch",
-                                     f"PCIe x{width} of max x{width_max} (the {key} floor x{floor} is met)",
-                                     signal="pcie_width", action_class=None))
+                found.append(
+                    finding(
+                        gpu,
+                        "warn",
+                        "watch",
+                        f"PCIe x{width} of max x{width_max} (the {key} floor x{floor} is met)",
+                        signal="pcie_width",
+                        action_class=None,
+                    )
+                )
         gen, gen_max = link["gen_current"], link["gen_max"]
         expected = profiles.figure(profile, "pcie_gen")
         if gen is not None and gen_max is not None and gen < gen_max:
             idle = gpu["clock_reasons"].get("gpu_idle")
             note = "; the GPU is idle: an idle GPU lowers its link generation" if idle else ""
-            found.append(finding(gpu, "fail" if gen_policy == "fail" else "warn", "check under load",
-                                 f"PCIe Gen {gen} of max Gen {gen_max}{note}",
-                                 signal="pcie_generation", action_class="drain" if gen_policy == "fail" else None))
+            found.append(
+                finding(
+                    gpu,
+                    "fail" if gen_policy == "fail" else "warn",
+                    "check under load",
+                    f"PCIe Gen {gen} of max Gen {gen_max}{note}",
+                    signal="pcie_generation",
+                    action_class="drain" if gen_policy == "fail" else None,
+                )
+            )
         if expected is not None and gen_max is not None and gen_max < expected:
-            found.append(finding(gpu, "warn", "check the slot / BIOS",
-                                 f"PCIe max Gen {gen_max}, the {key} links at Gen {expected}",
-                                 signal="pcie_max_generation", action_class="configure"))
+            found.append(
+                finding(
+                    gpu,
+                    "warn",
+                    "check the slot / BIOS",
+                    f"PCIe max Gen {gen_max}, the {key} links at Gen {expected}",
+                    signal="pcie_max_generation",
+                    action_class="configure",
+                )
+            )
     return found
 
 
@@ -488,27 +647,57 @@ def judge_clocks(gpus: list[dict[str, Any]], expect_mig: str = "any") -> list[di
         reasons = gpu["clock_reasons"]
         failing = [text for reason, text in FAIL_REASONS.items() if reasons.get(reason)]
         for text in failing:
-            found.append(finding(gpu, "fail", "drain: check cooling and power", f"active {text}",
-                                 signal="clock_event", action_class="drain"))
+            found.append(
+                finding(
+                    gpu,
+                    "fail",
+                    "drain: check cooling and power",
+                    f"active {text}",
+                    signal="clock_event",
+                    action_class="drain",
+                )
+            )
         if not failing:
             for reason, text in WARN_REASONS.items():
                 if reasons.get(reason):
-                    found.append(finding(gpu, "warn", "watch", f"active {text}",
-                                         signal="clock_event", action_class=None))
+                    found.append(
+                        finding(gpu, "warn", "watch", f"active {text}", signal="clock_event", action_class=None)
+                    )
         temp = gpu["temperature"]
         if temp["gpu"] is not None and temp["slowdown"] is not None and temp["gpu"] >= temp["slowdown"]:
-            found.append(finding(gpu, "warn", "check cooling",
-                                 f"{temp['gpu']:g} C, at or past its slowdown threshold {temp['slowdown']:g} C",
-                                 signal="temperature", action_class=None))
+            found.append(
+                finding(
+                    gpu,
+                    "warn",
+                    "check cooling",
+                    f"{temp['gpu']:g} C, at or past its slowdown threshold {temp['slowdown']:g} C",
+                    signal="temperature",
+                    action_class=None,
+                )
+            )
         mig = gpu["mig"]
         if expect_mig != "any" and mig["current"] is not None and mig["current"].lower() != expect_mig:
-            found.append(finding(gpu, "fail", f"set MIG mode {expect_mig}",
-                                 f"MIG mode {mig['current']}, the site expects {expect_mig}",
-                                 signal="mig_mode", action_class="configure"))
+            found.append(
+                finding(
+                    gpu,
+                    "fail",
+                    f"set MIG mode {expect_mig}",
+                    f"MIG mode {mig['current']}, the site expects {expect_mig}",
+                    signal="mig_mode",
+                    action_class="configure",
+                )
+            )
         if mig["current"] and mig["pending"] and mig["current"] != mig["pending"]:
-            found.append(finding(gpu, "warn", "reset the GPU",
-                                 f"MIG mode {mig['current']}, {mig['pending']} pending (takes effect at a GPU reset)",
-                                 signal="mig_pending", action_class="reboot"))
+            found.append(
+                finding(
+                    gpu,
+                    "warn",
+                    "reset the GPU",
+                    f"MIG mode {mig['current']}, {mig['pending']} pending (takes effect at a GPU reset)",
+                    signal="mig_pending",
+                    action_class="reboot",
+                )
+            )
     return found
 
 
@@ -520,13 +709,28 @@ def judge_fabric(gpus: list[dict[str, Any]], table: dict[str, dict[str, Any]] | 
         if state is None:
             continue
         if state.lower() != "completed":
-            found.append(finding(gpu, "fail", "start nvidia-fabricmanager / reset the fabric",
-                                 f"Fabric Manager state {state!r} (status {status}): the GPU is not registered "
-                                 "with the NVLink fabric", signal="fabric_manager", action_class="configure"))
+            found.append(
+                finding(
+                    gpu,
+                    "fail",
+                    "start nvidia-fabricmanager / reset the fabric",
+                    f"Fabric Manager state {state!r} (status {status}): the GPU is not registered "
+                    "with the NVLink fabric",
+                    signal="fabric_manager",
+                    action_class="configure",
+                )
+            )
         elif (status or "").lower() != "success":
-            found.append(finding(gpu, "fail", "reset the fabric",
-                                 f"Fabric Manager state Completed with status {status!r}",
-                                 signal="fabric_manager", action_class="reboot"))
+            found.append(
+                finding(
+                    gpu,
+                    "fail",
+                    "reset the fabric",
+                    f"Fabric Manager state Completed with status {status!r}",
+                    signal="fabric_manager",
+                    action_class="reboot",
+                )
+            )
     return found
 
 
@@ -540,8 +744,15 @@ def parse_nvlink_status(text: str) -> list[dict[str, Any]]:
     for line in text.splitlines():
         header = re.match(r"GPU (\d+): (.*?)(?: \(UUID: ([^)]+)\))?\s*$", line)
         if header:
-            gpus.append({"index": int(header.group(1)), "name": header.group(2), "uuid": header.group(3),
-                         "links": {}, "all_inactive": False})
+            gpus.append(
+                {
+                    "index": int(header.group(1)),
+                    "name": header.group(2),
+                    "uuid": header.group(3),
+                    "links": {},
+                    "all_inactive": False,
+                }
+            )
             continue
         if not gpus:
             continue
@@ -571,9 +782,14 @@ def parse_nvlink_errors(text: str) -> dict[int, dict[int, dict[str, int]]]:
     return counters
 
 
-def judge_nvlink(status: list[dict[str, Any]], errors: dict[int, dict[int, dict[str, int]]] | None = None,
-                 smi_gpus: list[dict[str, Any]] | None = None, table: dict[str, dict[str, Any]] | None = None,
-                 max_errors: int = 0, expect_count: bool = True) -> list[dict[str, Any]]:
+def judge_nvlink(
+    status: list[dict[str, Any]],
+    errors: dict[int, dict[int, dict[str, int]]] | None = None,
+    smi_gpus: list[dict[str, Any]] | None = None,
+    table: dict[str, dict[str, Any]] | None = None,
+    max_errors: int = 0,
+    expect_count: bool = True,
+) -> list[dict[str, Any]]:
     """Findings from NVLink status and error counters (see the module docstring). smi_gpus (the
     -q records, matched by index) give the PCI device ID for the profile; the name is the fallback.
     expect_count False (a node of one GPU) leaves the profile's link count unjudged."""
@@ -587,35 +803,80 @@ def judge_nvlink(status: list[dict[str, Any]], errors: dict[int, dict[int, dict[
         expected_speed = profiles.figure(profile, "nvlink_link_gbps")
         links = gpu["links"]
         if gpu["all_inactive"]:
-            found.append(finding(label, "fail", "drain: reset the GPU, then check the NVLink/NVSwitch",
-                                 "all NVLinks inactive", signal="nvlink_inactive", action_class="drain"))
+            found.append(
+                finding(
+                    label,
+                    "fail",
+                    "drain: reset the GPU, then check the NVLink/NVSwitch",
+                    "all NVLinks inactive",
+                    signal="nvlink_inactive",
+                    action_class="drain",
+                )
+            )
             continue
         inactive = sorted(n for n, speed in links.items() if speed is None)
         if inactive:
-            found.append(finding(label, "fail", "drain: reset the GPU, then check the NVLink/NVSwitch",
-                                 f"NVLink {', '.join(map(str, inactive))} inactive ({len(links) - len(inactive)} "
-                                 f"of {len(links)} up)", signal="nvlink_inactive", action_class="drain"))
+            found.append(
+                finding(
+                    label,
+                    "fail",
+                    "drain: reset the GPU, then check the NVLink/NVSwitch",
+                    f"NVLink {', '.join(map(str, inactive))} inactive ({len(links) - len(inactive)} "
+                    f"of {len(links)} up)",
+                    signal="nvlink_inactive",
+                    action_class="drain",
+                )
+            )
         if expect_count and expected_links is not None and len(links) < expected_links:
-            found.append(finding(label, "fail", "drain: check the NVLink/NVSwitch",
-                                 f"{len(links)} NVLinks listed, the {key} has {expected_links}",
-                                 signal="nvlink_links", action_class="drain"))
-        slow = sorted(n for n, speed in links.items() if speed is not None and expected_speed is not None
-                      and speed < expected_speed * 0.999)
+            found.append(
+                finding(
+                    label,
+                    "fail",
+                    "drain: check the NVLink/NVSwitch",
+                    f"{len(links)} NVLinks listed, the {key} has {expected_links}",
+                    signal="nvlink_links",
+                    action_class="drain",
+                )
+            )
+        slow = sorted(
+            n
+            for n, speed in links.items()
+            if speed is not None and expected_speed is not None and speed < expected_speed * 0.999
+        )
         if slow:
             speeds = sorted({links[n] for n in slow})
-            found.append(finding(label, "fail", "drain: check the NVLink/NVSwitch",
-                                 f"NVLink {', '.join(map(str, slow))} at {', '.join(f'{s:g}' for s in speeds)} GB/s, "
-                                 f"the {key} runs {expected_speed:g}", signal="nvlink_speed", action_class="drain"))
+            found.append(
+                finding(
+                    label,
+                    "fail",
+                    "drain: check the NVLink/NVSwitch",
+                    f"NVLink {', '.join(map(str, slow))} at {', '.join(f'{s:g}' for s in speeds)} GB/s, "
+                    f"the {key} runs {expected_speed:g}",
+                    signal="nvlink_speed",
+                    action_class="drain",
+                )
+            )
     for gpu, per_link in sorted((errors or {}).items()):
         label = f"GPU {gpu}" + (f" ({by_index[gpu]['bus_id']})" if gpu in by_index else "")
-        high = [(link, name, count) for link, named in sorted(per_link.items()) for name, count in named.items()
-                if count > max_errors]
+        high = [
+            (link, name, count)
+            for link, named in sorted(per_link.items())
+            for name, count in named.items()
+            if count > max_errors
+        ]
         if high:
             shown = ", ".join(f"link {link} {name} {count}" for link, name, count in high[:6])
             more = f" and {len(high) - 6} more" if len(high) > 6 else ""
-            found.append(finding(label, "warn", "watch (counters since the driver loaded)",
-                                 f"NVLink error counters above {max_errors}: {shown}{more}",
-                                 signal="nvlink_errors", action_class=None))
+            found.append(
+                finding(
+                    label,
+                    "warn",
+                    "watch (counters since the driver loaded)",
+                    f"NVLink error counters above {max_errors}: {shown}{more}",
+                    signal="nvlink_errors",
+                    action_class=None,
+                )
+            )
     return found
 
 
@@ -641,15 +902,23 @@ def parse_ib_ports(root: str | Path) -> list[dict[str, Any]]:
             base = root / device / "ports" / port
             state, phys = read_text(base / "state"), read_text(base / "phys_state")
             rate = read_text(base / "rate")
-            ports.append({"device": device, "port": port,
-                          "state": state.split(":", 1)[-1].strip() if state else None,
-                          "phys_state": phys.split(":", 1)[-1].strip() if phys else None,
-                          "rate": rate, "rate_gbps": number(rate), "link_layer": read_text(base / "link_layer")})
+            ports.append(
+                {
+                    "device": device,
+                    "port": port,
+                    "state": state.split(":", 1)[-1].strip() if state else None,
+                    "phys_state": phys.split(":", 1)[-1].strip() if phys else None,
+                    "rate": rate,
+                    "rate_gbps": number(rate),
+                    "link_layer": read_text(base / "link_layer"),
+                }
+            )
     return ports
 
 
-def judge_ib_ports(ports: list[dict[str, Any]], expect_ports: int = 0, min_rate_gbps: float = 0.0,
-                   link_layer: str = "any") -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def judge_ib_ports(
+    ports: list[dict[str, Any]], expect_ports: int = 0, min_rate_gbps: float = 0.0, link_layer: str = "any"
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(findings, the ports counted) for InfiniBand/RoCE readiness. A port counts when it is ACTIVE,
     LinkUp, at min_rate_gbps or more and of link_layer ("InfiniBand", "Ethernet" or "any"); fewer counted
     ports than expect_ports fail. Without an expectation a port that is not up is a warning."""
@@ -662,18 +931,39 @@ def judge_ib_ports(ports: list[dict[str, Any]], expect_ports: int = 0, min_rate_
         if up and fast and layer_ok:
             counted.append(port)
         elif layer_ok and not up:
-            found.append(finding(name, "warn", "check the cable / switch port",
-                                 f"{port['link_layer']} port {port['state']} / {port['phys_state']} ({port['rate']})",
-                                 signal="ib_port", action_class=None))
+            found.append(
+                finding(
+                    name,
+                    "warn",
+                    "check the cable / switch port",
+                    f"{port['link_layer']} port {port['state']} / {port['phys_state']} ({port['rate']})",
+                    signal="ib_port",
+                    action_class=None,
+                )
+            )
         elif layer_ok and not fast:
-            found.append(finding(name, "warn", "check the cable / switch port",
-                                 f"{port['link_layer']} port at {port['rate']}, below {min_rate_gbps:g} Gb/s",
-                                 signal="ib_port", action_class=None))
+            found.append(
+                finding(
+                    name,
+                    "warn",
+                    "check the cable / switch port",
+                    f"{port['link_layer']} port at {port['rate']}, below {min_rate_gbps:g} Gb/s",
+                    signal="ib_port",
+                    action_class=None,
+                )
+            )
     if expect_ports and len(counted) < expect_ports:
-        found.append(finding("node", "fail", "drain: check the NICs, cables and switch ports",
-                             f"{len(counted)} {link_layer if link_layer != 'any' else 'InfiniBand/RoCE'} port(s) ACTIVE "
-                             f"at >= {min_rate_gbps:g} Gb/s, expected {expect_ports}",
-                             signal="ib_ports", action_class="drain"))
+        found.append(
+            finding(
+                "node",
+                "fail",
+                "drain: check the NICs, cables and switch ports",
+                f"{len(counted)} {link_layer if link_layer != 'any' else 'InfiniBand/RoCE'} port(s) ACTIVE "
+                f"at >= {min_rate_gbps:g} Gb/s, expected {expect_ports}",
+                signal="ib_ports",
+                action_class="drain",
+            )
+        )
     return found, counted
 
 

@@ -97,8 +97,15 @@ def run_command(argv: list[str], timeout: float) -> tuple[int | None, str, str]:
     if binary is None:
         return None, "", f"{argv[0]} not found on PATH"
     try:
-        proc = subprocess.run([binary, *argv[1:]], capture_output=True, text=True, timeout=timeout,
-                              stdin=subprocess.DEVNULL, errors="replace", check=False)
+        proc = subprocess.run(
+            [binary, *argv[1:]],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+            errors="replace",
+            check=False,
+        )
     except subprocess.TimeoutExpired:
         return -1, "", f"{' '.join(argv)} did not finish within {timeout:g} s"
     except OSError as exc:
@@ -132,8 +139,15 @@ def kernel_log(args: argparse.Namespace, now: datetime) -> tuple[str | None, str
 # --------------------------------------------------------------------------- shared
 
 
-def findings_result(name: str, found: list[dict[str, Any]], summary: str, value: Any = None,
-                    unit: str | None = None, threshold: Any = None, **extra: Any) -> dict[str, Any]:
+def findings_result(
+    name: str,
+    found: list[dict[str, Any]],
+    summary: str,
+    value: Any = None,
+    unit: str | None = None,
+    threshold: Any = None,
+    **extra: Any,
+) -> dict[str, Any]:
     """A check's result from its findings: fail / warn / pass, the findings first in the detail. A finding
     whose action class is "reboot" (a pending row remap or retired page) says so in its action_class, which
     the report counts in its "actions" (and the metric gpufleet_action_required); the report's
@@ -162,8 +176,10 @@ def models(gpus: list[dict[str, Any]], table: dict[str, dict[str, Any]]) -> str:
         key = (gpu["name"] or "?", health.gpu_profile(gpu, table)[0])
         seen[key] = seen.get(key, 0) + 1
     unknown = "unknown model: no per-SKU figures, conservative floors"
-    return ", ".join(f"{n} x {name} ({unknown if key == profiles.DEFAULT_PROFILE else 'profile ' + key})"
-                     for (name, key), n in seen.items())
+    return ", ".join(
+        f"{n} x {name} ({unknown if key == profiles.DEFAULT_PROFILE else 'profile ' + key})"
+        for (name, key), n in seen.items()
+    )
 
 
 # --------------------------------------------------------------------------- checks
@@ -176,11 +192,20 @@ def check_gpu_errors(probe: Any) -> dict[str, Any]:
     if early:
         return early
     found = health.judge_gpu_errors(gpus, args.max_ecc_errors, args.max_corrected_ecc)
-    per_gpu = [{"gpu": health.gpu_label(g), "ecc_volatile": g["ecc"]["volatile"], "ecc_aggregate": g["ecc"]["aggregate"],
-                "remapped_rows": g["remapped_rows"], "retired_pages": g["retired_pages"]} for g in gpus]
+    per_gpu = [
+        {
+            "gpu": health.gpu_label(g),
+            "ecc_volatile": g["ecc"]["volatile"],
+            "ecc_aggregate": g["ecc"]["aggregate"],
+            "remapped_rows": g["remapped_rows"],
+            "retired_pages": g["retired_pages"],
+        }
+        for g in gpus
+    ]
     summary = f"{len(gpus)} GPU(s) read: {models(gpus, probe.profile_table)}"
-    return findings_result(name, found, summary, value=len(found), unit="findings", threshold=args.max_ecc_errors,
-                           per_gpu=per_gpu)
+    return findings_result(
+        name, found, summary, value=len(found), unit="findings", threshold=args.max_ecc_errors, per_gpu=per_gpu
+    )
 
 
 def check_pcie(probe: Any) -> dict[str, Any]:
@@ -190,11 +215,24 @@ def check_pcie(probe: Any) -> dict[str, Any]:
     if early:
         return early
     found = health.judge_pcie(gpus, probe.profile_table, args.pcie_gen_policy)
-    links = ", ".join(sorted({f"Gen{g['pcie']['gen_current']} x{g['pcie']['width_current']} of "
-                              f"Gen{g['pcie']['gen_max']} x{g['pcie']['width_max']}" for g in gpus}))
+    links = ", ".join(
+        sorted(
+            {
+                f"Gen{g['pcie']['gen_current']} x{g['pcie']['width_current']} of "
+                f"Gen{g['pcie']['gen_max']} x{g['pcie']['width_max']}"
+                for g in gpus
+            }
+        )
+    )
     summary = f"{len(gpus)} GPU(s): {links}; {models(gpus, probe.profile_table)}"
-    return findings_result(name, found, summary, value=len(found), unit="findings",
-                           per_gpu=[{"gpu": health.gpu_label(g), **g["pcie"]} for g in gpus])
+    return findings_result(
+        name,
+        found,
+        summary,
+        value=len(found),
+        unit="findings",
+        per_gpu=[{"gpu": health.gpu_label(g), **g["pcie"]} for g in gpus],
+    )
 
 
 def check_clocks(probe: Any) -> dict[str, Any]:
@@ -209,9 +247,23 @@ def check_clocks(probe: Any) -> dict[str, Any]:
     summary = f"{len(gpus)} GPU(s); active reasons: {', '.join(active) or 'none'}"
     summary += f"; hottest {max(temps):g} C" if temps else ""
     summary += f"; MIG {', '.join(sorted({str(g['mig']['current']) for g in gpus}))} (expected: {args.expect_mig})"
-    return findings_result(name, found, summary, value=len(found), unit="findings", threshold=args.expect_mig,
-                           per_gpu=[{"gpu": health.gpu_label(g), "clock_reasons": g["clock_reasons"],
-                                     "temperature": g["temperature"], "mig": g["mig"]} for g in gpus])
+    return findings_result(
+        name,
+        found,
+        summary,
+        value=len(found),
+        unit="findings",
+        threshold=args.expect_mig,
+        per_gpu=[
+            {
+                "gpu": health.gpu_label(g),
+                "clock_reasons": g["clock_reasons"],
+                "temperature": g["temperature"],
+                "mig": g["mig"],
+            }
+            for g in gpus
+        ],
+    )
 
 
 def check_nvlink(probe: Any) -> dict[str, Any]:
@@ -228,47 +280,88 @@ def check_nvlink(probe: Any) -> dict[str, Any]:
     # tests/gpu/device-check.sh, 2026-12-04: an empty nvlink --status). The profile's link count is then
     # not expected; links that are listed are still judged.
     multi_gpu = len(smi_gpus) >= 2 or len(status) >= 2
-    found = health.judge_nvlink(status, errors, smi_gpus, probe.profile_table, args.nvlink_max_errors,
-                                expect_count=multi_gpu)
+    found = health.judge_nvlink(
+        status, errors, smi_gpus, probe.profile_table, args.nvlink_max_errors, expect_count=multi_gpu
+    )
     found += health.judge_fabric(smi_gpus, probe.profile_table)
     # A GPU whose profile has NVLinks must be listed with them, unless MIG partitions it (NVLink is not
     # used in MIG mode: DCGM 2.0.15 release notes, "NVLink is not supported when in MIG mode" on A100).
-    expects = [g for g in smi_gpus if multi_gpu
-               and profiles.figure(health.gpu_profile(g, probe.profile_table)[1], "nvlink_links")
-               and (g["mig"]["current"] or "").lower() != "enabled"]
+    expects = [
+        g
+        for g in smi_gpus
+        if multi_gpu
+        and profiles.figure(health.gpu_profile(g, probe.profile_table)[1], "nvlink_links")
+        and (g["mig"]["current"] or "").lower() != "enabled"
+    ]
     listed = {g["index"] for g in status}
     if status_text is not None:
         for gpu in expects:
             if gpu["index"] not in listed:
                 key, profile = health.gpu_profile(gpu, probe.profile_table)
-                found.append(health.finding(gpu, "fail", "drain: check the NVLink/NVSwitch",
-                                            f"nvidia-smi nvlink --status lists no NVLink, the {key} has "
-                                            f"{profiles.figure(profile, 'nvlink_links')}",
-                                            signal="nvlink_links", action_class="drain"))
+                found.append(
+                    health.finding(
+                        gpu,
+                        "fail",
+                        "drain: check the NVLink/NVSwitch",
+                        f"nvidia-smi nvlink --status lists no NVLink, the {key} has "
+                        f"{profiles.figure(profile, 'nvlink_links')}",
+                        signal="nvlink_links",
+                        action_class="drain",
+                    )
+                )
     fabric = sorted({str(g["fabric"]["state"]) for g in smi_gpus})
     if status_text is None:
         if not found and not expects:
             return check_result(name, "skipped", f"{error} (see nvidia_smi)")
-        found.append(health.finding("node", "fail" if expects else "warn", "check nvidia-smi",
-                                    f"NVLink status unreadable: {error}",
-                                    signal="nvlink_status", action_class="drain" if expects else None))
+        found.append(
+            health.finding(
+                "node",
+                "fail" if expects else "warn",
+                "check nvidia-smi",
+                f"NVLink status unreadable: {error}",
+                signal="nvlink_status",
+                action_class="drain" if expects else None,
+            )
+        )
     links = sum(len(g["links"]) for g in status)
     if status_text is not None and not links and not expects and not found:
         if not multi_gpu and smi_gpus:
-            return check_result(name, "skipped", f"one GPU ({models(smi_gpus, probe.profile_table)}): "
-                                "NVLink joins GPUs, none listed and none expected", value=0, unit="links")
-        return check_result(name, "skipped", f"no NVLink on these GPUs ({len(status)} GPU(s) listed, none with links)",
-                            value=0, unit="links")
+            return check_result(
+                name,
+                "skipped",
+                f"one GPU ({models(smi_gpus, probe.profile_table)}): NVLink joins GPUs, none listed and none expected",
+                value=0,
+                unit="links",
+            )
+        return check_result(
+            name,
+            "skipped",
+            f"no NVLink on these GPUs ({len(status)} GPU(s) listed, none with links)",
+            value=0,
+            unit="links",
+        )
     up = sum(1 for g in status for s in g["links"].values() if s is not None)
-    summary = (f"{up}/{links} NVLinks up on {len(status)} GPU(s)"
-               + (f"; error counters read for {len(errors)} GPU(s)" if errors else "; no error counters")
-               + f"; Fabric Manager state: {', '.join(fabric) if smi_gpus else 'not read'}")
-    counters = [{"gpu": gpu, "link": link, "counter": counter, "value": count}
-                for gpu, per_link in sorted(errors.items()) for link, named in sorted(per_link.items())
-                for counter, count in named.items()]
-    return findings_result(name, found, summary, value=up, unit="links", threshold=args.nvlink_max_errors,
-                           per_gpu=[{"gpu": g["index"], "name": g["name"], "links": g["links"]} for g in status],
-                           error_counters=counters)
+    summary = (
+        f"{up}/{links} NVLinks up on {len(status)} GPU(s)"
+        + (f"; error counters read for {len(errors)} GPU(s)" if errors else "; no error counters")
+        + f"; Fabric Manager state: {', '.join(fabric) if smi_gpus else 'not read'}"
+    )
+    counters = [
+        {"gpu": gpu, "link": link, "counter": counter, "value": count}
+        for gpu, per_link in sorted(errors.items())
+        for link, named in sorted(per_link.items())
+        for counter, count in named.items()
+    ]
+    return findings_result(
+        name,
+        found,
+        summary,
+        value=up,
+        unit="links",
+        threshold=args.nvlink_max_errors,
+        per_gpu=[{"gpu": g["index"], "name": g["name"], "links": g["links"]} for g in status],
+        error_counters=counters,
+    )
 
 
 def integer_list(text: str) -> list[int]:
@@ -284,25 +377,40 @@ def check_xid(probe: Any) -> dict[str, Any]:
     text, source, tried = kernel_log(args, now)
     window = f"last {args.xid_window_hours:g} h" if args.xid_window_hours else "whole log"
     if text is None:
-        return check_result(name, "warn", f"kernel log not readable, Xids not checked: {'; '.join(tried)}",
-                            threshold=args.xid_window_hours)
+        return check_result(
+            name,
+            "warn",
+            f"kernel log not readable, Xids not checked: {'; '.join(tried)}",
+            threshold=args.xid_window_hours,
+        )
     architectures = {}
     for gpu in probe.smi_details[0] or []:
         key = xid.pci_key(gpu["bus_id"])
         if key and gpu["architecture"]:
             architectures[key] = gpu["architecture"]
     events = xid.parse_kernel_log(text, now)
-    judged = xid.judge_events(events, now, args.xid_window_hours, architectures,
-                              integer_list(args.xid_drain), integer_list(args.xid_ignore))
+    judged = xid.judge_events(
+        events, now, args.xid_window_hours, architectures, integer_list(args.xid_drain), integer_list(args.xid_ignore)
+    )
     found = judged["findings"]
     ignored = ", ".join(f"Xid {f['code']} x{f['count']}" for f in judged["ignored"])
-    summary = (f"{judged['in_window'] + judged['undated']} Xid/SXid event(s) in the {window} of {source}"
-               + (f" ({judged['undated']} without a wall time, counted)" if judged["undated"] else "")
-               + (f", {judged['outside_window']} older" if judged["outside_window"] else "")
-               + (f"; ignored per the catalog: {ignored}" if ignored else "")
-               + f"; {xid.XID_CATALOG_VERSION}")
-    return findings_result(name, found, summary, value=len(found), unit="findings", threshold=args.xid_window_hours,
-                           ignored=judged["ignored"], source=source)
+    summary = (
+        f"{judged['in_window'] + judged['undated']} Xid/SXid event(s) in the {window} of {source}"
+        + (f" ({judged['undated']} without a wall time, counted)" if judged["undated"] else "")
+        + (f", {judged['outside_window']} older" if judged["outside_window"] else "")
+        + (f"; ignored per the catalog: {ignored}" if ignored else "")
+        + f"; {xid.XID_CATALOG_VERSION}"
+    )
+    return findings_result(
+        name,
+        found,
+        summary,
+        value=len(found),
+        unit="findings",
+        threshold=args.xid_window_hours,
+        ignored=judged["ignored"],
+        source=source,
+    )
 
 
 def check_interconnect(probe: Any) -> dict[str, Any]:
@@ -314,19 +422,42 @@ def check_interconnect(probe: Any) -> dict[str, Any]:
     ports = health.parse_ib_ports(args.sysfs_infiniband_dir)
     peermem = health.peermem_loaded(args.sysfs_module_dir)
     if not ports and not expectations:
-        return check_result(name, "skipped", f"no InfiniBand/RoCE device in {args.sysfs_infiniband_dir}",
-                            value=0, unit="ports", peermem=peermem)
+        return check_result(
+            name,
+            "skipped",
+            f"no InfiniBand/RoCE device in {args.sysfs_infiniband_dir}",
+            value=0,
+            unit="ports",
+            peermem=peermem,
+        )
     found, counted = health.judge_ib_ports(ports, args.expect_ib_ports, args.ib_min_rate, args.ib_link_layer)
     if args.expect_peermem and not peermem:
-        found.append(health.finding("node", "fail", "load nvidia_peermem (modprobe nvidia-peermem)",
-                                    f"nvidia_peermem not loaded (no {os.path.join(args.sysfs_module_dir, 'nvidia_peermem')}): "
-                                    "no GPUDirect RDMA", signal="peermem", action_class="configure"))
+        found.append(
+            health.finding(
+                "node",
+                "fail",
+                "load nvidia_peermem (modprobe nvidia-peermem)",
+                f"nvidia_peermem not loaded (no {os.path.join(args.sysfs_module_dir, 'nvidia_peermem')}): "
+                "no GPUDirect RDMA",
+                signal="peermem",
+                action_class="configure",
+            )
+        )
     rates = ", ".join(sorted({f"{p['link_layer']} {p['rate']}" for p in counted})) or "none"
-    summary = (f"{len(counted)} of {len(ports)} port(s) ACTIVE at >= {args.ib_min_rate:g} Gb/s ({rates}); "
-               f"nvidia_peermem {'loaded' if peermem else 'not loaded'}"
-               + ("" if args.expect_peermem else " (not expected)"))
-    return findings_result(name, found, summary, value=len(counted), unit="ports", threshold=args.expect_ib_ports,
-                           ports=ports, peermem=peermem)
+    summary = (
+        f"{len(counted)} of {len(ports)} port(s) ACTIVE at >= {args.ib_min_rate:g} Gb/s ({rates}); "
+        f"nvidia_peermem {'loaded' if peermem else 'not loaded'}" + ("" if args.expect_peermem else " (not expected)")
+    )
+    return findings_result(
+        name,
+        found,
+        summary,
+        value=len(counted),
+        unit="ports",
+        threshold=args.expect_ib_ports,
+        ports=ports,
+        peermem=peermem,
+    )
 
 
 def check_dcgm(probe: Any) -> dict[str, Any]:
@@ -353,8 +484,9 @@ def check_dcgm(probe: Any) -> dict[str, Any]:
         code, out, err = run_command(dcgm.command(level), timeout)
         elapsed = round(time.monotonic() - began, 1)
         if code == -1:
-            return check_result(name, "fail", f"{err} (a GPU that hangs the diagnostic is itself a finding)",
-                                threshold=level)
+            return check_result(
+                name, "fail", f"{err} (a GPU that hangs the diagnostic is itself a finding)", threshold=level
+            )
         problem = dcgm.connection_problem(out + err)
         if problem:
             return check_result(name, "warn", f"not judged: {problem} (is nv-hostengine running?)", threshold=level)
@@ -369,12 +501,22 @@ def check_dcgm(probe: Any) -> dict[str, Any]:
         return check_result(name, "warn", "not judged: the diagnostic reported no test", threshold=level)
     judged = dcgm.judge_dcgm(parsed)
     counts = ", ".join(f"{n} {status}" for status, n in sorted(judged["counts"].items()))
-    summary = (f"{len(parsed['tests'])} test(s) ({counts}) from {source}; DCGM {parsed['version'] or '?'} "
-               f"({parsed['schema']} JSON)")
+    summary = (
+        f"{len(parsed['tests'])} test(s) ({counts}) from {source}; DCGM {parsed['version'] or '?'} "
+        f"({parsed['schema']} JSON)"
+    )
     if judged["unknown"]:
         summary += f"; status not understood for {', '.join(judged['unknown'])}"
-    result = findings_result(name, judged["findings"], summary, value=len(judged["findings"]), unit="findings",
-                             threshold=level, tests=judged["tests"], duration_s=elapsed)
+    result = findings_result(
+        name,
+        judged["findings"],
+        summary,
+        value=len(judged["findings"]),
+        unit="findings",
+        threshold=level,
+        tests=judged["tests"],
+        duration_s=elapsed,
+    )
     if judged["verdict"] == "warn" and result["verdict"] == "pass":
         result["verdict"] = "warn"
     return result

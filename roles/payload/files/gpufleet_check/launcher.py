@@ -72,8 +72,17 @@ PAYLOAD_GLOBAL_BATCH = 64  # train.py's default --batch-size
 TRAIN_TIMEOUT_S = 600
 LOG_TAIL_LINES = 40
 STOP_GRACE_S = 5.0
-DIST_ENV_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
-                 "ROLE_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID")
+DIST_ENV_VARS = (
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "ROLE_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "TORCHELASTIC_RUN_ID",
+)
 PAYLOAD_HELP = f"train.py to run (default: beside gpufleet_check.pyz, else {INSTALLED_PAYLOAD_DIR / PAYLOAD_NAME})"
 
 
@@ -104,15 +113,27 @@ def default_payload_args(world_size: int) -> list[str]:
     return [*TRAIN_PAYLOAD_ARGS, "--batch-size", str(batch)]
 
 
-def torchrun_command(nproc: int, nnodes: int, node_rank: int, rdzv_endpoint: str | None,
-                     rdzv_id: str | None, payload: Path, payload_args: Sequence[str],
-                     result_file: Path) -> list[str]:
+def torchrun_command(
+    nproc: int,
+    nnodes: int,
+    node_rank: int,
+    rdzv_endpoint: str | None,
+    rdzv_id: str | None,
+    payload: Path,
+    payload_args: Sequence[str],
+    result_file: Path,
+) -> list[str]:
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nnodes={nnodes}", f"--nproc-per-node={nproc}"]
     if rdzv_endpoint is None:
         cmd.append("--standalone")
     else:
-        cmd += [f"--node-rank={node_rank}", "--rdzv-backend=c10d", f"--rdzv-endpoint={rdzv_endpoint}",
-                f"--rdzv-id={rdzv_id or 'gpufleet'}", "--max-restarts=0"]
+        cmd += [
+            f"--node-rank={node_rank}",
+            "--rdzv-backend=c10d",
+            f"--rdzv-endpoint={rdzv_endpoint}",
+            f"--rdzv-id={rdzv_id or 'gpufleet'}",
+            "--max-restarts=0",
+        ]
     return cmd + [str(payload), *payload_args, "--result", str(result_file), "--json"]
 
 
@@ -270,8 +291,12 @@ def worker_failures(log_text: str) -> list[dict[str, Any]]:
         if rank and code:
             trace = [line for line in entry.get("traceback_lines", []) if line.strip()]
             cause = own.get(int(rank.group())) or (trace[-1].strip() if len(trace) > 1 else entry.get("traceback", ""))
-            entry["failure"] = {"host": entry.get("host", ""), "rank": int(rank.group()),
-                                "exitcode": int(code.group()), "cause": cause}
+            entry["failure"] = {
+                "host": entry.get("host", ""),
+                "rank": int(rank.group()),
+                "exitcode": int(code.group()),
+                "cause": cause,
+            }
             entry["section"].append(entry["failure"])
 
     for line in log_text.splitlines():
@@ -331,9 +356,16 @@ def training_env(tmpdir: Path | None = None) -> dict[str, str]:
     return env
 
 
-def run_training(nproc: int, nnodes: int = 1, node_rank: int = 0, rdzv_endpoint: str | None = None,
-                 rdzv_id: str | None = None, payload_args: Sequence[str] = (),
-                 timeout: float = TRAIN_TIMEOUT_S, payload: str | Path | None = None) -> dict[str, Any]:
+def run_training(
+    nproc: int,
+    nnodes: int = 1,
+    node_rank: int = 0,
+    rdzv_endpoint: str | None = None,
+    rdzv_id: str | None = None,
+    payload_args: Sequence[str] = (),
+    timeout: float = TRAIN_TIMEOUT_S,
+    payload: str | Path | None = None,
+) -> dict[str, Any]:
     """Run the payload under torchrun: {"rc", "result" (on the node with global rank 0, else None), "log_tail",
     "failures", "nccl" (nccl.read_logs of this node's ranks, None without NCCL)}.
 
@@ -343,22 +375,37 @@ def run_training(nproc: int, nnodes: int = 1, node_rank: int = 0, rdzv_endpoint:
     """
     payload = Path(payload) if payload else find_payload()
     if not payload.is_file():
-        return {"rc": EXIT_USAGE, "result": None, "log_tail": f"payload not found: {payload}", "failures": [],
-                "nccl": None}
+        return {
+            "rc": EXIT_USAGE,
+            "result": None,
+            "log_tail": f"payload not found: {payload}",
+            "failures": [],
+            "nccl": None,
+        }
     workdir = Path(tempfile.mkdtemp(prefix="gpufleet-train-"))
     try:
         result_file, log_file = workdir / "result.json", workdir / "torchrun.log"
-        cmd = torchrun_command(nproc, nnodes, node_rank, rdzv_endpoint, rdzv_id, payload, payload_args,
-                               result_file)
+        cmd = torchrun_command(nproc, nnodes, node_rank, rdzv_endpoint, rdzv_id, payload, payload_args, result_file)
         with open(log_file, "wb") as log:
-            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                    env=training_env(workdir), start_new_session=True)
+            proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=training_env(workdir),
+                start_new_session=True,
+            )
         rc, note = wait_or_stop(proc, timeout)
         result_text, reading = read_text(result_file), nccl.read_logs(workdir)
         warnings = reading["warnings"] if reading and rc != 0 else []  # NCCL's WARN lines went to its own files
         tail = "\n".join([log_tail(log_file, note), *(f"NCCL WARN {w}" for w in warnings)])
-        return {"rc": rc, "result": json.loads(result_text) if result_text else None, "log_tail": tail,
-                "failures": worker_failures(read_text(log_file) or ""), "nccl": reading}
+        return {
+            "rc": rc,
+            "result": json.loads(result_text) if result_text else None,
+            "log_tail": tail,
+            "failures": worker_failures(read_text(log_file) or ""),
+            "nccl": reading,
+        }
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
@@ -371,7 +418,7 @@ def split_payload_args(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     argv = list(argv)
     if "--" in argv:
         cut = argv.index("--")
-        return argv[:cut], argv[cut + 1:]
+        return argv[:cut], argv[cut + 1 :]
     return argv, []
 
 
@@ -381,17 +428,27 @@ def parse_train_args(argv: Sequence[str]) -> argparse.Namespace:
         prog=f"{program_name()} train",
         usage="%(prog)s [options] [-- payload args...]",
         description="Run the training payload under torchrun on this node and print one JSON object "
-                    '{"rc", "node", "result", "log_tail", "failures", "failed_ranks", "nccl"}. '
-                    "Run the same command on every node.",
-        epilog=f"Without payload args: {' '.join(TRAIN_PAYLOAD_ARGS)} and a divisible --batch-size.")
+        '{"rc", "node", "result", "log_tail", "failures", "failed_ranks", "nccl"}. '
+        "Run the same command on every node.",
+        epilog=f"Without payload args: {' '.join(TRAIN_PAYLOAD_ARGS)} and a divisible --batch-size.",
+    )
     p.add_argument("--nnodes", type=positive_int, default=1, metavar="N", help="nodes in the job (default 1)")
-    p.add_argument("--nproc-per-node", type=positive_int, required=True, metavar="P",
-                   help="processes on this node, one per GPU")
-    p.add_argument("--rdzv-endpoint", metavar="HOST:PORT",
-                   help="c10d rendezvous (required with --nnodes > 1; without it: --standalone)")
+    p.add_argument(
+        "--nproc-per-node", type=positive_int, required=True, metavar="P", help="processes on this node, one per GPU"
+    )
+    p.add_argument(
+        "--rdzv-endpoint",
+        metavar="HOST:PORT",
+        help="c10d rendezvous (required with --nnodes > 1; without it: --standalone)",
+    )
     p.add_argument("--rdzv-id", default="gpufleet", metavar="ID", help="job id, the same on every node")
-    p.add_argument("--timeout", type=positive_int, default=TRAIN_TIMEOUT_S, metavar="S",
-                   help=f"seconds before torchrun and its workers are killed, rc 124 (default {TRAIN_TIMEOUT_S})")
+    p.add_argument(
+        "--timeout",
+        type=positive_int,
+        default=TRAIN_TIMEOUT_S,
+        metavar="S",
+        help=f"seconds before torchrun and its workers are killed, rc 124 (default {TRAIN_TIMEOUT_S})",
+    )
     p.add_argument("--payload", type=Path, metavar="PATH", help=PAYLOAD_HELP)
     args = p.parse_args(own)
     if args.nnodes > 1 and not args.rdzv_endpoint:
@@ -408,11 +465,31 @@ def train_main(argv: Sequence[str]) -> int:
     """The `train` subcommand."""
     args = parse_train_args(argv)
     signal.signal(signal.SIGTERM, raise_system_exit)  # a killed subcommand still stops torchrun
-    run = run_training(args.nproc_per_node, nnodes=args.nnodes, rdzv_endpoint=args.rdzv_endpoint, rdzv_id=args.rdzv_id,
-                       payload_args=args.payload_args, timeout=args.timeout, payload=args.payload)
-    print(json.dumps(finite_or_none({"rc": run["rc"], "node": socket.gethostname(), "result": run["result"],
-                                     "log_tail": run["log_tail"], "failures": run["failures"],
-                                     "failed_ranks": [describe_failure(f) for f in run["failures"]],
-                                     "nccl": run["nccl"]}),
-                     indent=2, allow_nan=False), flush=True)
+    run = run_training(
+        args.nproc_per_node,
+        nnodes=args.nnodes,
+        rdzv_endpoint=args.rdzv_endpoint,
+        rdzv_id=args.rdzv_id,
+        payload_args=args.payload_args,
+        timeout=args.timeout,
+        payload=args.payload,
+    )
+    print(
+        json.dumps(
+            finite_or_none(
+                {
+                    "rc": run["rc"],
+                    "node": socket.gethostname(),
+                    "result": run["result"],
+                    "log_tail": run["log_tail"],
+                    "failures": run["failures"],
+                    "failed_ranks": [describe_failure(f) for f in run["failures"]],
+                    "nccl": run["nccl"],
+                }
+            ),
+            indent=2,
+            allow_nan=False,
+        ),
+        flush=True,
+    )
     return run["rc"]

@@ -61,28 +61,48 @@ METRICS: dict[str, tuple[str, str]] = {
     "gpufleet_verify_passed": ("gauge", "1 when the node passed gpufleet verification, 0 when it failed."),
     "gpufleet_verify_timestamp_seconds": ("gauge", "Unix time the gpufleet verification finished."),
     "gpufleet_verify_duration_seconds": ("gauge", "Seconds the gpufleet verification took."),
-    "gpufleet_reboot_required": ("gauge", "1 when the node needs a reboot (loaded driver module is not the installed driver)."),
-    "gpufleet_versions_info": ("gauge", "Driver (installed and loaded), CUDA, cuDNN, NCCL, torch and Python versions; "
-                                        "empty: unknown."),
-    "gpufleet_check_status": ("gauge", "1 for the verdict of each gpufleet check (status: pass, fail, warn, skipped), "
-                                       "0 for the other verdicts."),
+    "gpufleet_reboot_required": (
+        "gauge",
+        "1 when the node needs a reboot (loaded driver module is not the installed driver).",
+    ),
+    "gpufleet_versions_info": (
+        "gauge",
+        "Driver (installed and loaded), CUDA, cuDNN, NCCL, torch and Python versions; empty: unknown.",
+    ),
+    "gpufleet_check_status": (
+        "gauge",
+        "1 for the verdict of each gpufleet check (status: pass, fail, warn, skipped), 0 for the other verdicts.",
+    ),
     "gpufleet_gpus": ("gauge", "GPUs nvidia-smi lists."),
     "gpufleet_pci_gpus": ("gauge", "NVIDIA GPUs on the PCI bus."),
     "gpufleet_gemm_flops_per_second": ("gauge", "Measured dense bf16 (fp16 before Ampere) matmul FLOP/s of each GPU."),
     "gpufleet_gpu_ecc_uncorrected_errors": ("gauge", "Volatile uncorrected ECC errors of each GPU."),
-    "gpufleet_memory_bandwidth_bytes_per_second": ("gauge", "Measured copy bandwidth of each GPU, bytes/s: copy "
-                                                            "device (device memory, read + write), h2d, d2h "
-                                                            "(pinned host memory)."),
-    "gpufleet_allreduce_busbw_bytes_per_second": ("gauge", "All-reduce bus bandwidth over every GPU of the node, bytes/s."),
-    "gpufleet_health_finding": ("gauge", "1 for each finding of gpufleet's health checks (check, signal read, subject, "
-                                         "verdict fail or warn, action class: replace, drain, reboot, configure, "
-                                         "empty to watch)."),
+    "gpufleet_memory_bandwidth_bytes_per_second": (
+        "gauge",
+        "Measured copy bandwidth of each GPU, bytes/s: copy "
+        "device (device memory, read + write), h2d, d2h "
+        "(pinned host memory).",
+    ),
+    "gpufleet_allreduce_busbw_bytes_per_second": (
+        "gauge",
+        "All-reduce bus bandwidth over every GPU of the node, bytes/s.",
+    ),
+    "gpufleet_health_finding": (
+        "gauge",
+        "1 for each finding of gpufleet's health checks (check, signal read, subject, "
+        "verdict fail or warn, action class: replace, drain, reboot, configure, "
+        "empty to watch).",
+    ),
     "gpufleet_action_required": ("gauge", "Findings of gpufleet's health checks that ask for this kind of work."),
-    "gpufleet_xid_events": ("gauge", "Xid / SXid events of the kernel log in the xid check's window (verdict: fail "
-                                     "drains, warn to watch)."),
+    "gpufleet_xid_events": (
+        "gauge",
+        "Xid / SXid events of the kernel log in the xid check's window (verdict: fail drains, warn to watch).",
+    ),
     "gpufleet_nvlink_error_count": ("gauge", "NVLink error counters since the driver loaded (nvidia-smi nvlink -e)."),
-    "gpufleet_dcgm_test_status": ("gauge", "1 for the status of each DCGM diagnostic test of the dcgm check "
-                                           "(level: dcgmi diag -r)."),
+    "gpufleet_dcgm_test_status": (
+        "gauge",
+        "1 for the status of each DCGM diagnostic test of the dcgm check (level: dcgmi diag -r).",
+    ),
 }
 # The kinds of work a finding asks for (health.ACTION_CLASSES; this module imports nothing of the package).
 ACTION_CLASSES = ("replace", "drain", "reboot", "configure")
@@ -129,13 +149,23 @@ def metric_samples(report: dict[str, Any]) -> dict[str, list[tuple[dict[str, Any
     samples["gpufleet_verify_timestamp_seconds"].append(({}, finished_timestamp(report)))
     samples["gpufleet_verify_duration_seconds"].append(({}, float(report.get("duration_s") or 0.0)))
     samples["gpufleet_reboot_required"].append(({}, bool(report.get("reboot_required"))))
-    samples["gpufleet_versions_info"].append(({"host": report.get("host"), **{
-        key: versions.get(key) for key in ("driver_installed", "driver_loaded", "cuda", "cudnn", "nccl", "torch", "python")}},
-        1))
+    samples["gpufleet_versions_info"].append(
+        (
+            {
+                "host": report.get("host"),
+                **{
+                    key: versions.get(key)
+                    for key in ("driver_installed", "driver_loaded", "cuda", "cudnn", "nccl", "torch", "python")
+                },
+            },
+            1,
+        )
+    )
     for check in report.get("checks") or []:
         for status in CHECK_VERDICTS:
-            samples["gpufleet_check_status"].append(({"check": check["name"], "status": status},
-                                                     check.get("verdict") == status))
+            samples["gpufleet_check_status"].append(
+                ({"check": check["name"], "status": status}, check.get("verdict") == status)
+            )
     gpus = report.get("gpus") or []
     samples["gpufleet_gpus"].append(({}, len(gpus)))
     samples["gpufleet_pci_gpus"].append(({}, int(report.get("gpu_count_pci") or 0)))
@@ -150,7 +180,8 @@ def metric_samples(report: dict[str, Any]) -> dict[str, list[tuple[dict[str, Any
     allreduce = checks.get("allreduce_busbw", {})
     if isinstance(allreduce.get("value"), (int, float)) and not isinstance(allreduce.get("value"), bool):
         samples["gpufleet_allreduce_busbw_bytes_per_second"].append(
-            ({"fabric": allreduce.get("fabric")}, float(allreduce["value"]) * 1e9))
+            ({"fabric": allreduce.get("fabric")}, float(allreduce["value"]) * 1e9)
+        )
     health_samples(report, checks, samples)
     return samples
 
@@ -158,8 +189,11 @@ def metric_samples(report: dict[str, Any]) -> dict[str, list[tuple[dict[str, Any
 MEMBW_COPIES = (("device", "memory_bandwidth_gbps"), ("h2d", "h2d_gbps"), ("d2h", "d2h_gbps"))
 
 
-def memory_bandwidth_samples(gpus: list[dict[str, Any]], check: dict[str, Any],
-                             samples: dict[str, list[tuple[dict[str, Any], float | int | bool]]]) -> None:
+def memory_bandwidth_samples(
+    gpus: list[dict[str, Any]],
+    check: dict[str, Any],
+    samples: dict[str, list[tuple[dict[str, Any], float | int | bool]]],
+) -> None:
     """The memory_bandwidth check's per-GPU copies, labelled like the GEMM figure (the report's GPU of that
     index: nvidia-smi's name and UUID; the check's own where nvidia-smi did not list it)."""
     for measured in check.get("per_gpu") or []:
@@ -171,27 +205,55 @@ def memory_bandwidth_samples(gpus: list[dict[str, Any]], check: dict[str, Any],
                 samples["gpufleet_memory_bandwidth_bytes_per_second"].append(({**labels, "copy": copy}, value * 1e9))
 
 
-def health_samples(report: dict[str, Any], checks: dict[str, dict[str, Any]],
-                   samples: dict[str, list[tuple[dict[str, Any], float | int | bool]]]) -> None:
+def health_samples(
+    report: dict[str, Any],
+    checks: dict[str, dict[str, Any]],
+    samples: dict[str, list[tuple[dict[str, Any], float | int | bool]]],
+) -> None:
     """The health checks' findings, the work they ask for, Xid events, NVLink counters and DCGM's tests."""
     for name, check in checks.items():
         for found in check.get("findings") or []:
-            samples["gpufleet_health_finding"].append(({
-                "check": name, "signal": found.get("signal"), "subject": found.get("gpu"),
-                "verdict": found.get("verdict"), "action_class": found.get("action_class")}, 1))
+            samples["gpufleet_health_finding"].append(
+                (
+                    {
+                        "check": name,
+                        "signal": found.get("signal"),
+                        "subject": found.get("gpu"),
+                        "verdict": found.get("verdict"),
+                        "action_class": found.get("action_class"),
+                    },
+                    1,
+                )
+            )
     actions = report.get("actions") if isinstance(report.get("actions"), dict) else {}
     for action_class in ACTION_CLASSES:
-        samples["gpufleet_action_required"].append(({"action_class": action_class}, int(actions.get(action_class) or 0)))
+        samples["gpufleet_action_required"].append(
+            ({"action_class": action_class}, int(actions.get(action_class) or 0))
+        )
     for found in (checks.get("xid") or {}).get("findings") or []:
-        samples["gpufleet_xid_events"].append(({"kind": found.get("kind"), "code": found.get("code"),
-                                                "device": found.get("gpu"), "verdict": found.get("verdict")},
-                                               int(found.get("count") or 0)))
+        samples["gpufleet_xid_events"].append(
+            (
+                {
+                    "kind": found.get("kind"),
+                    "code": found.get("code"),
+                    "device": found.get("gpu"),
+                    "verdict": found.get("verdict"),
+                },
+                int(found.get("count") or 0),
+            )
+        )
     for counter in (checks.get("nvlink") or {}).get("error_counters") or []:
-        samples["gpufleet_nvlink_error_count"].append(({"gpu": counter.get("gpu"), "link": counter.get("link"),
-                                                        "counter": counter.get("counter")}, int(counter.get("value") or 0)))
+        samples["gpufleet_nvlink_error_count"].append(
+            (
+                {"gpu": counter.get("gpu"), "link": counter.get("link"), "counter": counter.get("counter")},
+                int(counter.get("value") or 0),
+            )
+        )
     dcgm = checks.get("dcgm") or {}
     for test, status in (dcgm.get("tests") or {}).items():
-        samples["gpufleet_dcgm_test_status"].append(({"test": test, "status": status, "level": dcgm.get("threshold")}, 1))
+        samples["gpufleet_dcgm_test_status"].append(
+            ({"test": test, "status": status, "level": dcgm.get("threshold")}, 1)
+        )
 
 
 def metrics_text(report: dict[str, Any]) -> str:
@@ -204,6 +266,9 @@ def metrics_text(report: dict[str, Any]) -> str:
         lines += [f"# HELP {name} {escape_help(text)}", f"# TYPE {name} {kind}"]
         for labels, value in samples:
             rendered = ",".join(f'{key}="{escape_label_value(val)}"' for key, val in labels.items())
-            lines.append(f"{name}{{{rendered}}} {format_metric_value(value)}" if rendered
-                         else f"{name} {format_metric_value(value)}")
+            lines.append(
+                f"{name}{{{rendered}}} {format_metric_value(value)}"
+                if rendered
+                else f"{name} {format_metric_value(value)}"
+            )
     return "\n".join(lines) + "\n"

@@ -59,15 +59,20 @@ _IB_DEVICE = re.compile(r"\[(\d+)\]([^\s:\[\]]+):(\d+)/(IB|RoCE)\b")
 _SOCKET_DEVICES = re.compile(r"^NET/Socket\s*: Using (\[\d+\].*)$")
 _SOCKET_DEVICE = re.compile(r"\[(\d+)\]([^\s:\[\]]+):")
 _CONNECTION = re.compile(r"^Channel \d+(?:/\d+)? : .* via NET/([^/]+)/(\d+)(/GDRDMA)?")
-_GDR_HCA = re.compile(r"^NET/([^:]+?)\s*: GPU Direct RDMA (?:\(([^)]*)\) )?(Disabled|enabled|Enabled)"
-                      r" for HCA (\d+) '([^']*)'?")
+_GDR_HCA = re.compile(
+    r"^NET/([^:]+?)\s*: GPU Direct RDMA (?:\(([^)]*)\) )?(Disabled|enabled|Enabled)"
+    r" for HCA (\d+) '([^']*)'?"
+)
 _VERSION = re.compile(r"^(?:NCCL version )?(\d+\.\d+\.\d+)\+cuda")
 
 EXPECT_TRANSPORTS = ("any", "ib", "roce", "socket")
 EXPECT_GDR = ("any", "true", "false")
 FLOOR_KEYS = {"IB": "rdma", "RoCE": "rdma", "IB/RoCE": "rdma", "Socket": "socket", "gloo": "gloo"}
-FLOOR_SETTINGS = {"rdma": "smoke_training_min_busbw_rdma_gbps", "socket": "smoke_training_min_busbw_socket_gbps",
-                  "gloo": "smoke_training_min_busbw_gloo_gbps"}
+FLOOR_SETTINGS = {
+    "rdma": "smoke_training_min_busbw_rdma_gbps",
+    "socket": "smoke_training_min_busbw_socket_gbps",
+    "gloo": "smoke_training_min_busbw_gloo_gbps",
+}
 
 
 # --------------------------------------------------------------------------- one rank's lines
@@ -82,8 +87,16 @@ def _body(line: str) -> tuple[str, str]:
 def parse_log(text: str) -> dict[str, Any]:
     """The lines of interest of one log (any number of ranks): networks chosen, HCAs, socket interfaces,
     NET connections, per-HCA GPUDirect RDMA lines, the NCCL version, warnings and the evidence lines."""
-    found: dict[str, Any] = {"networks": [], "hcas": [], "sockets": [], "connections": [], "gdr_hcas": [],
-                             "version": None, "warnings": [], "evidence": []}
+    found: dict[str, Any] = {
+        "networks": [],
+        "hcas": [],
+        "sockets": [],
+        "connections": [],
+        "gdr_hcas": [],
+        "version": None,
+        "warnings": [],
+        "evidence": [],
+    }
 
     def note(line: str) -> None:
         if len(found["evidence"]) < MAX_EVIDENCE and line not in found["evidence"]:
@@ -116,8 +129,16 @@ def parse_log(text: str) -> dict[str, Any]:
                 note(line)  # the first connection of each kind
             found["connections"].append(connection)
         elif match := _GDR_HCA.match(body):
-            keep("gdr_hcas", {"net": match.group(1), "hca": match.group(5), "via": match.group(2),
-                              "enabled": match.group(3).lower() == "enabled"}, line)
+            keep(
+                "gdr_hcas",
+                {
+                    "net": match.group(1),
+                    "hca": match.group(5),
+                    "via": match.group(2),
+                    "enabled": match.group(3).lower() == "enabled",
+                },
+                line,
+            )
     return found
 
 
@@ -153,16 +174,26 @@ def summarize(parsed: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
         enabled = {g["hca"] for g in gdr_hcas if g["enabled"]}
         disabled = {g["hca"] for g in gdr_hcas if not g["enabled"]} - enabled
         gdr = "on" if not disabled else ("off" if not enabled else "partial")
-        basis = (f"HCA lines (no NET connection logged): enabled on {', '.join(sorted(enabled)) or 'none'}, "
-                 f"disabled on {', '.join(sorted(disabled)) or 'none'}")
+        basis = (
+            f"HCA lines (no NET connection logged): enabled on {', '.join(sorted(enabled)) or 'none'}, "
+            f"disabled on {', '.join(sorted(disabled)) or 'none'}"
+        )
     else:
         gdr, basis = None, "no GPUDirect RDMA line in the log"
-    return {"logs": len(logs), "transport": transport, "gdr": gdr, "gdr_basis": basis, "crossed": bool(connections),
-            "networks": nets, "hcas": hcas, "sockets": sockets,
-            "connections": {"total": len(connections), "gdr": sum(c["gdr"] for c in connections)},
-            "version": next((log["version"] for log in logs if log["version"]), None),
-            "warnings": _unique(w for log in logs for w in log["warnings"])[:MAX_WARNINGS],
-            "evidence": _unique(e for log in logs for e in log["evidence"])[:MAX_EVIDENCE]}
+    return {
+        "logs": len(logs),
+        "transport": transport,
+        "gdr": gdr,
+        "gdr_basis": basis,
+        "crossed": bool(connections),
+        "networks": nets,
+        "hcas": hcas,
+        "sockets": sockets,
+        "connections": {"total": len(connections), "gdr": sum(c["gdr"] for c in connections)},
+        "version": next((log["version"] for log in logs if log["version"]), None),
+        "warnings": _unique(w for log in logs for w in log["warnings"])[:MAX_WARNINGS],
+        "evidence": _unique(e for log in logs for e in log["evidence"])[:MAX_EVIDENCE],
+    }
 
 
 def _transport(net: str, hcas: Sequence[Mapping[str, Any]]) -> str:
@@ -208,8 +239,13 @@ def _expect_gdr(value: Any) -> str:
     return {"yes": "true", "on": "true", "no": "false", "off": "false"}.get(text, text)
 
 
-def judge(network: Mapping[str, Any] | None, nodes: Sequence[Mapping[str, Any]], floors: Mapping[str, Any],
-          expect_transport: str = "any", expect_gdr: Any = "any") -> dict[str, Any]:
+def judge(
+    network: Mapping[str, Any] | None,
+    nodes: Sequence[Mapping[str, Any]],
+    floors: Mapping[str, Any],
+    expect_transport: str = "any",
+    expect_gdr: Any = "any",
+) -> dict[str, Any]:
     """The smoke training's network verdict.
 
     network: the payload's ``network`` (train.py's time_all_reduce: backend, measured, size_bytes,
@@ -222,8 +258,10 @@ def judge(network: Mapping[str, Any] | None, nodes: Sequence[Mapping[str, Any]],
     notes: list[str] = []
     expect_gdr, expect_transport = _expect_gdr(expect_gdr), str(expect_transport).strip().lower()
     if expect_transport not in EXPECT_TRANSPORTS or expect_gdr not in EXPECT_GDR:
-        raise ValueError(f"expect_transport {expect_transport!r} (one of {', '.join(EXPECT_TRANSPORTS)}) or "
-                         f"expect_gdr {expect_gdr!r} (one of {', '.join(EXPECT_GDR)}) is not known")
+        raise ValueError(
+            f"expect_transport {expect_transport!r} (one of {', '.join(EXPECT_TRANSPORTS)}) or "
+            f"expect_gdr {expect_gdr!r} (one of {', '.join(EXPECT_GDR)}) is not known"
+        )
     backend = (network or {}).get("backend")
     inter = (network or {}).get("inter_node") or {}
     busbw, crossing = inter.get("busbw_gbps"), int(inter.get("ranks") or 0)
@@ -240,11 +278,15 @@ def judge(network: Mapping[str, Any] | None, nodes: Sequence[Mapping[str, Any]],
         if not readings:
             problems.append("NCCL's log named no transport on any node (NCCL_DEBUG_FILE unreadable?)")
         elif len(transports) > 1:
-            problems.append("the nodes used different transports: " + ", ".join(
-                f"{n['host']} {n['transport'] or 'none logged'}" for n in per_node))
+            problems.append(
+                "the nodes used different transports: "
+                + ", ".join(f"{n['host']} {n['transport'] or 'none logged'}" for n in per_node)
+            )
         if len(gdrs) > 1 and not problems:
-            notes.append("GPUDirect RDMA differs between nodes: " + ", ".join(
-                f"{n['host']} {n['gdr'] or 'not logged'}" for n in per_node))
+            notes.append(
+                "GPUDirect RDMA differs between nodes: "
+                + ", ".join(f"{n['host']} {n['gdr'] or 'not logged'}" for n in per_node)
+            )
     elif backend is not None:
         notes.append(f"transport not read: the run used {backend}, not NCCL (NCCL's log exists only for NCCL)")
     label = _label(network, transport, gdr)
@@ -253,33 +295,64 @@ def judge(network: Mapping[str, Any] | None, nodes: Sequence[Mapping[str, Any]],
     multi = crossing >= 2
     if multi and expect_transport != "any":
         want = {"ib": "IB", "roce": "RoCE", "socket": "Socket"}[expect_transport]
-        for node in _nodes_off(problems, backend, per_node, "transport", want,
-                               f"NCCL over {want} between nodes (smoke_training_expect_transport)", " (no GPU?)"):
-            problems.append(f"{node['host']}: NCCL used {node['transport'] or 'no logged transport'} "
-                            f"between nodes, expected {want} (smoke_training_expect_transport)"
-                            + (f" [{node['evidence'][0]}]" if node["evidence"] else ""))
+        for node in _nodes_off(
+            problems,
+            backend,
+            per_node,
+            "transport",
+            want,
+            f"NCCL over {want} between nodes (smoke_training_expect_transport)",
+            " (no GPU?)",
+        ):
+            problems.append(
+                f"{node['host']}: NCCL used {node['transport'] or 'no logged transport'} "
+                f"between nodes, expected {want} (smoke_training_expect_transport)"
+                + (f" [{node['evidence'][0]}]" if node["evidence"] else "")
+            )
     if multi and expect_gdr != "any":
         want_gdr = "on" if expect_gdr == "true" else "off"
-        for node in _nodes_off(problems, backend, per_node, "gdr", want_gdr,
-                               f"GPUDirect RDMA {want_gdr} (smoke_training_expect_gdr)", ", not NCCL"):
-            problems.append(f"{node['host']}: GPUDirect RDMA {node['gdr'] or 'not logged'} "
-                            f"({node['gdr_basis']}), expected {want_gdr} (smoke_training_expect_gdr)")
+        for node in _nodes_off(
+            problems,
+            backend,
+            per_node,
+            "gdr",
+            want_gdr,
+            f"GPUDirect RDMA {want_gdr} (smoke_training_expect_gdr)",
+            ", not NCCL",
+        ):
+            problems.append(
+                f"{node['host']}: GPUDirect RDMA {node['gdr'] or 'not logged'} "
+                f"({node['gdr_basis']}), expected {want_gdr} (smoke_training_expect_gdr)"
+            )
     key = "gloo" if backend == "gloo" else FLOOR_KEYS.get(transport or "")
     floor = float(floors.get(key) or 0) if key else 0.0
     if multi and floor > 0:
         size = int((network or {}).get("size_bytes") or 0) / 2**20
         if busbw is None or busbw < floor:
-            problems.append(f"cross-node all-reduce bus bandwidth {_gbps(busbw) if busbw is not None else 'not measured'}"
-                            f" (one rank per node, {crossing} nodes, {size:g} MiB, {label}) is below the floor "
-                            f"{_gbps(floor)} ({FLOOR_SETTINGS[key]})")
+            problems.append(
+                f"cross-node all-reduce bus bandwidth {_gbps(busbw) if busbw is not None else 'not measured'}"
+                f" (one rank per node, {crossing} nodes, {size:g} MiB, {label}) is below the floor "
+                f"{_gbps(floor)} ({FLOOR_SETTINGS[key]})"
+            )
     elif multi and backend is not None:
-        notes.append(f"bus bandwidth not judged: no floor for {label}"
-                     + (f" ({FLOOR_SETTINGS[key]} is 0)" if key else ""))
-    return {"verdict": "fail" if problems else "pass", "problems": problems, "notes": notes,
-            "measured": label, "backend": backend, "transport": transport, "gdr": gdr,
-            "busbw_gbps": busbw, "world_busbw_gbps": ((network or {}).get("world") or {}).get("busbw_gbps"),
-            "nodes_crossed": crossing, "floor_gbps": floor if key else None,
-            "floor_setting": FLOOR_SETTINGS.get(key or ""), "nodes": per_node}
+        notes.append(
+            f"bus bandwidth not judged: no floor for {label}" + (f" ({FLOOR_SETTINGS[key]} is 0)" if key else "")
+        )
+    return {
+        "verdict": "fail" if problems else "pass",
+        "problems": problems,
+        "notes": notes,
+        "measured": label,
+        "backend": backend,
+        "transport": transport,
+        "gdr": gdr,
+        "busbw_gbps": busbw,
+        "world_busbw_gbps": ((network or {}).get("world") or {}).get("busbw_gbps"),
+        "nodes_crossed": crossing,
+        "floor_gbps": floor if key else None,
+        "floor_setting": FLOOR_SETTINGS.get(key or ""),
+        "nodes": per_node,
+    }
 
 
 def _node_view(reading: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -289,8 +362,15 @@ def _node_view(reading: Mapping[str, Any] | None) -> dict[str, Any]:
     return {key: reading.get(key) for key in keys}
 
 
-def _nodes_off(problems: list[str], backend: str | None, per_node: list[dict[str, Any]], key: str, want: str,
-               expected: str, not_nccl: str) -> list[dict[str, Any]]:
+def _nodes_off(
+    problems: list[str],
+    backend: str | None,
+    per_node: list[dict[str, Any]],
+    key: str,
+    want: str,
+    expected: str,
+    not_nccl: str,
+) -> list[dict[str, Any]]:
     """The nodes whose reading of key is not want, for the caller to name; none, and the problem that the
     run did not use NCCL (whose log is what is read) added, when backend is not NCCL."""
     if backend != "nccl":

@@ -66,13 +66,17 @@ from .common import model_pattern
 DCGM_SKUS = "NVIDIA/DCGM nvvs/diag-skus.yaml.in @ 72fa3fea"
 AZURE = "Azure/azurehpc-health-checks @ 0e0a1ac2"
 OPEN_MODULES = "NVIDIA/open-gpu-kernel-modules README.md @ df1c9a3d"
-NVLINK_A100 = ("leptonai/gpud components/accelerator/nvidia/fabric-manager/testdata/nvidia-smi.nvlink.status.a100"
-               " @ 40c0f931 (8 x A100-SXM4-80GB)")
+NVLINK_A100 = (
+    "leptonai/gpud components/accelerator/nvidia/fabric-manager/testdata/nvidia-smi.nvlink.status.a100"
+    " @ 40c0f931 (8 x A100-SXM4-80GB)"
+)
 NVLINK_H100 = "bottlerocket-os/bottlerocket pull 4418 (nvidia-smi nvlink --status, H100 80GB HBM3)"
 NVLINK_V100 = "Azure/azhpc-diagnostics issue 73 (nvidia-smi nvlink -s, Tesla V100-SXM2-32GB)"
-HOPPER_NVLINK = ("nvidia.com/en-us/data-center/technologies/hopper-architecture/: fourth-generation NVLink, "
-                 "900 GB/s per GPU in 8 x H200 or H100 servers; the H100's 18 links x 26.562 GB/s "
-                 "(bottlerocket pull 4418) taken for the H200, no real H200 output found")
+HOPPER_NVLINK = (
+    "nvidia.com/en-us/data-center/technologies/hopper-architecture/: fourth-generation NVLink, "
+    "900 GB/s per GPU in 8 x H200 or H100 servers; the H100's 18 links x 26.562 GB/s "
+    "(bottlerocket pull 4418) taken for the H200, no real H200 output found"
+)
 
 # nccl-tests' message size suffixes in MiB (parsesize, src/common.cu @ a0b82b22: each 1024 x the one below).
 SIZE_MIB = {"M": 1, "G": 1024}
@@ -82,10 +86,13 @@ def dcgm_sku(sku: str, min_pci_width: int, minimum_bandwidth: str | None = None)
     """The figures of DCGM's diag-skus entry for sku, each cited: ``min_pci_width`` and, where given (as the
     entry writes it, MB/s), ``minimum_bandwidth`` as the memory bandwidth floor in GB/s."""
     found: dict[str, tuple[Any, str]] = {
-        "pcie_min_width": (min_pci_width, f"{DCGM_SKUS}: {sku} min_pci_width {min_pci_width}")}
+        "pcie_min_width": (min_pci_width, f"{DCGM_SKUS}: {sku} min_pci_width {min_pci_width}")
+    }
     if minimum_bandwidth is not None:
-        found["memory_bandwidth_gbps"] = (float(minimum_bandwidth) / 1000,
-                                          f"{DCGM_SKUS}: {sku} minimum_bandwidth {minimum_bandwidth} MB/s")
+        found["memory_bandwidth_gbps"] = (
+            float(minimum_bandwidth) / 1000,
+            f"{DCGM_SKUS}: {sku} minimum_bandwidth {minimum_bandwidth} MB/s",
+        )
     return found
 
 
@@ -101,8 +108,10 @@ def azure_node(conf: str, gpu_bw: str, nccl_allreduce: str) -> dict[str, tuple[A
     allreduce = f"{where}: check_nccl_allreduce {nccl_allreduce}"
     busbw, _repeats, size = nccl_allreduce.split()
     found["allreduce_8gpu_busbw_gbps"] = (float(busbw), allreduce)
-    found["allreduce_8gpu_size_mib"] = (int(size[:-1]) * SIZE_MIB[size[-1]],
-                                        f"{allreduce} (nccl-tests -b {size} -e {size})")
+    found["allreduce_8gpu_size_mib"] = (
+        int(size[:-1]) * SIZE_MIB[size[-1]],
+        f"{allreduce} (nccl-tests -b {size} -e {size})",
+    )
     return found
 
 
@@ -112,8 +121,11 @@ PROFILES: dict[str, dict[str, Any]] = {
         "device_ids": ("2330",),
         "nvlink_links": (18, NVLINK_H100),
         "nvlink_link_gbps": (26.562, NVLINK_H100),
-        "nvswitch_fabric": (True, "leptonai/gpud nvidia-smi -q of 8 x H100 80GB HBM3, 535.161.08: Fabric State "
-                                  "Completed on every GPU (tests/unit/data/gpu/smi-text/h100-8gpu-535.161.08-power-brake.txt)"),
+        "nvswitch_fabric": (
+            True,
+            "leptonai/gpud nvidia-smi -q of 8 x H100 80GB HBM3, 535.161.08: Fabric State "
+            "Completed on every GPU (tests/unit/data/gpu/smi-text/h100-8gpu-535.161.08-power-brake.txt)",
+        ),
         "pcie_gen": (5, "nvidia-smi -q of H100 80GB HBM3: PCIe Generation Max 5 (gpud testdata, 535.161.08)"),
         **dcgm_sku("2330", 16, "1905000"),
         **azure_node("nd96isr_h100_v5.conf", "48 335", "460.0 1 16G"),
@@ -122,13 +134,19 @@ PROFILES: dict[str, dict[str, Any]] = {
         "device_ids": ("2335",),
         "nvlink_links": (18, HOPPER_NVLINK),
         "nvlink_link_gbps": (26.562, HOPPER_NVLINK),
-        "nvswitch_fabric": (True, "Hopper SXM on NVSwitch, as the H100 80GB HBM3 (same fourth-generation NVLink, "
-                                  "nvidia.com Hopper architecture page)"),
+        "nvswitch_fabric": (
+            True,
+            "Hopper SXM on NVSwitch, as the H100 80GB HBM3 (same fourth-generation NVLink, "
+            "nvidia.com Hopper architecture page)",
+        ),
         **dcgm_sku("2335", 16),
         # DCGM's 2335 entry reads "minimum_bandwidth: 2333", a thousandth of its neighbours' MB/s
         # figures (233B: 2212500); read here as 2333 GB/s.
-        "memory_bandwidth_gbps": (2333.0, f"{DCGM_SKUS}: 2335 minimum_bandwidth 2333 (unit read as GB/s: the "
-                                          "entry is 1000 x below its neighbours' MB/s)"),
+        "memory_bandwidth_gbps": (
+            2333.0,
+            f"{DCGM_SKUS}: 2335 minimum_bandwidth 2333 (unit read as GB/s: the "
+            "entry is 1000 x below its neighbours' MB/s)",
+        ),
         **azure_node("nd96isr_h200_v5.conf", "48 335", "431.0 1 16G"),
     },
     "H200 NVL": {"device_ids": ("233B",), **dcgm_sku("233b", 16, "2212500")},
@@ -139,8 +157,11 @@ PROFILES: dict[str, dict[str, Any]] = {
         "device_ids": ("20B2",),
         "nvlink_links": (12, NVLINK_A100),
         "nvlink_link_gbps": (25.0, NVLINK_A100),
-        "pcie_gen": (4, "nvidia-smi -q -x of NVIDIA A100-SXM4-80GB: max_link_gen 4 (influxdata/telegraf "
-                        "plugins/inputs/nvidia_smi/testdata/a100-sxm4-v12.xml)"),
+        "pcie_gen": (
+            4,
+            "nvidia-smi -q -x of NVIDIA A100-SXM4-80GB: max_link_gen 4 (influxdata/telegraf "
+            "plugins/inputs/nvidia_smi/testdata/a100-sxm4-v12.xml)",
+        ),
         **dcgm_sku("20b2", 16, "1173000.0"),
         **azure_node("nd96amsr_a100_v4.conf", "21 238", "228.0 1 16G"),
     },
@@ -169,8 +190,11 @@ PROFILES: dict[str, dict[str, Any]] = {
     },
     "T4": {
         "device_ids": ("1EB8",),
-        "pcie_gen": (3, "nvidia-smi -q -x of Tesla T4, 515.105.01: max_link_gen 3 (influxdata/telegraf "
-                        "plugins/inputs/nvidia_smi/testdata/tesla-t4.xml)"),
+        "pcie_gen": (
+            3,
+            "nvidia-smi -q -x of Tesla T4, 515.105.01: max_link_gen 3 (influxdata/telegraf "
+            "plugins/inputs/nvidia_smi/testdata/tesla-t4.xml)",
+        ),
         **dcgm_sku("1eb8", 8, "183000.0"),
     },
     "V100 SXM2 32GB": {
@@ -186,9 +210,16 @@ PROFILES: dict[str, dict[str, Any]] = {
 # A GPU no profile matches: no figure of its own (see the module docstring).
 DEFAULT_PROFILE = "unknown model"
 FIELDS: dict[str, type] = {
-    "nvlink_links": int, "nvlink_link_gbps": float, "nvswitch_fabric": bool, "pcie_gen": int,
-    "pcie_min_width": int, "memory_bandwidth_gbps": float, "h2d_gbps": float, "p2p_gbps": float,
-    "allreduce_8gpu_busbw_gbps": float, "allreduce_8gpu_size_mib": int,
+    "nvlink_links": int,
+    "nvlink_link_gbps": float,
+    "nvswitch_fabric": bool,
+    "pcie_gen": int,
+    "pcie_min_width": int,
+    "memory_bandwidth_gbps": float,
+    "h2d_gbps": float,
+    "p2p_gbps": float,
+    "allreduce_8gpu_busbw_gbps": float,
+    "allreduce_8gpu_size_mib": int,
 }
 MATCH_KEYS = ("device_ids", "names")
 SITE_SOURCE = "site override"
@@ -206,8 +237,9 @@ def device_id(pci_device_id: str | None) -> str | None:
     return text[:4]
 
 
-def find_profile(name: str | None, pci_device_id: str | None,
-                 table: dict[str, dict[str, Any]] | None = None) -> tuple[str, dict[str, Any]]:
+def find_profile(
+    name: str | None, pci_device_id: str | None, table: dict[str, dict[str, Any]] | None = None
+) -> tuple[str, dict[str, Any]]:
     """(profile name, its figures {field: (value, source)}) for a GPU; (DEFAULT_PROFILE, {}) when none matches.
     The device ID decides; the name is the fallback, longest profile name first ("H200 NVL" before "H200")."""
     table = PROFILES if table is None else table
@@ -264,16 +296,20 @@ def merge_overrides(site: Any, table: dict[str, dict[str, Any]] | None = None) -
             raise ValueError(f"profile overrides: {key!r} must be an object of fields, got {type(fields).__name__}")
         unknown = sorted(set(fields) - set(FIELDS) - set(MATCH_KEYS))
         if unknown:
-            raise ValueError(f"profile overrides: {key!r}: unknown field(s) {', '.join(unknown)}; "
-                             f"known: {', '.join(list(FIELDS) + list(MATCH_KEYS))}")
+            raise ValueError(
+                f"profile overrides: {key!r}: unknown field(s) {', '.join(unknown)}; "
+                f"known: {', '.join(list(FIELDS) + list(MATCH_KEYS))}"
+            )
         is_new = key not in table
         target = table.setdefault(key, {})
         for field, value in fields.items():
             if field == "device_ids":
                 ids = value if isinstance(value, list) else None
                 if not ids or not all(isinstance(i, str) and re.fullmatch(r"[0-9A-Fa-f]{4}", i) for i in ids):
-                    raise ValueError(f"profile overrides: {key!r}: device_ids must be a list of 4-hex-digit PCI "
-                                     f"device IDs like \"2330\", got {value!r}")
+                    raise ValueError(
+                        f"profile overrides: {key!r}: device_ids must be a list of 4-hex-digit PCI "
+                        f'device IDs like "2330", got {value!r}'
+                    )
                 target["device_ids"] = tuple(i.upper() for i in ids)
             elif field == "names":
                 if not isinstance(value, list) or not all(isinstance(n, str) and n.strip() for n in value):
@@ -282,8 +318,10 @@ def merge_overrides(site: Any, table: dict[str, dict[str, Any]] | None = None) -
             else:
                 target[field] = (check_value(key, field, value), SITE_SOURCE)
         if is_new and not (target.get("device_ids") or target.get("names")):
-            raise ValueError(f"profile overrides: {key!r} is not a known profile ({', '.join(PROFILES)}); "
-                             "a new one needs \"device_ids\" or \"names\" to say which GPUs it is for")
+            raise ValueError(
+                f"profile overrides: {key!r} is not a known profile ({', '.join(PROFILES)}); "
+                'a new one needs "device_ids" or "names" to say which GPUs it is for'
+            )
     return table
 
 

@@ -172,16 +172,88 @@ XID_CATALOG: dict[int, tuple[str, str]] = {
 # Codes the catalog lists as "Unused": not expected from a current driver. Their bucket is
 # CONTACT_SUPPORT (drain), but for 14 (ROBUST_CHANNEL_FAKE_ERROR) and 108, IGNORE.
 XID_UNUSED_IGNORE = frozenset((14, 108))
-XID_UNUSED = frozenset((
-    1, 2, 3, 4, 5, 6, 7, 9, 10, 12, 14, 15, 16, 17, 18, 19,
-    20, 21, 22, 23, 24, 26, 27, 28, 29, 30, 33, 34, 35, 36, 42, 47,
-    49, 50, 51, 52, 53, 55, 56, 57, 58, 59, 61, 65, 73, 81, 87, 90,
-    91, 108, 111, 112, 113, 114, 115, 116, 117, 118, 122, 123, 124, 125, 138,
-))
+XID_UNUSED = frozenset(
+    (
+        1,
+        2,
+        3,
+        4,
+        5,
+        6,
+        7,
+        9,
+        10,
+        12,
+        14,
+        15,
+        16,
+        17,
+        18,
+        19,
+        20,
+        21,
+        22,
+        23,
+        24,
+        26,
+        27,
+        28,
+        29,
+        30,
+        33,
+        34,
+        35,
+        36,
+        42,
+        47,
+        49,
+        50,
+        51,
+        52,
+        53,
+        55,
+        56,
+        57,
+        58,
+        59,
+        61,
+        65,
+        73,
+        81,
+        87,
+        90,
+        91,
+        108,
+        111,
+        112,
+        113,
+        114,
+        115,
+        116,
+        117,
+        118,
+        122,
+        123,
+        124,
+        125,
+        138,
+    )
+)
 
-DRAIN_BUCKETS = frozenset(("RESET_GPU", "RESTART_BM", "RESTART_VM", "RESET_FABRIC", "WORKFLOW_XID_48",
-                           "WORKFLOW_NVLINK_ERR", "WORKFLOW_NVLINK5_ERR", "CHECK_MECHANICALS", "UPDATE_SWFW",
-                           "CONTACT_SUPPORT"))
+DRAIN_BUCKETS = frozenset(
+    (
+        "RESET_GPU",
+        "RESTART_BM",
+        "RESTART_VM",
+        "RESET_FABRIC",
+        "WORKFLOW_XID_48",
+        "WORKFLOW_NVLINK_ERR",
+        "WORKFLOW_NVLINK5_ERR",
+        "CHECK_MECHANICALS",
+        "UPDATE_SWFW",
+        "CONTACT_SUPPORT",
+    )
+)
 WATCH_BUCKETS = frozenset(("RESTART_APP", "WORKFLOW_XID_45", "CHECK_UVM", ""))
 IGNORE_BUCKETS = frozenset(("IGNORE",))
 PRE_AMPERE = frozenset(("kepler", "maxwell", "pascal", "volta", "turing"))
@@ -190,20 +262,32 @@ SEVERITY_VERDICT = {"drain": "fail", "watch": "warn", "ignore": "pass"}
 # machine (the catalog's RESET_GPU, RESTART_BM, RESTART_VM; RESET_FABRIC, the SXid's) is "reboot"; a
 # workflow to follow, a mechanical check or support is "drain" (drain and investigate); a software or
 # firmware update is "configure". A drain code of the site's without a bucket is "drain".
-BUCKET_ACTION_CLASS = {"RESET_GPU": "reboot", "RESTART_BM": "reboot", "RESTART_VM": "reboot",
-                       "RESET_FABRIC": "reboot", "WORKFLOW_XID_48": "drain", "WORKFLOW_NVLINK_ERR": "drain",
-                       "WORKFLOW_NVLINK5_ERR": "drain", "CHECK_MECHANICALS": "drain", "CONTACT_SUPPORT": "drain",
-                       "UPDATE_SWFW": "configure"}
+BUCKET_ACTION_CLASS = {
+    "RESET_GPU": "reboot",
+    "RESTART_BM": "reboot",
+    "RESTART_VM": "reboot",
+    "RESET_FABRIC": "reboot",
+    "WORKFLOW_XID_48": "drain",
+    "WORKFLOW_NVLINK_ERR": "drain",
+    "WORKFLOW_NVLINK5_ERR": "drain",
+    "CHECK_MECHANICALS": "drain",
+    "CONTACT_SUPPORT": "drain",
+    "UPDATE_SWFW": "configure",
+}
 # Xid 154's recovery actions in its own words (NVIDIA, Error Recovery and Response Flags: Reset, Reboot,
 # Drain P2P, Drain and Reset; NVML's nvmlDeviceGpuRecoveryAction_t adds bus reset, system reboot).
 RECOVERY_ACTION_CLASS = (("drain", "drain"), ("reset", "reboot"), ("reboot", "reboot"))
 
 XID_LINE = re.compile(r"NVRM: Xid \((?:PCI:)?(?P<device>[0-9A-Fa-f:.]+)\): (?P<code>\d+), (?P<rest>.*)$")
-SXID_LINE = re.compile(r"(?P<switch>nvidia-nvswitch\d+): SXid \((?:PCI:)?(?P<device>[0-9A-Fa-f:.]+)\): "
-                       r"(?P<code>\d+), (?P<rest>.*)$")
+SXID_LINE = re.compile(
+    r"(?P<switch>nvidia-nvswitch\d+): SXid \((?:PCI:)?(?P<device>[0-9A-Fa-f:.]+)\): "
+    r"(?P<code>\d+), (?P<rest>.*)$"
+)
 PID_NAME = re.compile(r"^pid=(?P<pid>[^,]*), name=(?P<name>[^,]*), (?P<text>.*)$")
-ISO_TIME = re.compile(r"(?P<date>\d{4}-\d{2}-\d{2})T(?P<time>\d{2}:\d{2}:\d{2})(?:[.,](?P<frac>\d+))?"
-                      r"(?P<tz>Z|[+-]\d{2}:?\d{2})?")
+ISO_TIME = re.compile(
+    r"(?P<date>\d{4}-\d{2}-\d{2})T(?P<time>\d{2}:\d{2}:\d{2})(?:[.,](?P<frac>\d+))?"
+    r"(?P<tz>Z|[+-]\d{2}:?\d{2})?"
+)
 CTIME = re.compile(r"^\[(?P<stamp>[A-Z][a-z]{2} [A-Z][a-z]{2} +\d{1,2} \d{2}:\d{2}:\d{2} \d{4})\]")
 SYSLOG_TIME = re.compile(r"^(?P<stamp>[A-Z][a-z]{2} +\d{1,2} \d{2}:\d{2}:\d{2}) ")
 RECOVERY_ACTION = re.compile(r"recovery action changed from .* to (?P<code>0x[0-9A-Fa-f]+) \((?P<action>[^)]*)\)")
@@ -254,10 +338,18 @@ def parse_kernel_log(text: str, now: datetime | None = None) -> list[dict[str, A
         if not match:
             continue
         rest = match.group("rest").strip()
-        event: dict[str, Any] = {"kind": "xid" if xid else "sxid", "code": int(match.group("code")),
-                                 "device": match.group("device"), "switch": None, "severity_word": None,
-                                 "pid": None, "process": None, "text": rest, "time": line_time(line, now),
-                                 "line": line.strip()}
+        event: dict[str, Any] = {
+            "kind": "xid" if xid else "sxid",
+            "code": int(match.group("code")),
+            "device": match.group("device"),
+            "switch": None,
+            "severity_word": None,
+            "pid": None,
+            "process": None,
+            "text": rest,
+            "time": line_time(line, now),
+            "line": line.strip(),
+        }
         if xid:
             named = PID_NAME.match(rest)
             if named:
@@ -279,20 +371,32 @@ def pci_key(address: str | None) -> tuple[int, int, int] | None:
     return int(match.group(1) or "0", 16), int(match.group(2), 16), int(match.group(3), 16)
 
 
-def classify(event: dict[str, Any], architecture: str | None = None, drain_codes: Iterable[int] = (),
-             ignore_codes: Iterable[int] = ()) -> dict[str, Any]:
+def classify(
+    event: dict[str, Any],
+    architecture: str | None = None,
+    drain_codes: Iterable[int] = (),
+    ignore_codes: Iterable[int] = (),
+) -> dict[str, Any]:
     """{"severity": "drain" | "watch" | "ignore", "bucket", "mnemonic", "why"} of one event (see the
     module docstring); the site's drain_codes / ignore_codes (Xids) win over the catalog."""
     code = event["code"]
     if event["kind"] == "sxid":
         word = event["severity_word"]
         if word == "Fatal":
-            return {"severity": "drain", "bucket": "RESET_FABRIC", "mnemonic": f"SXid {code}",
-                    "why": "Fatal NVSwitch error (the driver's word): the fabric needs a reset"}
+            return {
+                "severity": "drain",
+                "bucket": "RESET_FABRIC",
+                "mnemonic": f"SXid {code}",
+                "why": "Fatal NVSwitch error (the driver's word): the fabric needs a reset",
+            }
         if word == "Non-fatal":
             return {"severity": "watch", "bucket": "", "mnemonic": f"SXid {code}", "why": "Non-fatal NVSwitch error"}
-        return {"severity": "watch", "bucket": "", "mnemonic": f"SXid {code}",
-                "why": "NVSwitch error without a Fatal/Non-fatal word"}
+        return {
+            "severity": "watch",
+            "bucket": "",
+            "mnemonic": f"SXid {code}",
+            "why": "NVSwitch error without a Fatal/Non-fatal word",
+        }
     mnemonic, bucket = XID_CATALOG.get(code, ("", None)) if code not in XID_UNUSED else ("unused", None)
     if code in set(drain_codes):
         return {"severity": "drain", "bucket": bucket or "", "mnemonic": mnemonic, "why": "the site drains on it"}
@@ -300,33 +404,53 @@ def classify(event: dict[str, Any], architecture: str | None = None, drain_codes
         return {"severity": "ignore", "bucket": bucket or "", "mnemonic": mnemonic, "why": "the site ignores it"}
     arch = (architecture or "").lower()
     if arch in PRE_AMPERE and code in (63, 64):
-        what = ("a page was retired: it takes effect when the driver reloads (reboot)" if code == 63
-                else "a page could not be retired")
-        return {"severity": "drain", "bucket": "RESTART_BM" if code == 63 else "CONTACT_SUPPORT",
-                "mnemonic": "DYNAMIC_PAGE_RETIREMENT", "why": f"{architecture}: {what} (Dynamic Page Retirement)"}
+        what = (
+            "a page was retired: it takes effect when the driver reloads (reboot)"
+            if code == 63
+            else "a page could not be retired"
+        )
+        return {
+            "severity": "drain",
+            "bucket": "RESTART_BM" if code == 63 else "CONTACT_SUPPORT",
+            "mnemonic": "DYNAMIC_PAGE_RETIREMENT",
+            "why": f"{architecture}: {what} (Dynamic Page Retirement)",
+        }
     if code == 154:
         action = RECOVERY_ACTION.search(event["text"])
         if action and action.group("action").strip().lower() != "none":
-            return {"severity": "drain", "bucket": action.group("action"), "mnemonic": mnemonic,
-                    "why": f"recovery action {action.group('action')}"}
+            return {
+                "severity": "drain",
+                "bucket": action.group("action"),
+                "mnemonic": mnemonic,
+                "why": f"recovery action {action.group('action')}",
+            }
         return {"severity": "watch", "bucket": "XID_154", "mnemonic": mnemonic, "why": "recovery action changed"}
     if code in XID_UNUSED:
         if code in XID_UNUSED_IGNORE:
             return {"severity": "ignore", "bucket": "IGNORE", "mnemonic": "unused", "why": "unused in the catalog"}
-        return {"severity": "drain", "bucket": "CONTACT_SUPPORT", "mnemonic": "unused",
-                "why": "the catalog lists it as unused: not expected"}
+        return {
+            "severity": "drain",
+            "bucket": "CONTACT_SUPPORT",
+            "mnemonic": "unused",
+            "why": "the catalog lists it as unused: not expected",
+        }
     if bucket is None:
         return {"severity": "watch", "bucket": "", "mnemonic": "", "why": f"not in the {XID_CATALOG_VERSION}"}
-    severity = ("drain" if bucket in DRAIN_BUCKETS else "ignore" if bucket in IGNORE_BUCKETS else "watch")
+    severity = "drain" if bucket in DRAIN_BUCKETS else "ignore" if bucket in IGNORE_BUCKETS else "watch"
     why = f"catalog: {bucket}" if bucket else "the catalog gives no resolution"
     if arch and arch in PRE_AMPERE:
         why += f" (the catalog covers Ampere and later; this GPU is {architecture})"
     return {"severity": severity, "bucket": bucket, "mnemonic": mnemonic, "why": why}
 
 
-def judge_events(events: list[dict[str, Any]], now: datetime, window_hours: float = 24.0,
-                 architectures: dict[tuple[int, int, int], str] | None = None, drain_codes: Iterable[int] = (),
-                 ignore_codes: Iterable[int] = ()) -> dict[str, Any]:
+def judge_events(
+    events: list[dict[str, Any]],
+    now: datetime,
+    window_hours: float = 24.0,
+    architectures: dict[tuple[int, int, int], str] | None = None,
+    drain_codes: Iterable[int] = (),
+    ignore_codes: Iterable[int] = (),
+) -> dict[str, Any]:
     """The events of the window, grouped by (kind, code, device) and classed: {"findings": [...] (one per
     drain or watch group), "ignored": [...], "in_window": n, "outside_window": n, "undated": n}. A
     finding: {"gpu", "verdict", "action", "evidence", "signal" ("xid" or "sxid"), "action_class" (action_class),
@@ -368,16 +492,33 @@ def judge_events(events: list[dict[str, Any]], now: datetime, window_hours: floa
         where = f"{members[0]['switch']} (PCI:{device})" if kind == "sxid" else f"PCI:{device}"
         when = f"last {last}" if last else "time unknown (since boot)"
         sample = members[-1]["text"]
-        evidence = (f"{label} {code}{' ' + cls['mnemonic'] if cls['mnemonic'] and kind == 'xid' else ''} "
-                    f"x{len(members)}, {when}: {sample[:160]} ({cls['why']})")
-        entry = {"gpu": where, "verdict": SEVERITY_VERDICT[cls["severity"]],
-                 "action": {"drain": f"drain: {cls['bucket'] or 'contact support'}", "watch": "watch",
-                            "ignore": "none"}[cls["severity"]],
-                 "evidence": evidence, "signal": kind, "action_class": action_class(cls),
-                 "code": code, "kind": kind, "count": len(members), "first": first, "last": last}
+        evidence = (
+            f"{label} {code}{' ' + cls['mnemonic'] if cls['mnemonic'] and kind == 'xid' else ''} "
+            f"x{len(members)}, {when}: {sample[:160]} ({cls['why']})"
+        )
+        entry = {
+            "gpu": where,
+            "verdict": SEVERITY_VERDICT[cls["severity"]],
+            "action": {"drain": f"drain: {cls['bucket'] or 'contact support'}", "watch": "watch", "ignore": "none"}[
+                cls["severity"]
+            ],
+            "evidence": evidence,
+            "signal": kind,
+            "action_class": action_class(cls),
+            "code": code,
+            "kind": kind,
+            "count": len(members),
+            "first": first,
+            "last": last,
+        }
         (ignored if cls["severity"] == "ignore" else findings).append(entry)
-    return {"findings": findings, "ignored": ignored, "in_window": len(kept) - undated,
-            "outside_window": outside, "undated": undated}
+    return {
+        "findings": findings,
+        "ignored": ignored,
+        "in_window": len(kept) - undated,
+        "outside_window": outside,
+        "undated": undated,
+    }
 
 
 def action_class(cls: dict[str, Any]) -> str | None:

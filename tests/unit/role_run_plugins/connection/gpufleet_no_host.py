@@ -27,7 +27,8 @@ class Connection(ConnectionBase):
     def _refuse(self, what: str):
         raise AnsibleConnectionFailure(
             f"gpufleet unit test: {self._play_context.remote_addr or 'this fake host'} has no machine behind it; "
-            f"the task tried to {what} (only controller-side tasks may run here)")
+            f"the task tried to {what} (only controller-side tasks may run here)"
+        )
 
     def _connect(self):
         self._refuse("connect")
