@@ -46,7 +46,8 @@ def as_list(value: Any) -> list[Any]:
 
 
 def as_dict(value: Any) -> dict[str, Any]:
-    """A dict setting's value as a dict (``key=value`` pairs and JSON too, as the spec check accepts). Raises TypeError."""
+    """A dict setting's value as a dict (``key=value`` pairs and JSON too, as the spec check accepts).
+    Raises TypeError."""
     if value is None or value == "":
         return {}
     return dict(check_type_dict(value))

@@ -18,7 +18,8 @@ process:
   machine, so only controller-side tasks (set_fact, fail, assert, debug,
   include_vars, include_role, lookups) can pass;
 * the play runs the given tasks (typically ``import_role`` of
-  ``gpufleet.fleet.<role>`` with ``tasks_from: validate``) inside a block whose rescue records the task that stopped the host
+  ``gpufleet.fleet.<role>`` with ``tasks_from: validate``)
+  inside a block whose rescue records the task that stopped the host
   and its message; afterwards, ``capture`` tasks may template more
   expressions in the same play (the role's defaults and vars are visible
   there), for example a role template through the
@@ -298,7 +299,8 @@ def names(*variables: str) -> dict[str, str]:
 
 
 def role_task(role: str, task_file: str, name_contains: str, directory: str = "tasks") -> dict:
-    """A copy of the task of roles/<role>/<directory>/<task_file> whose name contains ``name_contains`` (blocks searched).
+    """A copy of the task of roles/<role>/<directory>/<task_file> whose name contains ``name_contains``
+    (blocks searched).
 
     For a task that cannot run in the role's own file here (it follows a host
     probe there): the harness play runs this copy, with the probe's registered
@@ -429,7 +431,8 @@ def template(role: str, template_name: str) -> str:
 
 
 def ansible_managed() -> str:
-    """The ``ansible_managed`` text the template action and lookup put in a rendered file (ansible.cfg's, or Ansible's)."""
+    """The ``ansible_managed`` text the template action and lookup put in a rendered file
+    (ansible.cfg's, or Ansible's)."""
     from ansible import constants as C
 
     return C.config.get_config_value("DEFAULT_MANAGED_STR")
@@ -643,7 +646,8 @@ def _run_here(
         inventory = InventoryManager(loader=loader, sources=[str(inventory_file)])
         variables = VariableManager(loader=loader, inventory=inventory)
         variables._fact_cache = cache_loader.get("memory")
-        # ansible-playbook --check: the magic variable, which comes from the command line (context.CLIARGS), not the play.
+        # ansible-playbook --check: the magic variable,
+        # which comes from the command line (context.CLIARGS), not the play.
         variables._options_vars = {**variables._options_vars, "ansible_check_mode": check_mode}
         for host in hosts:
             variables.set_host_facts(host.name, dict(host.facts))

@@ -177,7 +177,8 @@ def one_stanza(text: str) -> dict[str, str]:
 
 
 def containerfile_args(path: Path = CONTAINERFILE) -> dict[str, str]:
-    """ARG NAME=default lines of a Containerfile (quotes removed; continuation lines joined); an ARG without default maps to None."""
+    """ARG NAME=default lines of a Containerfile (quotes removed; continuation lines joined);
+    an ARG without default maps to None."""
     text = re.sub(r"\\\n", " ", path.read_text())
     args: dict[str, str] = {}
     for line in text.splitlines():
@@ -254,7 +255,8 @@ def test_arg_parser_reads_quotes_and_redeclarations(tmp_path):
 
 @pytest.mark.parametrize("host", HOSTS)
 def test_role_build_args_default_to_the_containerfile_defaults(host):
-    """With no settings the role builds with exactly the Containerfile's defaults (the same image as a plain docker build).
+    """With no settings the role builds with exactly the Containerfile's defaults
+    (the same image as a plain docker build).
 
     The image's torch is the newest release for the image's own Python (the base image's Ubuntu 22.04 python3, 3.10:
     https://packages.ubuntu.com/jammy/python3), not the host's: 2.5.1 on an Ubuntu 20.04 host too, whose own
@@ -317,7 +319,8 @@ def test_build_context_ignores_local_state():
 
 @pytest.mark.parametrize("host", HOSTS)
 def test_defaults_pass_validation(host):
-    """No settings: docker with NVIDIA's amd64 repository, Signed-By the fetched NVIDIA key, the docker runtime configured."""
+    """No settings: docker with NVIDIA's amd64 repository, Signed-By the fetched NVIDIA key,
+    the docker runtime configured."""
     cfg = cfg_for(host)
     assert cfg.failure is None
     assert cfg["__container_invalid"] == []
@@ -333,7 +336,8 @@ def test_defaults_pass_validation(host):
 
 @pytest.mark.parametrize("host", HOSTS)
 def test_source_is_nvidias_flat_repository_signed_by_a_keyring(host):
-    """The deb822 source: NVIDIA's list with $(ARCH) = amd64, flat (Suites "/"), Signed-By the keyring in /etc/apt/keyrings."""
+    """The deb822 source: NVIDIA's list with $(ARCH) = amd64, flat (Suites "/"),
+    Signed-By the keyring in /etc/apt/keyrings."""
     text = source_text(WITH_SOURCE.get(host))
     assert text.startswith(f"# {role_run.ansible_managed()}\n")
     assert one_stanza(text) == {
@@ -402,7 +406,8 @@ def test_a_keyring_at_the_previous_path_is_not_replaced():
 
 @pytest.mark.parametrize("host", HOSTS)
 def test_the_trial_tries_the_source_repository_yml_writes(host):
-    """The trial and the configuration describe one source; the trial looks for the toolkit version, naming its setting."""
+    """The trial and the configuration describe one source;
+    the trial looks for the toolkit version, naming its setting."""
     cfg = WITH_SOURCE.get(host, **MIRROR)
     trial, main = cfg["trial_inputs"], cfg["main_inputs"]
     assert {k: v for k, v in trial.items() if k in main} == {k: v for k, v in main.items() if k in trial}
@@ -418,7 +423,8 @@ def test_the_trial_tries_the_source_repository_yml_writes(host):
 
 @pytest.mark.parametrize("version", ["1.17.8-1", "1.18.1-1", "1.19.0~rc.5-1"])
 def test_pin_holds_the_four_toolkit_packages_at_the_version(version):
-    """The preferences pin exactly the toolkit's four packages (also libnvidia-container) at the version, priority 1001."""
+    """The preferences pin exactly the toolkit's four packages (also libnvidia-container)
+    at the version, priority 1001."""
     cfg = WITH_SOURCE.get("ubuntu2204", container_nvidia_toolkit_version=version)
     assert cfg.failure is None
     stanza = one_stanza(pin_text(cfg))
@@ -496,8 +502,8 @@ def test_podman_on_ubuntu_is_rejected_with_the_reason(host):
     assert cfg.failure is not None
     assert f"container settings rejected on {cfg.host}: " in cfg.failure
     assert (
-        f"container_engine 'podman' is not an engine gpufleet installs on Ubuntu {FAKE_FACTS[host]['distribution_version']}"
-        in cfg.failure
+        "container_engine 'podman'"
+        f" is not an engine gpufleet installs on Ubuntu {FAKE_FACTS[host]['distribution_version']}" in cfg.failure
     )
     assert "podman supports CDI from 4.1 on" in cfg.failure and "(choose docker)" in cfg.failure
 
@@ -506,7 +512,8 @@ KUBERNETES = {"container_nvidia_runtimes": ["containerd", "crio"], "container_nv
 
 
 def test_runtimes_for_kubernetes_nodes():
-    """containerd/CRI-O on request, each with the file nvidia-ctk edits (passed as --config) and the service to restart."""
+    """containerd/CRI-O on request, each with the file nvidia-ctk edits (passed as --config)
+    and the service to restart."""
     cfg = WITH_TASKS.get("ubuntu2204", **KUBERNETES)
     assert cfg.failure is None
     assert cfg["__container_nvidia_runtimes"] == ["containerd", "crio"]
@@ -548,7 +555,9 @@ def test_runtime_configuration_reports_a_change_only_when_the_file_changed(tmp_p
     fake = bin_dir / "nvidia-ctk"
     # Writes a fixed document to --config, as nvidia-ctk writes its merged configuration.
     fake.write_text(
-        '#!/bin/sh\nfor a; do case "$a" in --config=*) printf \'{"runtimes": {"nvidia": {}}}\\n\' > "${a#--config=}";; esac; done\n'
+        "#!/bin/sh\n"
+        'for a; do case "$a" in --config=*) printf \'{"runtimes": {"nvidia": {}}}\\n\' > "${a#--config=}";;'
+        " esac; done\n"
     )
     fake.chmod(0o755)
     config = tmp_path / "daemon.json"
@@ -571,7 +580,8 @@ def test_runtime_configuration_reports_a_change_only_when_the_file_changed(tmp_p
 
 
 def test_cdi_is_generated_only_where_the_driver_is_loaded():
-    """The CDI block runs only when /dev/nvidiactl exists, writes nvidia-ctk's output to the spec file (0644), and cleans up."""
+    """The CDI block runs only when /dev/nvidiactl exists,
+    writes nvidia-ctk's output to the spec file (0644), and cleans up."""
     cfg = WITH_TASKS.get("ubuntu2204")
     assert cfg["__container_nvidiactl"] == "/dev/nvidiactl"
     assert cfg["stat_path"] == "/dev/nvidiactl"
@@ -604,9 +614,10 @@ LAB_IMAGE = {
 
 def test_lab_image_settings_follow_the_pytorch_role():
     """The lab's pytorch settings (PyPI's cu121 build of torch 2.3.1 from the mirror's wheelhouse,
-    https://pypi.org/project/torch/2.3.1/: unlabelled, Requires-Dist nvidia-cuda-runtime-cu12==12.1.105) give the image's:
-    TORCH_VARIANT empty (the Containerfile pins torch==2.3.1), pip uses the wheelhouse alone, trusting its plain-http host
-    (pip ignores an untrusted http find-links); the tag still names the build's variant."""
+    https://pypi.org/project/torch/2.3.1/: unlabelled, Requires-Dist nvidia-cuda-runtime-cu12==12.1.105)
+    give the image's: TORCH_VARIANT empty (the Containerfile pins torch==2.3.1),
+    pip uses the wheelhouse alone, trusting its plain-http host (pip ignores an untrusted http find-links);
+    the tag still names the build's variant."""
     cfg = cfg_for("debian12", **LAB_IMAGE)
     assert cfg.failure is None
     assert cfg["__container_image_build_args"] == {
@@ -642,8 +653,8 @@ PYTORCH_IMAGE = {"container_build_image": True, "pytorch_release": "2.4.1", "pyt
 
 
 def test_image_from_pypi_without_a_wheelhouse():
-    """pypi source, no wheelhouse: torch==2.4.1 from https://pypi.org/simple (https://pypi.org/project/torch/2.4.1/: the cu121
-    build, Requires-Dist nvidia-cuda-runtime-cu12==12.1.105)."""
+    """pypi source, no wheelhouse: torch==2.4.1 from https://pypi.org/simple
+    (https://pypi.org/project/torch/2.4.1/: the cu121 build, Requires-Dist nvidia-cuda-runtime-cu12==12.1.105)."""
     cfg = cfg_for("ubuntu2204", **PYPI_IMAGE)
     assert cfg.failure is None
     args = cfg["__container_image_build_args"]
@@ -684,7 +695,8 @@ IMAGE_BUILD = {
 
 
 def test_build_command_passes_every_build_arg():
-    """docker/podman build -f roles/container/files/Containerfile.train with the inputs label and one --build-arg per ARG, context '.'."""
+    """docker/podman build -f roles/container/files/Containerfile.train
+    with the inputs label and one --build-arg per ARG, context '.'."""
     cfg = WITH_TASKS.get("ubuntu2204", **IMAGE_BUILD)
     argv = cfg["build_argv"]  # the task's argv, with the inputs label "abc"
     assert argv[:8] == [
@@ -753,13 +765,14 @@ BAD_IMAGE_INPUT = [
     # https://pypi.org/project/torch/2.5.1/: the cu124 build (Requires-Dist nvidia-cuda-runtime-cu12==12.4.127).
     (
         {"container_image_wheel_source": "pypi"},
-        "torch 2.5.1 on PyPI (container_image_wheel_source pypi) is the cu124 build, not cu121 (the variant of CUDA 12.1, "
-        "container_image_cuda_release): use container_image_wheel_source pytorch (https://download.pytorch.org/whl/cu121), or a release "
-        "PyPI publishes as cu121: 2.1.0 ... 2.4.1",
+        "torch 2.5.1 on PyPI (container_image_wheel_source pypi) is the cu124 build, not cu121"
+        " (the variant of CUDA 12.1, container_image_cuda_release): use container_image_wheel_source pytorch"
+        " (https://download.pytorch.org/whl/cu121), or a release PyPI publishes as cu121: 2.1.0 ... 2.4.1",
     ),
     (
         {"container_image_wheel_source": "conda"},
-        "container_image_wheel_source 'conda' is not a wheel source gpufleet knows (files/compatibility.yml lists pytorch, pypi)",
+        "container_image_wheel_source 'conda' is not a wheel source gpufleet knows"
+        " (files/compatibility.yml lists pytorch, pypi)",
     ),
     ({"container_image_torch_variant": "cu118"}, "container_image_torch_variant cu118 does not match CUDA 12.1"),
     ({"container_image_name": "Bad Name"}, "container_image_name 'Bad Name' is not an image name"),

@@ -73,7 +73,8 @@ def site_switches() -> dict[str, bool | str]:
 
 
 def test_all_yml_settings_are_real_with_their_real_defaults(checker):
-    """Each setting group_vars/all.yml shows is an option of a role's argument spec, shown once, with the spec's default."""
+    """Each setting group_vars/all.yml shows is an option of a role's argument spec,
+    shown once, with the spec's default."""
     documented = [
         (name, value)
         for name, value, _above in commented_settings(EXAMPLE / "group_vars" / "all.yml")
@@ -95,7 +96,8 @@ def test_all_yml_settings_are_real_with_their_real_defaults(checker):
 
 
 def test_all_yml_shows_every_switch_of_site_yml_with_its_default():
-    """The optional parts (gpufleet_slurm, gpufleet_pytorch, ...) are all in group_vars/all.yml, each with the default site.yml gives it."""
+    """The optional parts (gpufleet_slurm, gpufleet_pytorch, ...) are all in group_vars/all.yml,
+    each with the default site.yml gives it."""
     switches = site_switches()
     assert {"gpufleet_slurm", "gpufleet_monitoring", "gpufleet_container", "gpufleet_pytorch"} <= set(switches)
     shown = {
@@ -129,7 +131,8 @@ def test_all_yml_sets_nothing():
 
 
 def test_gpu_nodes_yml_overrides_only_real_settings(checker):
-    """The commented mirror overrides in group_vars/gpu_nodes.yml name real role settings with values of the right type."""
+    """The commented mirror overrides in group_vars/gpu_nodes.yml name real role settings
+    with values of the right type."""
     options = spec_options(checker)
     settings = commented_settings(EXAMPLE / "group_vars" / "gpu_nodes.yml")
     assert settings, "no example override"

@@ -191,8 +191,8 @@ RULES = [
         "ubuntu2204",
         {"container_nvidia_toolkit_repository_key_url": ""},
         (
-            "container_nvidia_toolkit_repository_key_url and container_nvidia_toolkit_repository_keyring are both empty:"
-            " the toolkit repository must be Signed-By a key"
+            "container_nvidia_toolkit_repository_key_url and container_nvidia_toolkit_repository_keyring"
+            " are both empty: the toolkit repository must be Signed-By a key"
             " (NVIDIA's is https://nvidia.github.io/libnvidia-container/gpgkey)"
         ),
     ),
@@ -237,9 +237,10 @@ IMAGE_RULES = [
     (
         {"container_image_index_url": "mirror/{variant}"},
         (
-            "container_image_index_url 'mirror/{variant}' is not an http(s) URL (rendered: 'mirror/cu121'; PyTorch's own is"
-            " https://download.pytorch.org/whl/{variant}, {variant} being the only placeholder,"
-            " PyPI's https://pypi.org/simple; empty for the index of container_image_wheel_source)"
+            "container_image_index_url 'mirror/{variant}' is not an http(s) URL"
+            " (rendered: 'mirror/cu121'; PyTorch's own is https://download.pytorch.org/whl/{variant},"
+            " {variant} being the only placeholder, PyPI's https://pypi.org/simple;"
+            " empty for the index of container_image_wheel_source)"
         ),
     ),
     (
@@ -259,8 +260,8 @@ IMAGE_RULES = [
     (
         {"container_image_build_dir": "/opt/gpufleet/"},
         (
-            "container_image_build_dir '/opt/gpufleet/' must be an absolute path of its own, not / or a system directory"
-            " (for example /opt/gpufleet/container-build)"
+            "container_image_build_dir '/opt/gpufleet/' must be an absolute path of its own,"
+            " not / or a system directory (for example /opt/gpufleet/container-build)"
         ),
     ),
     (

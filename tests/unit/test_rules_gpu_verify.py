@@ -53,7 +53,8 @@ def test_values_the_rules_take(overrides):
         ),
         (
             {"gpu_verify_expected_cuda": 12.4},
-            "gpu_verify_expected_cuda '12.4' is not a CUDA release gpufleet knows (the compatibility matrix lists 12.1)",
+            "gpu_verify_expected_cuda '12.4' is not a CUDA release gpufleet knows"
+            " (the compatibility matrix lists 12.1)",
         ),
         (
             {"gpu_verify_gemm_min_fraction": 0},
@@ -81,9 +82,9 @@ def test_values_the_rules_take(overrides):
         ({"gpu_verify_timeout": "ten"}, "gpu_verify_timeout 'ten' is not a number of seconds (above 0)"),
         (
             {"gpu_verify_metrics_file": "/var/lib/prometheus/node-exporter/gpufleet.txt"},
-            "gpu_verify_metrics_file '/var/lib/prometheus/node-exporter/gpufleet.txt' is not an absolute path ending in .prom"
-            " (node exporter's textfile collector reads only *.prom files; the monitoring role's is"
-            " monitoring_textfile_dir/gpufleet.prom) or empty (no metrics)",
+            "gpu_verify_metrics_file '/var/lib/prometheus/node-exporter/gpufleet.txt'"
+            " is not an absolute path ending in .prom (node exporter's textfile collector reads only *.prom files;"
+            " the monitoring role's is monitoring_textfile_dir/gpufleet.prom) or empty (no metrics)",
         ),
         (
             {"gpu_verify_metrics_file": "/var/lib/prometheus/.prom"},
@@ -107,8 +108,8 @@ def test_values_the_rules_take(overrides):
         ),
         (
             {"gpu_verify_history_keep": 2},
-            "gpu_verify_history_keep 2 keeps fewer runs than gpu_verify_repeat_runs (3) looks at: keep at least 3, or 0 for no"
-            " history",
+            "gpu_verify_history_keep 2 keeps fewer runs than gpu_verify_repeat_runs (3)"
+            " looks at: keep at least 3, or 0 for no history",
         ),
         (
             {"gpu_verify_outlier_fraction": 1},

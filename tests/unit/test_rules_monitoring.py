@@ -76,8 +76,8 @@ RULES = [
     (
         {"monitoring_node_exporter_address": "::1"},
         (
-            "monitoring_node_exporter_address '::1' is not a host name or address (empty for every interface; [::1] for an"
-            " IPv6 address); the port is monitoring_node_exporter_port"
+            "monitoring_node_exporter_address '::1' is not a host name or address"
+            " (empty for every interface; [::1] for an IPv6 address); the port is monitoring_node_exporter_port"
         ),
     ),
     (
@@ -87,8 +87,8 @@ RULES = [
     (
         {"monitoring_server_group": "prometheus"},
         (
-            "monitoring_server_group 'prometheus' is not a group of the inventory: add it with the host that runs Prometheus"
-            " (or with no hosts, for node exporters only)"
+            "monitoring_server_group 'prometheus' is not a group of the inventory:"
+            " add it with the host that runs Prometheus (or with no hosts, for node exporters only)"
         ),
     ),
     (
@@ -123,15 +123,16 @@ RULES = [
     (
         {"monitoring_node_exporter_extra_args": ["--collector.systemd", "--web.config.file=/etc/a b"]},
         (
-            'monitoring_node_exporter_extra_args ["--collector.systemd", "--web.config.file=/etc/a b"] must be a list of'
-            " options like --collector.systemd or --name=value (no spaces, quotes, backslashes or $)"
+            'monitoring_node_exporter_extra_args ["--collector.systemd", "--web.config.file=/etc/a b"]'
+            " must be a list of options like --collector.systemd or --name=value (no spaces, quotes, backslashes or $)"
         ),
     ),
     (
         {"monitoring_prometheus_extra_args": "web.enable-lifecycle"},
         (
-            'monitoring_prometheus_extra_args "web.enable-lifecycle" must be a list of options like --web.enable-lifecycle or'
-            " --name=value (no spaces, quotes, backslashes or $)"
+            'monitoring_prometheus_extra_args "web.enable-lifecycle"'
+            " must be a list of options like --web.enable-lifecycle or --name=value"
+            " (no spaces, quotes, backslashes or $)"
         ),
     ),
     (
@@ -141,16 +142,18 @@ RULES = [
     (
         {"monitoring_dcgm_packages": ["datacenter-gpu-manager"]},
         (
-            "monitoring_dcgm_packages [\"datacenter-gpu-manager\"] names DCGM 3's datacenter-gpu-manager, which DCGM 4's"
-            " datacenter-gpu-manager-4-core conflicts with (monitoring_dcgm_major is 4): leave monitoring_dcgm_packages empty"
-            " for DCGM 4's packages, or set monitoring_dcgm_major: 3"
+            'monitoring_dcgm_packages ["datacenter-gpu-manager"]'
+            " names DCGM 3's datacenter-gpu-manager,"
+            " which DCGM 4's datacenter-gpu-manager-4-core conflicts with (monitoring_dcgm_major is 4):"
+            " leave monitoring_dcgm_packages empty for DCGM 4's packages, or set monitoring_dcgm_major: 3"
         ),
     ),
     (
         {"monitoring_dcgm_major": 3, "monitoring_dcgm_packages": "datacenter-gpu-manager-4-core"},
         (
-            'monitoring_dcgm_packages "datacenter-gpu-manager-4-core" names DCGM 4 packages (datacenter-gpu-manager-4-*)'
-            " while monitoring_dcgm_major is 3: set monitoring_dcgm_major: 4, or leave monitoring_dcgm_packages empty"
+            'monitoring_dcgm_packages "datacenter-gpu-manager-4-core"'
+            " names DCGM 4 packages (datacenter-gpu-manager-4-*) while monitoring_dcgm_major is 3:"
+            " set monitoring_dcgm_major: 4, or leave monitoring_dcgm_packages empty"
         ),
     ),
     (
@@ -160,15 +163,15 @@ RULES = [
     (
         {"monitoring_dcgm_version": "1:3.3.9"},
         (
-            "monitoring_dcgm_version '1:3.3.9' is not a DCGM 4 release (monitoring_dcgm_major is 4): give a 4.x version, e.g."
-            " 1:4.2.3-1, or change monitoring_dcgm_major"
+            "monitoring_dcgm_version '1:3.3.9' is not a DCGM 4 release (monitoring_dcgm_major is 4):"
+            " give a 4.x version, e.g. 1:4.2.3-1, or change monitoring_dcgm_major"
         ),
     ),
     (
         {"monitoring_dcgm_major": "3", "monitoring_dcgm_version": "4.2.3-1"},
         (
-            "monitoring_dcgm_version '4.2.3-1' is not a DCGM 3 release (monitoring_dcgm_major is 3): give a 3.x version, e.g."
-            " 1:3.3.9, or change monitoring_dcgm_major"
+            "monitoring_dcgm_version '4.2.3-1' is not a DCGM 3 release (monitoring_dcgm_major is 3):"
+            " give a 3.x version, e.g. 1:3.3.9, or change monitoring_dcgm_major"
         ),
     ),
     (
@@ -184,30 +187,33 @@ DCGM_RULES = [
     (
         {"monitoring_dcgm_exporter_url": "files.example.com/dcgm-exporter"},
         (
-            "monitoring_dcgm_exporter_url 'files.example.com/dcgm-exporter' is not an http(s) URL: with monitoring_dcgm, name"
-            " the dcgm-exporter binary on a site server (NVIDIA's apt repository has none)"
+            "monitoring_dcgm_exporter_url 'files.example.com/dcgm-exporter' is not an http(s) URL:"
+            " with monitoring_dcgm, name the dcgm-exporter binary on a site server (NVIDIA's apt repository has none)"
         ),
     ),
     (
         {"monitoring_dcgm_exporter_checksum": "sha256:" + "ab" * 31},
         (
-            f"monitoring_dcgm_exporter_checksum 'sha256:{'ab' * 31}' is not a SHA-256 (64 hex digits, optionally sha256:...):"
+            f"monitoring_dcgm_exporter_checksum 'sha256:{'ab' * 31}'"
+            " is not a SHA-256 (64 hex digits, optionally sha256:...):"
             " with monitoring_dcgm, give the checksum of the dcgm-exporter binary"
         ),
     ),
     (
         {"monitoring_dcgm_exporter_url": "https://files.example.com/dcgm-exporter"},
         (
-            "monitoring_dcgm_exporter_version '' is not a dcgm-exporter release and monitoring_dcgm_exporter_url names none:"
-            " with monitoring_dcgm, give the binary's release as NVIDIA tags it, <DCGM version>-<exporter version>"
+            "monitoring_dcgm_exporter_version '' is not a dcgm-exporter release"
+            " and monitoring_dcgm_exporter_url names none: with monitoring_dcgm,"
+            " give the binary's release as NVIDIA tags it, <DCGM version>-<exporter version>"
             " (e.g. 4.2.3-4.1.1), to be checked against monitoring_dcgm_major"
         ),
     ),
     (
         {"monitoring_dcgm_exporter_version": "3.3.9-3.6.1"},
         (
-            "monitoring_dcgm_exporter_version 3.3.9-3.6.1 is a dcgm-exporter built for DCGM 3.3.9, but monitoring_dcgm_major"
-            " is 4: use a dcgm-exporter built for DCGM 4 (its release 4.x.y-...), or set monitoring_dcgm_major: 3"
+            "monitoring_dcgm_exporter_version 3.3.9-3.6.1 is a dcgm-exporter built for DCGM 3.3.9,"
+            " but monitoring_dcgm_major is 4: use a dcgm-exporter built for DCGM 4 (its release 4.x.y-...),"
+            " or set monitoring_dcgm_major: 3"
         ),
     ),
     (

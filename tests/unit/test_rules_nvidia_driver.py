@@ -175,8 +175,8 @@ def test_the_key_url_must_be_http_and_come_with_the_repository_url():
     ]
     assert reasons(nvidia_driver_repository_key_url=f"{mirror}/key.asc") == [
         (
-            "nvidia_driver_repository_key_url is set but nvidia_driver_repository_url is empty: a mirror's key needs the "
-            "mirror's URL (set nvidia_driver_repository_url to the mirror's repository root)"
+            "nvidia_driver_repository_key_url is set but nvidia_driver_repository_url is empty:"
+            " a mirror's key needs the mirror's URL (set nvidia_driver_repository_url to the mirror's repository root)"
         )
     ]
 

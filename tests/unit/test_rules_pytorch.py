@@ -254,14 +254,14 @@ REFUSED = [
     (
         {"pytorch_venv": "/usr/local/"},
         {"pytorch_venv": "/usr/local/venv"},
-        "pytorch_venv '/usr/local/' must be an absolute path of its own, not / or a system directory such as /usr or /opt"
-        " (for example /opt/gpufleet/venv)",
+        "pytorch_venv '/usr/local/' must be an absolute path of its own,"
+        " not / or a system directory such as /usr or /opt (for example /opt/gpufleet/venv)",
     ),
     (
         {"pytorch_venv": "/opt/my venv"},
         {"pytorch_venv": "/opt/my-venv"},
-        "pytorch_venv '/opt/my venv' must be an absolute path of its own, not / or a system directory such as /usr or /opt"
-        " (for example /opt/gpufleet/venv)",
+        "pytorch_venv '/opt/my venv' must be an absolute path of its own,"
+        " not / or a system directory such as /usr or /opt (for example /opt/gpufleet/venv)",
     ),
     (
         {"pytorch_python": "python3"},
@@ -283,9 +283,10 @@ REFUSED = [
     (
         {"pytorch_wheelhouse_url": "http://mirror/wheels/"},
         {"pytorch_wheelhouse_url": "http://mirror/wheels/", "pytorch_require_hashes_offline": "no"},
-        "pytorch_wheelhouse_url is an offline install, which gpufleet checks wheel by wheel: set pytorch_hashes_file to a"
-        " requirements file with --hash=sha256 for every wheel (python3 files/wheelhouse_lock.py DIR writes one), or"
-        " pytorch_require_hashes_offline to false",
+        "pytorch_wheelhouse_url is an offline install, which gpufleet checks wheel by wheel:"
+        " set pytorch_hashes_file to a requirements file with --hash=sha256 for every wheel"
+        " (python3 files/wheelhouse_lock.py DIR writes one),"
+        " or pytorch_require_hashes_offline to false",
     ),
     (
         {"pytorch_pip_timeout": "soon"},

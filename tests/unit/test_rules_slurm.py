@@ -59,13 +59,13 @@ def test_values_the_rules_take(overrides):
     [
         (
             {"slurm_controller_group": "heads"},
-            "slurm_controller_group 'heads' has 0 host(s) (none): Slurm needs exactly one controller host in the inventory",
+            "slurm_controller_group 'heads' has 0 host(s) (none):"
+            " Slurm needs exactly one controller host in the inventory",
         ),
         (
             {"groups": {**BASE["groups"], "slurm_controller": ["head-01", "head-02"]}},
-            "slurm_controller_group 'slurm_controller' has 2 host(s) (head-01, head-02): Slurm needs exactly one controller"
-            " host in"
-            " the inventory",
+            "slurm_controller_group 'slurm_controller' has 2 host(s) (head-01, head-02):"
+            " Slurm needs exactly one controller host in the inventory",
         ),
         ({"slurm_node_group": "compute"}, "slurm_node_group 'compute' has no host: Slurm needs compute nodes"),
         (
@@ -75,7 +75,8 @@ def test_values_the_rules_take(overrides):
         ({"slurm_partition_name": "gpu:1"}, "slurm_partition_name 'gpu:1' must be letters, digits, - or _"),
         (
             {"slurm_partition_max_time": "1h"},
-            "slurm_partition_max_time '1h' is not a Slurm time limit (INFINITE, minutes, or [days-]hours:minutes:seconds)",
+            "slurm_partition_max_time '1h' is not a Slurm time limit"
+            " (INFINITE, minutes, or [days-]hours:minutes:seconds)",
         ),
         (
             {"slurm_node_gpus": "eight"},
@@ -95,7 +96,8 @@ def test_values_the_rules_take(overrides):
         ),
         (
             {"slurm_proctrack_type": "proctrack/linuxproc"},
-            "slurm_task_plugins has task/cgroup, which needs slurm_proctrack_type proctrack/cgroup (not proctrack/linuxproc)",
+            "slurm_task_plugins has task/cgroup, which needs slurm_proctrack_type proctrack/cgroup"
+            " (not proctrack/linuxproc)",
         ),
         ({"slurm_job_script_dir": "slurm"}, "slurm_job_script_dir 'slurm' is not an absolute path"),
         (
@@ -122,7 +124,8 @@ def test_values_the_rules_take(overrides):
         ),
         (
             {"slurm_health_check_node_state": ["CYCLE"]},
-            "slurm_health_check_node_state '['CYCLE']' needs a node state (IDLE, ANY, ALLOC, MIXED; CYCLE only beside one)",
+            "slurm_health_check_node_state '['CYCLE']'"
+            " needs a node state (IDLE, ANY, ALLOC, MIXED; CYCLE only beside one)",
         ),
         (
             {"slurm_health_check_node_state": "IDLE,DRAIN"},

@@ -73,18 +73,18 @@ def test_values_the_rules_take(overrides):
         ),
         (
             {"smoke_training_min_busbw_gloo_gbps": "-1"},
-            "smoke_training_min_busbw_rdma_gbps, _socket_gbps and _gloo_gbps must be GB/s of 0 or more (0: not judged), got"
-            " 6.0, 0.0, -1.0",
+            "smoke_training_min_busbw_rdma_gbps, _socket_gbps and _gloo_gbps"
+            " must be GB/s of 0 or more (0: not judged), got 6.0, 0.0, -1.0",
         ),
         (
             {"smoke_training_busbw_mib": 0},
-            "smoke_training_busbw_mib is 0 (nothing measured) but a smoke_training_min_busbw_*_gbps floor is set: give a"
-            " size, or"
-            " set the floors to 0",
+            "smoke_training_busbw_mib is 0 (nothing measured)"
+            " but a smoke_training_min_busbw_*_gbps floor is set: give a size, or set the floors to 0",
         ),
         (
             {"smoke_training_expect_gdr": "True", "smoke_training_expect_transport": "socket"},
-            "smoke_training_expect_gdr true with smoke_training_expect_transport socket: GPUDirect RDMA needs ib or roce",
+            "smoke_training_expect_gdr true with smoke_training_expect_transport socket:"
+            " GPUDirect RDMA needs ib or roce",
         ),
     ],
 )

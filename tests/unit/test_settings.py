@@ -130,8 +130,9 @@ def test_cuda_resolves_the_default_release_and_its_driver():
     [
         (
             {"nvidia_driver_branch": "470"},
-            "CUDA 12.1 needs NVIDIA driver 530.30.02 or newer, but nvidia_driver_branch 470 (its default release) is driver"
-            " 470.256.02: choose a newer driver branch (nvidia_driver_branch) or an older CUDA release (cuda_release)",
+            "CUDA 12.1 needs NVIDIA driver 530.30.02 or newer, but nvidia_driver_branch 470"
+            " (its default release) is driver 470.256.02: choose a newer driver branch (nvidia_driver_branch)"
+            " or an older CUDA release (cuda_release)",
         ),
         ({"cuda_driver_version": "470.256.02"}, "but cuda_driver_version is driver 470.256.02"),
         ({"cuda_release": "11.0"}, "cuda_release '11.0' is not a CUDA release gpufleet knows"),

@@ -1,4 +1,5 @@
-"""The cuda role's rules: the release from the compatibility matrix, the driver it needs, NVIDIA's repository for this OS.
+"""The cuda role's rules: the release from the compatibility matrix, the driver it needs,
+NVIDIA's repository for this OS.
 
 Run by roles/cuda/tasks/validate.yml (the action gpufleet.fleet.settings) before anything changes.
 """
