@@ -65,8 +65,10 @@ def test_play_1_of_the_installed_collection_checks_the_lab(tmp_path, lab_hosts):
     )
     out = played.stdout + played.stderr
     assert played.returncode == 0, out[-4000:]
-    # Every role's spec was applied, by the installed copy (the only gpufleet.fleet on that path).
-    assert out.count("TASK [Apply the argument spec of role") >= 5, out[-4000:]
+    # Every role's spec and rules were judged, once, by the installed copy's action (the only gpufleet.fleet on that
+    # path): play 0's on the controller, then play 1's for every host (issue 30).
+    assert out.count("TASK [Judge the settings of every host (once, on the controller)]") == 1, out[-4000:]
+    assert "Judge the playbook settings against the inventory" in out, out[-4000:]
     for host in lab_hosts:
         assert f"{host}" in out and "failed=0" in out
     after = {
