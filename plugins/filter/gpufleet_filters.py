@@ -15,13 +15,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
-from ansible.module_utils.common.validation import check_type_dict, check_type_list
 
 from ansible_collections.gpufleet.fleet.plugins.module_utils.fleet_report import check_entry
 from ansible_collections.gpufleet.fleet.plugins.module_utils.gpufleet_check import (
     gpufleet_check_module,
     profile_overrides_problem,
 )
+from ansible_collections.gpufleet.fleet.plugins.module_utils.settings import as_dict as settings_as_dict
+from ansible_collections.gpufleet.fleet.plugins.module_utils.settings import as_list as settings_as_list
 
 _SPACE = re.compile(r"\s+")
 # One line of `dkms status`: "module/version" (dkms 2.8.6 on) or "module, version" (before), then ", kernel, arch"
@@ -36,20 +37,16 @@ _RELEASE = re.compile(r"^(?:[0-9]+:)?([0-9]+\.[0-9]+)")
 
 def as_list(value: Any) -> list[Any]:
     """A list setting's value as a list (a string is split on commas, as the spec check does)."""
-    if value is None:
-        return []
     try:
-        return list(check_type_list(value))
+        return settings_as_list(value)
     except TypeError as error:
         raise AnsibleFilterError(f"as_list: {error}") from error
 
 
 def as_dict(value: Any) -> dict[str, Any]:
     """A dict setting's value as a dict (``key=value`` pairs and JSON too, as the spec check accepts)."""
-    if value is None or value == "":
-        return {}
     try:
-        return dict(check_type_dict(value))
+        return settings_as_dict(value)
     except TypeError as error:
         raise AnsibleFilterError(f"as_dict: {error}") from error
 

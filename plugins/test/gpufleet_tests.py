@@ -10,6 +10,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from ansible_collections.gpufleet.fleet.plugins.module_utils.settings import is_http_url
+
 # What apt, pip, curl and get_url say when the other end does not answer.
 # Phrases of apt, get_url, uri, pip and curl when a source does not answer.
 # Whole phrases, not stems: "Error while resolving value for ..." (a template
@@ -20,7 +22,6 @@ FETCH_FAILURE = re.compile(
     r"|temporary failure (in name )?resolv|could not resolve|name or service not known|name resolution"
     r"|no route to host|network is unreachable|timed out|refused"
 )
-HTTP_URL = re.compile(r"^https?://[A-Za-z0-9.-]+(:[0-9]+)?(/[^\s{}]*)?$")
 
 
 def failure_text(result: Any) -> str:
@@ -42,8 +43,8 @@ def fetch_failure(result: Any) -> bool:
 
 
 def http_url(value: Any) -> bool:
-    """True for an http(s) URL with a host (``http://mirror:8080/debian``)."""
-    return isinstance(value, str) and HTTP_URL.match(value) is not None
+    """True for an http(s) URL with a host (``http://mirror:8080/debian``): the roles' rules' own test."""
+    return is_http_url(value)
 
 
 class TestModule:
