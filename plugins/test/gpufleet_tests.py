@@ -6,22 +6,11 @@ Each test's manual is its YAML file beside this one (plugins/test/<name>.yml), w
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
+from ansible_collections.gpufleet.fleet.plugins.module_utils.host_facts import FETCH_FAILURE
 from ansible_collections.gpufleet.fleet.plugins.module_utils.settings import is_http_url
-
-# What apt, pip, curl and get_url say when the other end does not answer.
-# Phrases of apt, get_url, uri, pip and curl when a source does not answer.
-# Whole phrases, not stems: "Error while resolving value for ..." (a template
-# error) must not pass for a name that did not resolve.
-FETCH_FAILURE = re.compile(
-    r"(?i)(failed|unable) to fetch|could not fetch|fetch failed"
-    r"|(failed|unable) to connect|(could not|cannot) connect|connection (refused|reset|timed out|aborted)"
-    r"|temporary failure (in name )?resolv|could not resolve|name or service not known|name resolution"
-    r"|no route to host|network is unreachable|timed out|refused"
-)
 
 
 def failure_text(result: Any) -> str:

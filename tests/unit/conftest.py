@@ -100,6 +100,19 @@ def load_trusted(path: Path) -> Any:
     return _loader.load_from_file(str(path), trusted_as_template=True)
 
 
+def host_facts_found(gpus: int, device_id: str = "0x2330") -> dict[str, Any]:
+    """A registered result of gpufleet.fleet.host_facts (its ``found``) on a host with ``gpus`` NVIDIA GPUs."""
+    return {
+        "changed": False,
+        "found": {
+            "nvidia": {
+                "gpus": [{"address": f"0000:{0x18 + i:02x}:00.0", "device_id": device_id} for i in range(gpus)],
+                "nvswitches": [],
+            }
+        },
+    }
+
+
 def preflight_report(facts: dict[str, Any], **found: Any) -> dict[str, Any]:
     """The preflight_report fact roles/preflight publishes (tasks/check.yml), for a healthy 8-GPU host.
 

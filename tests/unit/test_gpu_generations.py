@@ -26,7 +26,12 @@ from typing import Any
 
 import pytest
 import role_run
-from conftest import FAKE_FACTS, declare_driver, driver_config, load_script, preflight_report
+import yaml
+from conftest import FAKE_FACTS, REPO_ROOT, declare_driver, driver_config, load_script, preflight_report
+
+from ansible_collections.gpufleet.fleet.plugins.module_utils import host_facts
+
+PREFLIGHT_DEFAULTS = yaml.safe_load((REPO_ROOT / "roles/preflight/defaults/main.yml").read_text())
 
 REPO = Path(__file__).resolve().parents[2]
 stack = load_script(REPO / "plugins" / "lookup" / "stack.py", "gpufleet_stack")
@@ -313,37 +318,30 @@ def test_the_cuda_role_accepts_the_default_h100_host():
     assert CUDA.get("ubuntu2204", preflight_report=preflight_report(FAKE_FACTS["ubuntu2204"])).failure is None
 
 
-# preflight's check.yml on the probe's PCI lines: vendor, class, device, address (probe.yml's format; vendor,
-# class and device as sysfs reads them). The NVSwitch (class 0x0680) is not a GPU.
-PCI = role_run.Batch(
-    {name: {**facts, "memtotal_mb": 2_063_000} for name, facts in FAKE_FACTS.items()},
-    [role_run.import_role("preflight", "os"), role_run.import_role("preflight", "check")],
-)
-PROBED = {
-    "__preflight_pci": {
-        "stdout_lines": [
-            "0x10de 0x0302 0x2901 0000:18:00.0",
-            "0x8086 0x0200 0x1593 0000:19:00.0",
-            "0x10de 0x0680 0x22a3 0000:05:00.0",
-            "0x10de 0x0302 0x2330 0000:2a:00.0",
-        ]
-    },
-    "__preflight_df": {
-        "stdout_lines": [
-            "Filesystem 1-blocks Used Available Capacity Mounted on",
-            "/dev/nvme0n1p2 1967317618688 96148692992 1771081269248 6% /",
-        ]
-    },
-    "__preflight_secure_boot": {"stdout": "disabled"},
-    "__preflight_nouveau": {"stat": {"exists": False}},
-    "__preflight_mok": {"skipped": True, "changed": False},
-    "__preflight_headers_installed": {"stdout": "install ok installed"},
-}
-PCI.declare("ubuntu2204", **PROBED)
+# preflight's judgement (gpufleet.fleet.host_facts) on the PCI functions as read_pci reads them: vendor, class,
+# device, address, as sysfs holds them. The NVSwitch (class 0x0680) is not a GPU.
+PCI = [
+    ("0x10de", "0x0302", "0x2901", "0000:18:00.0"),
+    ("0x8086", "0x0200", "0x1593", "0000:19:00.0"),
+    ("0x10de", "0x0680", "0x22a3", "0000:05:00.0"),
+    ("0x10de", "0x0302", "0x2330", "0000:2a:00.0"),
+]
 
 
 def test_preflight_publishes_the_gpus_device_ids_with_their_addresses():
-    report = PCI.get("ubuntu2204", **PROBED)["preflight_report"]
+    requirements = {name[len("preflight_") :]: value for name, value in PREFLIGHT_DEFAULTS.items()}
+    requirements.update(kernel_release="6.8.0-49-generic", mok_certificate="")
+    found = {
+        "nvidia": host_facts.nvidia_devices(PCI),
+        "free_bytes": 1771081269248,
+        "secure_boot": "disabled",
+        "nouveau_loaded": False,
+        "headers_installed": True,
+        "headers_candidate": False,
+        "mok_enrolled": False,
+    }
+    facts = {**FAKE_FACTS["ubuntu2204"], "memtotal_mb": 2_063_000}
+    report = host_facts.judge("gpu-a01", found, facts, requirements)["report"]
     assert report["gpu_pci_addresses"] == ["0000:18:00.0", "0000:2a:00.0"]
     assert report["gpu_device_ids"] == ["0x2901", "0x2330"]
     assert report["nvswitch_count"] == 1

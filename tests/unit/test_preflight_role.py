@@ -1,10 +1,12 @@
-"""roles/preflight's Secure Boot check with policy mok: the MOK certificate it looks for and names, per OS.
+"""roles/preflight: the host read in one module run (gpufleet.fleet.host_facts) and judged in Python.
 
-The role runs for real on fake hosts (tests/unit/role_run.py): its
-tasks/os.yml (the OS's values, controller-side), then tasks/check.yml, the
-results of probe.yml's host probes given as host variables as they are
-registered; the stat task of probe.yml is templated as a copy (its path and
-its ``when``) in the same play.
+* The judgement (plugins/module_utils/host_facts.py ``judge``) is tested
+  directly: every requirement's message, the warnings, the report.
+* The reading runs for real here: ``read_pci`` on a sysfs tree laid out as
+  the kernel's (vendor, class, device files), the module itself through
+  ``ansible localhost`` on this machine.
+* The MOK certificate the role names and looks for is resolved per OS by the
+  role's vars (tasks/os.yml), run on fake hosts (tests/unit/role_run.py).
 
 Where DKMS's MOK certificate is by default:
 
@@ -21,57 +23,306 @@ Where DKMS's MOK certificate is by default:
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 import role_run
-from conftest import FAKE_FACTS
+import yaml
+from conftest import FAKE_FACTS, REPO_ROOT
+
+from ansible_collections.gpufleet.fleet.plugins.module_utils import host_facts
 
 SHIM = "/var/lib/shim-signed/mok/MOK.der"
 DKMS = "/var/lib/dkms/mok.pub"
-STAT = role_run.role_task("preflight", "probe.yml", "Look for the enrolled MOK certificate")
+DEFAULTS = yaml.safe_load((REPO_ROOT / "roles/preflight/defaults/main.yml").read_text())
 FACTS = {name: {**facts, "memtotal_mb": 2_063_000} for name, facts in FAKE_FACTS.items()}
-CHECK = role_run.Batch(
-    FACTS,
+GPUS = [{"address": f"0000:{bus:02x}:00.0", "device_id": "0x2330"} for bus in (0x18, 0x2A)]
+
+
+def requirements(**settings: Any) -> dict[str, Any]:
+    """The role's defaults as the module receives them (no prefix), ``settings`` replacing some."""
+    values = {name[len("preflight_") :]: value for name, value in DEFAULTS.items()}
+    values.update(kernel_release="6.8.0-49-generic", mok_certificate="")
+    values.update(settings)
+    return values
+
+
+def found(**changes: Any) -> dict[str, Any]:
+    """What the module reads on a healthy 2-GPU host: 1771 GB free, headers installed, Secure Boot off."""
+    value = {
+        "nvidia": {"gpus": GPUS, "nvswitches": []},
+        "free_bytes": 1771081269248,
+        "secure_boot": "disabled",
+        "nouveau_loaded": False,
+        "headers_installed": True,
+        "headers_candidate": False,
+        "mok_enrolled": False,
+    }
+    value.update(changes)
+    return value
+
+
+def judge(host: str = "ubuntu2204", facts: dict[str, Any] | None = None, **changes: Any) -> dict[str, Any]:
+    settings = {k: v for k, v in changes.items() if k in requirements()}
+    read = {k: v for k, v in changes.items() if k not in settings}
+    return host_facts.judge("gpu-a01", found(**read), facts or FACTS[host], requirements(**settings))
+
+
+# --------------------------------------------------------------------------- the judgement
+
+
+def test_a_healthy_host_passes_and_is_reported():
+    verdict = judge()
+    assert verdict["failures"] == [] and verdict["message"] == ""
+    assert verdict["report"] == {
+        "passed": True,
+        "os": "Ubuntu 22.04",
+        "gpu_pci_addresses": ["0000:18:00.0", "0000:2a:00.0"],
+        "gpu_device_ids": ["0x2330", "0x2330"],
+        "gpu_count": 2,
+        "nvswitch_count": 0,
+        "secure_boot": "disabled",
+        "driver_module_source": "dkms",
+        "nouveau_loaded": False,
+        "in_container": False,
+        "kernel_release": "6.8.0-49-generic",
+        "free_disk_gb": 1649.4,
+    }
+    assert verdict["summary"] == (
+        "gpu-a01: Ubuntu 22.04 x86_64, kernel target 6.8.0-49-generic, 2 NVIDIA GPU(s), 0 NVSwitch(es), "
+        "Secure Boot disabled, nouveau not loaded, 1649.4 GB free under /usr"
+    )
+
+
+def test_every_unmet_requirement_is_named_in_one_message_with_what_to_do():
+    verdict = host_facts.judge(
+        "gpu-a01",
+        found(nvidia={"gpus": [], "nvswitches": []}, free_bytes=5 * host_facts.GIB, headers_installed=False),
+        {**FACTS["ubuntu2204"], "architecture": "aarch64", "distribution_version": "24.04"},
+        requirements(),
+    )
+    assert verdict["message"].startswith(
+        "gpufleet preflight failed on gpu-a01 (5 problem(s), nothing was changed): [1] "
+    )
+    text = verdict["message"]
+    assert (
+        "[1] unsupported operating system Ubuntu 24.04: gpufleet supports Ubuntu 20.04, Ubuntu 22.04, Debian 12; "
+        "reinstall the host or extend preflight_supported_os at your own risk; " in text
+    )
+    assert (
+        "[2] unsupported CPU architecture aarch64: the NVIDIA packages and cu121 wheels gpufleet installs exist "
+        "for x86_64; " in text
+    )
+    assert "[3] only 5.0 GB free under /usr, 20 GB needed (preflight_min_free_disk_gb)" in text
+    assert (
+        "[4] no kernel headers for kernel 6.8.0-49-generic: linux-headers-6.8.0-49-generic is neither installed" in text
+    )
+    assert "[5] no NVIDIA GPU on the PCI bus (vendor 0x10de): check that the cards are seated" in text
+
+
+def test_installable_headers_and_a_host_without_gpus_allowed_pass():
+    verdict = judge(
+        headers_installed=False, headers_candidate=True, nvidia={"gpus": [], "nvswitches": []}, require_gpus=False
+    )
+    assert verdict["failures"] == []
+    assert judge(headers_installed=False, require_kernel_headers=False)["failures"] == []
+
+
+@pytest.mark.parametrize(
+    "policy, host, expected",
     [
-        role_run.import_role("preflight", "os"),
-        role_run.import_role("preflight", "check"),
-    ],
-    after=[
-        role_run.capture({"stat_path": STAT["ansible.builtin.stat"]["path"], "stat_runs": role_run.condition(STAT)})
+        ("fail", "ubuntu2204", "UEFI Secure Boot is enabled and the policy is 'fail' (preflight_secure_boot_policy)."),
+        (
+            "signed_modules",
+            "debian12",
+            "the policy is 'signed_modules' (preflight_secure_boot_policy): Debian ships no signed NVIDIA modules.",
+        ),
     ],
 )
+def test_secure_boot_stops_a_host_its_policy_cannot_serve(policy, host, expected):
+    verdict = judge(host, secure_boot="enabled", secure_boot_policy=policy)
+    assert len(verdict["failures"]) == 1 and expected in verdict["failures"][0]
+    assert "An unsigned DKMS module will not load" in verdict["failures"][0]
 
 
-def _probed(mok_exists: bool | None) -> dict[str, Any]:
-    """probe.yml's registered results on a healthy 8-GPU host with Secure Boot on; mok_exists None: not looked for."""
-    return {
-        "__preflight_pci": {"stdout_lines": [f"0x10de 0x0302 0x2330 0000:{bus:02x}:00.0" for bus in (0x18, 0x2A)]},
-        "__preflight_df": {
-            "stdout_lines": [
-                "Filesystem 1-blocks Used Available Capacity Mounted on",
-                "/dev/nvme0n1p2 1967317618688 96148692992 1771081269248 6% /",
-            ]
-        },
-        "__preflight_secure_boot": {"stdout": "enabled"},
-        "__preflight_nouveau": {"stat": {"exists": False}},
-        "__preflight_mok": {"skipped": True, "changed": False}
-        if mok_exists is None
-        else {"stat": {"exists": mok_exists}},
-        "__preflight_headers_installed": {"stdout": "install ok installed"},
-        "preflight_secure_boot_policy": "mok",
+def test_signed_modules_on_ubuntu_pass_and_report_the_signed_source():
+    verdict = judge(secure_boot="enabled", secure_boot_policy="signed_modules")
+    assert verdict["failures"] == [] and verdict["report"]["driver_module_source"] == "signed"
+
+
+@pytest.mark.parametrize("certificate", [SHIM, DKMS, "/root/mok/MOK.der"])
+def test_a_missing_mok_certificate_stops_the_host_naming_it(certificate):
+    verdict = judge(secure_boot="enabled", secure_boot_policy="mok", mok_certificate=certificate, mok_enrolled=False)
+    assert f"`mokutil --import {certificate}`, reboot" in verdict["message"]
+    assert "UEFI Secure Boot is enabled and the policy is 'mok'" in verdict["message"]
+    enrolled = judge(secure_boot="enabled", secure_boot_policy="mok", mok_certificate=certificate, mok_enrolled=True)
+    assert enrolled["failures"] == [] and enrolled["report"]["driver_module_source"] == "dkms"
+
+
+def test_an_os_without_a_default_certificate_says_which_to_enrol():
+    rocky = {
+        **FACTS["debian12"],
+        "distribution": "Rocky",
+        "distribution_version": "9.3",
+        "distribution_major_version": "9",
     }
+    verdict = host_facts.judge(
+        "gpu-a01", found(secure_boot="enabled"), rocky, requirements(secure_boot_policy="mok", mok_certificate="")
+    )
+    assert "unsupported operating system Rocky 9" in verdict["message"]
+    assert (
+        "(`mokutil --import` the certificate DKMS signs with, named in preflight_mok_certificate, reboot"
+        in verdict["message"]
+    )
 
 
-CASES = [
-    ("ubuntu2004", {}),
-    ("ubuntu2204", {}),
-    ("debian12", {}),
-    ("debian12", {"preflight_mok_certificate": "/root/mok/MOK.der"}),
-]
-for _host, _settings in CASES:
-    for _exists in (False, True):
-        CHECK.declare(_host, **_probed(_exists), **_settings)
+def test_nouveau_warns_or_stops_as_its_policy_says():
+    warned = judge(nouveau_loaded=True)
+    assert warned["failures"] == []
+    assert "WARNING gpu-a01: nouveau is loaded; the NVIDIA driver will only load after a reboot" in warned["warnings"]
+    stopped = judge(nouveau_loaded=True, nouveau_policy="fail")
+    assert stopped["failures"] == [
+        "the nouveau driver is loaded and preflight_nouveau_policy is 'fail': blacklist it (the nvidia_driver role "
+        "does) and reboot before installing"
+    ]
+
+
+def test_memory_below_the_recommended_size_warns():
+    small = {**FACTS["ubuntu2204"], "memtotal_mb": 64_000}
+    verdict = host_facts.judge("gpu-a01", found(), small, requirements())
+    assert verdict["failures"] == []
+    assert verdict["warnings"] == [
+        "WARNING gpu-a01: 62.5 GB RAM, below the 128 GB recommended for multi-GPU training (data loaders and pinned "
+        "memory)"
+    ]
+
+
+def test_a_container_guest_is_reported_as_one():
+    podman = {**FACTS["debian12"], "virtualization_role": "guest", "virtualization_type": "podman"}
+    verdict = host_facts.judge("gpu-a01", found(), podman, requirements())
+    assert verdict["report"]["in_container"] is True and verdict["summary"].endswith(", in a container")
+    assert verdict["report"]["os"] == "Debian 12"
+
+
+# --------------------------------------------------------------------------- the reading
+
+
+def _device(sysfs: Path, address: str, vendor: str, pci_class: str, device: str) -> None:
+    directory = sysfs / address
+    directory.mkdir(parents=True)
+    for name, value in (("vendor", vendor), ("class", pci_class), ("device", device)):
+        (directory / name).write_text(value + "\n")
+
+
+def pci_tree(sysfs: Path) -> Path:
+    """An HGX-like bus: a B200 and an H100 (3D controllers), an NVSwitch (bridge), an Intel E810 NIC, and an
+    ASPEED BMC VGA controller. IDs as the kernel's sysfs files hold them (README.md "Compatible GPUs" of
+    NVIDIA/open-gpu-kernel-modules for 2901 and 2330; 22a3 is the H100 NVSwitch, 1593 the E810, 1a03:2000
+    the AST2500 VGA)."""
+    _device(sysfs, "0000:18:00.0", "0x10de", "0x030200", "0x2901")
+    _device(sysfs, "0000:19:00.0", "0x8086", "0x020000", "0x1593")
+    _device(sysfs, "0000:05:00.0", "0x10de", "0x068000", "0x22a3")
+    _device(sysfs, "0000:2a:00.0", "0x10de", "0x030200", "0x2330")
+    _device(sysfs, "0000:03:00.0", "0x1a03", "0x030000", "0x2000")
+    (sysfs / "0000:00:00.0").mkdir()  # a function without readable files is skipped
+    return sysfs
+
+
+def test_the_gpus_and_nvswitches_are_told_apart_on_the_pci_bus(tmp_path):
+    devices = host_facts.nvidia_devices(host_facts.read_pci(str(pci_tree(tmp_path))))
+    assert devices == {
+        "gpus": [
+            {"address": "0000:18:00.0", "device_id": "0x2901"},
+            {"address": "0000:2a:00.0", "device_id": "0x2330"},
+        ],
+        "nvswitches": [{"address": "0000:05:00.0", "device_id": "0x22a3"}],
+    }
+    assert host_facts.read_pci(str(tmp_path / "absent")) == []
+
+
+def test_the_standalone_check_counts_the_same_gpus(tmp_path):
+    """gpufleet_check (the node's own check, without Ansible) reads the same sysfs files its own way."""
+    sys.path.insert(0, str(REPO_ROOT / "roles/payload/files"))
+    try:
+        from gpufleet_check import facts
+    finally:
+        sys.path.pop(0)
+    pci_tree(tmp_path)
+    assert facts.count_pci_gpus(tmp_path) == len(host_facts.nvidia_devices(host_facts.read_pci(str(tmp_path)))["gpus"])
+    assert facts.NVIDIA_PCI_VENDOR == host_facts.NVIDIA_PCI_VENDOR
+    assert tuple(facts.GPU_PCI_CLASSES) == host_facts.GPU_PCI_CLASSES
+
+
+def test_the_headers_answers_of_dpkg_and_apt_are_read():
+    # dpkg-query -W -f='${Status}' of an installed package, and apt-cache policy's Candidate line
+    # (apt's own wording, cmdline/apt-cache.cc: "  Candidate: " then the version or "(none)").
+    assert host_facts.headers_installed("install ok installed")
+    assert not host_facts.headers_installed("deinstall ok config-files")
+    assert host_facts.headers_candidate(
+        "linux-headers-6.8.0-49-generic:\n  Installed: (none)\n  Candidate: 6.8.0-49.49\n"
+    )
+    assert not host_facts.headers_candidate("linux-headers-0.0:\n  Installed: (none)\n  Candidate: (none)\n")
+    assert not host_facts.headers_candidate("")
+
+
+def _module(tmp_path: Path, **arguments: Any) -> dict[str, Any]:
+    """The module run for real on this machine, as Ansible runs it (its arguments in a JSON file), its result."""
+    arguments_file = tmp_path / "arguments.json"
+    arguments_file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": arguments}))
+    proc = subprocess.run(
+        [sys.executable, "-m", "ansible_collections.gpufleet.fleet.plugins.modules.host_facts", str(arguments_file)],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT / ".ansible" / "collections")},
+        cwd=tmp_path,
+    )
+    return json.loads(proc.stdout)
+
+
+def test_the_module_reads_this_machine_in_one_run(tmp_path):
+    result = _module(tmp_path, disk_path=str(tmp_path), kernel_release="0.0.0-gpufleet-test", refresh_index=False)
+    assert result.get("failed") is not True, result
+    read = result["found"]
+    assert read["free_bytes"] > 0 and isinstance(read["free_bytes"], int)
+    assert read["secure_boot"] in ("bios", "disabled", "enabled")
+    assert read["headers_installed"] is False and read["headers_candidate"] is False
+    assert result["changed"] is False and "report" not in result
+
+
+def test_a_missing_disk_path_fails_the_module_naming_it(tmp_path):
+    result = _module(tmp_path, disk_path=str(tmp_path / "absent"))
+    assert result["failed"] is True
+    assert result["msg"].startswith(f"cannot read the free space under {tmp_path / 'absent'} on the host: ")
+
+
+def test_the_module_judges_with_the_roles_settings(tmp_path):
+    result = _module(
+        tmp_path,
+        disk_path=str(tmp_path),
+        host="here",
+        facts={**FACTS["debian12"], "architecture": "x86_64"},
+        requirements={**requirements(disk_path=str(tmp_path), min_free_disk_gb=10**9, require_kernel_headers=False)},
+    )
+    assert result.get("failed") is not True, result
+    assert (
+        f"only {round(result['found']['free_bytes'] / host_facts.GIB, 1)} GB free under {tmp_path}, 1000000000 GB"
+        in (result["message"])
+    )
+
+
+# --------------------------------------------------------------------------- the role's MOK certificate per OS
+
+RESOLVED = role_run.Batch(
+    FACTS,
+    [role_run.import_role("preflight", "os")],
+    after=[role_run.capture(role_run.names("__preflight_mok_certificate"))],
+)
 
 
 @pytest.mark.parametrize(
@@ -84,115 +335,12 @@ for _host, _settings in CASES:
         ("debian12", {"preflight_mok_certificate": "/root/mok/MOK.der"}, "/root/mok/MOK.der"),
     ],
 )
-def test_a_missing_mok_certificate_stops_the_host_naming_the_oss_path(host, settings, expected):
-    outcome = CHECK.get(host, **_probed(False), **settings)
+def test_the_role_names_the_oss_mok_certificate(host, settings, expected):
+    outcome = RESOLVED.get(host, **settings)
+    assert outcome.failure is None
     assert outcome["__preflight_mok_certificate"] == expected
-    assert outcome.failed_task == "Stop when the host is not fit for provisioning"
-    assert f"`mokutil --import {expected}`, reboot" in outcome.failure
-    assert "UEFI Secure Boot is enabled and the policy is 'mok'" in outcome.failure
 
 
-@pytest.mark.parametrize(
-    "host, settings, expected",
-    [
-        ("ubuntu2004", {}, SHIM),
-        ("ubuntu2204", {}, SHIM),
-        ("debian12", {}, DKMS),
-        ("debian12", {"preflight_mok_certificate": "/root/mok/MOK.der"}, "/root/mok/MOK.der"),
-    ],
-)
-def test_an_enrolled_mok_certificate_lets_dkms_build(host, settings, expected):
-    outcome = CHECK.get(host, **_probed(True), **settings)
-    assert outcome.failure is None
-    # probe.yml's stat looks for that certificate.
-    assert outcome["stat_path"] == expected and outcome["stat_runs"] is True
-    assert outcome["preflight_report"]["driver_module_source"] == "dkms"
-    assert outcome["preflight_report"]["secure_boot"] == "enabled"
-
-
-def test_an_os_without_a_default_looks_for_no_certificate():
-    """An OS outside the Debian family has no values file: nothing to stat, and the OS check stops the host."""
-    rocky = {
-        **FACTS["debian12"],
-        "distribution": "Rocky",
-        "distribution_version": "9.3",
-        "distribution_major_version": "9",
-        "os_family": "RedHat",
-    }
-    outcome = CHECK.get(rocky, **_probed(None))
-    assert outcome["__preflight_mok_certificate"] == ""
-    assert "unsupported operating system Rocky 9" in outcome.failure
-    assert (
-        "(`mokutil --import` the certificate DKMS signs with, named in preflight_mok_certificate, reboot"
-        in outcome.failure
-    )
-
-
-# --------------------------------------------------------------------------- the one host probe
-
-PROBE = role_run.role_task("preflight", "probe.yml", "Read the PCI devices, the free space")
-KEEP = role_run.role_task("preflight", "probe.yml", "Keep each answer of the probe")
-
-
-def _probe_script(disk_path: str, require_headers: bool) -> str:
-    """The probe's shell script as the role renders it (Ansible's Jinja: trim_blocks, the quote filter)."""
-    import shlex
-
-    import jinja2
-
-    environment = jinja2.Environment(trim_blocks=True, undefined=jinja2.StrictUndefined)
-    environment.filters["quote"] = lambda value: shlex.quote(str(value))
-    environment.filters["bool"] = bool
-    return environment.from_string(PROBE["ansible.builtin.shell"]).render(
-        preflight_disk_path=disk_path,
-        preflight_require_kernel_headers=require_headers,
-        preflight_kernel_release="0.0.0-gpufleet-test",
-        __preflight_secure_boot_efivar="/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c",
-    )
-
-
-def _run_probe(disk_path: str, require_headers: bool) -> Any:
-    import subprocess
-
-    return subprocess.run(
-        ["/bin/bash", "-c", _probe_script(disk_path, require_headers)], capture_output=True, text=True, check=False
-    )
-
-
-@pytest.mark.parametrize("require_headers", [True, False])
-def test_the_probe_answers_each_question_in_the_shape_of_its_own_command(tmp_path, require_headers):
-    """The probe runs for real here (bash, /sys, df, dpkg-query) and each answer is kept as the five commands
-    it replaced registered theirs, which is what check.yml reads (one round trip per host: issue 17)."""
-    result = _run_probe(str(tmp_path), require_headers)
-    assert result.returncode == 0, result.stderr
-    host = role_run.Host("probed", FAKE_FACTS["debian12"], {"__preflight_probe": {"stdout": result.stdout}})
-    outcome = role_run.run(
-        [host],
-        [KEEP],
-        after=[
-            role_run.capture(
-                role_run.names(
-                    "__preflight_pci",
-                    "__preflight_df",
-                    "__preflight_secure_boot",
-                    "__preflight_nouveau",
-                    "__preflight_headers_installed",
-                )
-            )
-        ],
-    )["probed"]
-    assert outcome.failure is None
-    assert all(len(line.split()) == 4 and line.startswith("0x") for line in outcome["__preflight_pci"]["stdout_lines"])
-    df = outcome["__preflight_df"]["stdout_lines"]
-    assert df[0].startswith("Filesystem") and df[-1].split()[3].isdigit()
-    assert outcome["__preflight_secure_boot"]["stdout"] in ("bios", "disabled", "enabled")
-    assert outcome["__preflight_nouveau"]["stat"]["exists"] in (True, False)
-    # Not installed (no such kernel) reads as not installed; not asked for, nothing.
-    assert "install ok installed" not in outcome["__preflight_headers_installed"]["stdout"]
-    assert ("[headers]" in result.stdout) is require_headers
-
-
-def test_a_missing_disk_path_fails_the_probe_naming_it(tmp_path):
-    result = _run_probe(str(tmp_path / "absent"), False)
-    assert result.returncode != 0
-    assert f"{tmp_path / 'absent'}" in result.stderr
+def test_an_os_without_a_default_names_no_certificate():
+    rocky = {**FACTS["debian12"], "distribution": "Rocky", "distribution_major_version": "9", "os_family": "RedHat"}
+    assert RESOLVED.get(rocky)["__preflight_mok_certificate"] == ""

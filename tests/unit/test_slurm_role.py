@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 import role_run
-from conftest import FAKE_FACTS, ROLES_DIR, load_trusted
+from conftest import FAKE_FACTS, ROLES_DIR, host_facts_found, load_trusted
 
 ROLE = ROLES_DIR / "slurm"
 NODES = ["gpu-a01", "gpu-a02", "gpu-a03"]
@@ -32,7 +32,7 @@ CONTROLLER = "head-01"
 # configure.yml's probes of nodes outside the play, as registered when every node is in it: nothing probed.
 EVERY_NODE_IN_THE_PLAY = {
     "__slurm_other_facts": {"results": [], "skipped": True, "changed": False},
-    "__slurm_other_gpus": {"results": [], "skipped": True, "changed": False},
+    "__slurm_other_hosts": {"results": [], "skipped": True, "changed": False},
     "__slurm_current_conf": {"skipped": True, "changed": False},
 }
 # cgroup.yml after its two probes (stat of /sys/fs/cgroup/, apt-cache policy slurmd).
@@ -147,7 +147,7 @@ class Clusters:
                     **probes,
                     **common,
                     "ansible_host": f"10.0.0.{i + 11}",
-                    "__slurm_pci_gpus": {"stdout": str(gpus)},
+                    "__slurm_host": host_facts_found(gpus),
                     **node_vars.get(name, {}),
                 },
                 (groups["node"],),
@@ -612,7 +612,7 @@ def test_nodes_outside_the_run_are_described_from_their_registered_facts_when_on
         {**FAKE_FACTS["debian12"], **node_facts(CONTROLLER, 16)},
         {
             "__slurm_other_facts": registered,
-            "__slurm_other_gpus": {"results": [{"item": name, "stdout": "8"} for name in NODES]},
+            "__slurm_other_hosts": {"results": [{"item": name, **host_facts_found(8)} for name in NODES]},
             "__slurm_current_conf": {"skipped": True, "changed": False},
         },
         ("slurm_controller",),

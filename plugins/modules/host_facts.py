@@ -1,0 +1,274 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: host_facts
+short_description: Read what a GPU host is in one round trip, and judge it against preflight's requirements
+description:
+  - Reads the NVIDIA GPUs and NVSwitches on the PCI bus (with their PCI device IDs), the free space under a path,
+    the UEFI Secure Boot state, whether nouveau is loaded, whether the headers of a kernel are installed or
+    installable, and whether a MOK certificate exists; one module run, one round trip.
+  - This is where the roles tell an NVIDIA GPU apart on the PCI bus (vendor 0x10de, class 0x0300 or 0x0302; an
+    NVSwitch is class 0x0680).
+  - With O(requirements), also judges the host as the preflight role does and returns every unmet requirement with
+    what to do, the warnings and the report later roles read (the module itself does not fail on them).
+  - Changes nothing on the host. Refreshing apt's package index (when the headers are not installed) updates a cache,
+    as C(apt-get update) does, and is done in check mode too.
+options:
+  disk_path:
+    description: The path whose file system's free space to read.
+    type: path
+    default: /usr
+  kernel_release:
+    description: The kernel whose headers to look for (C(linux-headers-<release>)); empty to not look.
+    type: str
+    default: ""
+  refresh_index:
+    description:
+      - Refresh apt's package index before asking for installable headers, when they are not installed.
+      - Retried three times, 5 seconds apart, while a source does not answer.
+    type: bool
+    default: true
+  mok_certificate:
+    description: A Machine Owner Key certificate to look for; empty to not look.
+    type: str
+    default: ""
+  host:
+    description: The host's name in the messages (the inventory name).
+    type: str
+    default: ""
+  facts:
+    description:
+      - The host's Ansible facts the requirements read (distribution, distribution_version,
+        distribution_major_version, architecture, memtotal_mb, virtualization_role, virtualization_type).
+    type: dict
+    default: {}
+  requirements:
+    description:
+      - The preflight role's settings, without the C(preflight_) prefix (see C(ansible-doc -t role
+        gpufleet.fleet.preflight)); omitted, the host is read but not judged.
+    type: dict
+    suboptions:
+      supported_os:
+        description: The supported distribution/version pairs (Ubuntu's full version, the others' major version).
+        type: list
+        elements: dict
+        required: true
+      supported_architectures:
+        description: The CPU architectures the NVIDIA packages and cu121 wheels exist for.
+        type: list
+        elements: str
+        required: true
+      require_gpus:
+        description: Whether a host without an NVIDIA GPU on the PCI bus fails.
+        type: bool
+        required: true
+      disk_path:
+        description: The path named in the free-space message.
+        type: path
+        required: true
+      min_free_disk_gb:
+        description: The free space (GB) needed under O(requirements.disk_path).
+        type: raw
+        required: true
+      warn_ram_below_gb:
+        description: Below this much RAM (GB), a warning.
+        type: raw
+        required: true
+      kernel_release:
+        description: The kernel the driver module is built for, named in the headers message.
+        type: str
+        required: true
+      require_kernel_headers:
+        description: Whether missing headers of O(requirements.kernel_release) fail.
+        type: bool
+        required: true
+      secure_boot_policy:
+        description: What Secure Boot on allows.
+        type: str
+        required: true
+        choices: [signed_modules, mok, fail]
+      mok_certificate:
+        description: The MOK certificate named in the Secure Boot message.
+        type: str
+        default: ""
+      nouveau_policy:
+        description: Whether a loaded nouveau warns or fails.
+        type: str
+        required: true
+        choices: [warn, fail]
+notes:
+  - Supports check mode.
+author:
+  - gpufleet maintainers (@gpufleet)
+"""
+
+EXAMPLES = r"""
+- name: Find the NVIDIA GPUs on the PCI bus
+  gpufleet.fleet.host_facts:
+  register: __slurm_host
+
+- name: Count them
+  ansible.builtin.debug:
+    msg: "{{ __slurm_host.found.nvidia.gpus | length }} GPU(s)"
+"""
+
+RETURN = r"""
+found:
+  description: What the host is.
+  returned: always
+  type: dict
+  contains:
+    nvidia:
+      description: The NVIDIA GPUs and NVSwitches on the PCI bus, each C({address, device_id}).
+      type: dict
+      sample: {gpus: [{address: "0000:18:00.0", device_id: "0x2330"}], nvswitches: []}
+    free_bytes:
+      description: The free bytes under O(disk_path) (C(df -P -B1)'s Available).
+      type: int
+    secure_boot:
+      description: C(bios) (no EFI), C(enabled) or C(disabled).
+      type: str
+    nouveau_loaded:
+      description: Whether the nouveau module is loaded.
+      type: bool
+    headers_installed:
+      description: Whether the headers of O(kernel_release) are installed (false when not asked).
+      type: bool
+    headers_candidate:
+      description: Whether apt offers the headers of O(kernel_release) to install (false when not asked).
+      type: bool
+    mok_enrolled:
+      description: Whether O(mok_certificate) exists (false when not asked).
+      type: bool
+failures:
+  description: With O(requirements), every requirement the host does not meet, with what to do.
+  returned: with requirements
+  type: list
+  elements: str
+message:
+  description: With O(requirements), the one message that stops the host (empty when it passes).
+  returned: with requirements
+  type: str
+warnings_found:
+  description: With O(requirements), what the host should know but that does not stop it (RAM, nouveau).
+  returned: with requirements
+  type: list
+  elements: str
+report:
+  description: With O(requirements), the preflight_report fact the later roles read.
+  returned: with requirements
+  type: dict
+summary:
+  description: With O(requirements), one line describing the host.
+  returned: with requirements
+  type: str
+"""
+
+import os
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpufleet.fleet.plugins.module_utils import host_facts
+
+REQUIREMENTS = {
+    "supported_os": {"type": "list", "elements": "dict", "required": True},
+    "supported_architectures": {"type": "list", "elements": "str", "required": True},
+    "require_gpus": {"type": "bool", "required": True},
+    "disk_path": {"type": "path", "required": True},
+    "min_free_disk_gb": {"type": "raw", "required": True},
+    "warn_ram_below_gb": {"type": "raw", "required": True},
+    "kernel_release": {"type": "str", "required": True},
+    "require_kernel_headers": {"type": "bool", "required": True},
+    "secure_boot_policy": {"type": "str", "required": True, "choices": ["signed_modules", "mok", "fail"]},
+    "mok_certificate": {"type": "str", "default": ""},
+    "nouveau_policy": {"type": "str", "required": True, "choices": ["warn", "fail"]},
+}
+
+
+def refresh_index(module):
+    """apt-get update, again while a source does not answer (3 tries, 5 s apart); fails the module otherwise."""
+    for attempt in range(3):
+        rc, out, err = module.run_command(["apt-get", "update", "-q"], environ_update={"LC_ALL": "C"})
+        if rc == 0:
+            return
+        if attempt < 2 and host_facts.fetch_failure(out + err):
+            time.sleep(5)
+            continue
+        module.fail_json(
+            msg="apt-get update failed (the package index tells whether the kernel headers are installable): "
+            + " ".join(line for line in (out + err).splitlines() if line.startswith(("E:", "W:", "Err")))[:2000],
+            rc=rc,
+            stdout=out,
+            stderr=err,
+        )
+
+
+def free_bytes(module, path):
+    try:
+        return host_facts.free_bytes(path)
+    except OSError as error:
+        module.fail_json(msg="cannot read the free space under {0} on the host: {1}".format(path, error.strerror))
+
+
+def read_host(module):
+    params = module.params
+    found = {
+        "nvidia": host_facts.nvidia_devices(host_facts.read_pci()),
+        "free_bytes": free_bytes(module, params["disk_path"]),
+        "secure_boot": host_facts.secure_boot_state(),
+        "nouveau_loaded": os.path.exists("/sys/module/nouveau"),
+        "headers_installed": False,
+        "headers_candidate": False,
+        "mok_enrolled": bool(params["mok_certificate"]) and os.path.exists(params["mok_certificate"]),
+    }
+    package = "linux-headers-" + params["kernel_release"]
+    if params["kernel_release"] and module.get_bin_path("dpkg-query"):
+        rc, out, err = module.run_command(["dpkg-query", "-W", "-f=${Status}", package])
+        found["headers_installed"] = host_facts.headers_installed(out)
+        if not found["headers_installed"] and module.get_bin_path("apt-cache"):
+            if params["refresh_index"]:
+                refresh_index(module)
+            rc, out, err = module.run_command(["apt-cache", "policy", package], environ_update={"LC_ALL": "C"})
+            found["headers_candidate"] = host_facts.headers_candidate(out)
+    return found
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "disk_path": {"type": "path", "default": "/usr"},
+            "kernel_release": {"type": "str", "default": ""},
+            "refresh_index": {"type": "bool", "default": True},
+            "mok_certificate": {"type": "str", "default": ""},
+            "host": {"type": "str", "default": ""},
+            "facts": {"type": "dict", "default": {}},
+            "requirements": {"type": "dict", "options": REQUIREMENTS},
+        },
+        supports_check_mode=True,
+    )
+    found = read_host(module)
+    result = {"changed": False, "found": found}
+    requirements = module.params["requirements"]
+    if requirements is not None:
+        verdict = host_facts.judge(module.params["host"], found, module.params["facts"], requirements)
+        result.update(
+            failures=verdict["failures"],
+            message=verdict["message"],
+            warnings_found=verdict["warnings"],
+            report=verdict["report"],
+            summary=verdict["summary"],
+        )
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
