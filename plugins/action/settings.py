@@ -32,6 +32,7 @@ from ansible_collections.gpufleet.fleet.plugins.module_utils.settings import (
     rejection_of_hosts,
     rules_of,
     spec_options,
+    unknown_settings,
 )
 
 ARGUMENT_SPEC = {
@@ -85,6 +86,8 @@ class ActionModule(ActionBase):
         """Every host's settings of every role it runs, each distinct combination judged once (see DOCUMENTATION)."""
         hostvars = task_vars["hostvars"]
         stack = self._stack(task_vars)
+        settings = self._lookup("gpufleet.fleet.role_settings", task_vars)
+        warned: dict[str, list[str]] = {}
         modules: dict[str, Any] = {}
         # (role, the values its rules read) -> (first host, its hosts, the reasons)
         groups: dict[tuple[str, str], tuple[str, list[str], list[str]]] = {}
@@ -99,6 +102,17 @@ class ActionModule(ActionBase):
                     if name in switches
                 }
             )
+            # Every variable with a role's prefix must be a setting of that role (a misspelled one would be
+            # ignored and the default used); gpufleet_unknown_settings: warn only warns.
+            unknown = unknown_settings(self._given_names(hostvars, host, raw), settings)
+            if unknown:
+                mode = Templar(loader=self._loader, variables=switches).template(switches["gpufleet_unknown_settings"])
+                key = ("inventory", json.dumps(unknown))
+                if mode == "warn":
+                    warned.setdefault(key[1], []).append(host)
+                else:
+                    groups.setdefault(key, (host, [], unknown))[1].append(host)
+                    messages[host].append(key)
             for role in judged_roles(switched):
                 if role not in modules:
                     try:
@@ -139,7 +153,23 @@ class ActionModule(ActionBase):
                 first, members, reasons = groups[(role, entry)]
                 said.append(rejection_of_hosts(reasons, role, host, first, members))
             rejected[host] = " | ".join(said)
-        return {"changed": False, "rejected": rejected, "judged": len(groups)}
+        warnings = [
+            f"{', '.join(members)}: {'; '.join(json.loads(names))} (ignored)" for names, members in warned.items()
+        ]
+        return {"changed": False, "rejected": rejected, "judged": len(groups), "warnings": warnings}
+
+    def _given_names(self, hostvars: Any, host: str, raw: dict[str, Any]) -> list[str]:
+        """The names of the host's variables that the inventory or the command line gave: not its facts, nor
+        what a task of this run set (set_fact, register: preflight_report, say)."""
+        manager = getattr(hostvars, "_variable_manager", None)
+        set_by_tasks = set(getattr(manager, "_nonpersistent_fact_cache", {}).get(host, {}))
+        facts = set(raw.get("ansible_facts") or {})
+        return [name for name in raw if name not in set_by_tasks and name not in facts]
+
+    def _lookup(self, name: str, task_vars: dict[str, Any]) -> Any:
+        """The first value of a lookup plugin run without terms."""
+        lookup = self._shared_loader_obj.lookup_loader.get(name, loader=self._loader, templar=self._templar)
+        return lookup.run([], variables=task_vars)[0]
 
     def _role_variables(self, role: str, host_vars: dict[str, Any]) -> dict[str, Any]:
         """What the role's tasks would see of its variables on this host: its defaults, under the host's variables,

@@ -8,7 +8,6 @@ registered here without one.
 
 from __future__ import annotations
 
-import difflib
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -23,6 +22,7 @@ from ansible_collections.gpufleet.fleet.plugins.module_utils.gpufleet_check impo
 )
 from ansible_collections.gpufleet.fleet.plugins.module_utils.settings import as_dict as settings_as_dict
 from ansible_collections.gpufleet.fleet.plugins.module_utils.settings import as_list as settings_as_list
+from ansible_collections.gpufleet.fleet.plugins.module_utils.settings import unknown_settings
 
 _SPACE = re.compile(r"\s+")
 # One line of `dkms status`: "module/version" (dkms 2.8.6 on) or "module, version" (before), then ", kernel, arch"
@@ -106,39 +106,6 @@ def sections(output: Any) -> dict[str, list[str]]:
 
 
 # Words users reach for that a role calls otherwise (cuda_version: cuda_release).
-SYNONYMS = {"version": "release", "versions": "releases"}
-
-
-def _owner(name: str, roles: Sequence[str]) -> str | None:
-    """The role whose prefix ``name`` carries (the longest prefix wins: nvidia_driver_ before a role nvidia)."""
-    owners = [role for role in roles if name.startswith(role + "_")]
-    return max(owners, key=len) if owners else None
-
-
-def suggestion(name: str, role: str, options: Sequence[str]) -> str | None:
-    """The valid setting ``name`` most likely meant."""
-    rest = name[len(role) + 1 :]
-    for word, meant in SYNONYMS.items():
-        candidate = f"{role}_" + re.sub(rf"(^|_){word}($|_)", rf"\g<1>{meant}\g<2>", rest)
-        if candidate != name and candidate in options:
-            return candidate
-    close = difflib.get_close_matches(name, options, n=1, cutoff=0.8)
-    return close[0] if close else None
-
-
-def unknown_settings(names: Sequence[str], settings: Mapping[str, Sequence[str]]) -> list[str]:
-    """Messages for the variables with a role's prefix that no spec of that role defines."""
-    messages = []
-    for name in sorted(set(names or [])):
-        role = _owner(name, list(settings))
-        if role is None or name in settings[role]:
-            continue
-        meant = suggestion(name, role, settings[role])
-        hint = f" (did you mean {meant}?)" if meant else f" (docs/roles.md lists the settings of {role})"
-        messages.append(f"{name} is not a setting of role {role}{hint}")
-    return messages
-
-
 # dcgm-exporter's tags: <DCGM version>-<exporter version>[-<platform>].
 _EXPORTER_TAG = r"(?P<dcgm>(?P<major>[0-9]+)\.[0-9]+\.[0-9]+)-(?P<exporter>[0-9]+\.[0-9]+\.[0-9]+)"
 _EXPORTER_SETTING = re.compile(rf"^{_EXPORTER_TAG}(-[a-z][a-z0-9.]*)?$")

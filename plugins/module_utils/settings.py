@@ -24,6 +24,7 @@ values the YAML rules did.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -112,6 +113,39 @@ def rejection(messages: Sequence[str], role: str, host: str) -> str:
     """``<role> settings rejected on <host>: [1] first; [2] second``: the filter gpufleet.fleet.rejection."""
     numbered = "; ".join(f"[{index}] {message}" for index, message in enumerate(messages, start=1))
     return f"{role} settings rejected on {host}: {numbered}"
+
+
+SYNONYMS = {"version": "release", "versions": "releases"}
+
+
+def _owner(name: str, roles: Sequence[str]) -> str | None:
+    """The role whose prefix ``name`` carries (the longest prefix wins: nvidia_driver_ before a role nvidia)."""
+    owners = [role for role in roles if name.startswith(role + "_")]
+    return max(owners, key=len) if owners else None
+
+
+def suggestion(name: str, role: str, options: Sequence[str]) -> str | None:
+    """The valid setting ``name`` most likely meant."""
+    rest = name[len(role) + 1 :]
+    for word, meant in SYNONYMS.items():
+        candidate = f"{role}_" + re.sub(rf"(^|_){word}($|_)", rf"\g<1>{meant}\g<2>", rest)
+        if candidate != name and candidate in options:
+            return candidate
+    close = difflib.get_close_matches(name, options, n=1, cutoff=0.8)
+    return close[0] if close else None
+
+
+def unknown_settings(names: Sequence[str], settings: Mapping[str, Sequence[str]]) -> list[str]:
+    """Messages for the variables with a role's prefix that no spec of that role defines."""
+    messages = []
+    for name in sorted(set(names or [])):
+        role = _owner(name, list(settings))
+        if role is None or name in settings[role]:
+            continue
+        meant = suggestion(name, role, settings[role])
+        hint = f" (did you mean {meant}?)" if meant else f" (docs/roles.md lists the settings of {role})"
+        messages.append(f"{name} is not a setting of role {role}{hint}")
+    return messages
 
 
 def rejection_of_hosts(messages: Sequence[str], role: str, host: str, first: str, hosts: Sequence[str]) -> str:

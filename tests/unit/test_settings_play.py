@@ -29,17 +29,16 @@ TASKS = [
         "Stop a host whose settings are wrong (nothing has been changed)",
     )
 ]
-# What play 1's pre_tasks leave on every host before the judgement (no unknown setting).
-BEFORE = {"__gpufleet_rejected": []}
 
 
-def judged(**hosts):
-    """{host: Outcome} of the two tasks on fake Ubuntu 22.04 hosts with these settings (host vars)."""
+def judged(before=(), after=(), **hosts):
+    """{host: Outcome} of the two tasks on fake Ubuntu 22.04 hosts with these settings (host vars); ``before``:
+    tasks run first (what earlier tasks of the play set), ``after``: capture tasks."""
     fake = [
-        role_run.Host(name, FAKE_FACTS["ubuntu2204"], {**BEFORE, **settings}, groups=("gpu_nodes",))
+        role_run.Host(name, FAKE_FACTS["ubuntu2204"], settings, groups=("gpu_nodes",))
         for name, settings in hosts.items()
     ]
-    return role_run.run(fake, copy.deepcopy(TASKS))
+    return role_run.run(fake, [*before, *copy.deepcopy(TASKS)], after=list(after))
 
 
 def test_play_1_has_the_two_tasks():
@@ -95,3 +94,41 @@ def test_a_role_default_is_judged_as_the_role_sees_it():
     failure = outcome["node-1"].failure
     assert "cuda settings rejected on node-1: [1] cuda_release '11.0' is not a CUDA release gpufleet knows" in failure
     assert "{{" not in failure, failure
+
+
+def test_an_unknown_setting_stops_its_hosts_said_once_naming_them():
+    typo = {"cuda_version": "12.4"}
+    outcome = judged(**{"node-1": typo, "node-2": {}, "node-3": typo})
+    assert outcome["node-1"].failure == (
+        "inventory settings rejected on 2 hosts (node-1, node-3): [1] cuda_version is not a setting of role cuda"
+        " (did you mean cuda_release?); nothing has been changed"
+    )
+    assert outcome["node-3"].failure.startswith("inventory settings rejected on node-3: the same settings as node-1")
+    assert outcome["node-2"].failure is None
+
+
+def test_an_unknown_setting_comes_before_the_roles_rejections_of_its_host():
+    outcome = judged(**{"node-1": {"slurm_frobnicate": 1, "smoke_training_steps": 2}})
+    failure = outcome["node-1"].failure
+    assert failure.startswith(
+        "inventory settings rejected on node-1: [1] slurm_frobnicate is not a setting of role slurm"
+        " (docs/roles.md lists the settings of slurm) | smoke_training settings rejected on node-1"
+    ), failure
+
+
+def test_warn_only_warns_once_naming_the_hosts():
+    warn = {"cuda_version": "12.4", "gpufleet_unknown_settings": "warn"}
+    outcome = judged(
+        after=[role_run.capture({"warnings": "{{ __gpufleet_judged.warnings }}"})], **{"node-1": warn, "node-2": warn}
+    )
+    assert outcome["node-1"].failure is None and outcome["node-2"].failure is None
+    assert outcome["node-1"]["warnings"] == [
+        "node-1, node-2: cuda_version is not a setting of role cuda (did you mean cuda_release?) (ignored)"
+    ]
+
+
+def test_what_a_task_of_the_run_set_is_not_a_setting():
+    """preflight publishes preflight_report (set_fact) before the judgement: a fact, not an unknown setting."""
+    publish = {"name": "Publish", "ansible.builtin.set_fact": {"preflight_report": {"passed": True}, "cuda_seen": 1}}
+    outcome = judged(before=[publish], **{"node-1": {}})
+    assert outcome["node-1"].failure is None
