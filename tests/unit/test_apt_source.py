@@ -150,6 +150,35 @@ def test_each_entry_point_requires_the_inputs_it_cannot_work_without(entry_point
     assert names == expected[entry_point]
 
 
+def test_the_source_is_one_input_whose_parts_the_role_derives():
+    """apt_source_repository (one dict, the same option in main and trial) is the source: vars/main.yml derives one
+    role variable per part, under the name the tasks and templates read, an optional part with the spec's default;
+    none of them is an input or a default of its own (a caller cannot give a part twice)."""
+    option = SPECS["main"]["options"]["apt_source_repository"]
+    assert SPECS["trial"]["options"]["apt_source_repository"] == option
+    parts = option["options"]
+    derived = load_trusted(ROLE / "vars" / "main.yml")
+    defaults = load_trusted(ROLE / "defaults" / "main.yml")
+    for part, spec in parts.items():
+        name = f"apt_source_{part}"
+        assert name not in defaults and all(name not in s["options"] for s in SPECS.values()), name
+        reads = f"apt_source_repository.{part}"
+        if spec.get("required"):
+            assert derived[name] == "{{ %s }}" % reads, name
+        else:
+            default = str(spec["default"]).lower() if isinstance(spec["default"], bool) else repr(spec["default"])
+            assert derived[name] == "{{ %s | default(%s) }}" % (reads, default), name
+    assert {name for name in derived if name.startswith("apt_source_")} == {f"apt_source_{part}" for part in parts}
+    assert [name for name, spec in parts.items() if spec.get("required")] == [
+        "caller",
+        "name",
+        "description",
+        "url",
+        "suites",
+        "keyring",
+    ]
+
+
 def _playbook_env(tmp_path: Path) -> dict[str, str]:
     config = tmp_path / "ansible.cfg"
     config.write_text(
@@ -204,6 +233,49 @@ def test_ansible_refuses_an_entry_point_without_its_inputs(tmp_path, entry_point
         if line.startswith("TASK [apt_source : ") and "Validating arguments" not in line
     ]
     assert ran == [], ran
+
+
+@pytest.mark.parametrize("entry_point", ["main", "trial"])
+def test_ansible_refuses_a_source_with_a_part_missing_misspelt_or_mistyped(tmp_path, entry_point):
+    """The parts of apt_source_repository are checked by the spec, before any task of the role: a required part
+    missing, a part the spec does not know (a misspelt keyring) and a part of the wrong type are each named."""
+    include = {"name": "apt_source"} if entry_point == "main" else {"name": "apt_source", "tasks_from": entry_point}
+    repository = {
+        "caller": "tester",
+        "name": "test",
+        "description": "the test repository",
+        "suites": ["/"],
+        "keyrng": "/usr/share/keyrings/test.gpg",
+        "managed": "maybe",
+    }
+    run = _ansible_playbook(
+        tmp_path,
+        [
+            {
+                "name": "Include apt_source with a wrong source",
+                "hosts": "localhost",
+                "connection": "local",
+                "gather_facts": False,
+                "tasks": [
+                    {
+                        "name": "Include the role",
+                        "ansible.builtin.include_role": include,
+                        "vars": {"apt_source_repository": repository, "apt_source_package": "apt"},
+                    }
+                ],
+            }
+        ],
+    )
+    out = run.stdout + run.stderr
+    assert run.returncode != 0, out
+    assert f"Validating arguments against arg spec '{entry_point}'" in out
+    assert "missing required arguments: keyring, url found in apt_source_repository" in out, out
+    assert "apt_source_repository.keyrng. Supported parameters include: " in out, out
+    assert "argument 'managed' is of type str found in 'apt_source_repository'" in out, out
+    assert [line for line in out.splitlines() if line.startswith("TASK [apt_source : ")] == [
+        f"TASK [apt_source : Validating arguments against arg spec '{entry_point}' - "
+        f"{SPECS[entry_point]['short_description']}] ***"
+    ]
 
 
 def test_every_caller_includes_both_the_trial_and_the_configuration():
