@@ -20,7 +20,7 @@ What is still done by hand, and why (here and in the role test modules):
   apt_source's trial, ``payload_files`` of the payload role);
 * tasks that run on a host do not run: the includes of apt_source's trial
   and configuration in nvidia_driver's preflight.yml and cuda's source.yml
-  are skipped (``apply`` adds ``apt_source_caller is not defined``, which
+  are skipped (``apply`` adds ``apt_source_repository is not defined``, which
   only those includes set; role_run checks that); where a role's file mixes
   host probes (command, shell, stat, uri) with the set_fact/fail tasks that
   read their results (pytorch's preflight.yml, slurm's configure.yml), the

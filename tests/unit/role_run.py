@@ -223,8 +223,8 @@ def import_role(role: str, tasks_from: str = "validate", *, skip_apt_source: boo
     worker process per host for itself. ``skip_apt_source``: the file's own
     includes of roles/apt_source (its trial and configuration, which run apt
     on the host) are skipped, every other task of the file runs: the
-    import's ``when`` (``apt_source_caller is not defined``) goes to each of
-    its tasks, and only those includes set apt_source_caller (their
+    import's ``when`` (``apt_source_repository is not defined``) goes to each of
+    its tasks, and only those includes set apt_source_repository (their
     ``vars``; checked here).
     """
     task: dict[str, Any] = {
@@ -233,7 +233,7 @@ def import_role(role: str, tasks_from: str = "validate", *, skip_apt_source: boo
     }
     if skip_apt_source:
         _check_apt_source_includes(role, tasks_from)
-        task["when"] = "apt_source_caller is not defined"
+        task["when"] = "apt_source_repository is not defined"
     return {**task, **keywords}
 
 
@@ -261,14 +261,14 @@ def tasks_of(node: Any) -> Iterable[dict]:
 
 def _check_apt_source_includes(role: str, tasks_from: str) -> None:
     """Only the includes of apt_source in roles/<role>/tasks/<tasks_from>.yml (and the task files it imports or
-    includes) name apt_source_caller."""
+    includes) name apt_source_repository."""
     path = ROLES_DIR / role / "tasks" / f"{tasks_from}.yml"
     for task in tasks_of(yaml.safe_load(path.read_text())):
         include = task.get("ansible.builtin.include_role") or task.get("ansible.builtin.import_role")
         is_apt_source = isinstance(include, dict) and include.get("name") == "apt_source"
-        names = "apt_source_caller" in (task.get("vars") or {})
+        names = "apt_source_repository" in (task.get("vars") or {})
         assert is_apt_source == names, f"{path}: task {task.get('name')!r}: skip_apt_source cannot tell it apart"
-        assert "apt_source_caller" not in str({k: v for k, v in task.items() if k != "vars"}), path
+        assert "apt_source_repository" not in str({k: v for k, v in task.items() if k != "vars"}), path
         nested = task.get("ansible.builtin.import_tasks") or task.get("ansible.builtin.include_tasks")
         nested = nested.get("file") if isinstance(nested, dict) else nested
         if nested is not None:

@@ -142,27 +142,41 @@ def test_each_entry_point_requires_the_inputs_it_cannot_work_without(entry_point
     for name in names:
         assert name not in defaults and "default" not in SPECS[entry_point]["options"][name], name
     expected = {
-        "main": {
-            "apt_source_caller",
-            "apt_source_name",
-            "apt_source_description",
-            "apt_source_url",
-            "apt_source_suites",
-            "apt_source_keyring",
-        },
-        "trial": {
-            "apt_source_caller",
-            "apt_source_name",
-            "apt_source_description",
-            "apt_source_url",
-            "apt_source_suites",
-            "apt_source_keyring",
-            "apt_source_package",
-        },
+        "main": {"apt_source_repository"},
+        "trial": {"apt_source_repository", "apt_source_package"},
         "hold": {"apt_source_hold_packages", "apt_source_hold"},
         "simulate": {"apt_source_simulate_packages"},
     }
     assert names == expected[entry_point]
+
+
+def test_the_source_is_one_input_whose_parts_the_role_derives():
+    """apt_source_repository (one dict, the same option in main and trial) is the source: vars/main.yml derives one
+    role variable per part, under the name the tasks and templates read, an optional part with the spec's default;
+    none of them is an input or a default of its own (a caller cannot give a part twice)."""
+    option = SPECS["main"]["options"]["apt_source_repository"]
+    assert SPECS["trial"]["options"]["apt_source_repository"] == option
+    parts = option["options"]
+    derived = load_trusted(ROLE / "vars" / "main.yml")
+    defaults = load_trusted(ROLE / "defaults" / "main.yml")
+    for part, spec in parts.items():
+        name = f"apt_source_{part}"
+        assert name not in defaults and all(name not in s["options"] for s in SPECS.values()), name
+        reads = f"apt_source_repository.{part}"
+        if spec.get("required"):
+            assert derived[name] == "{{ %s }}" % reads, name
+        else:
+            default = str(spec["default"]).lower() if isinstance(spec["default"], bool) else repr(spec["default"])
+            assert derived[name] == "{{ %s | default(%s) }}" % (reads, default), name
+    assert {name for name in derived if name.startswith("apt_source_")} == {f"apt_source_{part}" for part in parts}
+    assert [name for name, spec in parts.items() if spec.get("required")] == [
+        "caller",
+        "name",
+        "description",
+        "url",
+        "suites",
+        "keyring",
+    ]
 
 
 def _playbook_env(tmp_path: Path) -> dict[str, str]:
@@ -219,6 +233,49 @@ def test_ansible_refuses_an_entry_point_without_its_inputs(tmp_path, entry_point
         if line.startswith("TASK [apt_source : ") and "Validating arguments" not in line
     ]
     assert ran == [], ran
+
+
+@pytest.mark.parametrize("entry_point", ["main", "trial"])
+def test_ansible_refuses_a_source_with_a_part_missing_misspelt_or_mistyped(tmp_path, entry_point):
+    """The parts of apt_source_repository are checked by the spec, before any task of the role: a required part
+    missing, a part the spec does not know (a misspelt keyring) and a part of the wrong type are each named."""
+    include = {"name": "apt_source"} if entry_point == "main" else {"name": "apt_source", "tasks_from": entry_point}
+    repository = {
+        "caller": "tester",
+        "name": "test",
+        "description": "the test repository",
+        "suites": ["/"],
+        "keyrng": "/usr/share/keyrings/test.gpg",
+        "managed": "maybe",
+    }
+    run = _ansible_playbook(
+        tmp_path,
+        [
+            {
+                "name": "Include apt_source with a wrong source",
+                "hosts": "localhost",
+                "connection": "local",
+                "gather_facts": False,
+                "tasks": [
+                    {
+                        "name": "Include the role",
+                        "ansible.builtin.include_role": include,
+                        "vars": {"apt_source_repository": repository, "apt_source_package": "apt"},
+                    }
+                ],
+            }
+        ],
+    )
+    out = run.stdout + run.stderr
+    assert run.returncode != 0, out
+    assert f"Validating arguments against arg spec '{entry_point}'" in out
+    assert "missing required arguments: keyring, url found in apt_source_repository" in out, out
+    assert "apt_source_repository.keyrng. Supported parameters include: " in out, out
+    assert "argument 'managed' is of type str found in 'apt_source_repository'" in out, out
+    assert [line for line in out.splitlines() if line.startswith("TASK [apt_source : ")] == [
+        f"TASK [apt_source : Validating arguments against arg spec '{entry_point}' - "
+        f"{SPECS[entry_point]['short_description']}] ***"
+    ]
 
 
 def test_every_caller_includes_both_the_trial_and_the_configuration():
@@ -279,27 +336,33 @@ def test_no_role_reads_the_private_facts_of_another():
 # --------------------------------------------------------------------------- what main writes
 
 
-SOURCE = {
-    "apt_source_caller": "tester",
-    "apt_source_name": "test",
-    "apt_source_description": "the test repository",
-    "apt_source_url": "https://mirror.example.com/debian/",
-    "apt_source_suites": ["bookworm", "bookworm-updates"],
-    "apt_source_components": ["contrib", "non-free"],
-    "apt_source_keyring": "/usr/share/keyrings/test.gpg",
+REPOSITORY = {
+    "caller": "tester",
+    "name": "test",
+    "description": "the test repository",
+    "url": "https://mirror.example.com/debian/",
+    "suites": ["bookworm", "bookworm-updates"],
+    "components": ["contrib", "non-free"],
+    "keyring": "/usr/share/keyrings/test.gpg",
 }
+SOURCE = {"apt_source_repository": REPOSITORY}
 FLAT = {
-    **SOURCE,
-    "apt_source_url": "https://mirror.example.com/cuda/debian12/x86_64",
-    "apt_source_suites": ["/"],
-    "apt_source_components": [],
-    "apt_source_architectures": ["arm64"],
+    "apt_source_repository": {
+        **REPOSITORY,
+        "url": "https://mirror.example.com/cuda/debian12/x86_64",
+        "suites": ["/"],
+        "components": [],
+        "architectures": ["arm64"],
+    }
 }
 # Another role's use of the same repository.
 OTHER_CALLER = {
-    "apt_source_caller": "another",
-    "apt_source_name": "another-test",
-    "apt_source_description": "another repository",
+    "apt_source_repository": {
+        **REPOSITORY,
+        "caller": "another",
+        "name": "another-test",
+        "description": "another repository",
+    }
 }
 
 
@@ -356,7 +419,7 @@ def test_the_source_file_is_the_repositorys_and_its_bytes_name_no_caller():
         variables["__apt_source_sources_file"] == "/etc/apt/sources.list.d/gpufleet-mirror.example.com_debian.sources"
     )
     assert variables["__apt_source_origin"] == "mirror.example.com"
-    other = written({**SOURCE, **OTHER_CALLER})
+    other = written(OTHER_CALLER)
     assert other["__apt_source_sources_file"] == variables["__apt_source_sources_file"]
     assert other["source"] == variables["source"]
 
@@ -460,7 +523,7 @@ def test_the_build_keeps_another_origins_build_of_the_release_out(tmp_path, buil
 for _inputs in (
     SOURCE,
     FLAT,
-    {**SOURCE, **OTHER_CALLER},
+    OTHER_CALLER,
     {**FLAT, "apt_source_pins": [EXACT_PIN]},
     {**SOURCE, "apt_source_pins": [BUILD_PIN]},
     *({**SOURCE, "apt_source_pins": [two_origins_pin(_build)]} for _build in ("535.261.03-1~deb12u1", "")),
@@ -558,17 +621,20 @@ def trials(signed_repository, tmp_path_factory):
     """Entry point trial for each case, read-only, in one localhost run (one inventory host per case, in parallel):
     {case: {fact, failed}}."""
     url, root = signed_repository["url"], signed_repository["root"]
+    repository = {
+        "caller": "tester",
+        "name": "gpufleet-unit-test",
+        "description": "the test repository",
+        "url": f"{url}/repo",
+        "suites": ["/"],
+        "keyring": str(root / "key.asc"),
+        "key_url": "",
+        "managed": True,
+    }
     base = {
-        "apt_source_caller": "tester",
-        "apt_source_name": "gpufleet-unit-test",
-        "apt_source_description": "the test repository",
-        "apt_source_url": f"{url}/repo",
+        "apt_source_repository": repository,
         "apt_source_url_name": "test_repository_url",
-        "apt_source_suites": ["/"],
-        "apt_source_keyring": str(root / "key.asc"),
         "apt_source_keyring_name": "test_repository_keyring",
-        "apt_source_key_url": "",
-        "apt_source_managed": True,
         "apt_source_package": "gpufleet-test-tool",
         "apt_source_version": "2.0.1",
         "apt_source_version_name": "test_version",
@@ -582,18 +648,30 @@ def trials(signed_repository, tmp_path_factory):
     cases = {
         "ok": {},
         "missing-version": {"apt_source_version": "2.9.9"},
-        "wrong-key": {"apt_source_keyring": str(root / "other.asc")},
-        "key-url": {"apt_source_keyring": str(root / "fetched.asc"), "apt_source_key_url": f"{url}/key.asc"},
-        "key-url-404": {"apt_source_keyring": str(root / "fetched.asc"), "apt_source_key_url": f"{url}/absent.asc"},
-        "missing-keyring": {"apt_source_keyring": str(root / "absent.gpg")},
-        "wrong-url": {"apt_source_url": f"{url}/no-such-repo"},
+        "wrong-key": {"apt_source_repository": {**repository, "keyring": str(root / "other.asc")}},
+        "key-url": {
+            "apt_source_repository": {**repository, "keyring": str(root / "fetched.asc"), "key_url": f"{url}/key.asc"}
+        },
+        "key-url-404": {
+            "apt_source_repository": {
+                **repository,
+                "keyring": str(root / "fetched.asc"),
+                "key_url": f"{url}/absent.asc",
+            }
+        },
+        "missing-keyring": {"apt_source_repository": {**repository, "keyring": str(root / "absent.gpg")}},
+        "wrong-url": {"apt_source_repository": {**repository, "url": f"{url}/no-such-repo"}},
         # A package installed here at its version, and the host's copy of the source as main writes it.
         "converged": {
             "apt_source_package": "apt",
             "apt_source_version": _installed("apt"),
             "__apt_source_sources_file": str(written),
         },
-        "not-managed": {"apt_source_managed": False, "apt_source_package": "apt", "apt_source_version": "0.0.1"},
+        "not-managed": {
+            "apt_source_repository": {**repository, "managed": False},
+            "apt_source_package": "apt",
+            "apt_source_version": "0.0.1",
+        },
         # The stanzas of packages to show: from the scratch trial, and from the host's apt on a converged host.
         "stanzas": {"apt_source_show_packages": ["gpufleet-test-tool"]},
         "stanzas-all-versions": {"apt_source_show_packages": ["gpufleet-test-tool"], "apt_source_version": ""},
@@ -643,7 +721,8 @@ def trials(signed_repository, tmp_path_factory):
                         "dest": str(written),
                         "mode": "0644",
                     },
-                    "vars": {**yaml.safe_load((ROLE / "defaults" / "main.yml").read_text()), **base},
+                    # The role's variables: what the template reads, derived from apt_source_repository.
+                    "vars": {**yaml.safe_load((ROLE / "vars" / "main.yml").read_text()), **base},
                     "when": "inventory_hostname == 'converged'",
                 },
                 {
@@ -879,7 +958,7 @@ def test_the_ubuntu_defaults_of_driver_and_cuda_are_one_source_for_a_real_apt(dr
     the same bytes, and apt reads the repository once, without a warning."""
     drv, cud = driver("ubuntu2204", "nvidia"), cuda_config("ubuntu2204")
     assert drv.failure is None and cud.failure is None
-    assert drv["main_inputs"]["apt_source_url"] == cud["main_inputs"]["apt_source_url"] == NVIDIA_UBUNTU2204
+    assert [cfg["main_inputs"]["apt_source_repository"]["url"] for cfg in (drv, cud)] == [NVIDIA_UBUNTU2204] * 2
     assert drv["main_sources_file"] == cud["main_sources_file"] == UBUNTU2204_SOURCE_FILE
     assert drv["main_source"] == cud["main_source"]
     keyring = str(signed_repository["root"] / "key.asc")

@@ -329,7 +329,7 @@ def test_defaults_pass_validation(host):
     assert cfg["__container_repo_url"] == NVIDIA_REPOSITORY
     assert cfg["__container_key_url"] == NVIDIA_KEY_URL
     written = WITH_SOURCE.get(host)
-    assert written["main_inputs"]["apt_source_keyring"] == FETCHED_KEYRING
+    assert written["main_inputs"]["apt_source_repository"]["keyring"] == FETCHED_KEYRING
     assert written["main_sources_file"] == SOURCE_FILE
     assert written["main_inputs"]["apt_source_replaces"] == [PREVIOUS_KEYRING]
 
@@ -412,7 +412,8 @@ def test_the_trial_tries_the_source_repository_yml_writes(host):
     trial, main = cfg["trial_inputs"], cfg["main_inputs"]
     assert {k: v for k, v in trial.items() if k in main} == {k: v for k, v in main.items() if k in trial}
     assert set(main) - set(trial) == {"apt_source_pins", "apt_source_replaces"}
-    assert trial["apt_source_architectures"] == ["amd64"] and trial["apt_source_key_url"] == NVIDIA_KEY_URL
+    repository = trial["apt_source_repository"]
+    assert repository["architectures"] == ["amd64"] and repository["key_url"] == NVIDIA_KEY_URL
     assert (trial["apt_source_package"], trial["apt_source_version"], trial["apt_source_version_name"]) == (
         "nvidia-container-toolkit",
         "1.19.1-1",

@@ -142,14 +142,14 @@ PREVIOUS_KEYRING = "/etc/apt/keyrings/gpufleet-cuda.asc"
 def test_the_keyring_package_signs_unless_a_key_or_keyring_is_given(host):
     url = SITE_URL if host == "debian12" else cuda(host)["__cuda_public_repository_url"]
     inputs = cuda_inputs(host, **usable(host))
-    assert inputs["apt_source_keyring_deb_url"] == f"{url}/cuda-keyring_1.1-1_all.deb"
+    assert inputs["apt_source_repository"]["keyring_deb_url"] == f"{url}/cuda-keyring_1.1-1_all.deb"
     # cuda-keyring's own list for the repository, and where earlier releases fetched a key URL's key.
     assert inputs["apt_source_replaces"] == [f"/etc/apt/sources.list.d/cuda-{host}-x86_64.list", PREVIOUS_KEYRING]
     # A key URL's key goes to the repository's keyring file (one per repository, whichever role fetches it).
-    keyed = cuda_inputs(host, **KEYED)
-    assert (keyed["apt_source_keyring_deb_url"], keyed["apt_source_keyring"]) == ("", KEYED_KEYRING)
-    baked = cuda_inputs(host, **BAKED, **usable(host))
-    assert (baked["apt_source_keyring_deb_url"], baked["apt_source_keyring"]) == ("", "/usr/share/keyrings/mirror.gpg")
+    keyed = cuda_inputs(host, **KEYED)["apt_source_repository"]
+    assert (keyed["keyring_deb_url"], keyed["keyring"]) == ("", KEYED_KEYRING)
+    baked = cuda_inputs(host, **BAKED, **usable(host))["apt_source_repository"]
+    assert (baked["keyring_deb_url"], baked["keyring"]) == ("", "/usr/share/keyrings/mirror.gpg")
 
 
 ROW = CUDA_RELEASES["12.1"]
@@ -204,7 +204,7 @@ def test_the_trial_looks_for_the_toolkit_build(settings, version):
     trial, main = cuda_inputs("ubuntu2204", "trial", **settings), cuda_inputs("ubuntu2204", **settings)
     assert {k: v for k, v in trial.items() if k in main} == {k: v for k, v in main.items() if k in trial}
     assert (trial["apt_source_package"], trial["apt_source_version"]) == ("cuda-toolkit-12-1", version)
-    assert trial["apt_source_description"] == "NVIDIA's CUDA repository"
+    assert trial["apt_source_repository"]["description"] == "NVIDIA's CUDA repository"
 
 
 def test_toolkit_package_is_never_the_cuda_metapackage():

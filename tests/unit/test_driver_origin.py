@@ -184,7 +184,7 @@ def test_check_mode_on_ubuntu_2204_plans_nvidias_packages_pinned_by_origin():
     assert cfg.failure is None and cfg["check_mode"] is True
     assert cfg["__nvidia_driver_source"] == "nvidia"
     assert (
-        cfg["main_inputs"]["apt_source_url"]
+        cfg["main_inputs"]["apt_source_repository"]["url"]
         == "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2204/x86_64"
     )
     assert cfg["__nvidia_driver_packages"] == [
