@@ -1,6 +1,7 @@
 """Unit tests for the GPU health checks (roles/payload/files/gpufleet_check/, shipped as
 gpufleet_check.pyz), without torch and without a GPU; one module per check or part of the
-program (the passive health checks and DCGM's diagnostic: tests/unit/test_gpu_health.py).
+program. The passive health checks and DCGM's diagnostic (test_health_*.py) are judged on real
+published outputs (saved_outputs.py says where they come from).
 
 The modules are imported from the package (roles/payload/files on sys.path, put there
 here, before any module of these tests imports them); the command line runs

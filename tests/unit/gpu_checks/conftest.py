@@ -1,13 +1,16 @@
-"""The fixtures of the gpu_checks tests: torch blocked in this process, the fake host."""
+"""The fixtures of the gpu_checks tests: torch blocked in this process, the fake host; for the health checks,
+local time in UTC and a one-GPU host that prints a real nvidia-smi -q -x."""
 
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from .fakes import FakeHost, dgx_topology, h100_listing
+from .saved_outputs import CAT, DATA, fake_tool
 
 # --------------------------------------------------------------------------- fixtures
 
@@ -37,3 +40,27 @@ def healthy_h100(host: FakeHost) -> FakeHost:
     host.loaded_module("535.161.08")
     host.userspace_driver("535.161.08")
     return host
+
+
+@pytest.fixture
+def utc(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Local time is UTC: dmesg -T and syslog lines carry local time without an offset."""
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+@pytest.fixture
+def gpu_host(tmp_path: Path) -> Path:
+    """A machine with one GPU on the PCI bus whose nvidia-smi -q -x prints a real A100 (MIG) XML, and
+    nothing else: nvlink prints nothing."""
+    (tmp_path / "bin").mkdir()
+    device = tmp_path / "sysfs" / "0000:01:00.0"
+    device.mkdir(parents=True)
+    (device / "vendor").write_text("0x10de\n")
+    (device / "class").write_text("0x030200\n")
+    xml = DATA / "smi-xml" / "a100-sxm4-80gb-mig-535.54.03.xml"
+    fake_tool(tmp_path / "bin", "nvidia-smi", f'if [ "$1" = "-q" ]; then "{CAT}" "{xml}"; fi\nexit 0\n')
+    return tmp_path

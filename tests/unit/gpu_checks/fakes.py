@@ -15,7 +15,7 @@ from gpufleet_check import checks, cli
 
 from . import PYZ
 
-# The passive health checks and DCGM's diagnostic (health_checks; tests/unit/test_gpu_health.py)
+# The passive health checks and DCGM's diagnostic (health_checks; test_health_*.py)
 HEALTH_CHECKS = ("gpu_errors", "pcie", "clocks", "nvlink", "xid", "interconnect", "dcgm")
 GPU_CHECKS = (
     "driver_version",

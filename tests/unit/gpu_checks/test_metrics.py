@@ -118,7 +118,7 @@ def test_metrics_of_a_gpu_node_parse_back(healthy_h100: FakeHost, monkeypatch: p
     report = gemm_report(healthy_h100, monkeypatch)
     families = parse_exposition(metrics.metrics_text(report))
     # The health checks' findings, Xid events, NVLink counters and DCGM tests (none on this fake node:
-    # test_gpu_health.py's saved outputs show them).
+    # the saved outputs of test_health_actions.py show them).
     assert set(families) == set(metrics.METRICS) - HEALTH_ONLY_METRICS, "every other metric has samples on a GPU node"
     assert values(families, "gpufleet_action_required") == [
         ({"action_class": c}, 0.0) for c in ("replace", "drain", "reboot", "configure")
