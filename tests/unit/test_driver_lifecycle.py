@@ -70,7 +70,7 @@ def fleet() -> dict[str, role_run.Outcome]:
 
 
 def _warning(branch: str, distribution: str) -> str:
-    """What the matrix says of the branch today (its dated cases are in test_plugins.py)."""
+    """What the matrix says of the branch today (its dated cases are in test_plugins_stack_lifecycle.py)."""
     return stack.resolve(MATRIX, driver_branch=branch, distribution=distribution)["driver"]["lifecycle"]["warning"]
 
 

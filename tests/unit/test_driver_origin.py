@@ -289,8 +289,9 @@ def test_the_cuda_check_reads_latest_as_the_branchs_default_release():
 # --------------------------------------------------------------------------- another branch in the build
 
 # https://packages.ubuntu.com/noble-updates/libnvidia-extra-535-server: 535.309.01-0ubuntu0.24.04.2, the transitional
-# build after R535's end of life ("dep: libnvidia-extra-580-server"; the stanza the filter tests in test_plugins.py
-# carry). The jammy packages of nvidia-graphics-drivers-535-server have the same form (issue 14 finding 1).
+# build after R535's end of life ("dep: libnvidia-extra-580-server"; the stanza the filter tests in
+# test_plugins_driver_packages.py carry). The jammy packages of nvidia-graphics-drivers-535-server have the same
+# form (issue 14 finding 1).
 TRANSITIONAL = {
     "Package": "libnvidia-extra-535-server",
     "Version": "535.309.01-0ubuntu0.24.04.2",
@@ -409,8 +410,8 @@ declare_driver("ubuntu2204", **_signed("ubuntu2204", nvidia_driver_signed_flavou
 
 def test_signed_modules_come_with_the_flavour_metapackage(driver):
     """The per-kernel package and the flavour metapackage (which brings the module of every later kernel of the
-    flavour; names as test_plugins.py cites them from packages.ubuntu.com); the metapackage carries the kernel's
-    version, so it is neither moved to the driver's version nor held nor kept from unattended-upgrades."""
+    flavour; names as test_plugins_driver_packages.py cites them from packages.ubuntu.com); the metapackage carries
+    the kernel's version, so it is neither moved to the driver's version nor held nor kept from unattended-upgrades."""
     cfg = driver("ubuntu2204", **_signed("ubuntu2204"))
     assert cfg.failure is None
     assert cfg["__nvidia_driver_packages"] == [
@@ -438,7 +439,7 @@ REBOOT_CHECK = role_run.Batch(
 
 
 def _module_stanza(version: str) -> str:
-    # The form Canonical publishes for a flavour module package (test_plugins.py:
+    # The form Canonical publishes for a flavour module package (test_plugins_driver_packages.py:
     # linux-modules-nvidia-595-server-nvidia, linux-modules-nvidia-390-generic-5.15): the kernel's version, the release
     # in Depends on nvidia-kernel-common.
     return (

@@ -547,7 +547,7 @@ def test_a_repeat_offender_carries_each_failing_runs_reasons_and_the_work():
 def test_a_repeat_offender_whose_gpu_asks_to_be_replaced_is_to_be_replaced():
     """gpufleet_check's own judgement of a real nvidia-smi -q -x with a row remapping failure (A10G, its source in
     tests/unit/data/gpu/smi-xml/a10g-515.105.01-remap-failure.xml.source) as the node's failed gpu_errors check."""
-    from test_gpu_health import health, smi
+    from gpu_checks.saved_outputs import health, smi
 
     found = health.judge_gpu_errors(smi("a10g-515.105.01-remap-failure.xml"))
     result = passing_result("node-2")

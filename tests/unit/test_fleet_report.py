@@ -777,8 +777,8 @@ def test_one_pinned_build_and_failures_lead_in_order():
 
 def health_result(tmp_path: Path, host: str, *args: str) -> dict[str, Any]:
     """gpufleet_check.pyz's real document for saved outputs (tests/unit/data/gpu, each with its source) judged
-    on a machine without GPUs (test_gpu_health.run_cli), as a node of the fleet would print it."""
-    from test_gpu_health import run_cli
+    on a machine without GPUs (gpu_checks/saved_outputs.run_cli), as a node of the fleet would print it."""
+    from gpu_checks.saved_outputs import run_cli
 
     work = tmp_path / host
     work.mkdir()
@@ -791,7 +791,7 @@ def health_result(tmp_path: Path, host: str, *args: str) -> dict[str, Any]:
 def xid_and_remap_doc(tmp_path: Path) -> dict[str, Any]:
     """node-1: the H100 Xid 48 (double-bit ECC) kernel log; node-2: a pending row remap on GPU 0 only (its
     checks warn: it passes); node-3: a driver/library mismatch."""
-    from test_gpu_health import DATA
+    from gpu_checks.saved_outputs import DATA
 
     xid48 = health_result(
         tmp_path,

@@ -477,7 +477,7 @@ def test_torchvision_and_torchaudio_can_be_left_out():
 
 # --- what the role rejects, before any change ---------------------------------
 
-# The matrix's own reasons are the stack lookup's (tests/unit/test_plugins.py);
+# The matrix's own reasons are the stack lookup's (tests/unit/test_plugins_stack.py);
 # these two show that the role passes its settings and stops on them.
 BAD_INPUT = [
     ({"pytorch_release": "2.0.1"}, "pytorch_release '2.0.1' is not a PyTorch release gpufleet knows"),

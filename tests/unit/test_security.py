@@ -239,7 +239,7 @@ def test_every_download_retries_while_its_source_does_not_answer(path, name):
     register = task.get("register")
     until = " ".join(str(task.get("until", "")).split())
     # The rule itself (which failures are a source that did not answer) is the
-    # test plugin gpufleet.fleet.fetch_failure, tested in test_plugins.py.
+    # test plugin gpufleet.fleet.fetch_failure, tested in test_plugins_jinja_tests.py.
     assert register and until == f"{register} is not gpufleet.fleet.fetch_failure"
 
 
