@@ -167,7 +167,7 @@ FLOORS = {"rdma": 6.0, "socket": 0.0, "gloo": 0.0}
 
 
 def network(backend: str, busbw: float | None, nodes: int = 2, world_busbw: float = 100.0) -> dict[str, Any]:
-    """train.py's network figures (time_all_reduce) of a run on `nodes` nodes, 8 ranks each."""
+    """The payload's network figures (train_measure.py's time_all_reduce) of a run on `nodes` nodes, 8 ranks each."""
     return {
         "backend": backend,
         "measured": "gloo over TCP" if backend == "gloo" else "NCCL",

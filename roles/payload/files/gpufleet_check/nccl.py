@@ -248,7 +248,7 @@ def judge(
 ) -> dict[str, Any]:
     """The smoke training's network verdict.
 
-    network: the payload's ``network`` (train.py's time_all_reduce: backend, measured, size_bytes,
+    network: the payload's ``network`` (train_measure.py's time_all_reduce: backend, measured, size_bytes,
     world / inter_node {ranks, seconds, algbw_gbps, busbw_gbps}), None when it measured nothing;
     nodes: each node's launcher output ({"host", "nccl": read_logs() or None}); floors:
     {"rdma", "socket", "gloo"} in GB/s (0: not judged); the expectations as the role's settings.
