@@ -11,6 +11,8 @@ import yaml
 from ansible.errors import AnsibleFilterError
 from plugin_files import REPO, filters, settings, stack
 
+from ansible_collections.gpufleet.fleet.plugins.module_utils import settings as rules
+
 # --- filters -----------------------------------------------------------------
 
 
@@ -114,7 +116,9 @@ def test_unknown_settings_without_a_close_match_points_to_the_reference():
 
 
 def test_the_longest_role_prefix_owns_a_name():
-    assert filters._owner("nvidia_driver_x", ["nvidia", "nvidia_driver"]) == "nvidia_driver"
+    assert rules.unknown_settings(["nvidia_driver_x"], {"nvidia": ["nvidia_x"], "nvidia_driver": []}) == [
+        "nvidia_driver_x is not a setting of role nvidia_driver (docs/roles.md lists the settings of nvidia_driver)"
+    ]
 
 
 # --- role_settings -----------------------------------------------------------
