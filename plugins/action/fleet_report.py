@@ -21,6 +21,7 @@ from typing import Any
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
+from ansible_collections.gpufleet.fleet.plugins.module_utils.controller_action import ControllerAction
 from ansible_collections.gpufleet.fleet.plugins.module_utils.fleet_report import (
     DEFAULT_BASENAME,
     DEFAULT_HISTORY_KEEP,
@@ -51,13 +52,8 @@ ARGUMENT_SPEC = {
 }
 
 
-class ActionModule(ActionBase):
+class ActionModule(ControllerAction, ActionBase):
     """Collect, judge, render and write the fleet report (see the module docstring)."""
-
-    TRANSFERS_FILES = False
-    _requires_connection = False
-    _supports_check_mode = True
-    _supports_async = False
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result = super().run(tmp, task_vars)

@@ -22,6 +22,7 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
 from ansible.template import Templar
 
+from ansible_collections.gpufleet.fleet.plugins.module_utils.controller_action import ControllerAction
 from ansible_collections.gpufleet.fleet.plugins.module_utils.settings import (
     PARTS,
     judge,
@@ -42,13 +43,8 @@ ARGUMENT_SPEC = {
 ROLES_DIR = Path(__file__).resolve().parents[2] / "roles"
 
 
-class ActionModule(ActionBase):
+class ActionModule(ControllerAction, ActionBase):
     """Judge one role's settings for one host (see the module docstring)."""
-
-    TRANSFERS_FILES = False
-    _requires_connection = False
-    _supports_check_mode = True
-    _supports_async = False
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result = super().run(tmp, task_vars)

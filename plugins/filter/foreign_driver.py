@@ -454,10 +454,8 @@ def foreign_driver(
 
 class FilterModule:
     def filters(self) -> dict[str, Any]:
+        # Each filter is named as its function.
         return {
-            "foreign_driver": foreign_driver,
-            "dpkg_list": dpkg_list,
-            "dpkg_owners": dpkg_owners,
-            "apt_policy_installed": apt_policy_installed,
-            "apt_policy_files": apt_policy_files,
+            function.__name__: function
+            for function in (foreign_driver, dpkg_list, dpkg_owners, apt_policy_installed, apt_policy_files)
         }

@@ -139,13 +139,10 @@ class Nvrtc:
             self._call("nvrtcDestroyProgram", ctypes.byref(program))
 
 
-def compile_with_nvcc(nvcc, arch, workdir):
-    source = os.path.join(workdir, "twice.cu")
-    with open(source, "w") as handle:
-        handle.write(KERNEL)
-    cubin = os.path.join(workdir, "twice_{}.cubin".format(arch))
+def compile_tool(name, argv):
+    """Run nvcc or ptxas; raise RuntimeError with its exit status and last lines when it fails."""
     result = subprocess.run(
-        [nvcc, "-cubin", "-arch={}".format(arch), "-o", cubin, source],
+        argv,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         universal_newlines=True,
@@ -153,7 +150,15 @@ def compile_with_nvcc(nvcc, arch, workdir):
         check=False,
     )
     if result.returncode != 0:
-        raise RuntimeError("nvcc exit {}: {}".format(result.returncode, last_lines(result.stdout)))
+        raise RuntimeError("{} exit {}: {}".format(name, result.returncode, last_lines(result.stdout)))
+
+
+def compile_with_nvcc(nvcc, arch, workdir):
+    source = os.path.join(workdir, "twice.cu")
+    with open(source, "w") as handle:
+        handle.write(KERNEL)
+    cubin = os.path.join(workdir, "twice_{}.cubin".format(arch))
+    compile_tool("nvcc", [nvcc, "-cubin", "-arch={}".format(arch), "-o", cubin, source])
     return cubin
 
 
@@ -163,16 +168,7 @@ def compile_with_nvrtc(nvrtc, ptxas, arch, workdir):
     with open(ptx_file, "wb") as handle:
         handle.write(ptx)
     cubin = os.path.join(workdir, "twice_{}.cubin".format(arch))
-    result = subprocess.run(
-        [ptxas, "-arch={}".format(arch), "-o", cubin, ptx_file],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        universal_newlines=True,
-        timeout=300,
-        check=False,
-    )
-    if result.returncode != 0:
-        raise RuntimeError("ptxas exit {}: {}".format(result.returncode, last_lines(result.stdout)))
+    compile_tool("ptxas", [ptxas, "-arch={}".format(arch), "-o", cubin, ptx_file])
     return cubin
 
 

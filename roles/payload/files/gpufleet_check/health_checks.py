@@ -29,18 +29,22 @@ The judgements and their sources are in health's, xid's and dcgm's docstrings.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import shutil
 import subprocess
 import time
 from datetime import datetime, timezone
-from typing import Any, Callable
+from typing import Any, Callable, Dict, List, Tuple
 
 from . import dcgm, health, profiles, xid
 from .common import check_result, first_lines, no_gpu
 from .facts import run_nvidia_smi
 
 KERNEL_LOG_TIMEOUT_S = 60
+# What a check on nvidia-smi -q's records returns to smi_check: findings, summary, findings_result's keywords.
+SmiJudgement = Tuple[List[Dict[str, Any]], str, Dict[str, Any]]
+SmiJudge = Callable[[Any, List[Dict[str, Any]]], SmiJudgement]
 
 
 # --------------------------------------------------------------------------- inputs
@@ -185,12 +189,29 @@ def models(gpus: list[dict[str, Any]], table: dict[str, dict[str, Any]]) -> str:
 # --------------------------------------------------------------------------- checks
 
 
-def check_gpu_errors(probe: Any) -> dict[str, Any]:
+def smi_check(name: str) -> Callable[[SmiJudge], Callable[[Any], dict[str, Any]]]:
+    """A check on nvidia-smi -q's GPU records (gpu_errors, pcie, clocks): without them its result is needs_smi's;
+    with them, findings_result of what the decorated function returns for (probe, gpus): its findings, the
+    summary, and findings_result's threshold and per_gpu."""
+
+    def wrap(judge: SmiJudge) -> Callable[[Any], dict[str, Any]]:
+        @functools.wraps(judge)
+        def check(probe: Any) -> dict[str, Any]:
+            gpus, early = needs_smi(name, probe)
+            if early:
+                return early
+            found, summary, extra = judge(probe, gpus)
+            return findings_result(name, found, summary, value=len(found), unit="findings", **extra)
+
+        return check
+
+    return wrap
+
+
+@smi_check("gpu_errors")
+def check_gpu_errors(probe: Any, gpus: list[dict[str, Any]]) -> SmiJudgement:
     """Remapped rows, retired pages and ECC errors of every GPU (nvidia-smi -q -x)."""
-    name, args = "gpu_errors", probe.args
-    gpus, early = needs_smi(name, probe)
-    if early:
-        return early
+    args = probe.args
     found = health.judge_gpu_errors(gpus, args.max_ecc_errors, args.max_corrected_ecc)
     per_gpu = [
         {
@@ -203,18 +224,13 @@ def check_gpu_errors(probe: Any) -> dict[str, Any]:
         for g in gpus
     ]
     summary = f"{len(gpus)} GPU(s) read: {models(gpus, probe.profile_table)}"
-    return findings_result(
-        name, found, summary, value=len(found), unit="findings", threshold=args.max_ecc_errors, per_gpu=per_gpu
-    )
+    return found, summary, {"threshold": args.max_ecc_errors, "per_gpu": per_gpu}
 
 
-def check_pcie(probe: Any) -> dict[str, Any]:
+@smi_check("pcie")
+def check_pcie(probe: Any, gpus: list[dict[str, Any]]) -> SmiJudgement:
     """Each GPU's PCIe link against its SKU's floor and its own maximum."""
-    name, args = "pcie", probe.args
-    gpus, early = needs_smi(name, probe)
-    if early:
-        return early
-    found = health.judge_pcie(gpus, probe.profile_table, args.pcie_gen_policy)
+    found = health.judge_pcie(gpus, probe.profile_table, probe.args.pcie_gen_policy)
     links = ", ".join(
         sorted(
             {
@@ -225,45 +241,29 @@ def check_pcie(probe: Any) -> dict[str, Any]:
         )
     )
     summary = f"{len(gpus)} GPU(s): {links}; {models(gpus, probe.profile_table)}"
-    return findings_result(
-        name,
-        found,
-        summary,
-        value=len(found),
-        unit="findings",
-        per_gpu=[{"gpu": health.gpu_label(g), **g["pcie"]} for g in gpus],
-    )
+    return found, summary, {"per_gpu": [{"gpu": health.gpu_label(g), **g["pcie"]} for g in gpus]}
 
 
-def check_clocks(probe: Any) -> dict[str, Any]:
+@smi_check("clocks")
+def check_clocks(probe: Any, gpus: list[dict[str, Any]]) -> SmiJudgement:
     """Active clock event (throttle) reasons, temperature against the slowdown threshold, MIG mode."""
-    name, args = "clocks", probe.args
-    gpus, early = needs_smi(name, probe)
-    if early:
-        return early
-    found = health.judge_clocks(gpus, args.expect_mig)
+    expect_mig = probe.args.expect_mig
+    found = health.judge_clocks(gpus, expect_mig)
     active = sorted({reason for g in gpus for reason, on in g["clock_reasons"].items() if on})
     temps = [g["temperature"]["gpu"] for g in gpus if g["temperature"]["gpu"] is not None]
     summary = f"{len(gpus)} GPU(s); active reasons: {', '.join(active) or 'none'}"
     summary += f"; hottest {max(temps):g} C" if temps else ""
-    summary += f"; MIG {', '.join(sorted({str(g['mig']['current']) for g in gpus}))} (expected: {args.expect_mig})"
-    return findings_result(
-        name,
-        found,
-        summary,
-        value=len(found),
-        unit="findings",
-        threshold=args.expect_mig,
-        per_gpu=[
-            {
-                "gpu": health.gpu_label(g),
-                "clock_reasons": g["clock_reasons"],
-                "temperature": g["temperature"],
-                "mig": g["mig"],
-            }
-            for g in gpus
-        ],
-    )
+    summary += f"; MIG {', '.join(sorted({str(g['mig']['current']) for g in gpus}))} (expected: {expect_mig})"
+    per_gpu = [
+        {
+            "gpu": health.gpu_label(g),
+            "clock_reasons": g["clock_reasons"],
+            "temperature": g["temperature"],
+            "mig": g["mig"],
+        }
+        for g in gpus
+    ]
+    return found, summary, {"threshold": expect_mig, "per_gpu": per_gpu}
 
 
 def check_nvlink(probe: Any) -> dict[str, Any]:
