@@ -1,0 +1,237 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: apt_trial
+short_description: Ask a host, in one round trip, what an apt source would give it, changing nothing
+description:
+  - The host's side of the internal role apt_source's entry point C(trial), in one module run instead of one task
+    per question.
+  - Reads the host's copy of the source file and the installed version of the package. A host that has exactly this
+    source and the package at a version matching O(version_regex) is converged, and its own apt answers
+    (C(apt-cache madison), C(apt-cache show)); a re-run downloads nothing.
+  - Otherwise looks for the keyring (O(look_for_keyring)), asks whether the repository's Release file and the signing
+    key answer (HTTP HEAD, as M(ansible.builtin.uri) with its default status code), and, when both do, runs the
+    trial script (O(script), the role's C(apt-repository-trial.sh)) with O(environment), which tries the source in a
+    scratch apt state under /tmp.
+  - Changes nothing on the host, in check mode or not.
+options:
+  sources_file:
+    description: The path of the source's own file on the host.
+    type: path
+    required: true
+  sources_text:
+    description: The source as the role would write it; the host's file is compared with it.
+    type: str
+    required: true
+  managed:
+    description: Whether the role writes the source (false, the host's own source is asked with its own apt).
+    type: bool
+    default: true
+  package:
+    description: The package whose installed and offered versions are read.
+    type: str
+    required: true
+  version_regex:
+    description: The versions that count as the one asked for (a Python regular expression, matched at the start);
+      empty for any.
+    type: str
+    default: ""
+  keyring:
+    description: The keyring that signs the source, looked for on the host when O(look_for_keyring).
+    type: path
+    default: ""
+  look_for_keyring:
+    description: Whether the keyring must already be on the host (no key URL, no keyring package).
+    type: bool
+    default: false
+  release_url:
+    description: The repository's Release file, asked with HTTP HEAD.
+    type: str
+    required: true
+  key_url:
+    description: The signing key's URL, asked with HTTP HEAD once the repository answers; empty for none.
+    type: str
+    default: ""
+  script:
+    description: The text of the trial script, run with bash.
+    type: str
+    required: true
+  environment:
+    description: The trial script's environment (its C(TRIAL_*) inputs).
+    type: dict
+    default: {}
+  show_packages:
+    description: Packages whose stanzas the host's own apt prints when the host is converged.
+    type: list
+    elements: str
+    default: []
+  timeout:
+    description: Seconds each HTTP request may take.
+    type: int
+    default: 15
+notes:
+  - Supports check mode.
+author:
+  - gpufleet maintainers (@gpufleet)
+"""
+
+EXAMPLES = r"""
+- name: Try the source (read-only)
+  gpufleet.fleet.apt_trial:
+    sources_file: /etc/apt/sources.list.d/gpufleet-cuda.sources
+    sources_text: "{{ lookup('ansible.builtin.template', 'source.sources.j2') }}"
+    package: cuda-toolkit-12-1
+    version_regex: '^12\.1\.1-1$'
+    release_url: https://mirror.example/cuda/Release
+    script: "{{ lookup('ansible.builtin.file', 'apt-repository-trial.sh') }}"
+    environment:
+      TRIAL_SOURCES: "{{ lookup('ansible.builtin.template', 'source.sources.j2') }}"
+      TRIAL_PACKAGE: cuda-toolkit-12-1
+  register: __apt_source_asked
+"""
+
+RETURN = r"""
+installed:
+  description: The installed version of O(package), empty when it is not installed.
+  returned: always
+  type: str
+converged:
+  description: Whether the host has exactly this source and the package at the version asked for.
+  returned: always
+  type: bool
+keyring_exists:
+  description: Whether the keyring is on the host (true when not looked for).
+  returned: always
+  type: bool
+repository:
+  description: The repository's answer (status, msg and url as M(ansible.builtin.uri) gives them); empty when not asked.
+  returned: always
+  type: dict
+key:
+  description: The signing key's answer (status and msg); empty when not asked.
+  returned: always
+  type: dict
+trial:
+  description: The trial script's rc, stdout, stdout_lines and stderr; empty when it did not run.
+  returned: always
+  type: dict
+madison:
+  description: The host's own C(apt-cache madison) of O(package) (stdout); empty unless converged or not managed.
+  returned: always
+  type: dict
+shown:
+  description: The host's own C(apt-cache show) of O(show_packages) (stdout); empty unless asked.
+  returned: always
+  type: dict
+"""
+
+import hashlib
+import os
+import re
+import tempfile
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.urls import fetch_url
+
+
+def sha1_of(path):
+    """The file's SHA-1 as sha1sum prints it, or 'none' when it cannot be read."""
+    try:
+        with open(path, "rb") as handle:
+            return hashlib.sha1(handle.read()).hexdigest()
+    except (IOError, OSError):
+        return "none"
+
+
+def head(module, url):
+    """A HEAD request answered as ansible.builtin.uri reports it: status (-1 without an answer), msg, url."""
+    response, info = fetch_url(module, url, method="HEAD", timeout=module.params["timeout"])
+    if response is not None:
+        response.close()
+    status = info.get("status", -1)
+    answer = {"status": status, "url": info.get("url", url), "msg": info.get("msg", "")}
+    if status != 200:
+        answer["msg"] = "Status code was {0} and not [200]: {1}".format(status, info.get("msg", ""))
+    return answer
+
+
+def run_trial(module):
+    params = module.params
+    handle, path = tempfile.mkstemp(prefix="gpufleet-apt-trial.", suffix=".sh")
+    try:
+        with os.fdopen(handle, "w") as script:
+            script.write(params["script"])
+        environment = dict((str(k), "" if v is None else str(v)) for k, v in params["environment"].items())
+        rc, out, err = module.run_command(["/bin/bash", path], environ_update=environment)
+    finally:
+        os.unlink(path)
+    return {"rc": rc, "stdout": out, "stdout_lines": out.splitlines(), "stderr": err}
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "sources_file": {"type": "path", "required": True},
+            "sources_text": {"type": "str", "required": True},
+            "managed": {"type": "bool", "default": True},
+            "package": {"type": "str", "required": True},
+            "version_regex": {"type": "str", "default": ""},
+            "keyring": {"type": "path", "default": ""},
+            "look_for_keyring": {"type": "bool", "default": False},
+            "release_url": {"type": "str", "required": True},
+            "key_url": {"type": "str", "default": ""},
+            "script": {"type": "str", "required": True},
+            "environment": {"type": "dict", "default": {}},
+            "show_packages": {"type": "list", "elements": "str", "default": []},
+            "timeout": {"type": "int", "default": 15},
+        },
+        supports_check_mode=True,
+    )
+    params = module.params
+    rc, out, err = module.run_command(["dpkg-query", "-W", "-f=${Version}\n", params["package"]])
+    installed = out.strip() if rc == 0 else ""
+    own = hashlib.sha1(params["sources_text"].encode("utf-8")).hexdigest()
+    converged = (
+        params["managed"]
+        and sha1_of(params["sources_file"]) == own
+        and (not params["version_regex"] or re.match(params["version_regex"], installed) is not None)
+    )
+    result = {
+        "changed": False,
+        "installed": installed,
+        "converged": bool(converged),
+        "keyring_exists": True,
+        "repository": {},
+        "key": {},
+        "trial": {},
+        "madison": {},
+        "shown": {},
+    }
+    if params["managed"] and not converged:
+        if params["look_for_keyring"]:
+            result["keyring_exists"] = os.path.exists(params["keyring"])
+        if result["keyring_exists"]:
+            result["repository"] = head(module, params["release_url"])
+        if params["key_url"] and result["repository"].get("status") == 200:
+            result["key"] = head(module, params["key_url"])
+        if result["repository"].get("status") == 200 and result["key"].get("status", 200) == 200:
+            result["trial"] = run_trial(module)
+    else:
+        rc, out, err = module.run_command(["apt-cache", "madison", params["package"]])
+        result["madison"] = {"rc": rc, "stdout": out}
+        if params["show_packages"]:
+            rc, out, err = module.run_command(["apt-cache", "show"] + params["show_packages"])
+            result["shown"] = {"rc": rc, "stdout": out}
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
