@@ -187,7 +187,7 @@ def main():
             "keyring": {"type": "path", "default": ""},
             "look_for_keyring": {"type": "bool", "default": False},
             "release_url": {"type": "str", "required": True},
-            "key_url": {"type": "str", "default": ""},
+            "key_url": {"type": "str", "default": "", "no_log": False},  # a public key's URL, not a secret
             "script": {"type": "str", "required": True},
             "environment": {"type": "dict", "default": {}},
             "show_packages": {"type": "list", "elements": "str", "default": []},

@@ -60,6 +60,10 @@ role_run.start_runner()
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ROLES_DIR = REPO_ROOT / "roles"
+# The payload's package (gpufleet_check) imports as on a node: roles/payload/files on sys.path, before any test
+# module (tests/unit/gpu_checks/ among them) imports it.
+if str(ROLES_DIR / "payload" / "files") not in sys.path:
+    sys.path.insert(0, str(ROLES_DIR / "payload" / "files"))
 
 # ansible_facts as `setup` reports them on bare-metal GPU servers.
 FAKE_FACTS: dict[str, dict[str, Any]] = {

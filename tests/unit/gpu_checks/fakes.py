@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from gpufleet_check import checks, cli
 
-from . import PYZ
+from .payload_path import PYZ
 
 # The passive health checks and DCGM's diagnostic (health_checks; test_health_*.py)
 HEALTH_CHECKS = ("gpu_errors", "pcie", "clocks", "nvlink", "xid", "interconnect", "dcgm")

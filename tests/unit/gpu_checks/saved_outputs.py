@@ -21,7 +21,7 @@ from typing import Any
 
 from gpufleet_check import health
 
-from . import PYZ
+from .payload_path import PYZ
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "gpu"
 

@@ -11,8 +11,8 @@ import pytest
 import yaml
 from gpufleet_check import checks, cli, facts
 
-from . import PAYLOAD_DIR
 from .fakes import FakeHost, explain, probe, run_cli
+from .payload_path import PAYLOAD_DIR
 
 # --------------------------------------------------------------------------- the driver fact (--driver-fact)
 

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from gpufleet_check import checks, cli
 
-from . import PAYLOAD_DIR
 from .fakes import FakeHost, by_name, fake_torch
+from .payload_path import PAYLOAD_DIR
 
 # --------------------------------------------------------------------------- GEMM
 
