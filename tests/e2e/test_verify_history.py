@@ -186,3 +186,22 @@ def test_a_slow_node_that_passes_its_floors_is_an_outlier(tmp_path, lab_hosts):
     )
     assert line in (out / "fleet-report.md").read_text()
     assert line in proc.stdout  # what gpufleet_verify.py prints: the report's terminal text
+
+
+def test_history_metrics_that_cannot_be_written_are_named_and_fail_no_node(tmp_path, lab_hosts):
+    """A textfile directory that does not exist: every node's checks and history metrics are said not written, the
+    run passes, and no task's error is ignored (the copy's error is read from its result)."""
+    target = "/nonexistent-gpufleet-textfile-dir/gpufleet.prom"
+    run = run_playbook(
+        tmp_path,
+        "playbooks/verify.yml",
+        LAB_INVENTORY,
+        extravars={"gpu_verify_report_dir": str(tmp_path / "verify"), "gpu_verify_metrics_file": target},
+    )
+    assert run.status == "successful", run.failures()
+    assert not run.hosts("ignored"), run.stats
+    said = run.results("Report history metrics that could not be written")
+    assert set(said) == set(lab_hosts), said
+    for result in said.values():
+        assert result["msg"].startswith("history metrics not written to /nonexistent-gpufleet-textfile-dir/"), result
+        assert "the monitoring role creates monitoring_textfile_dir" in result["msg"]
