@@ -139,7 +139,8 @@ import re
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.urls import fetch_url
+
+from ansible_collections.gpufleet.fleet.plugins.module_utils.http_answer import http_answer
 
 
 def sha1_of(path):
@@ -149,18 +150,6 @@ def sha1_of(path):
             return hashlib.sha1(handle.read()).hexdigest()
     except (IOError, OSError):
         return "none"
-
-
-def head(module, url):
-    """A HEAD request answered as ansible.builtin.uri reports it: status (-1 without an answer), msg, url."""
-    response, info = fetch_url(module, url, method="HEAD", timeout=module.params["timeout"])
-    if response is not None:
-        response.close()
-    status = info.get("status", -1)
-    answer = {"status": status, "url": info.get("url", url), "msg": info.get("msg", "")}
-    if status != 200:
-        answer["msg"] = "Status code was {0} and not [200]: {1}".format(status, info.get("msg", ""))
-    return answer
 
 
 def run_trial(module):
@@ -219,9 +208,9 @@ def main():
         if params["look_for_keyring"]:
             result["keyring_exists"] = os.path.exists(params["keyring"])
         if result["keyring_exists"]:
-            result["repository"] = head(module, params["release_url"])
+            result["repository"] = http_answer(module, params["release_url"], "HEAD", params["timeout"])
         if params["key_url"] and result["repository"].get("status") == 200:
-            result["key"] = head(module, params["key_url"])
+            result["key"] = http_answer(module, params["key_url"], "HEAD", params["timeout"])
         if result["repository"].get("status") == 200 and result["key"].get("status", 200) == 200:
             result["trial"] = run_trial(module)
     else:

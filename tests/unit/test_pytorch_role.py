@@ -614,12 +614,24 @@ LAB_WHEELHOUSE_PAGE = (
 )
 
 
-# The probes' registered results on a host without the environment: preflight.yml's stat found no venv, so the
-# command that reads the installed versions was skipped.
-NO_VENV = {
-    "__pytorch_venv_stat": {"stat": {"exists": False}},
-    "__pytorch_installed": {"skipped": True, "changed": False},
-}
+def no_venv(python: dict | None = None, df: dict | None = None, source: dict | None = None) -> dict:
+    """gpufleet.fleet.venv_facts' registered result on a host without the environment (plugins/modules/venv_facts.py:
+    nothing installed to read, so every requirement is unsatisfied and the rest is read): the interpreter's run, the
+    df and the listings' answers as given."""
+    skipped = {"skipped": True, "changed": False}
+    return {
+        "__pytorch_host": {
+            "changed": False,
+            "venv_exists": False,
+            "installed": skipped,
+            "needed": True,
+            "python": python or skipped,
+            "df": df or skipped,
+            "source": source or skipped,
+        }
+    }
+
+
 DF = "Filesystem 1024-blocks Used Available Capacity Mounted on\n/dev/sda2 102400000 98000000 {free} 96% /"
 ROOMY_KB = 52428800
 # The checks of preflight.yml after its host probes, in the role's order (copies of its tasks), after validate.yml.
@@ -657,10 +669,11 @@ def _preflight_host(
     )
     return host, {
         **settings,
-        **NO_VENV,
-        "__pytorch_python_probe": {"rc": 0, "stdout_lines": [python, "x86_64"]},
-        "__pytorch_source_probe": {"results": probe},
-        "__pytorch_df": {"stdout_lines": DF.format(free=free_kb).splitlines()},
+        **no_venv(
+            python={"rc": 0, "stdout_lines": [python, "x86_64"]},
+            df={"stdout_lines": DF.format(free=free_kb).splitlines()},
+            source={"results": probe},
+        ),
     }
 
 
@@ -1051,8 +1064,7 @@ def _plan_case(recorded: str = "", pip: dict | None = None, python_rc: int = 0) 
     """The host variables of a wheel-plan case: the probes' results, the pip the lookup gave, the plan's recorded
     output."""
     return {
-        **NO_VENV,
-        "__pytorch_python_probe": {"rc": python_rc, "stdout_lines": ["3.11", "x86_64"] if python_rc == 0 else []},
+        **no_venv(python={"rc": python_rc, "stdout_lines": ["3.11", "x86_64"] if python_rc == 0 else []}),
         "__pytorch_plan_pip": pip or PLAN_PIP,
         **({"__pytorch_plan": WHEEL_PLAN_RECORDED[recorded]["result"]} if recorded else {}),
     }

@@ -1,0 +1,161 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: venv_facts
+short_description: Read, in one round trip, what a Python virtual environment holds and what installing into it needs
+description:
+  - The host's side of the pytorch role's checks before any change, in one module run instead of one task per
+    question.
+  - Looks for the environment's interpreter and, when it is there, runs O(installed_script) in it (the role's
+    C(pytorch_installed.py)) with O(requirements), which prints, last, a JSON object (C(pip), C(installed),
+    C(unsatisfied)).
+  - Only when something must be installed (no environment, an environment without a working pip, or a requirement
+    not met), reads the interpreter the environment would be created with (its version and machine), the free space
+    of the file system the environment goes on (C(df -Pk) of its nearest existing directory) and the wheel source's
+    listings (O(pages), HTTP GET, answered as M(ansible.builtin.uri) reports them).
+  - Changes nothing on the host, in check mode or not.
+options:
+  venv:
+    description: The virtual environment's directory.
+    type: path
+    required: true
+  installed_script:
+    description: The Python program run in the environment to read the installed versions.
+    type: str
+    required: true
+  requirements:
+    description: The requirements (pip's C(name==version) lines), handed to O(installed_script) as JSON.
+    type: list
+    elements: str
+    required: true
+  python:
+    description: The interpreter the environment is created with.
+    type: str
+    required: true
+  pages:
+    description: The wheel source's listings to read when something must be installed.
+    type: list
+    elements: str
+    default: []
+  timeout:
+    description: Seconds each listing may take.
+    type: int
+    default: 30
+notes:
+  - Supports check mode.
+author:
+  - gpufleet maintainers (@gpufleet)
+"""
+
+EXAMPLES = r"""
+- name: Read the environment, the interpreter, the free space and the wheel source
+  gpufleet.fleet.venv_facts:
+    venv: /opt/gpufleet/venv
+    installed_script: "{{ lookup('ansible.builtin.file', 'pytorch_installed.py') }}"
+    requirements: [torch==2.3.1]
+    python: /usr/bin/python3
+    pages: [https://download.pytorch.org/whl/cu121/torch/]
+  register: __pytorch_host
+"""
+
+RETURN = r"""
+venv_exists:
+  description: Whether the environment's interpreter exists.
+  returned: always
+  type: bool
+installed:
+  description: The run of O(installed_script) (rc, stdout, stdout_lines); C(skipped) when there is no environment.
+  returned: always
+  type: dict
+needed:
+  description: Whether something must be installed (the reads below were made).
+  returned: always
+  type: bool
+python:
+  description: The run of O(python) printing its version and machine (rc, stdout_lines); C(skipped) when not needed.
+  returned: always
+  type: dict
+df:
+  description: C(df -Pk) of the environment's nearest existing directory (stdout_lines); C(skipped) when nothing
+    must be installed.
+  returned: always
+  type: dict
+source:
+  description: The listings' answers (C(results), each item, status, msg, url and content); C(skipped) when nothing
+    must be installed.
+  returned: always
+  type: dict
+"""
+
+import json
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpufleet.fleet.plugins.module_utils.http_answer import http_answer
+
+SKIPPED = {"skipped": True, "changed": False}
+PYTHON_PROBE = "import platform, sys; print('%d.%d' % sys.version_info[:2]); print(platform.machine())"
+
+
+def ran(rc, out, err):
+    return {"rc": rc, "stdout": out, "stdout_lines": out.splitlines(), "stderr": err}
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "venv": {"type": "path", "required": True},
+            "installed_script": {"type": "str", "required": True},
+            "requirements": {"type": "list", "elements": "str", "required": True},
+            "python": {"type": "str", "required": True},
+            "pages": {"type": "list", "elements": "str", "default": []},
+            "timeout": {"type": "int", "default": 30},
+        },
+        supports_check_mode=True,
+    )
+    params = module.params
+    interpreter = os.path.join(params["venv"], "bin", "python")
+    result = {"changed": False, "venv_exists": os.path.exists(interpreter), "installed": dict(SKIPPED)}
+    probe = {}
+    if result["venv_exists"]:
+        argv = [interpreter, "-I", "-c", params["installed_script"], json.dumps(params["requirements"])]
+        result["installed"] = ran(*module.run_command(argv))
+        lines = result["installed"]["stdout_lines"]
+        if result["installed"]["rc"] == 0 and lines:
+            try:
+                probe = json.loads(lines[-1])
+            except ValueError:
+                probe = {}
+    usable = result["venv_exists"] and probe.get("pip") is not None
+    unsatisfied = probe.get("unsatisfied", params["requirements"])
+    result["needed"] = bool(not usable or unsatisfied)
+    result["python"] = dict(SKIPPED)
+    result["df"] = dict(SKIPPED)
+    result["source"] = dict(SKIPPED)
+    if result["needed"]:
+        result["python"] = ran(*module.run_command([params["python"], "-I", "-c", PYTHON_PROBE]))
+    if unsatisfied:
+        directory = params["venv"]
+        while not os.path.isdir(directory) and directory not in ("", os.sep):
+            directory = os.path.dirname(directory)
+        rc, out, err = module.run_command(["df", "-Pk", directory or os.sep])
+        if rc != 0:
+            module.fail_json(msg="df -Pk {0} failed: {1}".format(directory, err.strip()), rc=rc)
+        result["df"] = ran(rc, out, err)
+        result["source"] = {
+            "results": [http_answer(module, page, "GET", params["timeout"], content=True) for page in params["pages"]]
+        }
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

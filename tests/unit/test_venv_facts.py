@@ -1,0 +1,119 @@
+"""gpufleet.fleet.venv_facts (plugins/modules/venv_facts.py) and its HTTP helper (module_utils/http_answer.py), run
+for real on this machine as Ansible runs a module (its arguments in a JSON file): a real virtual environment (this
+project's own .venv) read by the pytorch role's pytorch_installed.py, and wheel listings served on 127.0.0.1.
+
+The role's checks of what the module returns are tested in test_pytorch_role.py (the registered result given to
+preflight.yml's checks)."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import subprocess
+import sys
+import threading
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import REPO_ROOT
+
+SCRIPT = (REPO_ROOT / "roles" / "pytorch" / "files" / "pytorch_installed.py").read_text()
+PAGE = '<a href="torch-2.3.1-cp311-cp311-manylinux1_x86_64.whl">torch-2.3.1-cp311-cp311-manylinux1_x86_64.whl</a>'
+
+
+@pytest.fixture(scope="module")
+def listings():
+    """A wheel source on 127.0.0.1: /whl/torch/ answers the page, anything else 404."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (the handler's name)
+            body = PAGE.encode() if self.path == "/whl/torch/" else b"not here"
+            self.send_response(200 if self.path == "/whl/torch/" else 404)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def run_module(tmp_path: Path, name: str, **arguments: Any) -> dict[str, Any]:
+    arguments_file = tmp_path / "arguments.json"
+    arguments_file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": arguments}))
+    proc = subprocess.run(
+        [sys.executable, "-m", f"ansible_collections.gpufleet.fleet.plugins.modules.{name}", str(arguments_file)],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT / ".ansible" / "collections"), "no_proxy": "127.0.0.1"},
+        cwd=tmp_path,
+    )
+    return json.loads(proc.stdout)
+
+
+def test_a_complete_environment_needs_nothing_and_reads_nothing_more(tmp_path, listings):
+    pip = metadata.version("pip")
+    result = run_module(
+        tmp_path,
+        "venv_facts",
+        venv=sys.prefix,
+        installed_script=SCRIPT,
+        requirements=[f"pip=={pip}"],
+        python=sys.executable,
+        pages=[f"{listings}/whl/torch/"],
+    )
+    assert result["venv_exists"] is True and result["installed"]["rc"] == 0, result
+    assert json.loads(result["installed"]["stdout_lines"][-1]) == {
+        "pip": pip,
+        "installed": {"pip": pip},
+        "unsatisfied": [],
+    }
+    assert result["needed"] is False
+    assert result["python"]["skipped"] and result["df"]["skipped"] and result["source"]["skipped"]
+    assert result["changed"] is False
+
+
+def test_a_missing_environment_reads_the_interpreter_the_free_space_and_the_listings(tmp_path, listings):
+    venv = tmp_path / "absent" / "venv"
+    result = run_module(
+        tmp_path,
+        "venv_facts",
+        venv=str(venv),
+        installed_script=SCRIPT,
+        requirements=["torch==2.3.1"],
+        python=sys.executable,
+        pages=[f"{listings}/whl/torch/", f"{listings}/whl/nothing/"],
+    )
+    assert result["venv_exists"] is False and result["installed"]["skipped"] and result["needed"] is True
+    assert result["python"]["rc"] == 0
+    assert result["python"]["stdout_lines"] == [f"{sys.version_info[0]}.{sys.version_info[1]}", os.uname().machine]
+    # df -Pk of the nearest existing directory: tmp_path's file system.
+    fields = result["df"]["stdout_lines"][-1].split()
+    assert result["df"]["stdout_lines"][0].startswith("Filesystem") and fields[3].isdigit()
+    found, missing = result["source"]["results"]
+    assert (found["item"], found["status"], found["content"]) == (f"{listings}/whl/torch/", 200, PAGE)
+    assert missing["status"] == 404
+    assert missing["msg"] == "Status code was 404 and not [200]: HTTP Error 404: Not Found", missing
+
+
+def test_a_source_that_does_not_answer_is_status_minus_one(tmp_path):
+    result = run_module(
+        tmp_path,
+        "venv_facts",
+        venv=str(tmp_path / "venv"),
+        installed_script=SCRIPT,
+        requirements=["torch==2.3.1"],
+        python=sys.executable,
+        pages=["http://127.0.0.1:9/whl/torch/"],  # the discard port: nothing listens
+        timeout=5,
+    )
+    [answer] = result["source"]["results"]
+    assert answer["status"] == -1 and answer["msg"].startswith("Status code was -1 and not [200]: "), answer
