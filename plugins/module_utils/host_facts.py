@@ -48,6 +48,10 @@ FETCH_FAILURE = re.compile(
     r"|no route to host|network is unreachable|timed out|refused"
 )
 HEADERS_CANDIDATE = re.compile(r"Candidate: (?!\(none\))")
+# apt while another apt holds its lock: "E: Could not get lock /var/lib/apt/lists/lock. It is held by process 509
+# (apt-get)" (apt 2.6, Debian 12), "E: Could not get lock /var/lib/dpkg/lock-frontend - open (11: Resource
+# temporarily unavailable)" (older apt).
+APT_LOCK_BUSY = re.compile(r"Could not get lock |Unable to lock directory ")
 
 
 def _read(path):
@@ -122,6 +126,11 @@ def headers_candidate(apt_cache_policy):
 def fetch_failure(text):
     """True when apt's, pip's or curl's words say that a source did not answer."""
     return FETCH_FAILURE.search(text or "") is not None
+
+
+def apt_lock_busy(text):
+    """True when apt's words say that another apt holds the lock it needs (wait, then try again)."""
+    return APT_LOCK_BUSY.search(text or "") is not None
 
 
 def _number(value):

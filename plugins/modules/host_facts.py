@@ -33,7 +33,8 @@ options:
   refresh_index:
     description:
       - Refresh apt's package index before asking for installable headers, when they are not installed.
-      - Retried three times, 5 seconds apart, while a source does not answer.
+      - Retried three times, 5 seconds apart, while a source does not answer, and for up to 60 seconds while
+        another apt holds its lock (as M(ansible.builtin.apt)'s C(lock_timeout)).
     type: bool
     default: true
   mok_certificate:
@@ -179,6 +180,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.fleet.plugins.module_utils import host_facts
 
+LOCK_TIMEOUT_S = 60  # the apt module's default lock_timeout
 REQUIREMENTS = {
     "supported_os": {"type": "list", "elements": "dict", "required": True},
     "supported_architectures": {"type": "list", "elements": "str", "required": True},
@@ -195,17 +197,26 @@ REQUIREMENTS = {
 
 
 def refresh_index(module):
-    """apt-get update, again while a source does not answer (3 tries, 5 s apart); fails the module otherwise."""
-    for attempt in range(3):
+    """apt-get update, as the apt module's update_cache does: again while another apt holds the lock (up to
+    LOCK_TIMEOUT_S, as its lock_timeout), and while a source does not answer (3 tries, 5 s apart); a failure
+    otherwise fails the module with apt's words."""
+    deadline = time.time() + LOCK_TIMEOUT_S
+    tries = 0
+    while True:
         rc, out, err = module.run_command(["apt-get", "update", "-q"], environ_update={"LC_ALL": "C"})
         if rc == 0:
             return
-        if attempt < 2 and host_facts.fetch_failure(out + err):
+        text = out + err
+        if host_facts.apt_lock_busy(text) and time.time() < deadline:
+            time.sleep(1)
+            continue
+        tries += 1
+        if tries < 3 and host_facts.fetch_failure(text):
             time.sleep(5)
             continue
         module.fail_json(
             msg="apt-get update failed (the package index tells whether the kernel headers are installable): "
-            + " ".join(line for line in (out + err).splitlines() if line.startswith(("E:", "W:", "Err")))[:2000],
+            + " ".join(line for line in text.splitlines() if line.startswith(("E:", "W:", "Err")))[:2000],
             rc=rc,
             stdout=out,
             stderr=err,

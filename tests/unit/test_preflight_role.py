@@ -270,6 +270,19 @@ def test_the_headers_answers_of_dpkg_and_apt_are_read():
     assert not host_facts.headers_candidate("")
 
 
+def test_apt_waits_for_a_lock_another_apt_holds():
+    """apt's words when another apt holds the lock: the module waits and tries again (many inventory names of one
+    node refresh its index at once). Verbatim from a lab run of 2026-12-04 (Debian 12's apt 2.6)."""
+    assert host_facts.apt_lock_busy(
+        "E: Could not get lock /var/lib/apt/lists/lock. It is held by process 509 (apt-get)\n"
+        "E: Unable to lock directory /var/lib/apt/lists/"
+    )
+    assert not host_facts.apt_lock_busy(
+        "E: The repository 'http://gpufleet-mirror/debian bookworm Release' is not signed."
+    )
+    assert not host_facts.fetch_failure("E: Could not get lock /var/lib/apt/lists/lock. It is held by process 509")
+
+
 def _module(tmp_path: Path, **arguments: Any) -> dict[str, Any]:
     """The module run for real on this machine, as Ansible runs it (its arguments in a JSON file), its result."""
     arguments_file = tmp_path / "arguments.json"
