@@ -104,6 +104,35 @@ def load_trusted(path: Path) -> Any:
     return _loader.load_from_file(str(path), trusted_as_template=True)
 
 
+def preflight_requirements(**settings: Any) -> dict[str, Any]:
+    """roles/preflight's defaults as gpufleet.fleet.host_facts receives them (no prefix), ``settings`` replacing
+    some; the kernel is a fixed release."""
+    defaults = load_trusted(ROLES_DIR / "preflight" / "defaults" / "main.yml")
+    values = {name[len("preflight_") :]: value for name, value in defaults.items()}
+    values.update(kernel_release="6.8.0-49-generic", mok_certificate="")
+    values.update(settings)
+    return values
+
+
+def preflight_found(**changes: Any) -> dict[str, Any]:
+    """What gpufleet.fleet.host_facts reads on a healthy 2-GPU host (two H100s, PCI ID 2330): 1771 GB free, headers
+    installed, Secure Boot off; ``changes`` replacing some."""
+    value = {
+        "nvidia": {
+            "gpus": [{"address": f"0000:{bus:02x}:00.0", "device_id": "0x2330"} for bus in (0x18, 0x2A)],
+            "nvswitches": [],
+        },
+        "free_bytes": 1771081269248,
+        "secure_boot": "disabled",
+        "nouveau_loaded": False,
+        "headers_installed": True,
+        "headers_candidate": False,
+        "mok_enrolled": False,
+    }
+    value.update(changes)
+    return value
+
+
 def host_facts_found(gpus: int, device_id: str = "0x2330") -> dict[str, Any]:
     """A registered result of gpufleet.fleet.host_facts (its ``found``) on a host with ``gpus`` NVIDIA GPUs."""
     return {

@@ -26,12 +26,17 @@ from typing import Any
 
 import pytest
 import role_run
-import yaml
-from conftest import FAKE_FACTS, REPO_ROOT, declare_driver, driver_config, load_script, preflight_report
+from conftest import (
+    FAKE_FACTS,
+    declare_driver,
+    driver_config,
+    load_script,
+    preflight_found,
+    preflight_report,
+    preflight_requirements,
+)
 
 from ansible_collections.gpufleet.fleet.plugins.module_utils import host_facts
-
-PREFLIGHT_DEFAULTS = yaml.safe_load((REPO_ROOT / "roles/preflight/defaults/main.yml").read_text())
 
 REPO = Path(__file__).resolve().parents[2]
 stack = load_script(REPO / "plugins" / "lookup" / "stack.py", "gpufleet_stack")
@@ -329,17 +334,8 @@ PCI = [
 
 
 def test_preflight_publishes_the_gpus_device_ids_with_their_addresses():
-    requirements = {name[len("preflight_") :]: value for name, value in PREFLIGHT_DEFAULTS.items()}
-    requirements.update(kernel_release="6.8.0-49-generic", mok_certificate="")
-    found = {
-        "nvidia": host_facts.nvidia_devices(PCI),
-        "free_bytes": 1771081269248,
-        "secure_boot": "disabled",
-        "nouveau_loaded": False,
-        "headers_installed": True,
-        "headers_candidate": False,
-        "mok_enrolled": False,
-    }
+    requirements = preflight_requirements()
+    found = preflight_found(nvidia=host_facts.nvidia_devices(PCI))
     facts = {**FAKE_FACTS["ubuntu2204"], "memtotal_mb": 2_063_000}
     report = host_facts.judge("gpu-a01", found, facts, requirements)["report"]
     assert report["gpu_pci_addresses"] == ["0000:18:00.0", "0000:2a:00.0"]

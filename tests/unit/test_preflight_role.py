@@ -32,39 +32,17 @@ from typing import Any
 
 import pytest
 import role_run
-import yaml
-from conftest import FAKE_FACTS, REPO_ROOT
+from conftest import FAKE_FACTS, REPO_ROOT, preflight_found, preflight_requirements
 
 from ansible_collections.gpufleet.fleet.plugins.module_utils import host_facts
 
 SHIM = "/var/lib/shim-signed/mok/MOK.der"
 DKMS = "/var/lib/dkms/mok.pub"
-DEFAULTS = yaml.safe_load((REPO_ROOT / "roles/preflight/defaults/main.yml").read_text())
 FACTS = {name: {**facts, "memtotal_mb": 2_063_000} for name, facts in FAKE_FACTS.items()}
-GPUS = [{"address": f"0000:{bus:02x}:00.0", "device_id": "0x2330"} for bus in (0x18, 0x2A)]
 
 
-def requirements(**settings: Any) -> dict[str, Any]:
-    """The role's defaults as the module receives them (no prefix), ``settings`` replacing some."""
-    values = {name[len("preflight_") :]: value for name, value in DEFAULTS.items()}
-    values.update(kernel_release="6.8.0-49-generic", mok_certificate="")
-    values.update(settings)
-    return values
-
-
-def found(**changes: Any) -> dict[str, Any]:
-    """What the module reads on a healthy 2-GPU host: 1771 GB free, headers installed, Secure Boot off."""
-    value = {
-        "nvidia": {"gpus": GPUS, "nvswitches": []},
-        "free_bytes": 1771081269248,
-        "secure_boot": "disabled",
-        "nouveau_loaded": False,
-        "headers_installed": True,
-        "headers_candidate": False,
-        "mok_enrolled": False,
-    }
-    value.update(changes)
-    return value
+requirements = preflight_requirements
+found = preflight_found
 
 
 def judge(host: str = "ubuntu2204", facts: dict[str, Any] | None = None, **changes: Any) -> dict[str, Any]:
