@@ -54,7 +54,8 @@ options:
   requirements:
     description:
       - The preflight role's settings, without the C(preflight_) prefix (see C(ansible-doc -t role
-        gpufleet.fleet.preflight)); omitted, the host is read but not judged.
+        gpufleet.fleet.preflight)); omitted, the host is read but not judged. The free space is judged under
+        O(disk_path), and the MOK certificate named is O(mok_certificate).
     type: dict
     suboptions:
       supported_os:
@@ -70,10 +71,6 @@ options:
       require_gpus:
         description: Whether a host without an NVIDIA GPU on the PCI bus fails.
         type: bool
-        required: true
-      disk_path:
-        description: The path named in the free-space message.
-        type: path
         required: true
       min_free_disk_gb:
         description: The free space (GB) needed under O(requirements.disk_path).
@@ -96,10 +93,6 @@ options:
         type: str
         required: true
         choices: [signed_modules, mok, fail]
-      mok_certificate:
-        description: The MOK certificate named in the Secure Boot message.
-        type: str
-        default: ""
       nouveau_policy:
         description: Whether a loaded nouveau warns or fails.
         type: str
@@ -185,13 +178,11 @@ REQUIREMENTS = {
     "supported_os": {"type": "list", "elements": "dict", "required": True},
     "supported_architectures": {"type": "list", "elements": "str", "required": True},
     "require_gpus": {"type": "bool", "required": True},
-    "disk_path": {"type": "path", "required": True},
     "min_free_disk_gb": {"type": "raw", "required": True},
     "warn_ram_below_gb": {"type": "raw", "required": True},
     "kernel_release": {"type": "str", "required": True},
     "require_kernel_headers": {"type": "bool", "required": True},
     "secure_boot_policy": {"type": "str", "required": True, "choices": ["signed_modules", "mok", "fail"]},
-    "mok_certificate": {"type": "str", "default": ""},
     "nouveau_policy": {"type": "str", "required": True, "choices": ["warn", "fail"]},
 }
 
@@ -270,6 +261,10 @@ def main():
     result = {"changed": False, "found": found}
     requirements = module.params["requirements"]
     if requirements is not None:
+        # The path read and the certificate looked for are the ones the messages name.
+        requirements = dict(
+            requirements, disk_path=module.params["disk_path"], mok_certificate=module.params["mok_certificate"]
+        )
         verdict = host_facts.judge(module.params["host"], found, module.params["facts"], requirements)
         result.update(
             failures=verdict["failures"],
