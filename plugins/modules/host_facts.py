@@ -73,7 +73,7 @@ options:
         type: bool
         required: true
       min_free_disk_gb:
-        description: The free space (GB) needed under O(requirements.disk_path).
+        description: The free space (GB) needed under O(disk_path).
         type: raw
         required: true
       warn_ram_below_gb:
