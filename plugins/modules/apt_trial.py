@@ -65,7 +65,8 @@ options:
     type: str
     required: true
   environment:
-    description: The trial script's environment (its C(TRIAL_*) inputs).
+    description: The trial script's other C(TRIAL_*) inputs; C(TRIAL_SOURCES), C(TRIAL_KEY_URL), C(TRIAL_PACKAGE) and
+      C(TRIAL_OWN_FILE) are O(sources_text), O(key_url), O(package) and O(sources_file).
     type: dict
     default: {}
   show_packages:
@@ -93,8 +94,7 @@ EXAMPLES = r"""
     release_url: https://mirror.example/cuda/Release
     script: "{{ lookup('ansible.builtin.file', 'apt-repository-trial.sh') }}"
     environment:
-      TRIAL_SOURCES: "{{ lookup('ansible.builtin.template', 'source.sources.j2') }}"
-      TRIAL_PACKAGE: cuda-toolkit-12-1
+      TRIAL_SHOW: ""
   register: __apt_source_asked
 """
 
@@ -159,6 +159,13 @@ def run_trial(module):
         with os.fdopen(handle, "w") as script:
             script.write(params["script"])
         environment = dict((str(k), "" if v is None else str(v)) for k, v in params["environment"].items())
+        # The script's inputs this module has as options already.
+        environment.update(
+            TRIAL_SOURCES=params["sources_text"],
+            TRIAL_KEY_URL=params["key_url"],
+            TRIAL_PACKAGE=params["package"],
+            TRIAL_OWN_FILE=params["sources_file"],
+        )
         rc, out, err = module.run_command(["/bin/bash", path], environ_update=environment)
     finally:
         os.unlink(path)
