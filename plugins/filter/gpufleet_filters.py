@@ -8,6 +8,7 @@ registered here without one.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -15,6 +16,7 @@ from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.gpufleet.fleet.plugins.module_utils import apt_source as _apt_source
 from ansible_collections.gpufleet.fleet.plugins.module_utils.fleet_report import check_entry
 from ansible_collections.gpufleet.fleet.plugins.module_utils.gpufleet_check import (
     gpufleet_check_module,
@@ -186,67 +188,26 @@ def per_message(messages: Sequence[Any], hosts: Sequence[str]) -> list[str]:
     return [f"WARNING {', '.join(names)}: {text}" for text, names in grouped.items()]
 
 
-# deb822 control data (Debian Policy 5.1): "Field: value" lines, continuation lines start with a space or a tab.
-_FIELD = re.compile(r"^(?P<field>[!-9;-~][!-9;-~]*):\s?(?P<value>.*)$")
-RELATION_FIELDS = ("Depends", "Pre-Depends", "Recommends", "Suggests", "Provides", "Conflicts", "Breaks", "Replaces")
-# One alternative of a relationship field (Debian Policy 7.1): name[:arch] [(op version)] [[archs]] [<profiles>].
-_RELATION = re.compile(
-    r"^(?P<name>[^\s:(\[<|,]+)(?::\S+?)?\s*"
-    r"(?:\(\s*(?P<relation><<|<=|>=|>>|=|<|>)\s*(?P<version>[^\s)]+)\s*\))?\s*"
-    r"(?:\[[^\]]*\]\s*)?(?:<[^>]*>\s*)*$"
-)
+def _filter_errors(function: Any) -> Any:
+    """``function`` (a rule of plugins/module_utils, shared with a module) as a filter raising filter errors."""
+
+    @functools.wraps(function)
+    def as_filter(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return function(*args, **kwargs)
+        except ValueError as error:
+            raise AnsibleFilterError(str(error)) from error
+
+    return as_filter
 
 
-def apt_relations(value: Any) -> list[list[dict[str, str]]]:
-    """A relationship field as alternative groups ``[[{name, relation, version}, ...], ...]``."""
-    groups = []
-    for entry in _SPACE.sub(" ", str(value or "")).split(","):
-        alternatives = []
-        for alternative in entry.split("|"):
-            found = _RELATION.match(alternative.strip())
-            if alternative.strip() and found is None:
-                raise AnsibleFilterError(f"apt_relations: not a package relation: {alternative.strip()!r}")
-            if found is not None:
-                alternatives.append(
-                    {"name": found["name"], "relation": found["relation"] or "", "version": found["version"] or ""}
-                )
-        if alternatives:
-            groups.append(alternatives)
-    return groups
-
-
-def apt_stanzas(text: Any) -> list[dict[str, Any]]:
-    """The package stanzas of ``apt-cache show`` / ``Packages`` text, fields parsed as apt_stanzas.yml says."""
-    stanzas: list[dict[str, Any]] = []
-    fields: dict[str, str] = {}
-    last = None
-    for line in str(text or "").replace("\r\n", "\n").split("\n") + [""]:
-        if not line.strip():
-            if fields.get("Package"):
-                stanzas.append(_stanza(fields))
-            fields, last = {}, None
-        elif line[0] in " \t":
-            if last is not None:
-                fields[last] += "\n" + line.strip()
-        else:
-            found = _FIELD.match(line)
-            # Other lines (apt's "N: ..." notes have a value too, but no stanza then has a Package) are skipped.
-            last = found["field"] if found else None
-            if found:
-                fields[last] = found["value"].strip()
-    return stanzas
-
-
-def _stanza(fields: Mapping[str, str]) -> dict[str, Any]:
-    """One stanza's fields, with Description, Source and the relationship fields as apt_stanzas describes."""
-    stanza: dict[str, Any] = dict(fields)
-    # apt-cache show prints "Description-en" where the archive ships translated descriptions (Ubuntu).
-    stanza["Description"] = (fields.get("Description") or fields.get("Description-en", "")).split("\n", 1)[0]
-    # "Source: name (version)" when the binary's version differs from the source's (Debian Policy 5.6.1).
-    stanza["Source"] = (fields.get("Source") or fields["Package"]).split(" ", 1)[0]
-    for field in RELATION_FIELDS:
-        stanza[field] = apt_relations(fields.get(field, ""))
-    return stanza
+# The rules of one apt source per repository and the package stanzas (plugins/module_utils/apt_source.py, which the
+# module gpufleet.fleet.apt_trial runs on the host).
+apt_relations = _filter_errors(_apt_source.apt_relations)
+apt_stanzas = _filter_errors(_apt_source.apt_stanzas)
+apt_source_files = _filter_errors(_apt_source.apt_source_files)
+apt_source_plan = _filter_errors(_apt_source.apt_source_plan)
+apt_source_conflict = _filter_errors(_apt_source.apt_source_conflict)
 
 
 # A Debian version (Debian Policy 5.6.12): [epoch:]upstream_version[-debian_revision].
@@ -526,159 +487,6 @@ def apt_simulation(output: Any, held: Any = ()) -> dict[str, Any]:
         "held_in_the_way": in_the_way,
         "kernels": sorted(name for name in installs if name.startswith("linux-image-")),
     }
-
-
-# --------------------------------------------------------------------------- one apt source per repository
-
-APT_SOURCES_DIR = "/etc/apt/sources.list.d"
-APT_KEYRINGS_DIR = "/etc/apt/keyrings"
-# Linux's NAME_MAX, less "gpufleet-" and ".sources".
-_APT_NAME_MAX = 255 - len("gpufleet-") - len(".sources")
-_APT_NAME_KEEP = re.compile(r"[A-Za-z0-9.]")
-_URL = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*):(?://(?P<authority>[^/]*))?(?P<path>.*)$")
-
-
-def _apt_source_key(url: Any) -> str:
-    """The repository as apt tells repositories apart: no scheme, no user and password, no trailing slash."""
-    match = _URL.match(str(url or "").strip())
-    if not match:
-        raise AnsibleFilterError(f"apt_source_files: {url!r} is not a URL (scheme://host/path)")
-    authority = (match["authority"] or "").rpartition("@")[2]
-    key = authority + match["path"].rstrip("/")
-    if not key.strip("/"):
-        raise AnsibleFilterError(f"apt_source_files: {url!r} names no repository")
-    return key
-
-
-def _apt_file_name(key: str) -> str:
-    """``key`` in the characters of an apt file name, one to one: / as _, - as --, any other byte as -XX."""
-    out = []
-    for char in key:
-        if _APT_NAME_KEEP.match(char):
-            out.append(char)
-        elif char == "/":
-            out.append("_")
-        elif char == "-":
-            out.append("--")
-        else:
-            out.extend(f"-{byte:02x}" for byte in char.encode("utf-8"))
-    return "".join(out)
-
-
-def apt_source_files(url: Any) -> dict[str, str]:
-    """The files of the one apt source of the repository at ``url`` (apt_source_files.yml)."""
-    key = _apt_source_key(url)
-    name = _apt_file_name(key)
-    if len(name) > _APT_NAME_MAX:
-        raise AnsibleFilterError(
-            f"apt_source_files: the repository URL {url} is too long to name its apt source file "
-            f"({len(name)} characters, at most {_APT_NAME_MAX}): use a shorter URL (a mirror's)"
-        )
-    return {
-        "key": key,
-        "name": name,
-        "sources_file": f"{APT_SOURCES_DIR}/gpufleet-{name}.sources",
-        "keyring_file": f"{APT_KEYRINGS_DIR}/gpufleet-{name}.asc",
-    }
-
-
-def _same_repository(url: Any, key: str) -> bool:
-    try:
-        return _apt_source_key(url) == key
-    except AnsibleFilterError:
-        return False
-
-
-def apt_source_plan(probe: Any, name: Any, url: Any) -> dict[str, Any]:
-    """What entry point main removes before it writes the source of ``url`` for ``name`` (apt_source_plan.yml)."""
-    repository = apt_source_files(url)
-    target, name = repository["sources_file"], str(name)
-    lines = probe.splitlines() if isinstance(probe, str) else [str(line) for line in probe or []]
-    records: dict[str, str] = {}
-    sources: dict[str, str] = {}
-    for line in lines:
-        kind, _tab, rest = line.partition("\t")
-        first, _tab, second = rest.partition("\t")
-        if kind == "record" and first:
-            records[first] = second.strip()
-        elif kind == "source" and first:
-            # The URIs field: the first URI (gpufleet writes one).
-            sources[first] = (second.split() or [""])[0]
-    remove = {path for path, uri in sources.items() if path != target and _same_repository(uri, repository["key"])}
-    legacy = f"{APT_SOURCES_DIR}/gpufleet-{name}.sources"
-    previous = records.get(name) or (legacy if legacy in sources else "")
-    others = {path for user, path in records.items() if user != name}
-    if previous and previous != target and previous not in others:
-        remove.add(previous)
-    return {"sources_file": target, "remove": sorted(remove)}
-
-
-# The parts of a source that must be alike for two roles to share its one file: (field, how messages call it).
-_APT_SOURCE_PARTS = (
-    ("url", "URL"),
-    ("suites", "Suites"),
-    ("components", "Components"),
-    ("architectures", "Architectures"),
-    ("keyring", "Signed-By"),
-    ("key_url", "key URL"),
-)
-
-
-def _apt_source_part(claim: Mapping[str, Any], field: str) -> Any:
-    value = claim.get(field)
-    if field == "url":
-        return str(value or "").strip().rstrip("/")
-    if isinstance(value, (list, tuple)):
-        return [str(item) for item in value]
-    return "" if value is None else str(value)
-
-
-def _apt_source_shown(value: Any) -> str:
-    if isinstance(value, list):
-        return " ".join(value) or "none"
-    return value or "none"
-
-
-def _apt_source_setting(claim: Mapping[str, Any], field: str) -> str:
-    """`` (<the settings behind the part>)``, or `` (not a setting)`` where the role fixes it."""
-    named = str((claim.get("settings") or {}).get(field) or "")
-    return f" ({named})" if named else " (not a setting)"
-
-
-def apt_source_conflict(claim: Mapping[str, Any], claims: Any, host: Any = "") -> str:
-    """Why ``claim`` cannot share its repository's source file with another role's claim; "" when it can."""
-    key = apt_source_files(claim.get("url"))["key"]
-    for other in as_list(claims):
-        if not isinstance(other, Mapping) or other.get("name") == claim.get("name"):
-            continue
-        if not _same_repository(other.get("url"), key):
-            continue
-        differ = [
-            (field, label)
-            for field, label in _APT_SOURCE_PARTS
-            if _apt_source_part(claim, field) != _apt_source_part(other, field)
-        ]
-        if not differ:
-            continue
-        mine, theirs = claim.get("caller", "?"), other.get("caller", "?")
-
-        parts = "; ".join(
-            f"{label} {_apt_source_shown(_apt_source_part(claim, field))}{_apt_source_setting(claim, field)} for "
-            f"{mine}, {_apt_source_shown(_apt_source_part(other, field))}{_apt_source_setting(other, field)} for "
-            f"{theirs}"
-            for field, label in differ
-        )
-        url, other_url = _apt_source_part(claim, "url"), _apt_source_part(other, "url")
-        also = f", at {other_url}" if other_url != url else ""
-        at = f" on {host}" if host else ""
-        return (
-            f"{mine}{at}: {claim.get('description', 'its repository')} {url} is the repository of {theirs} too "
-            f"({other.get('description', 'its repository')}{also}): apt reads one source per repository "
-            f"({apt_source_files(url)['sources_file']}, written for both), and the two roles give it differently: "
-            f"{parts}. Give both roles the same {', '.join(label for _field, label in differ)} for this repository, or "
-            f"give each its own repository URL. Nothing has been changed."
-        )
-    return ""
 
 
 # --- play 1's wheel plan (roles/pytorch/files/pytorch_wheel_plan.py) -------------------------------------------

@@ -10,10 +10,12 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 ---
 module: apt_trial
-short_description: Ask a host, in one round trip, what an apt source would give it, changing nothing
+short_description: Try an apt source on a host in one round trip, changing nothing, and judge what it gives
 description:
-  - The host's side of the internal role apt_source's entry point C(trial), in one module run instead of one task
-    per question.
+  - The internal role apt_source's entry point C(trial) in one module run instead of one task per question.
+  - For a source the role writes (O(managed)), first refuses O(claim) when another role's claim in O(claims) gives the
+    same repository otherwise (one source file per repository), and reads the files the source would replace
+    (O(plan_script), read with the rules of P(gpufleet.fleet.apt_source_plan#filter)).
   - Reads the host's copy of the source file and the installed version of the package. A host that has exactly this
     source and the package at a version matching O(version_regex) is converged, and its own apt answers
     (C(apt-cache madison), C(apt-cache show)); a re-run downloads nothing.
@@ -21,6 +23,9 @@ description:
     key answer (HTTP HEAD, as M(ansible.builtin.uri) with its default status code), and, when both do, runs the
     trial script (O(script), the role's C(apt-repository-trial.sh)) with O(environment), which tries the source in a
     scratch apt state under /tmp.
+  - Returns the fact C(apt_source_trial) as the role publishes it (RV(fact)), its message included, and the run's
+    claims with O(claim) in them (RV(claims)); the role's next tasks set them and stop a host whose message is not
+    empty.
   - Changes nothing on the host, in check mode or not.
 options:
   sources_file:
@@ -65,10 +70,76 @@ options:
     type: str
     required: true
   environment:
-    description: The trial script's other C(TRIAL_*) inputs; C(TRIAL_SOURCES), C(TRIAL_KEY_URL), C(TRIAL_PACKAGE) and
-      C(TRIAL_OWN_FILE) are O(sources_text), O(key_url), O(package) and O(sources_file).
+    description: The trial script's other C(TRIAL_*) inputs; C(TRIAL_SOURCES), C(TRIAL_KEY_URL), C(TRIAL_PACKAGE),
+      C(TRIAL_OWN_FILE), C(TRIAL_SHOW), C(TRIAL_KEYRING_DEB_URL) and C(TRIAL_REPLACED) are O(sources_text), O(key_url),
+      O(package), O(sources_file), O(show_packages), O(source.keyring_deb_url) (without O(key_url)) and the files
+      the plan replaces.
     type: dict
     default: {}
+  source:
+    description: What the fact and its message name.
+    type: dict
+    required: true
+    suboptions:
+      name:
+        description: The source user's name (C(apt_source_name)).
+        type: str
+        required: true
+      caller:
+        description: The role that uses the source, which begins the message.
+        type: str
+        required: true
+      description:
+        description: What the repository is, in the message.
+        type: str
+        required: true
+      url:
+        description: The repository URL as given.
+        type: str
+        required: true
+      url_name:
+        description: The setting behind the URL, named in the message; empty for none.
+        type: str
+        default: ""
+      keyring_name:
+        description: The setting behind the keyring, named in the message; empty for "the keyring".
+        type: str
+        default: ""
+      keyring_deb_url:
+        description: The keyring package that signs the source, when it has no O(key_url); empty for none.
+        type: str
+        default: ""
+      version:
+        description: The version asked for (the fact's C(version)); empty for none.
+        type: str
+        default: ""
+      version_name:
+        description: The setting behind the version, named in the message; empty for O(package).
+        type: str
+        default: ""
+      host:
+        description: The host's inventory name, in the message.
+        type: str
+        required: true
+  claim:
+    description: The source user's claim on the repository (C(name), C(caller), C(description), C(url), C(suites),
+      C(components), C(architectures), C(keyring), C(key_url), C(settings)), for a source the role writes.
+    type: dict
+    default: {}
+  claims:
+    description: The claims of the run's other source users (C(apt_source_claims)).
+    type: list
+    elements: dict
+    default: []
+  plan_script:
+    description: The text of the script that lists gpufleet's source files and the record of each user's last one
+      (the role's C(apt-source-files.sh)), run with sh for a source the role writes; empty for none.
+    type: str
+    default: ""
+  records_dir:
+    description: The directory of those records, the script's argument.
+    type: path
+    default: /var/lib/gpufleet/apt-sources
   show_packages:
     description: Packages whose stanzas the host's own apt prints when the host is converged.
     type: list
@@ -93,9 +164,18 @@ EXAMPLES = r"""
     version_regex: '^12\.1\.1-1$'
     release_url: https://mirror.example/cuda/Release
     script: "{{ lookup('ansible.builtin.file', 'apt-repository-trial.sh') }}"
-    environment:
-      TRIAL_SHOW: ""
+    source:
+      name: cuda
+      caller: cuda
+      description: NVIDIA's CUDA repository
+      url: https://mirror.example/cuda
+      version: 12.1.1
+      host: "{{ inventory_hostname }}"
   register: __apt_source_asked
+
+- name: Publish the trial
+  ansible.builtin.set_fact:
+    apt_source_trial: "{{ __apt_source_asked.fact }}"
 """
 
 RETURN = r"""
@@ -131,6 +211,22 @@ shown:
   description: The host's own C(apt-cache show) of O(show_packages) (stdout); empty unless asked.
   returned: always
   type: dict
+replaced:
+  description: The files the source replaces (the plan's C(remove)), left out of the trial's look beside the host's
+    sources; empty for a source the role does not write.
+  returned: always
+  type: list
+  elements: str
+fact:
+  description: The fact C(apt_source_trial) (roles/apt_source/meta/argument_specs.yml, entry point trial), C(message)
+    empty when the source is usable and offers the version.
+  returned: always
+  type: dict
+claims:
+  description: O(claims) with O(claim) in place of its user's earlier claim; O(claims) unchanged without O(claim).
+  returned: always
+  type: list
+  elements: dict
 """
 
 import hashlib
@@ -140,6 +236,12 @@ import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpufleet.fleet.plugins.module_utils.apt_source import (
+    apt_source_conflict,
+    apt_source_plan,
+    claimed,
+    trial_fact,
+)
 from ansible_collections.gpufleet.fleet.plugins.module_utils.http_answer import http_answer
 
 
@@ -152,7 +254,18 @@ def sha1_of(path):
         return "none"
 
 
-def run_trial(module):
+def replaced_files(module):
+    """The files entry point main would remove before it writes this source (its plan), read from the host."""
+    params = module.params
+    if not params["plan_script"]:
+        return []
+    rc, out, err = module.run_command(["/bin/sh", "-c", params["plan_script"], "sh", params["records_dir"]])
+    if rc != 0:
+        module.fail_json(msg="apt_trial: the source files could not be read (exit %d): %s" % (rc, err.strip()))
+    return apt_source_plan(out, params["source"]["name"], params["source"]["url"])["remove"]
+
+
+def run_trial(module, replaced):
     params = module.params
     handle, path = tempfile.mkstemp(prefix="gpufleet-apt-trial.", suffix=".sh")
     try:
@@ -165,6 +278,9 @@ def run_trial(module):
             TRIAL_KEY_URL=params["key_url"],
             TRIAL_PACKAGE=params["package"],
             TRIAL_OWN_FILE=params["sources_file"],
+            TRIAL_SHOW=" ".join(params["show_packages"]),
+            TRIAL_KEYRING_DEB_URL="" if params["key_url"] else params["source"]["keyring_deb_url"],
+            TRIAL_REPLACED=" ".join(replaced),
         )
         rc, out, err = module.run_command(["/bin/bash", path], environ_update=environment)
     finally:
@@ -188,10 +304,38 @@ def main():
             "environment": {"type": "dict", "default": {}},
             "show_packages": {"type": "list", "elements": "str", "default": []},
             "timeout": {"type": "int", "default": 15},
+            "source": {
+                "type": "dict",
+                "required": True,
+                "options": {
+                    "name": {"type": "str", "required": True},
+                    "caller": {"type": "str", "required": True},
+                    "description": {"type": "str", "required": True},
+                    "url": {"type": "str", "required": True},
+                    "url_name": {"type": "str", "default": ""},
+                    "keyring_name": {"type": "str", "default": ""},
+                    "keyring_deb_url": {"type": "str", "default": "", "no_log": False},  # a public package URL
+                    "version": {"type": "str", "default": ""},
+                    "version_name": {"type": "str", "default": ""},
+                    "host": {"type": "str", "required": True},
+                },
+            },
+            "claim": {"type": "dict", "default": {}},
+            "claims": {"type": "list", "elements": "dict", "default": []},
+            "plan_script": {"type": "str", "default": ""},
+            "records_dir": {"type": "path", "default": "/var/lib/gpufleet/apt-sources"},
         },
         supports_check_mode=True,
     )
     params = module.params
+    claims = params["claims"]
+    if params["managed"] and params["claim"]:
+        # Another role giving this repository otherwise stops the host before anything is asked.
+        conflict = apt_source_conflict(params["claim"], claims, params["source"]["host"])
+        if conflict:
+            module.fail_json(msg=conflict)
+        claims = claimed(params["claim"], claims)
+    replaced = replaced_files(module) if params["managed"] else []
     rc, out, err = module.run_command(["dpkg-query", "-W", "-f=${Version}\n", params["package"]])
     installed = out.strip() if rc == 0 else ""
     own = hashlib.sha1(params["sources_text"].encode("utf-8")).hexdigest()
@@ -210,6 +354,7 @@ def main():
         "trial": {},
         "madison": {},
         "shown": {},
+        "replaced": replaced,
     }
     if params["managed"] and not converged:
         if params["look_for_keyring"]:
@@ -219,13 +364,24 @@ def main():
         if params["key_url"] and result["repository"].get("status") == 200:
             result["key"] = http_answer(module, params["key_url"], "HEAD", params["timeout"])
         if result["repository"].get("status") == 200 and result["key"].get("status", 200) == 200:
-            result["trial"] = run_trial(module)
+            result["trial"] = run_trial(module, replaced)
     else:
         rc, out, err = module.run_command(["apt-cache", "madison", params["package"]])
         result["madison"] = {"rc": rc, "stdout": out}
         if params["show_packages"]:
             rc, out, err = module.run_command(["apt-cache", "show"] + params["show_packages"])
             result["shown"] = {"rc": rc, "stdout": out}
+    source = dict(params["source"])
+    source.update(
+        keyring=params["keyring"],
+        key_url=params["key_url"],
+        package=params["package"],
+        version_regex=params["version_regex"],
+        show_packages=params["show_packages"],
+        managed=params["managed"],
+    )
+    result["fact"] = trial_fact(result, source)
+    result["claims"] = claims
     module.exit_json(**result)
 
 

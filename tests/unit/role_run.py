@@ -351,8 +351,9 @@ def apt_source_capture(
     the loop of its own template task. ``trial_file``: the task file of the
     role's include of entry point trial, whose ``vars`` join main's (the
     inputs both take must be given alike, checked): ``trial_claim`` is then
-    the claim the trial makes on the repository (the ``vars`` of trial.yml's
-    task that refuses another role's different claim), templated as there.
+    the claim the trial makes on the repository (the ``claim`` trial.yml's
+    module task gives, which refuses another role's different claim),
+    templated as there.
     ``also``: more values to capture in the same task (one task less per
     host), not reading the include's names.
     """
@@ -372,8 +373,8 @@ def apt_source_capture(
         differ = [name for name in set(trial_vars) & set(task_vars) if trial_vars[name] != task_vars[name]]
         assert differ == [], f"roles/{role} gives apt_source's trial and main these inputs differently: {differ}"
         task_vars.update(trial_vars)
-        values["trial_claim"] = role_task("apt_source", "trial.yml", "Stop when another role")["vars"][
-            "__apt_source_claim"
+        values["trial_claim"] = role_task("apt_source", "trial.yml", "Try the source")["gpufleet.fleet.apt_trial"][
+            "claim"
         ]
     return capture(values, vars=task_vars, name=f"Capture what {role} gives apt_source")
 

@@ -52,6 +52,8 @@ from conftest import (
     load_trusted,
 )
 
+from ansible_collections.gpufleet.fleet.plugins.module_utils import apt_source
+
 ROLE = ROLES_DIR / "apt_source"
 SPECS = yaml.safe_load((ROLE / "meta" / "argument_specs.yml").read_text())["argument_specs"]
 CALLERS = ["container", "cuda", "nvidia_driver"]
@@ -1140,7 +1142,7 @@ def test_different_repositories_never_share_a_name():
     ]
     names = {}
     for key in set(keys):
-        name = filters._apt_file_name(key)
+        name = apt_source._apt_file_name(key)
         assert _decoded(name) == key
         assert names.setdefault(name, key) == key, (key, names[name])
 
@@ -1190,7 +1192,17 @@ def test_a_url_too_long_for_a_file_name_is_refused():
 # --- moving a host to the new names, and a URL to a mirror
 
 
-PLAN_PROBE = role_run.role_task("apt_source", "plan.yml", "Read gpufleet's apt source files")["ansible.builtin.shell"]
+# The script plan.yml runs (and the module apt_trial, with the same argument): sh -c <script> sh <records directory>.
+PLAN_PROBE = (role_run.ROLES_DIR / "apt_source" / "files" / "apt-source-files.sh").read_text()
+assert role_run.role_task("apt_source", "plan.yml", "Read gpufleet's apt source files")["ansible.builtin.command"][
+    "argv"
+] == [
+    "/bin/sh",
+    "-c",
+    "{{ lookup('ansible.builtin.file', 'apt-source-files.sh') }}",
+    "sh",
+    "{{ __apt_source_records_dir }}",
+]
 
 
 class Host:
@@ -1203,11 +1215,9 @@ class Host:
         self.records.mkdir()
 
     def probe(self) -> str:
-        command = PLAN_PROBE.replace("{{ __apt_source_records_dir }}", str(self.records)).replace(
-            "/etc/apt/sources.list.d", str(self.sources)
-        )
-        assert "{{" not in command
-        out = subprocess.run(["bash", "-c", command], capture_output=True, text=True, check=True).stdout
+        command = PLAN_PROBE.replace("/etc/apt/sources.list.d", str(self.sources))
+        run = ["/bin/sh", "-c", command, "sh", str(self.records)]
+        out = subprocess.run(run, capture_output=True, text=True, check=True).stdout
         return out.replace(str(self.sources), "/etc/apt/sources.list.d")
 
     def files(self) -> dict[str, str]:
@@ -1304,8 +1314,8 @@ def test_main_removes_the_plan_before_it_writes_and_records_what_it_wrote():
     )
     assert load_trusted(ROLE / "vars" / "main.yml")["__apt_source_records_dir"] == "/var/lib/gpufleet/apt-sources"
     assert (
-        filters.APT_SOURCES_DIR == "/etc/apt/sources.list.d"
-        and f"{filters.APT_SOURCES_DIR}/gpufleet-*.sources" in PLAN_PROBE
+        apt_source.APT_SOURCES_DIR == "/etc/apt/sources.list.d"
+        and f"{apt_source.APT_SOURCES_DIR}/gpufleet-*.sources" in PLAN_PROBE
     )
 
 
