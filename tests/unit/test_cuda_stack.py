@@ -208,9 +208,10 @@ def test_the_trial_looks_for_the_toolkit_build(settings, version):
 
 
 def test_toolkit_package_is_never_the_cuda_metapackage():
-    """cuda-toolkit-12-1, not `cuda` (which pulls a driver) nor `cuda-12-1`."""
-    validate = (CUDA_ROLE / "tasks" / "validate.yml").read_text()
-    assert "__cuda_toolkit_package: \"cuda-toolkit-{{ __cuda_release | replace('.', '-') }}\"" in validate
+    """cuda-toolkit-12-1, not `cuda` (which pulls a driver) nor `cuda-12-1` (the rules resolve it,
+    plugins/module_utils/rules/cuda.py)."""
+    facts = cuda("ubuntu2204").facts
+    assert (facts["__cuda_toolkit_package"], facts["__cuda_home"]) == ("cuda-toolkit-12-1", "/usr/local/cuda-12.1")
 
 
 def test_driver_check_refuses_470_for_cuda_12_1():

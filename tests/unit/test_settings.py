@@ -101,7 +101,11 @@ CUDA_DEFAULTS = {
     "cuda_toolkit": True,
     "cuda_libraries": ["cudnn", "nccl"],
     "cuda_compile_check_archs": ["sm_80"],
+    "cuda_repository_keyring": "",
+    "cuda_pin": True,
     "__cuda_supported_os": ["ubuntu2004", "ubuntu2204", "debian12"],
+    "__cuda_public_repository_url": "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2204/x86_64",
+    "__cuda_keyring_package_keyring": "/usr/share/keyrings/cuda-archive-keyring.gpg",
 }
 
 
@@ -123,6 +127,49 @@ def test_cuda_resolves_the_default_release_and_its_driver():
     assert judgement.facts["__cuda_release"] == "12.1"
     assert judgement.facts["__cuda_driver_source"] == "nvidia_driver_branch 535 (its default release)"
     assert judgement.facts["__cuda_spec"]["min_driver"] == "530.30.02"
+
+
+def test_cuda_resolves_the_toolkit_the_repository_and_the_pins_main_writes():
+    """What roles/cuda's tasks once resolved host by host in set_fact tasks (the toolkit package and home, the
+    repository URL and keyring, the pins), resolved by the rules once per combination of settings."""
+    facts = judge_cuda(nvidia_driver_branch="535", cuda_libraries=["nccl", "cudnn", "nccl"]).facts
+    spec = facts["__cuda_spec"]
+    assert (facts["__cuda_dashed"], facts["__cuda_home"], facts["__cuda_toolkit_package"]) == (
+        "12-1",
+        "/usr/local/cuda-12.1",
+        "cuda-toolkit-12-1",
+    )
+    assert facts["__cuda_repo_url"] == CUDA_DEFAULTS["__cuda_public_repository_url"]
+    assert facts["__cuda_keyring"] == "/usr/share/keyrings/cuda-archive-keyring.gpg"
+    assert facts["__cuda_libraries"] == ["nccl", "cudnn"]
+    assert facts["__cuda_repository_pins"] == [
+        {"name": "cuda", "packages": ["cuda-toolkit-12-1"], "version": spec["toolkit_version"], "present": True},
+        {
+            "name": "nccl",
+            "packages": spec["nccl"]["packages"],
+            "version": spec["nccl"]["package_version"],
+            "present": True,
+        },
+        {
+            "name": "cudnn",
+            "packages": spec["cudnn"]["packages"],
+            "version": spec["cudnn"]["package_version"],
+            "present": True,
+        },
+    ]
+    # A key fetched from a URL signs into the repository's own keyring file; a site URL loses its trailing slash;
+    # no toolkit, no toolkit pin; cuda_pin false keeps the records but absent.
+    site = judge_cuda(
+        nvidia_driver_branch="535",
+        cuda_repository_url="https://mirror.example.com/cuda/",
+        cuda_repository_key_url="https://mirror.example.com/cuda/key.asc",
+        cuda_toolkit=False,
+        cuda_pin=False,
+        cuda_libraries=["nccl"],
+    ).facts
+    assert site["__cuda_repo_url"] == "https://mirror.example.com/cuda"
+    assert site["__cuda_keyring"] == "/etc/apt/keyrings/gpufleet-mirror.example.com_cuda.asc"
+    assert [(pin["name"], pin["present"]) for pin in site["__cuda_repository_pins"]] == [("nccl", False)]
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,7 @@ import re
 
 from ansible.module_utils.compat.version import LooseVersion
 
+from ansible_collections.gpufleet.fleet.plugins.module_utils.apt_source import apt_source_files
 from ansible_collections.gpufleet.fleet.plugins.module_utils.settings import Judgement, as_list, is_http_url, to_bool
 
 READS = (
@@ -90,3 +91,36 @@ def judge(j: Judgement) -> None:
         all(_ARCH.match(str(arch)) for arch in archs),
         f"cuda_compile_check_archs must be GPU architectures like sm_80 or sm_90, got {j['cuda_compile_check_archs']}",
     )
+    paths(j, release, spec)
+
+
+def paths(j: Judgement, release: str, spec: dict) -> None:
+    """The toolkit's package and home, the repository's URL and keyring, and the pins main writes (one per
+    library of cuda_libraries, after the toolkit's)."""
+    dashed = j.set("__cuda_dashed", release.replace(".", "-"))
+    j.set("__cuda_home", f"/usr/local/cuda-{release}")
+    toolkit = j.set("__cuda_toolkit_package", f"cuda-toolkit-{dashed}")
+    url = j.set("__cuda_repo_url", (j["cuda_repository_url"] or j["__cuda_public_repository_url"]).rstrip("/"))
+    keyring = j["cuda_repository_keyring"] or j["__cuda_keyring_package_keyring"]
+    if j["cuda_repository_key_url"]:
+        # A key fetched from a URL goes into the repository's own keyring file (a URL that names no repository
+        # is refused above).
+        try:
+            keyring = apt_source_files(url)["keyring_file"]
+        except ValueError:
+            keyring = ""
+    j.set("__cuda_keyring", keyring)
+    libraries = j.set("__cuda_libraries", list(dict.fromkeys(as_list(j["cuda_libraries"]))))
+    present = to_bool(j["cuda_pin"])
+    pins = [{"name": "cuda", "packages": [toolkit], "version": spec.get("toolkit_version", ""), "present": present}]
+    pins = pins if to_bool(j["cuda_toolkit"]) else []
+    pins += [
+        {
+            "name": library,
+            "packages": (spec.get(library) or {}).get("packages", []),
+            "version": (spec.get(library) or {}).get("package_version", ""),
+            "present": present,
+        }
+        for library in libraries
+    ]
+    j.set("__cuda_repository_pins", pins)
