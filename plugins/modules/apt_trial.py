@@ -140,6 +140,7 @@ import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpufleet.fleet.plugins.module_utils.command_answer import command_answer
 from ansible_collections.gpufleet.fleet.plugins.module_utils.http_answer import http_answer
 
 
@@ -169,7 +170,7 @@ def run_trial(module):
         rc, out, err = module.run_command(["/bin/bash", path], environ_update=environment)
     finally:
         os.unlink(path)
-    return {"rc": rc, "stdout": out, "stdout_lines": out.splitlines(), "stderr": err}
+    return command_answer(rc, out, err)
 
 
 def main():
