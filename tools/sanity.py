@@ -13,17 +13,21 @@ network reaches (ansible/ansible#77304). HOME is therefore .cache/ansible-test i
 where tools/ansible_test_get_pip.py is installed as that cached script: nothing is written to the user's
 home, and the per-test environments are kept there for the next run (`rm -rf .cache/ansible-test` starts
 over). pip keeps the user's configuration (package index, find-links) and download cache.
+
+Which pip version ansible-test bootstraps (so which cached name it looks for) is ansible-test's own choice, with no
+public interface to ask it. This reads it where ansible-test says it: when the script is not cached and the download
+fails, ansible-test stops with "The bootstrap script can be manually downloaded and saved to: <path>". tools/sanity.py
+echoes ansible-test's output as it comes, installs the bootstrap at each such path under HOME and runs ansible-test
+once more; from then on the script is cached and one run suffices.
 """
 
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
-import types
 from pathlib import Path
-
-from ansible_test._internal.python_requirements import get_venv_packages
 
 ROOT = Path(__file__).resolve().parent.parent
 HOME = ROOT / ".cache" / "ansible-test"
@@ -33,6 +37,9 @@ NAMESPACE, NAME = "gpufleet", "fleet"
 # with its interpreter's path: HOME + this tail (the longest test name ansible-test 2.19 makes a venv for).
 VENV_PYTHON_TAIL = "/.ansible/test/venv/sanity.validate-modules/3.11/0123abcd/bin/python"
 SHEBANG_LIMIT = 127
+# ansible-test's words (ansible_test/_util/target/setup/requirements.py, bootstrap()) when it could not download
+# the get-pip script: the path it would have read it from.
+BOOTSTRAP_WANTED = re.compile(r"manually downloaded and saved to: (\S+/get_pip_[0-9_]+\.py)$")
 
 
 def collection_files() -> list[str]:
@@ -56,12 +63,32 @@ def copy_tree(destination: Path) -> None:
         shutil.copy2(ROOT / path, target, follow_symlinks=False)
 
 
-def install_bootstrap(version: str) -> None:
-    """Put BOOTSTRAP where ansible-test looks for its cached get-pip script (requirements.py, bootstrap())."""
-    pip_version = get_venv_packages(types.SimpleNamespace(version=version))["pip"]
-    cache = HOME / ".ansible" / "test" / "cache"
-    cache.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(BOOTSTRAP, cache / f"get_pip_{pip_version.replace('.', '_')}.py")
+def install_bootstrap(paths: set[str]) -> set[str]:
+    """Copy BOOTSTRAP to each of the paths ansible-test asked for that lies in HOME and is not there yet;
+    return the paths it was copied to."""
+    installed = set()
+    for path in sorted(paths):
+        target = Path(path)
+        if HOME.resolve() in target.resolve().parents and not target.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(BOOTSTRAP, target)
+            installed.add(path)
+    return installed
+
+
+def run_echoed(command: list[str], cwd: Path, env: dict[str, str]) -> tuple[int, set[str]]:
+    """Run command with its output echoed as it comes; return its exit status and the get-pip paths it asked for."""
+    wanted = set()
+    with subprocess.Popen(
+        command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
+    ) as process:
+        for line in process.stdout or ():
+            sys.stdout.write(line)
+            sys.stdout.flush()
+            found = BOOTSTRAP_WANTED.search(line.rstrip())
+            if found:
+                wanted.add(found.group(1))
+    return process.returncode, wanted
 
 
 def user_pip_environment() -> dict[str, str]:
@@ -86,14 +113,17 @@ def main() -> int:
             f"would pass Linux's {SHEBANG_LIMIT} characters): clone the project to a shorter path"
         )
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
-    install_bootstrap(version)
     env = {**os.environ, **user_pip_environment(), "HOME": str(HOME)}
     ansible_test = Path(sys.executable).parent / "ansible-test"
     with tempfile.TemporaryDirectory(prefix="gpufleet-sanity-") as tmp:
         collection = Path(tmp) / "ansible_collections" / NAMESPACE / NAME
         copy_tree(collection)
         command = [str(ansible_test), "sanity", "--local", "--python", version, *sys.argv[1:]]
-        return subprocess.run(command, cwd=collection, env=env, check=False).returncode
+        status, wanted = run_echoed(command, collection, env)
+        if status and install_bootstrap(wanted):
+            print(f"tools/sanity.py: {BOOTSTRAP.name} installed as {', '.join(sorted(wanted))}; running again")
+            status, _wanted = run_echoed(command, collection, env)
+        return status
 
 
 if __name__ == "__main__":

@@ -7,31 +7,22 @@ tested in tests/unit/test_nccl_log.py), imported from the collection: one place 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import functools
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpufleet.fleet.plugins.module_utils.gpufleet_check import gpufleet_check_module
 
+judge = gpufleet_check_module("nccl").judge
 
-def smoke_network(
-    network: Mapping[str, Any] | None,
-    nodes: Sequence[Mapping[str, Any]],
-    floors: Mapping[str, Any],
-    expect_transport: str = "any",
-    expect_gdr: Any = "any",
-) -> dict[str, Any]:
-    if network is not None and not isinstance(network, Mapping):
-        raise AnsibleFilterError(f"smoke_network: the payload's network figures must be a mapping, got {network!r}")
+
+@functools.wraps(judge)
+def smoke_network(*args: Any, **kwargs: Any) -> dict[str, Any]:
+    """``nccl.judge`` itself, its signature included (functools.wraps: smoke_network.yml documents it), with its
+    refusals of input (TypeError, ValueError) as Ansible's filter error."""
     try:
-        return gpufleet_check_module("nccl").judge(
-            dict(network) if network else None,
-            [dict(n) for n in nodes or []],
-            dict(floors or {}),
-            expect_transport,
-            expect_gdr,
-        )
+        return judge(*args, **kwargs)
     except (TypeError, ValueError) as exc:
         raise AnsibleFilterError(f"smoke_network: {exc}") from None
 

@@ -339,15 +339,16 @@ def default_release(matrix: dict[str, Any], python: str = "") -> str:
 
 def resolve_pytorch(
     matrix: dict[str, Any],
-    release: Any = "",
-    cuda_release: Any = "",
-    variant: Any = "",
-    torchvision: bool = True,
-    torchaudio: bool = True,
-    names: dict[str, str] | None = None,
-    cuda_follows: bool = False,
-    wheel_source: Any = "",
-    python: dict[str, str] | None = None,
+    release: Any,
+    cuda_release: Any,
+    variant: Any,
+    *,
+    torchvision: bool,
+    torchaudio: bool,
+    names: dict[str, str] | None,
+    cuda_follows: bool,
+    wheel_source: Any,
+    python: dict[str, str] | None,
 ) -> dict[str, Any]:
     """The PyTorch wheels for these choices: release, variant, pins, the CUDA torch must report, where they come
     from; or reasons.

@@ -38,15 +38,6 @@ SECURE_BOOT_EFIVAR = "/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa
 CONTAINER_TYPES = ("podman", "docker", "container", "containerd", "lxc", "systemd-nspawn", "openvz")
 GIB = 1073741824
 
-# Phrases of apt, get_url, uri, pip and curl when a source does not answer.
-# Whole phrases, not stems: "Error while resolving value for ..." (a template
-# error) must not pass for a name that did not resolve.
-FETCH_FAILURE = re.compile(
-    r"(?i)(failed|unable) to fetch|could not fetch|fetch failed"
-    r"|(failed|unable) to connect|(could not|cannot) connect|connection (refused|reset|timed out|aborted)"
-    r"|temporary failure (in name )?resolv|could not resolve|name or service not known|name resolution"
-    r"|no route to host|network is unreachable|timed out|refused"
-)
 HEADERS_CANDIDATE = re.compile(r"Candidate: (?!\(none\))")
 # apt while another apt holds its lock: "E: Could not get lock /var/lib/apt/lists/lock. It is held by process 509
 # (apt-get)" (apt 2.6, Debian 12), "E: Could not get lock /var/lib/dpkg/lock-frontend - open (11: Resource
@@ -121,11 +112,6 @@ def headers_installed(dpkg_status):
 def headers_candidate(apt_cache_policy):
     """True when ``apt-cache policy`` of the headers package offers a version to install."""
     return HEADERS_CANDIDATE.search(apt_cache_policy or "") is not None
-
-
-def fetch_failure(text):
-    """True when apt's, pip's or curl's words say that a source did not answer."""
-    return FETCH_FAILURE.search(text or "") is not None
 
 
 def apt_lock_busy(text):

@@ -9,7 +9,8 @@ matrix's resolution for this OS and these GPUs) has them in one module,
   ``*`` (``"cuda_*"``: every variable of that prefix the role sees, its
   defaults included);
 * ``judge(judgement)``: the rules; each failed rule adds its message with
-  ``judgement.check(ok, message)``, and what the role's later tasks use is
+  ``judgement.check(ok, message)`` (``judgement.check_form(name, pattern,
+  says)`` for a setting that must match a pattern), and what the role's later tasks use is
   set with ``judgement.set(name, value)`` (its private ``__<role>_*`` facts).
 
 The action ``gpufleet.fleet.settings`` (plugins/action/settings.py) templates
@@ -253,6 +254,12 @@ class Judgement:
         if not ok:
             self.errors.append(one_line(message))
         return bool(ok)
+
+    def check_form(self, name: str, pattern: str, says: str) -> bool:
+        """The rule that setting ``name`` has the form ``pattern`` (a regular expression, re.match); its message
+        names the setting and its value: "<name> '<value>' <says>"."""
+        value = self[name]
+        return self.check(matches(pattern, value), f"{name} '{value}' {says}")
 
     def refuse(self, messages: Sequence[str]) -> None:
         """Reasons found elsewhere (the matrix's), added as they are."""

@@ -242,6 +242,7 @@ from ansible_collections.gpufleet.fleet.plugins.module_utils.apt_source import (
     claimed,
     trial_fact,
 )
+from ansible_collections.gpufleet.fleet.plugins.module_utils.command_answer import command_answer
 from ansible_collections.gpufleet.fleet.plugins.module_utils.http_answer import http_answer
 
 
@@ -285,7 +286,7 @@ def run_trial(module, replaced):
         rc, out, err = module.run_command(["/bin/bash", path], environ_update=environment)
     finally:
         os.unlink(path)
-    return {"rc": rc, "stdout": out, "stdout_lines": out.splitlines(), "stderr": err}
+    return command_answer(rc, out, err)
 
 
 def main():

@@ -171,7 +171,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.fleet.plugins.module_utils import host_facts
+from ansible_collections.gpufleet.fleet.plugins.module_utils import fetch, host_facts
 
 LOCK_TIMEOUT_S = 60  # the apt module's default lock_timeout
 REQUIREMENTS = {
@@ -202,7 +202,7 @@ def refresh_index(module):
             time.sleep(1)
             continue
         tries += 1
-        if tries < 3 and host_facts.fetch_failure(text):
+        if tries < 3 and fetch.fetch_failure(text):
             time.sleep(5)
             continue
         module.fail_json(

@@ -100,14 +100,11 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpufleet.fleet.plugins.module_utils.command_answer import command_answer
 from ansible_collections.gpufleet.fleet.plugins.module_utils.http_answer import http_answer
 
 SKIPPED = {"skipped": True, "changed": False}
 PYTHON_PROBE = "import platform, sys; print('%d.%d' % sys.version_info[:2]); print(platform.machine())"
-
-
-def ran(rc, out, err):
-    return {"rc": rc, "stdout": out, "stdout_lines": out.splitlines(), "stderr": err}
 
 
 def main():
@@ -128,7 +125,7 @@ def main():
     probe = {}
     if result["venv_exists"]:
         argv = [interpreter, "-I", "-c", params["installed_script"], json.dumps(params["requirements"])]
-        result["installed"] = ran(*module.run_command(argv))
+        result["installed"] = command_answer(*module.run_command(argv))
         lines = result["installed"]["stdout_lines"]
         if result["installed"]["rc"] == 0 and lines:
             try:
@@ -142,7 +139,7 @@ def main():
     result["df"] = dict(SKIPPED)
     result["source"] = dict(SKIPPED)
     if result["needed"]:
-        result["python"] = ran(*module.run_command([params["python"], "-I", "-c", PYTHON_PROBE]))
+        result["python"] = command_answer(*module.run_command([params["python"], "-I", "-c", PYTHON_PROBE]))
     if unsatisfied:
         directory = params["venv"]
         while not os.path.isdir(directory) and directory not in ("", os.sep):
@@ -150,7 +147,7 @@ def main():
         rc, out, err = module.run_command(["df", "-Pk", directory or os.sep])
         if rc != 0:
             module.fail_json(msg="df -Pk {0} failed: {1}".format(directory, err.strip()), rc=rc)
-        result["df"] = ran(rc, out, err)
+        result["df"] = command_answer(rc, out, err)
         result["source"] = {
             "results": [http_answer(module, page, "GET", params["timeout"], content=True) for page in params["pages"]]
         }

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ansible_collections.gpufleet.fleet.plugins.module_utils.host_facts import FETCH_FAILURE
+from ansible_collections.gpufleet.fleet.plugins.module_utils import fetch
 from ansible_collections.gpufleet.fleet.plugins.module_utils.settings import is_http_url
 
 
@@ -28,7 +28,7 @@ def fetch_failure(result: Any) -> bool:
     """True when ``result`` failed and its messages say that a source did not answer."""
     if not isinstance(result, Mapping) or not result.get("failed"):
         return False
-    return FETCH_FAILURE.search(failure_text(result)) is not None
+    return fetch.fetch_failure(failure_text(result))
 
 
 def http_url(value: Any) -> bool:

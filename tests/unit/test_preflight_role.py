@@ -34,7 +34,7 @@ import pytest
 import role_run
 from conftest import FAKE_FACTS, REPO_ROOT, preflight_found, preflight_requirements
 
-from ansible_collections.gpufleet.fleet.plugins.module_utils import host_facts
+from ansible_collections.gpufleet.fleet.plugins.module_utils import fetch, host_facts
 
 SHIM = "/var/lib/shim-signed/mok/MOK.der"
 DKMS = "/var/lib/dkms/mok.pub"
@@ -258,7 +258,7 @@ def test_apt_waits_for_a_lock_another_apt_holds():
     assert not host_facts.apt_lock_busy(
         "E: The repository 'http://gpufleet-mirror/debian bookworm Release' is not signed."
     )
-    assert not host_facts.fetch_failure("E: Could not get lock /var/lib/apt/lists/lock. It is held by process 509")
+    assert not fetch.fetch_failure("E: Could not get lock /var/lib/apt/lists/lock. It is held by process 509")
 
 
 def _module(tmp_path: Path, **arguments: Any) -> dict[str, Any]:

@@ -154,11 +154,10 @@ def check_engine(j: Judgement) -> None:
         f"container_engine '{engine}' is not an engine gpufleet installs on {host_os}{reason}"
         f" (choose {' or '.join(engines or {})})",
     )
-    version = j["container_nvidia_toolkit_version"]
-    j.check(
-        matches(j["__container_toolkit_version_pattern"], version),
-        f"container_nvidia_toolkit_version '{version}' is not a package version of the NVIDIA Container Toolkit"
-        " (the form X.Y.Z-N, for example 1.19.1-1)",
+    j.check_form(
+        "container_nvidia_toolkit_version",
+        j["__container_toolkit_version_pattern"],
+        "is not a package version of the NVIDIA Container Toolkit (the form X.Y.Z-N, for example 1.19.1-1)",
     )
     j.check(
         j["__container_deb_arch"],
@@ -195,21 +194,19 @@ def check_engine(j: Judgement) -> None:
         f"container_nvidia_runtimes names {', '.join(text(runtime) for runtime in bad)}, which nvidia-ctk cannot"
         f" configure (choose from {', '.join(runtimes)}; empty for the engine's own)",
     )
-    spec_file = j["container_cdi_spec_file"]
-    j.check(
-        matches(r"^/[^\s]+\.(yaml|json)$", spec_file),
-        f"container_cdi_spec_file '{spec_file}' must be an absolute path ending in .yaml or .json"
-        " (for example /etc/cdi/nvidia.yaml)",
+    j.check_form(
+        "container_cdi_spec_file",
+        r"^/[^\s]+\.(yaml|json)$",
+        "must be an absolute path ending in .yaml or .json (for example /etc/cdi/nvidia.yaml)",
     )
 
 
 def check_image(j: Judgement) -> None:
     """The training image's name, tag, base, pip sources and build directory (with container_build_image)."""
-    name = j["container_image_name"]
-    j.check(
-        matches(j["__container_image_name_pattern"], name),
-        f"container_image_name '{name}' is not an image name (lower case, for example gpufleet-train"
-        " or registry.example.com:5000/ml/gpufleet-train)",
+    j.check_form(
+        "container_image_name",
+        j["__container_image_name_pattern"],
+        "is not an image name (lower case, for example gpufleet-train or registry.example.com:5000/ml/gpufleet-train)",
     )
     j.check(
         matches(j["__container_image_tag_pattern"], j["__container_image_ref"].split(":")[-1]),

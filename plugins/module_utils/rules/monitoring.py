@@ -75,16 +75,14 @@ def check_services(j: Judgement) -> None:
     )
     port = j["monitoring_node_exporter_port"]
     j.check(_port(port), f"monitoring_node_exporter_port '{port}' is not a TCP port (1 to 65535)")
-    address = j["monitoring_node_exporter_address"]
-    j.check(
-        matches(j["__monitoring_host_pattern"], address),
-        f"monitoring_node_exporter_address '{address}' is not a host name or address (empty for every interface;"
-        " [::1] for an IPv6 address); the port is monitoring_node_exporter_port",
+    j.check_form(
+        "monitoring_node_exporter_address",
+        j["__monitoring_host_pattern"],
+        "is not a host name or address (empty for every interface; [::1] for an IPv6 address); the port is"
+        " monitoring_node_exporter_port",
     )
-    listen = j["monitoring_prometheus_listen_address"]
-    j.check(
-        matches(j["__monitoring_listen_pattern"], listen),
-        f"monitoring_prometheus_listen_address '{listen}' is not host:port (e.g. 0.0.0.0:9090)",
+    j.check_form(
+        "monitoring_prometheus_listen_address", j["__monitoring_listen_pattern"], "is not host:port (e.g. 0.0.0.0:9090)"
     )
     server_group = j["monitoring_server_group"]
     j.check(

@@ -53,14 +53,8 @@ def judge(j: Judgement) -> None:
         f" ({', '.join(controllers) or 'none'}): Slurm needs exactly one controller host in the inventory",
     )
     j.check(nodes, f"slurm_node_group '{j['slurm_node_group']}' has no host: Slurm needs compute nodes")
-    j.check(
-        matches("^[a-z0-9_-]{1,40}$", j["slurm_cluster_name"]),
-        f"slurm_cluster_name '{j['slurm_cluster_name']}' must be 1-40 lowercase letters, digits, - or _",
-    )
-    j.check(
-        matches("^[A-Za-z0-9_-]{1,64}$", j["slurm_partition_name"]),
-        f"slurm_partition_name '{j['slurm_partition_name']}' must be letters, digits, - or _",
-    )
+    j.check_form("slurm_cluster_name", "^[a-z0-9_-]{1,40}$", "must be 1-40 lowercase letters, digits, - or _")
+    j.check_form("slurm_partition_name", "^[A-Za-z0-9_-]{1,64}$", "must be letters, digits, - or _")
     j.check(
         matches(_TIME_LIMIT, j["slurm_partition_max_time"]),
         f"slurm_partition_max_time '{j['slurm_partition_max_time']}' is not a Slurm time limit"

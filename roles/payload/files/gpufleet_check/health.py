@@ -92,7 +92,7 @@ import os
 import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from . import profiles
 from .common import read_text
@@ -234,6 +234,11 @@ def xml_text(node: ET.Element | None, path: str) -> str | None:
     return found.text if found is not None and found.text is not None else None
 
 
+def xml_fields(node: ET.Element | None, base: str, read: Callable[[str | None], Any], **tags: str) -> dict[str, Any]:
+    """{key: read(the text of base/tag)} for each key=tag: a group of one kind of figure under one element."""
+    return {key: read(xml_text(node, f"{base}/{tag}")) for key, tag in tags.items()}
+
+
 def xml_ecc_counts(node: ET.Element | None) -> dict[str, int | None]:
     """{"corrected", "uncorrected"} of an <ecc_errors>/<volatile> or <aggregate> element, whatever the
     schema: sram_/dram_ (un)correctable(_parity/_secded) children, or the older single_bit/double_bit
@@ -290,14 +295,8 @@ def parse_smi_xml(text: str) -> list[dict[str, Any]]:
                 "pci_device_id": value(xml_text(gpu, "pci/pci_device_id")),
                 "uuid": value(xml_text(gpu, "uuid")),
                 "persistence_mode": yes_no(xml_text(gpu, "persistence_mode")),
-                "mig": {
-                    "current": value(xml_text(gpu, "mig_mode/current_mig")),
-                    "pending": value(xml_text(gpu, "mig_mode/pending_mig")),
-                },
-                "ecc_mode": {
-                    "current": value(xml_text(gpu, "ecc_mode/current_ecc")),
-                    "pending": value(xml_text(gpu, "ecc_mode/pending_ecc")),
-                },
+                "mig": xml_fields(gpu, "mig_mode", value, current="current_mig", pending="pending_mig"),
+                "ecc_mode": xml_fields(gpu, "ecc_mode", value, current="current_ecc", pending="pending_ecc"),
                 "ecc": {
                     "volatile": xml_ecc_counts(gpu.find("ecc_errors/volatile")),
                     "aggregate": xml_ecc_counts(gpu.find("ecc_errors/aggregate")),
@@ -310,25 +309,28 @@ def parse_smi_xml(text: str) -> list[dict[str, Any]]:
                     "pending": True if True in pending else False if False in pending else None,
                 },
                 "remapped_rows": remapped,
-                "pcie": {
-                    "gen_current": integer(xml_text(gpu, "pci/pci_gpu_link_info/pcie_gen/current_link_gen")),
-                    "gen_max": integer(xml_text(gpu, "pci/pci_gpu_link_info/pcie_gen/max_link_gen")),
-                    "width_current": integer(xml_text(gpu, "pci/pci_gpu_link_info/link_widths/current_link_width")),
-                    "width_max": integer(xml_text(gpu, "pci/pci_gpu_link_info/link_widths/max_link_width")),
-                },
+                "pcie": xml_fields(
+                    gpu,
+                    "pci/pci_gpu_link_info",
+                    integer,
+                    gen_current="pcie_gen/current_link_gen",
+                    gen_max="pcie_gen/max_link_gen",
+                    width_current="link_widths/current_link_width",
+                    width_max="link_widths/max_link_width",
+                ),
                 "clock_reasons": xml_clock_reasons(gpu),
-                "temperature": {
-                    "gpu": number(xml_text(gpu, "temperature/gpu_temp")),
-                    "slowdown": number(xml_text(gpu, "temperature/gpu_temp_slow_threshold")),
-                    "shutdown": number(xml_text(gpu, "temperature/gpu_temp_max_threshold")),
-                    "max_operating": number(xml_text(gpu, "temperature/gpu_temp_max_gpu_threshold")),
-                    "tlimit_margin": number(xml_text(gpu, "temperature/gpu_temp_tlimit")),
-                },
+                "temperature": xml_fields(
+                    gpu,
+                    "temperature",
+                    number,
+                    gpu="gpu_temp",
+                    slowdown="gpu_temp_slow_threshold",
+                    shutdown="gpu_temp_max_threshold",
+                    max_operating="gpu_temp_max_gpu_threshold",
+                    tlimit_margin="gpu_temp_tlimit",
+                ),
                 "utilization_gpu": number(xml_text(gpu, "utilization/gpu_util")),
-                "fabric": {
-                    "state": value(xml_text(gpu, "fabric/state")),
-                    "status": value(xml_text(gpu, "fabric/status")),
-                },
+                "fabric": xml_fields(gpu, "fabric", value, state="state", status="status"),
             }
         )
     return gpus

@@ -252,8 +252,13 @@ def judge(
     world / inter_node {ranks, seconds, algbw_gbps, busbw_gbps}), None when it measured nothing;
     nodes: each node's launcher output ({"host", "nccl": read_logs() or None}); floors:
     {"rdma", "socket", "gloo"} in GB/s (0: not judged); the expectations as the role's settings.
+    Any mappings and sequences do (Ansible's own, through the filter); TypeError or ValueError for input it
+    cannot judge.
     Returns {verdict, problems, notes, measured, transport, gdr, busbw_gbps, floor_gbps, label, nodes}.
     """
+    if network is not None and not isinstance(network, Mapping):
+        raise TypeError(f"the payload's network figures must be a mapping, got {network!r}")
+    nodes, floors = nodes or (), floors or {}
     problems: list[str] = []
     notes: list[str] = []
     expect_gdr, expect_transport = _expect_gdr(expect_gdr), str(expect_transport).strip().lower()

@@ -96,6 +96,11 @@ def dcgm_sku(sku: str, min_pci_width: int, minimum_bandwidth: str | None = None)
     return found
 
 
+def nvlink(links: int, link_gbps: float, source: str) -> dict[str, tuple[Any, str]]:
+    """The NVLink figures of a GPU, both read from one source: its link count and each link's GB/s."""
+    return {"nvlink_links": (links, source), "nvlink_link_gbps": (link_gbps, source)}
+
+
 def azure_node(conf: str, gpu_bw: str, nccl_allreduce: str) -> dict[str, tuple[Any, str]]:
     """The figures of an 8-GPU node's Azure conf file (conf/<conf>), each cited, from its lines' arguments as
     written there: ``check_gpu_bw <h2d GB/s> [<p2p GB/s>]`` and ``check_nccl_allreduce <GB/s> <repeats> <size>``."""
@@ -119,8 +124,7 @@ def azure_node(conf: str, gpu_bw: str, nccl_allreduce: str) -> dict[str, tuple[A
 PROFILES: dict[str, dict[str, Any]] = {
     "H100 80GB HBM3": {  # H100 SXM5
         "device_ids": ("2330",),
-        "nvlink_links": (18, NVLINK_H100),
-        "nvlink_link_gbps": (26.562, NVLINK_H100),
+        **nvlink(18, 26.562, NVLINK_H100),
         "nvswitch_fabric": (
             True,
             "leptonai/gpud nvidia-smi -q of 8 x H100 80GB HBM3, 535.161.08: Fabric State "
@@ -132,8 +136,7 @@ PROFILES: dict[str, dict[str, Any]] = {
     },
     "H200": {  # H200 SXM 141GB; the NVL (233B) is its own profile
         "device_ids": ("2335",),
-        "nvlink_links": (18, HOPPER_NVLINK),
-        "nvlink_link_gbps": (26.562, HOPPER_NVLINK),
+        **nvlink(18, 26.562, HOPPER_NVLINK),
         "nvswitch_fabric": (
             True,
             "Hopper SXM on NVSwitch, as the H100 80GB HBM3 (same fourth-generation NVLink, "
@@ -155,8 +158,7 @@ PROFILES: dict[str, dict[str, Any]] = {
     "H800": {"device_ids": ("2324",), **dcgm_sku("2324", 16, "1920000.0")},
     "A100-SXM4-80GB": {
         "device_ids": ("20B2",),
-        "nvlink_links": (12, NVLINK_A100),
-        "nvlink_link_gbps": (25.0, NVLINK_A100),
+        **nvlink(12, 25.0, NVLINK_A100),
         "pcie_gen": (
             4,
             "nvidia-smi -q -x of NVIDIA A100-SXM4-80GB: max_link_gen 4 (influxdata/telegraf "
@@ -167,8 +169,7 @@ PROFILES: dict[str, dict[str, Any]] = {
     },
     "A100-SXM4-40GB": {
         "device_ids": ("20B0",),
-        "nvlink_links": (12, f"{NVLINK_A100}; the SXM4 A100s share the 12-link NVLink 3 of the 80GB part"),
-        "nvlink_link_gbps": (25.0, NVLINK_A100),
+        **nvlink(12, 25.0, f"{NVLINK_A100}; the SXM4 A100s share the 12-link NVLink 3 of the 80GB part"),
         # DCGM's 20b0 entry reads 137500 MB/s, an eighth of the 80GB part's: not taken as a floor.
         **dcgm_sku("20b0", 16),
         **azure_node("nd96asr_v4.conf", "21 235", "228.0 1 8G"),
@@ -200,8 +201,7 @@ PROFILES: dict[str, dict[str, Any]] = {
     "V100 SXM2 32GB": {
         "device_ids": ("1DB1", "1DB5"),
         "names": ("V100-SXM2-32GB",),
-        "nvlink_links": (6, NVLINK_V100),
-        "nvlink_link_gbps": (25.781, NVLINK_V100),
+        **nvlink(6, 25.781, NVLINK_V100),
         **dcgm_sku("1db1/1db5", 16, "607500.0"),
         **azure_node("nd40rs_v2.conf", "9", "110.0 1 8G"),
     },
