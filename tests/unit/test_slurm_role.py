@@ -220,7 +220,7 @@ def conf(text: str) -> list[dict]:
 def rejections(controllers: int = 1, **overrides) -> list[str]:
     """The messages of validate.yml's failed checks on the controller (what it stops with)."""
     cfg = VALIDATED.get(controllers=controllers, **overrides)
-    messages = [" ".join(str(m).split()) for m in cfg["__slurm_invalid"]]
+    messages = [" ".join(str(m).split()) for m in cfg["__slurm_judged"]["errors"]]
     assert (cfg.failure is not None) is bool(messages), cfg.failure
     return messages
 
