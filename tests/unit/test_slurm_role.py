@@ -550,62 +550,27 @@ def _compared(os: str, filesystem: str, policy: str, without_plugin: str = "refu
     return c["release"], c["version_from"], c["plugin_missing"], c["unconfined"]
 
 
+JAMMY = ("21.08", "apt candidate slurmd 21.08.5-2ubuntu1")
+BOOKWORM = ("22.05", "apt candidate slurmd 22.05.8-4+deb12u3")
+FOCAL = ("19.05", "installed slurmd 19.05.5-1")
+# Ubuntu 20.04's installed 19.05 under bookworm's candidate: the installed one counts (apt state=present keeps it).
+FOCAL_UNDER_BOOKWORM = POLICY["ubuntu2004"].replace("Candidate: 19.05.5-1", "Candidate: 22.05.8-4+deb12u3")
+assert "Candidate: 22.05.8-4+deb12u3" in FOCAL_UNDER_BOOKWORM
+
+
 @pytest.mark.parametrize(
     "os, filesystem, policy, without_plugin, expected",
     [
-        (
-            "ubuntu2204",
-            CGROUP_V2,
-            POLICY["ubuntu2204"],
-            "refuse",
-            ("21.08", "apt candidate slurmd 21.08.5-2ubuntu1", True, False),
-        ),
-        (
-            "ubuntu2204",
-            CGROUP_V2,
-            POLICY["ubuntu2204"],
-            "no_confinement",
-            ("21.08", "apt candidate slurmd 21.08.5-2ubuntu1", True, True),
-        ),
-        (
-            "ubuntu2204",
-            CGROUP_V1,
-            POLICY["ubuntu2204"],
-            "no_confinement",
-            ("21.08", "apt candidate slurmd 21.08.5-2ubuntu1", False, False),
-        ),
+        ("ubuntu2204", CGROUP_V2, POLICY["ubuntu2204"], "refuse", (*JAMMY, True, False)),
+        ("ubuntu2204", CGROUP_V2, POLICY["ubuntu2204"], "no_confinement", (*JAMMY, True, True)),
+        ("ubuntu2204", CGROUP_V1, POLICY["ubuntu2204"], "no_confinement", (*JAMMY, False, False)),
         ("ubuntu2204", CGROUP_V2, "", "refuse", ("21.08", "the release Ubuntu 22.04 ships", True, False)),
-        (
-            "debian12",
-            CGROUP_V2,
-            POLICY["debian12"],
-            "no_confinement",
-            ("22.05", "apt candidate slurmd 22.05.8-4+deb12u3", False, False),
-        ),
-        ("ubuntu2004", CGROUP_V2, POLICY["ubuntu2004"], "refuse", ("19.05", "installed slurmd 19.05.5-1", True, False)),
-        (
-            "ubuntu2004",
-            CGROUP_V1,
-            POLICY["ubuntu2004"],
-            "refuse",
-            ("19.05", "installed slurmd 19.05.5-1", False, False),
-        ),
+        ("debian12", CGROUP_V2, POLICY["debian12"], "no_confinement", (*BOOKWORM, False, False)),
+        ("ubuntu2004", CGROUP_V2, POLICY["ubuntu2004"], "refuse", (*FOCAL, True, False)),
+        ("ubuntu2004", CGROUP_V1, POLICY["ubuntu2004"], "refuse", (*FOCAL, False, False)),
         # Bookworm's slurmd offered on Ubuntu 22.04 (a backport counts as what it is): its release, not the OS's.
-        (
-            "ubuntu2204",
-            CGROUP_V2,
-            POLICY["debian12"],
-            "refuse",
-            ("22.05", "apt candidate slurmd 22.05.8-4+deb12u3", False, False),
-        ),
-        # Installed wins over the candidate (apt state=present keeps it): Ubuntu 20.04's 19.05 under bookworm's.
-        (
-            "debian12",
-            CGROUP_V2,
-            POLICY["ubuntu2004"].replace("Candidate: 19.05.5-1", "Candidate: 22.05.8-4+deb12u3"),
-            "refuse",
-            ("19.05", "installed slurmd 19.05.5-1", True, False),
-        ),
+        ("ubuntu2204", CGROUP_V2, POLICY["debian12"], "refuse", (*BOOKWORM, False, False)),
+        ("debian12", CGROUP_V2, FOCAL_UNDER_BOOKWORM, "refuse", (*FOCAL, True, False)),
     ],
 )
 def test_the_comparison_on_apt_s_answers(os, filesystem, policy, without_plugin, expected):

@@ -61,6 +61,19 @@ def run_module(tmp_path: Path, name: str, **arguments: Any) -> dict[str, Any]:
     return json.loads(proc.stdout)
 
 
+def run_venv_facts(tmp_path: Path, venv: str, requirements: list[str], **arguments: Any) -> dict[str, Any]:
+    """The module on ``venv`` with the role's installed script, this interpreter creating the environment."""
+    return run_module(
+        tmp_path,
+        "venv_facts",
+        venv=venv,
+        installed_script=SCRIPT,
+        requirements=requirements,
+        python=sys.executable,
+        **arguments,
+    )
+
+
 def test_a_complete_environment_needs_nothing_and_reads_nothing_more(tmp_path, listings):
     pip = metadata.version("pip")
     result = run_module(
@@ -113,13 +126,10 @@ def test_a_missing_environment_reads_the_interpreter_the_free_space_and_the_list
 
 
 def test_a_source_that_does_not_answer_is_status_minus_one(tmp_path):
-    result = run_module(
+    result = run_venv_facts(
         tmp_path,
-        "venv_facts",
-        venv=str(tmp_path / "venv"),
-        installed_script=SCRIPT,
-        requirements=["torch==2.3.1"],
-        python=sys.executable,
+        str(tmp_path / "venv"),
+        ["torch==2.3.1"],
         pages=["http://127.0.0.1:9/whl/torch/"],  # the discard port: nothing listens
         timeout=5,
     )
@@ -129,14 +139,7 @@ def test_a_source_that_does_not_answer_is_status_minus_one(tmp_path):
 
 def test_a_usable_environment_missing_a_pin_is_ok_with_that_pin_unsatisfied(tmp_path):
     pip = metadata.version("pip")
-    result = run_module(
-        tmp_path,
-        "venv_facts",
-        venv=sys.prefix,
-        installed_script=SCRIPT,
-        requirements=[f"pip=={pip}", "gpufleet-absent==1.0"],
-        python=sys.executable,
-    )
+    result = run_venv_facts(tmp_path, sys.prefix, [f"pip=={pip}", "gpufleet-absent==1.0"])
     assert (result["venv_state"], result["unsatisfied"], result["needed"]) == ("ok", ["gpufleet-absent==1.0"], True)
     assert result["installed_versions"] == {"pip": pip, "gpufleet-absent": None}
     assert result["df"]["stdout_lines"][0].startswith("Filesystem"), result
@@ -148,14 +151,7 @@ def test_an_environment_whose_interpreter_does_not_run_is_broken(tmp_path):
     python.parent.mkdir(parents=True)
     python.write_text("#!/bin/sh\necho 'python3.11: not found' >&2\nexit 127\n")
     python.chmod(0o755)
-    result = run_module(
-        tmp_path,
-        "venv_facts",
-        venv=str(tmp_path / "venv"),
-        installed_script=SCRIPT,
-        requirements=["torch==2.3.1"],
-        python=sys.executable,
-    )
+    result = run_venv_facts(tmp_path, str(tmp_path / "venv"), ["torch==2.3.1"])
     assert result["venv_exists"] is True and result["installed"]["rc"] == 127, result
     assert (result["venv_state"], result["unsatisfied"], result["needed"]) == ("broken", ["torch==2.3.1"], True)
 
