@@ -17,6 +17,7 @@ from typing import Any
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpufleet.fleet.plugins.module_utils import apt_source as _apt_source
+from ansible_collections.gpufleet.fleet.plugins.module_utils import host_facts
 from ansible_collections.gpufleet.fleet.plugins.module_utils.fleet_report import check_entry
 from ansible_collections.gpufleet.fleet.plugins.module_utils.gpufleet_check import (
     gpufleet_check_module,
@@ -33,8 +34,6 @@ _DKMS_LINE = re.compile(
     r"^(?P<module>[^\s,/:]+)(?:/|,\s*)(?P<version>[^\s,:]+)"
     r"(?:,\s*(?P<kernel>[^\s,:]+),\s*(?P<arch>[^\s,:]+))?:\s*(?P<state>[^\s(]+)(?P<rest>.*)$"
 )
-_POLICY_LINE = re.compile(r"^\s*(Installed|Candidate):\s*(\S+)\s*$", re.MULTILINE)
-_RELEASE = re.compile(r"^(?:[0-9]+:)?([0-9]+\.[0-9]+)")
 
 
 def as_list(value: Any) -> list[Any]:
@@ -158,21 +157,9 @@ def dkms_status(output: str | Sequence[str] | None) -> list[dict[str, Any]]:
 
 
 def apt_policy(stdout: Any) -> dict[str, str]:
-    """``{installed, candidate, version, release}`` of one package's ``apt-cache policy`` stanza (apt_policy.yml)."""
-    found = {"Installed": "", "Candidate": ""}
-    # The first stanza: up to the next package's unindented "name:" line.
-    stanza = re.split(r"\n(?=\S)", str(stdout or "").lstrip("\n"), maxsplit=1)[0]
-    for key, value in _POLICY_LINE.findall(stanza):
-        if value != "(none)":
-            found[key] = value
-    version = found["Installed"] or found["Candidate"]
-    release = _RELEASE.match(version)
-    return {
-        "installed": found["Installed"],
-        "candidate": found["Candidate"],
-        "version": version,
-        "release": release.group(1) if release else "",
-    }
+    """``{installed, candidate, version, release}`` of one package's ``apt-cache policy`` stanza (apt_policy.yml):
+    module_utils/host_facts.py's reading, which gpufleet.fleet.host_facts runs on a Slurm node."""
+    return host_facts.apt_policy(stdout)
 
 
 def per_message(messages: Sequence[Any], hosts: Sequence[str]) -> list[str]:

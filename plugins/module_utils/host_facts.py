@@ -10,7 +10,9 @@ with the module, so it keeps to Python 3.8 and the standard library):
   NVSwitch is told apart on the PCI bus (preflight, slurm's gres.conf and
   monitoring's DCGM all ask the module);
 * ``read_host`` reads the PCI bus, the free space, Secure Boot, nouveau, the
-  kernel headers and the MOK certificate;
+  kernel headers, the MOK certificate and the cgroup file system;
+* ``slurm_cgroup`` is slurm's comparison of a node's cgroup mode with the
+  Slurm release it has or would get (``apt_policy`` reads apt's answer);
 * ``judge`` is preflight's requirements on what was read: every unmet one with
   what to do, the warnings, and the ``preflight_report`` later roles read.
 
@@ -43,6 +45,14 @@ HEADERS_CANDIDATE = re.compile(r"Candidate: (?!\(none\))")
 # (apt-get)" (apt 2.6, Debian 12), "E: Could not get lock /var/lib/dpkg/lock-frontend - open (11: Resource
 # temporarily unavailable)" (older apt).
 APT_LOCK_BUSY = re.compile(r"Could not get lock |Unable to lock directory ")
+# One line of `apt-cache policy`'s stanza, and a version's upstream major.minor (epoch and revision dropped).
+APT_POLICY_LINE = re.compile(r"^\s*(Installed|Candidate):\s*(\S+)\s*$", re.MULTILINE)
+UPSTREAM_RELEASE = re.compile(r"^(?:[0-9]+:)?([0-9]+\.[0-9]+)")
+CGROUP_ROOT = "/sys/fs/cgroup"
+# A mount's type (/proc/self/mountinfo) as `stat --file-system --format=%T` names the file system (coreutils'
+# human_fstype, by the superblock's magic): cgroup v2 is cgroup2fs, a v1 hierarchy cgroupfs; tmpfs (the v1 and hybrid
+# layouts' /sys/fs/cgroup) and the others keep their names.
+STAT_FS_NAMES = {"cgroup2": "cgroup2fs", "cgroup": "cgroupfs"}
 
 
 def _read(path):
@@ -112,6 +122,100 @@ def headers_installed(dpkg_status):
 def headers_candidate(apt_cache_policy):
     """True when ``apt-cache policy`` of the headers package offers a version to install."""
     return HEADERS_CANDIDATE.search(apt_cache_policy or "") is not None
+
+
+def apt_policy(stdout):
+    """``{installed, candidate, version, release}`` of the first package stanza of ``LC_ALL=C apt-cache policy``.
+
+    ``installed`` and ``candidate`` are apt's, ``""`` for its ``(none)`` or no stanza; ``version`` is the one that
+    counts (the installed one, else the candidate: what apt state=present keeps or installs); ``release`` its
+    upstream ``major.minor`` (``21.08`` of ``1:21.08.5-2ubuntu1``), ``""`` without a version.
+    """
+    found = {"Installed": "", "Candidate": ""}
+    # The first stanza: up to the next package's unindented "name:" line.
+    stanza = re.split(r"\n(?=\S)", str(stdout or "").lstrip("\n"), maxsplit=1)[0]
+    for key, value in APT_POLICY_LINE.findall(stanza):
+        if value != "(none)":
+            found[key] = value
+    version = found["Installed"] or found["Candidate"]
+    release = UPSTREAM_RELEASE.match(version)
+    return {
+        "installed": found["Installed"],
+        "candidate": found["Candidate"],
+        "version": version,
+        "release": release.group(1) if release else "",
+    }
+
+
+def _unescape_mount_point(field):
+    """A mount point of /proc/self/mountinfo, whose space, tab, newline and backslash are octal escapes (\\040)."""
+    return re.sub(r"\\([0-7]{3})", lambda match: chr(int(match.group(1), 8)), field)
+
+
+def cgroup_filesystem(mountinfo="/proc/self/mountinfo", path=CGROUP_ROOT):
+    """The file system of ``path`` as ``stat --file-system --format=%T`` names it: ``cgroup2fs`` (cgroup v2),
+    ``tmpfs`` (the v1 and hybrid layouts), ...; ``""`` when the mount table cannot be read.
+
+    The mount whose mount point is ``path`` or its nearest parent, the last of those at the same point (a later
+    mount hides an earlier one).
+    """
+    try:
+        with open(mountinfo) as handle:
+            lines = handle.read().splitlines()
+    except (IOError, OSError):
+        return ""
+    best, best_length = "", -1
+    for line in lines:
+        # "36 35 98:0 /root /mount/point rw,noatime master:1 - fstype source rw": the optional fields end at " - ".
+        mount, separator, tail = line.partition(" - ")
+        fields, types = mount.split(), tail.split()
+        if not separator or len(fields) < 5 or not types:
+            continue
+        point = _unescape_mount_point(fields[4]).rstrip("/") or "/"
+        if path == point or path.startswith(point.rstrip("/") + "/"):
+            if len(point) >= best_length:
+                best, best_length = types[0], len(point)
+    return STAT_FS_NAMES.get(best, best)
+
+
+def _release_key(release):
+    """``22.05`` as ``(22, 5)``, to compare releases as Ansible's version test does."""
+    return tuple(int(number) for number in re.findall(r"[0-9]+", str(release)))
+
+
+def slurm_cgroup(filesystem, policy, settings, facts):
+    """Slurm's comparison of a node's cgroup mode with its Slurm release (roles/slurm/tasks/cgroup.yml).
+
+    ``filesystem`` is ``cgroup_filesystem``'s, ``policy`` the ``apt-cache policy`` output of ``settings['package']``;
+    ``settings``: ``package``, ``shipped_release`` (the release the distribution ships, which counts when apt knows
+    no version of the package), ``cgroup_v2_release`` (the release that brought the cgroup/v2 plugin) and
+    ``without_plugin`` (``refuse`` or ``no_confinement``); ``facts``: ``distribution`` and ``distribution_version``.
+
+    Returns ``{filesystem, v2, release, version_from, plugin_missing, unconfined}``: the release is the installed
+    package's, else apt's candidate (a backport counts as what it is), else the one the distribution ships.
+    """
+    read = apt_policy(policy)
+    package = settings["package"]
+    release = read["release"] or str(settings["shipped_release"])
+    if read["installed"]:
+        version_from = "installed {0} {1}".format(package, read["installed"])
+    elif read["candidate"]:
+        version_from = "apt candidate {0} {1}".format(package, read["candidate"])
+    else:
+        version_from = "the release {0} {1} ships".format(
+            facts.get("distribution", ""), facts.get("distribution_version", "")
+        )
+    v2 = filesystem == "cgroup2fs"
+    missing = v2 and _release_key(release) < _release_key(settings["cgroup_v2_release"])
+    return {
+        "filesystem": filesystem,
+        "v2": v2,
+        "release": release,
+        "version_from": version_from,
+        "plugin_missing": missing,
+        # Only where the setting allows it: a refused node stops (cgroup.yml).
+        "unconfined": missing and settings["without_plugin"] == "no_confinement",
+    }
 
 
 def apt_lock_busy(text):

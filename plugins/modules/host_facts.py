@@ -14,7 +14,10 @@ short_description: Read what a GPU host is in one round trip, and judge it again
 description:
   - Reads the NVIDIA GPUs and NVSwitches on the PCI bus (with their PCI device IDs), the free space under a path,
     the UEFI Secure Boot state, whether nouveau is loaded, whether the headers of a kernel are installed or
-    installable, and whether a MOK certificate exists; one module run, one round trip.
+    installable, whether a MOK certificate exists and the file system of C(/sys/fs/cgroup) (the cgroup mode); one
+    module run, one round trip.
+  - With O(slurm), also compares the cgroup mode with the Slurm release the node has or would get (its package's
+    C(apt-cache policy)), as the slurm role does before any change.
   - This is where the roles tell an NVIDIA GPU apart on the PCI bus (vendor 0x10de, class 0x0300 or 0x0302; an
     NVSwitch is class 0x0680).
   - With O(requirements), also judges the host as the preflight role does and returns every unmet requirement with
@@ -49,8 +52,34 @@ options:
     description:
       - The host's Ansible facts the requirements read (distribution, distribution_version,
         distribution_major_version, architecture, memtotal_mb, virtualization_role, virtualization_type).
+      - O(slurm) names the distribution and its distribution_version when the release counted is the one it ships.
     type: dict
     default: {}
+  slurm:
+    description:
+      - The slurm role's settings for the comparison of the cgroup mode with the Slurm release; omitted, no
+        comparison. The release is the installed O(slurm.package)'s, else apt's candidate (a backport counts as what
+        it is), else O(slurm.shipped_release).
+    type: dict
+    suboptions:
+      package:
+        description: The package whose version is the node's Slurm release (C(slurmd)).
+        type: str
+        required: true
+      shipped_release:
+        description: The Slurm release the distribution ships (C(21.08)), counted when apt knows no version.
+        type: str
+        required: true
+      cgroup_v2_release:
+        description: The first Slurm release with the cgroup/v2 plugin (C(22.05)).
+        type: str
+        required: true
+      without_plugin:
+        description: The role's C(slurm_cgroup_v2_without_plugin); C(no_confinement) makes a node without the plugin
+          unconfined.
+        type: str
+        required: true
+        choices: [refuse, no_confinement]
   requirements:
     description:
       - The preflight role's settings, without the C(preflight_) prefix (see C(ansible-doc -t role
@@ -112,6 +141,18 @@ EXAMPLES = r"""
 - name: Count them
   ansible.builtin.debug:
     msg: "{{ __slurm_host.found.nvidia.gpus | length }} GPU(s)"
+
+- name: Compare the node's cgroup mode with its Slurm release
+  gpufleet.fleet.host_facts:
+    facts:
+      distribution: "{{ ansible_facts['distribution'] }}"
+      distribution_version: "{{ ansible_facts['distribution_version'] }}"
+    slurm:
+      package: slurmd
+      shipped_release: "21.08"
+      cgroup_v2_release: "22.05"
+      without_plugin: refuse
+  register: __slurm_host
 """
 
 RETURN = r"""
@@ -141,6 +182,37 @@ found:
       type: bool
     mok_enrolled:
       description: Whether O(mok_certificate) exists (false when not asked).
+      type: bool
+    cgroup_filesystem:
+      description:
+        - The file system of C(/sys/fs/cgroup) as C(stat --file-system --format=%T) names it, from the mount table
+          (C(/proc/self/mountinfo)); empty when that cannot be read.
+        - C(cgroup2fs) on a node booted with cgroup v2, C(tmpfs) with the v1 or hybrid layout.
+      type: str
+      sample: cgroup2fs
+slurm_cgroup:
+  description: With O(slurm), the cgroup mode against the Slurm release.
+  returned: with slurm
+  type: dict
+  contains:
+    filesystem:
+      description: RV(found.cgroup_filesystem).
+      type: str
+    v2:
+      description: Whether the node boots with cgroup v2.
+      type: bool
+    release:
+      description: The Slurm release counted (C(major.minor)).
+      type: str
+    version_from:
+      description: Where the release comes from, for the messages.
+      type: str
+      sample: apt candidate slurmd 21.08.5-2ubuntu1
+    plugin_missing:
+      description: Whether the node boots with cgroup v2 and the release predates O(slurm.cgroup_v2_release).
+      type: bool
+    unconfined:
+      description: Whether the plugin is missing and O(slurm.without_plugin) is C(no_confinement).
       type: bool
 failures:
   description: With O(requirements), every requirement the host does not meet, with what to do.
@@ -184,6 +256,12 @@ REQUIREMENTS = {
     "require_kernel_headers": {"type": "bool", "required": True},
     "secure_boot_policy": {"type": "str", "required": True, "choices": ["signed_modules", "mok", "fail"]},
     "nouveau_policy": {"type": "str", "required": True, "choices": ["warn", "fail"]},
+}
+SLURM = {
+    "package": {"type": "str", "required": True},
+    "shipped_release": {"type": "str", "required": True},
+    "cgroup_v2_release": {"type": "str", "required": True},
+    "without_plugin": {"type": "str", "required": True, "choices": ["refuse", "no_confinement"]},
 }
 
 
@@ -231,6 +309,7 @@ def read_host(module):
         "headers_installed": False,
         "headers_candidate": False,
         "mok_enrolled": bool(params["mok_certificate"]) and os.path.exists(params["mok_certificate"]),
+        "cgroup_filesystem": host_facts.cgroup_filesystem(),
     }
     package = "linux-headers-" + params["kernel_release"]
     if params["kernel_release"] and module.get_bin_path("dpkg-query"):
@@ -244,6 +323,17 @@ def read_host(module):
     return found
 
 
+def compare_slurm(module, found):
+    """The cgroup mode against the Slurm release: apt's versions of the package, else the distribution's release."""
+    slurm = module.params["slurm"]
+    policy = ""
+    if module.get_bin_path("apt-cache"):
+        rc, policy, err = module.run_command(["apt-cache", "policy", slurm["package"]], environ_update={"LC_ALL": "C"})
+        if rc != 0:
+            module.fail_json(msg="apt-cache policy {0} failed: {1}".format(slurm["package"], err.strip()), rc=rc)
+    return host_facts.slurm_cgroup(found["cgroup_filesystem"], policy, slurm, module.params["facts"])
+
+
 def main():
     module = AnsibleModule(
         argument_spec={
@@ -254,6 +344,7 @@ def main():
             "host": {"type": "str", "default": ""},
             "facts": {"type": "dict", "default": {}},
             "requirements": {"type": "dict", "options": REQUIREMENTS},
+            "slurm": {"type": "dict", "options": SLURM},
         },
         supports_check_mode=True,
     )
@@ -273,6 +364,8 @@ def main():
             report=verdict["report"],
             summary=verdict["summary"],
         )
+    if module.params["slurm"] is not None:
+        result["slurm_cgroup"] = compare_slurm(module, found)
     module.exit_json(**result)
 
 

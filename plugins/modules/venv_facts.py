@@ -75,6 +75,22 @@ installed:
   description: The run of O(installed_script) (rc, stdout, stdout_lines); C(skipped) when there is no environment.
   returned: always
   type: dict
+venv_state:
+  description:
+    - C(missing) (no environment), C(broken) (its interpreter does not run, the system Python it was made from being
+      gone, or it has no pip) or C(ok).
+  returned: always
+  type: str
+  sample: ok
+unsatisfied:
+  description: The requirements the environment does not satisfy (all of them when it is not usable).
+  returned: always
+  type: list
+  elements: str
+installed_versions:
+  description: Each requirement's installed version (null when not installed), as O(installed_script) read them.
+  returned: always
+  type: dict
 needed:
   description: Whether something must be installed (the reads below were made).
   returned: always
@@ -100,6 +116,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpufleet.fleet.plugins.module_utils import venv_facts
 from ansible_collections.gpufleet.fleet.plugins.module_utils.command_answer import command_answer
 from ansible_collections.gpufleet.fleet.plugins.module_utils.http_answer import http_answer
 
@@ -122,25 +139,17 @@ def main():
     params = module.params
     interpreter = os.path.join(params["venv"], "bin", "python")
     result = {"changed": False, "venv_exists": os.path.exists(interpreter), "installed": dict(SKIPPED)}
-    probe = {}
     if result["venv_exists"]:
         argv = [interpreter, "-I", "-c", params["installed_script"], json.dumps(params["requirements"])]
         result["installed"] = command_answer(*module.run_command(argv))
-        lines = result["installed"]["stdout_lines"]
-        if result["installed"]["rc"] == 0 and lines:
-            try:
-                probe = json.loads(lines[-1])
-            except ValueError:
-                probe = {}
-    usable = result["venv_exists"] and probe.get("pip") is not None
-    unsatisfied = probe.get("unsatisfied", params["requirements"])
-    result["needed"] = bool(not usable or unsatisfied)
+    answer = venv_facts.installed_answer(result["installed"])
+    result.update(venv_facts.decide(result["venv_exists"], answer, params["requirements"]))
     result["python"] = dict(SKIPPED)
     result["df"] = dict(SKIPPED)
     result["source"] = dict(SKIPPED)
     if result["needed"]:
         result["python"] = command_answer(*module.run_command([params["python"], "-I", "-c", PYTHON_PROBE]))
-    if unsatisfied:
+    if result["unsatisfied"]:
         directory = params["venv"]
         while not os.path.isdir(directory) and directory not in ("", os.sep):
             directory = os.path.dirname(directory)

@@ -65,6 +65,17 @@ ROLES_DIR = REPO_ROOT / "roles"
 if str(ROLES_DIR / "payload" / "files") not in sys.path:
     sys.path.insert(0, str(ROLES_DIR / "payload" / "files"))
 
+# `LC_ALL=C apt-cache policy slurmd` on each OS (tests/unit/data/apt/policy-slurmd-*.txt, their sources in their
+# header lines): slurmd not installed yet (the node's first run), or installed (Ubuntu 20.04).
+SLURMD_POLICY = {
+    os: "".join(
+        line
+        for line in (REPO_ROOT / "tests/unit/data/apt" / f"policy-slurmd-{name}.txt").read_text().splitlines(True)
+        if not line.startswith("# ")
+    )
+    for os, name in (("debian12", "bookworm"), ("ubuntu2204", "jammy"), ("ubuntu2004", "focal"))
+}
+
 # ansible_facts as `setup` reports them on bare-metal GPU servers.
 FAKE_FACTS: dict[str, dict[str, Any]] = {
     "ubuntu2004": {

@@ -312,6 +312,29 @@ def test_the_module_judges_with_the_roles_settings(tmp_path):
     )
 
 
+def test_the_module_compares_the_cgroup_mode_with_the_slurm_release(tmp_path):
+    """slurm's comparison (tasks/cgroup.yml) in the same run: the cgroup file system is always read; with a package
+    apt has no list of, the release the distribution ships counts."""
+    settings = {"shipped_release": "21.08", "cgroup_v2_release": "22.05", "without_plugin": "no_confinement"}
+    result = _module(
+        tmp_path,
+        disk_path=str(tmp_path),
+        facts={"distribution": "Ubuntu", "distribution_version": "22.04"},
+        slurm={**settings, "package": "gpufleet-no-such-package"},
+    )
+    assert result.get("failed") is not True, result
+    cgroup = result["slurm_cgroup"]
+    filesystem = result["found"]["cgroup_filesystem"]
+    assert cgroup == host_facts.slurm_cgroup(
+        filesystem,
+        "",
+        {**settings, "package": "gpufleet-no-such-package"},
+        {"distribution": "Ubuntu", "distribution_version": "22.04"},
+    )
+    assert cgroup["release"] == "21.08" and cgroup["version_from"] == "the release Ubuntu 22.04 ships"
+    assert "slurm_cgroup" not in _module(tmp_path, disk_path=str(tmp_path))
+
+
 # --------------------------------------------------------------------------- the role's MOK certificate per OS
 
 RESOLVED = role_run.Batch(

@@ -30,6 +30,8 @@ import role_run
 import yaml
 from conftest import FAKE_FACTS, load_script, load_trusted
 
+from ansible_collections.gpufleet.fleet.plugins.module_utils import venv_facts
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ROLE = REPO_ROOT / "roles" / "pytorch"
 COMPATIBILITY_FILE = REPO_ROOT / "files" / "compatibility.yml"
@@ -617,14 +619,20 @@ LAB_WHEELHOUSE_PAGE = (
 def no_venv(python: dict | None = None, df: dict | None = None, source: dict | None = None) -> dict:
     """gpufleet.fleet.venv_facts' registered result on a host without the environment (plugins/modules/venv_facts.py:
     nothing installed to read, so every requirement is unsatisfied and the rest is read): the interpreter's run, the
-    df and the listings' answers as given."""
+    df and the listings' answers as given. Its decision is the module's own (module_utils/venv_facts.py), for the
+    role's requirements (vars/main.yml's __pytorch_requirements, templated when the role reads it)."""
     skipped = {"skipped": True, "changed": False}
+    requirements = "{{ __pytorch_requirements }}"
+    decided = venv_facts.decide(False, venv_facts.installed_answer(skipped), [requirements])
+    assert (decided["venv_state"], decided["unsatisfied"], decided["needed"]) == ("missing", [requirements], True)
     return {
         "__pytorch_host": {
             "changed": False,
             "venv_exists": False,
             "installed": skipped,
-            "needed": True,
+            **decided,
+            # The role's requirements list itself (one template, not a list of one).
+            "unsatisfied": requirements,
             "python": python or skipped,
             "df": df or skipped,
             "source": source or skipped,
@@ -640,7 +648,7 @@ PREFLIGHT = role_run.Batch(
     [role_run.import_role("pytorch")]
     + [
         role_run.role_task("pytorch", "preflight.yml", name)
-        for name in ("Decide what must be installed", "too full", "does not answer", "lacks a pinned wheel")
+        for name in ("too full", "does not answer", "lacks a pinned wheel")
     ],
 )
 LAB_SOURCE = {
@@ -1043,7 +1051,7 @@ PLAN_CHECK = role_run.Batch(
     [role_run.import_role("pytorch")]
     + [
         role_run.role_task("pytorch", "preflight.yml", name)
-        for name in ("Decide what must be installed", "Judge the wheel plan", "cannot fetch a wheel it needs")
+        for name in ("Judge the wheel plan", "cannot fetch a wheel it needs")
     ],
 )
 PLAN_PIP = {

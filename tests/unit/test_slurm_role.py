@@ -20,11 +20,14 @@ import functools
 import re
 import shutil
 import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
 import role_run
-from conftest import FAKE_FACTS, ROLES_DIR, host_facts_found, load_trusted
+from conftest import FAKE_FACTS, ROLES_DIR, SLURMD_POLICY, host_facts_found, load_trusted
+
+from ansible_collections.gpufleet.fleet.plugins.module_utils import host_facts
 
 ROLE = ROLES_DIR / "slurm"
 NODES = ["gpu-a01", "gpu-a02", "gpu-a03"]
@@ -35,11 +38,12 @@ EVERY_NODE_IN_THE_PLAY = {
     "__slurm_other_hosts": {"results": [], "skipped": True, "changed": False},
     "__slurm_current_conf": {"skipped": True, "changed": False},
 }
-# cgroup.yml after its two probes (stat of /sys/fs/cgroup/, apt-cache policy slurmd).
+# cgroup.yml after its probe (gpufleet.fleet.host_facts: the cgroup file system, apt-cache policy slurmd, the GPUs).
+PROBE = role_run.role_task("slurm", "cgroup.yml", "Read this node's cgroup mode")
 CGROUP = [
     role_run.role_task("slurm", "cgroup.yml", name)
     for name in (
-        "Compare the cgroup mode with the Slurm release",
+        "Keep the cgroup mode and the Slurm release compared",
         "Stop a cgroup v2 node",
         "Warn that Slurm runs without cgroup confinement",
     )
@@ -54,44 +58,37 @@ DESCRIBE = [
     )
 ]
 
-# What `stat --file-system --format=%T /sys/fs/cgroup/` prints: cgroup v2 (unified; Ubuntu 22.04's and Debian 12's
+# The file system of /sys/fs/cgroup as gpufleet.fleet.host_facts reads it (found.cgroup_filesystem, named as
+# `stat --file-system --format=%T /sys/fs/cgroup/` names it): cgroup v2 (unified; Ubuntu 22.04's and Debian 12's
 # default: https://lists.ubuntu.com/archives/ubuntu-devel/2021-August/041598.html), or the tmpfs of the v1 and hybrid
 # layouts (systemd mounts the unified hierarchy on /sys/fs/cgroup "instead of a tmpfs": systemd commit
 # efdb02375beb0a940c3320865572913780b4d7de).
-CGROUP_V2 = {"stdout": "cgroup2fs"}
-CGROUP_V1 = {"stdout": "tmpfs"}
-# `LC_ALL=C apt-cache policy slurmd` on each OS, slurmd not installed yet (the node's first run) or installed.
-# bookworm: as printed on a Debian 12 host (slurm-wlm 22.05.8-4+deb12u3, https://sources.debian.org/src/slurm-wlm/22.05.8-4%2Bdeb12u3/);
-# jammy 21.08.5-2ubuntu1 (https://manpages.ubuntu.com/manpages/jammy/man5/slurm.conf.5.html, "Provided by:
-# slurm-client_21.08.5-2ubuntu1"); focal 19.05.5-1 (https://manpages.ubuntu.com/manpages/focal/man1/slurm-wlm.1.html).
-POLICY = {
-    "debian12": """slurmd:
-  Installed: (none)
-  Candidate: 22.05.8-4+deb12u3
-  Version table:
-     22.05.8-4+deb12u3 500
-        500 http://deb.debian.org/debian bookworm/main amd64 Packages
-        500 http://deb.debian.org/debian-security bookworm-security/main amd64 Packages
-""",
-    "ubuntu2204": """slurmd:
-  Installed: (none)
-  Candidate: 21.08.5-2ubuntu1
-  Version table:
-     21.08.5-2ubuntu1 500
-        500 http://archive.ubuntu.com/ubuntu jammy/universe amd64 Packages
-""",
-    "ubuntu2004": """slurmd:
-  Installed: 19.05.5-1
-  Candidate: 19.05.5-1
-  Version table:
- *** 19.05.5-1 500
-        500 http://archive.ubuntu.com/ubuntu focal/universe amd64 Packages
-        100 /var/lib/dpkg/status
-""",
-}
+CGROUP_V2 = "cgroup2fs"
+CGROUP_V1 = "tmpfs"
+POLICY = SLURMD_POLICY
 # A node's probes as each OS boots by default, Ubuntu 22.04 with cgroup v1 (systemd.unified_cgroup_hierarchy=0, the fix
 # the role names): the clusters of the rendering tests, whose files are those of a confined cluster.
 BOOTED = {"debian12": CGROUP_V2, "ubuntu2204": CGROUP_V1, "ubuntu2004": CGROUP_V1}
+# The Slurm release each OS ships (vars/<OS>.yml's __slurm_release) and the one that brought cgroup/v2 (vars/main.yml):
+# what cgroup.yml's probe passes the module (test_the_probe_passes_the_role_s_settings).
+SHIPPED = {"debian12": "22.05", "ubuntu2204": "21.08", "ubuntu2004": "19.05"}
+
+
+def probed(os: str, filesystem: str, policy: str, gpus: int = 8, without_plugin: str = "refuse") -> dict:
+    """gpufleet.fleet.host_facts' registered result on a node of ``os`` (cgroup.yml's probe): its GPUs, and its
+    slurm_cgroup as the module compares them (module_utils/host_facts.py slurm_cgroup)."""
+    settings = {
+        "package": "slurmd",
+        "shipped_release": SHIPPED[os],
+        "cgroup_v2_release": "22.05",
+        "without_plugin": without_plugin,
+    }
+    return {
+        **host_facts_found(gpus),
+        "slurm_cgroup": host_facts.slurm_cgroup(filesystem, policy, settings, FAKE_FACTS[os]),
+    }
+
+
 TEMPLATES = [
     "slurm.conf.j2",
     "gres.conf.j2",
@@ -128,7 +125,8 @@ class Clusters:
         n = len(self._pending) + len(self._done)
         prefix, suffix = ("", "") if n == 0 else (f"c{n}-", f"_c{n}")
         groups = {"node": f"gpu_nodes{suffix}", "controller": f"slurm_controller{suffix}"}
-        common = {**settings, **EVERY_NODE_IN_THE_PLAY}
+        # "booted": the cgroup file system of every node, else the OS's default (BOOTED).
+        common = {**{k: v for k, v in settings.items() if k != "booted"}, **EVERY_NODE_IN_THE_PLAY}
         if suffix:
             common.update(slurm_node_group=groups["node"], slurm_controller_group=groups["controller"])
         heads = [CONTROLLER, "head-02"][:controllers]
@@ -138,16 +136,16 @@ class Clusters:
             )
             for name in heads
         ]
-        probes = {"__slurm_cgroup_fs": BOOTED[os], "__slurm_apt_policy": {"stdout": POLICY[os]}}
+        without_plugin = settings.get("slurm_cgroup_v2_without_plugin", "refuse")
+        probe = probed(os, settings.get("booted", BOOTED[os]), POLICY[os], gpus, without_plugin)
         hosts += [
             role_run.Host(
                 prefix + name,
                 {**FAKE_FACTS[os], **node_facts(name)},
                 {
-                    **probes,
                     **common,
                     "ansible_host": f"10.0.0.{i + 11}",
-                    "__slurm_host": host_facts_found(gpus),
+                    "__slurm_host": probe,
                     **node_vars.get(name, {}),
                 },
                 (groups["node"],),
@@ -222,7 +220,7 @@ def conf(text: str) -> list[dict]:
 def rejections(controllers: int = 1, **overrides) -> list[str]:
     """The messages of validate.yml's failed checks on the controller (what it stops with)."""
     cfg = VALIDATED.get(controllers=controllers, **overrides)
-    messages = [" ".join(str(m).split()) for m in cfg["__slurm_invalid"]]
+    messages = [" ".join(str(m).split()) for m in cfg["__slurm_judged"]["errors"]]
     assert (cfg.failure is not None) is bool(messages), cfg.failure
     return messages
 
@@ -453,9 +451,8 @@ NODE_CASES = {
 
 @functools.cache
 def node_checks() -> dict[str, role_run.Outcome]:
-    """validate.yml and cgroup.yml's checks on one node per case (the probes' results as host variables), in one play;
-    the
-    controller only in the inventory."""
+    """validate.yml and cgroup.yml's checks on one node per case (the probe's result as a host variable), in one play,
+    and what the probe's task would pass the module (captured as "probe"); the controller only in the inventory."""
     controller = role_run.Host(
         CONTROLLER, {**FAKE_FACTS["debian12"], **node_facts(CONTROLLER, 16)}, {}, ("slurm_controller",), targeted=False
     )
@@ -463,12 +460,18 @@ def node_checks() -> dict[str, role_run.Outcome]:
         role_run.Host(
             case,
             {**FAKE_FACTS[os], **node_facts(case)},
-            {**settings, "__slurm_cgroup_fs": fs, "__slurm_apt_policy": {"stdout": policy}},
+            {
+                **settings,
+                "__slurm_host": probed(
+                    os, fs, policy, without_plugin=settings.get("slurm_cgroup_v2_without_plugin", "refuse")
+                ),
+            },
             ("gpu_nodes",),
         )
         for case, (os, fs, policy, settings) in NODE_CASES.items()
     ]
-    return role_run.run([controller, *nodes], [role_run.import_role("slurm"), *CGROUP])
+    arguments = role_run.capture({"probe": PROBE["gpufleet.fleet.host_facts"]}, name="Capture the probe's arguments")
+    return role_run.run([controller, *nodes], [role_run.import_role("slurm"), *CGROUP], [arguments])
 
 
 def node_check(case: str) -> role_run.Outcome:
@@ -514,6 +517,24 @@ def test_a_cgroup_mode_the_release_has_a_plugin_for_passes(case, release, v2):
     )
 
 
+@pytest.mark.parametrize("case, os", [("jammy-v2-unconfined", "ubuntu2204"), ("bookworm-v2", "debian12")])
+def test_the_probe_passes_the_role_s_settings(case, os):
+    """What cgroup.yml's host_facts task passes on a node: the settings probed() compares with (SHIPPED)."""
+    arguments = node_check(case)["probe"]
+    assert arguments == {
+        "facts": {
+            "distribution": FAKE_FACTS[os]["distribution"],
+            "distribution_version": FAKE_FACTS[os]["distribution_version"],
+        },
+        "slurm": {
+            "package": "slurmd",
+            "shipped_release": SHIPPED[os],
+            "cgroup_v2_release": "22.05",
+            "without_plugin": NODE_CASES[case][3].get("slurm_cgroup_v2_without_plugin", "refuse"),
+        },
+    }, arguments
+
+
 def test_no_confinement_lets_the_node_pass_unconfined():
     outcome = node_check("jammy-v2-unconfined")
     assert outcome.failure is None
@@ -521,7 +542,98 @@ def test_no_confinement_lets_the_node_pass_unconfined():
     assert cgroup["plugin_missing"] is True and cgroup["unconfined"] is True
 
 
-UNCONFINED = {"slurm_cgroup_v2_without_plugin": "no_confinement", "__slurm_cgroup_fs": CGROUP_V2}
+# The comparison itself (module_utils/host_facts.py slurm_cgroup, run by gpufleet.fleet.host_facts on the node),
+# on apt's real answers (tests/unit/data/apt/policy-slurmd-*.txt).
+def _compared(os: str, filesystem: str, policy: str, without_plugin: str = "refuse") -> tuple:
+    c = probed(os, filesystem, policy, without_plugin=without_plugin)["slurm_cgroup"]
+    assert c["filesystem"] == filesystem and c["v2"] is (filesystem == "cgroup2fs"), c
+    return c["release"], c["version_from"], c["plugin_missing"], c["unconfined"]
+
+
+JAMMY = ("21.08", "apt candidate slurmd 21.08.5-2ubuntu1")
+BOOKWORM = ("22.05", "apt candidate slurmd 22.05.8-4+deb12u3")
+FOCAL = ("19.05", "installed slurmd 19.05.5-1")
+# Ubuntu 20.04's installed 19.05 under bookworm's candidate: the installed one counts (apt state=present keeps it).
+FOCAL_UNDER_BOOKWORM = POLICY["ubuntu2004"].replace("Candidate: 19.05.5-1", "Candidate: 22.05.8-4+deb12u3")
+assert "Candidate: 22.05.8-4+deb12u3" in FOCAL_UNDER_BOOKWORM
+
+
+@pytest.mark.parametrize(
+    "os, filesystem, policy, without_plugin, expected",
+    [
+        ("ubuntu2204", CGROUP_V2, POLICY["ubuntu2204"], "refuse", (*JAMMY, True, False)),
+        ("ubuntu2204", CGROUP_V2, POLICY["ubuntu2204"], "no_confinement", (*JAMMY, True, True)),
+        ("ubuntu2204", CGROUP_V1, POLICY["ubuntu2204"], "no_confinement", (*JAMMY, False, False)),
+        ("ubuntu2204", CGROUP_V2, "", "refuse", ("21.08", "the release Ubuntu 22.04 ships", True, False)),
+        ("debian12", CGROUP_V2, POLICY["debian12"], "no_confinement", (*BOOKWORM, False, False)),
+        ("ubuntu2004", CGROUP_V2, POLICY["ubuntu2004"], "refuse", (*FOCAL, True, False)),
+        ("ubuntu2004", CGROUP_V1, POLICY["ubuntu2004"], "refuse", (*FOCAL, False, False)),
+        # Bookworm's slurmd offered on Ubuntu 22.04 (a backport counts as what it is): its release, not the OS's.
+        ("ubuntu2204", CGROUP_V2, POLICY["debian12"], "refuse", (*BOOKWORM, False, False)),
+        ("debian12", CGROUP_V2, FOCAL_UNDER_BOOKWORM, "refuse", (*FOCAL, True, False)),
+    ],
+)
+def test_the_comparison_on_apt_s_answers(os, filesystem, policy, without_plugin, expected):
+    assert _compared(os, filesystem, policy, without_plugin) == expected
+
+
+def test_releases_compare_as_numbers():
+    """9.10 is older than 22.05, 100.0 newer (a text comparison would say the opposite of both)."""
+    settings = {"package": "slurmd", "cgroup_v2_release": "22.05", "without_plugin": "refuse"}
+    facts = FAKE_FACTS["debian12"]
+    assert host_facts.slurm_cgroup(CGROUP_V2, "", {**settings, "shipped_release": "9.10"}, facts)["plugin_missing"]
+    assert not host_facts.slurm_cgroup(CGROUP_V2, "", {**settings, "shipped_release": "100.0"}, facts)["plugin_missing"]
+    assert not host_facts.slurm_cgroup(CGROUP_V2, "", {**settings, "shipped_release": "22.05"}, facts)["plugin_missing"]
+
+
+# /proc/self/mountinfo of a node with the hybrid layout (systemd's legacy hierarchy: a tmpfs with v1 controllers and
+# cgroup2 under unified; captured on this project's build machine), of one booted with cgroup v2 (systemd's default
+# since v247, Debian 12 and Ubuntu 22.04: cgroup2 on /sys/fs/cgroup), and of a container whose /sys/fs/cgroup is no
+# mount of its own.
+HYBRID = """23 1 0:21 / /sys rw,nosuid,nodev,noexec,relatime - sysfs sysfs rw
+31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
+32 31 0:29 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu
+40 31 0:37 / /sys/fs/cgroup/systemd rw,relatime - cgroup cgroup rw,name=systemd
+41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
+"""
+UNIFIED = """22 28 0:20 / /sys rw,nosuid,nodev,noexec,relatime shared:7 - sysfs sysfs rw
+26 22 0:23 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:9 - cgroup2 cgroup2 rw,nsdelegate
+"""
+NO_MOUNT = """1 0 0:50 / / rw,relatime - overlay overlay rw,lowerdir=/l,upperdir=/u,workdir=/w
+60 1 0:55 / /sys ro,nosuid,nodev,noexec,relatime - sysfs sysfs ro
+"""
+
+
+@pytest.mark.parametrize(
+    "mountinfo, expected",
+    [
+        (HYBRID, "tmpfs"),
+        (UNIFIED, "cgroup2fs"),
+        (NO_MOUNT, "sysfs"),
+        # A second mount on the same point hides the first.
+        (UNIFIED + "90 26 0:60 / /sys/fs/cgroup rw - tmpfs tmpfs rw\n", "tmpfs"),
+    ],
+)
+def test_the_cgroup_file_system_is_read_from_the_mount_table(tmp_path, mountinfo, expected):
+    (tmp_path / "mountinfo").write_text(mountinfo)
+    assert host_facts.cgroup_filesystem(str(tmp_path / "mountinfo")) == expected
+
+
+def test_an_unreadable_mount_table_reads_as_no_file_system(tmp_path):
+    assert host_facts.cgroup_filesystem(str(tmp_path / "absent")) == ""
+
+
+def test_the_cgroup_file_system_is_named_as_stat_names_it():
+    """On this machine: the mount table's answer is stat's (the command cgroup.yml ran before)."""
+    if not (shutil.which("stat") and Path("/sys/fs/cgroup").is_dir()):
+        pytest.skip("no stat or no /sys/fs/cgroup here")
+    stat = subprocess.run(
+        ["stat", "--file-system", "--format=%T", "/sys/fs/cgroup/"], capture_output=True, text=True, check=True
+    )
+    assert host_facts.cgroup_filesystem() == stat.stdout.strip()
+
+
+UNCONFINED = {"slurm_cgroup_v2_without_plugin": "no_confinement", "booted": CGROUP_V2}
 
 
 def test_no_confinement_writes_a_configuration_without_cgroup_plugins():
@@ -625,8 +737,7 @@ def test_nodes_outside_the_run_are_described_from_their_registered_facts_when_on
             {**FAKE_FACTS["debian12"], **node_facts("stale-" + name)},
             {
                 "ansible_host": f"10.0.0.{i + 11}",
-                "__slurm_cgroup_fs": CGROUP_V1,
-                "__slurm_apt_policy": {"stdout": POLICY["debian12"]},
+                "__slurm_host": probed("debian12", CGROUP_V1, POLICY["debian12"]),
             },
             ("gpu_nodes",),
             targeted=False,

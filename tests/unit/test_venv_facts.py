@@ -20,6 +20,8 @@ from typing import Any
 import pytest
 from conftest import REPO_ROOT
 
+from ansible_collections.gpufleet.fleet.plugins.module_utils import venv_facts
+
 SCRIPT = (REPO_ROOT / "roles" / "pytorch" / "files" / "pytorch_installed.py").read_text()
 PAGE = '<a href="torch-2.3.1-cp311-cp311-manylinux1_x86_64.whl">torch-2.3.1-cp311-cp311-manylinux1_x86_64.whl</a>'
 
@@ -59,6 +61,19 @@ def run_module(tmp_path: Path, name: str, **arguments: Any) -> dict[str, Any]:
     return json.loads(proc.stdout)
 
 
+def run_venv_facts(tmp_path: Path, venv: str, requirements: list[str], **arguments: Any) -> dict[str, Any]:
+    """The module on ``venv`` with the role's installed script, this interpreter creating the environment."""
+    return run_module(
+        tmp_path,
+        "venv_facts",
+        venv=venv,
+        installed_script=SCRIPT,
+        requirements=requirements,
+        python=sys.executable,
+        **arguments,
+    )
+
+
 def test_a_complete_environment_needs_nothing_and_reads_nothing_more(tmp_path, listings):
     pip = metadata.version("pip")
     result = run_module(
@@ -76,6 +91,7 @@ def test_a_complete_environment_needs_nothing_and_reads_nothing_more(tmp_path, l
         "installed": {"pip": pip},
         "unsatisfied": [],
     }
+    assert (result["venv_state"], result["unsatisfied"], result["installed_versions"]) == ("ok", [], {"pip": pip})
     assert result["needed"] is False
     assert result["python"]["skipped"] and result["df"]["skipped"] and result["source"]["skipped"]
     assert result["changed"] is False
@@ -93,6 +109,11 @@ def test_a_missing_environment_reads_the_interpreter_the_free_space_and_the_list
         pages=[f"{listings}/whl/torch/", f"{listings}/whl/nothing/"],
     )
     assert result["venv_exists"] is False and result["installed"]["skipped"] and result["needed"] is True
+    assert (result["venv_state"], result["unsatisfied"], result["installed_versions"]) == (
+        "missing",
+        ["torch==2.3.1"],
+        {},
+    )
     assert result["python"]["rc"] == 0
     assert result["python"]["stdout_lines"] == [f"{sys.version_info[0]}.{sys.version_info[1]}", os.uname().machine]
     # df -Pk of the nearest existing directory: tmp_path's file system.
@@ -105,15 +126,69 @@ def test_a_missing_environment_reads_the_interpreter_the_free_space_and_the_list
 
 
 def test_a_source_that_does_not_answer_is_status_minus_one(tmp_path):
-    result = run_module(
+    result = run_venv_facts(
         tmp_path,
-        "venv_facts",
-        venv=str(tmp_path / "venv"),
-        installed_script=SCRIPT,
-        requirements=["torch==2.3.1"],
-        python=sys.executable,
+        str(tmp_path / "venv"),
+        ["torch==2.3.1"],
         pages=["http://127.0.0.1:9/whl/torch/"],  # the discard port: nothing listens
         timeout=5,
     )
     [answer] = result["source"]["results"]
     assert answer["status"] == -1 and answer["msg"].startswith("Status code was -1 and not [200]: "), answer
+
+
+def test_a_usable_environment_missing_a_pin_is_ok_with_that_pin_unsatisfied(tmp_path):
+    pip = metadata.version("pip")
+    result = run_venv_facts(tmp_path, sys.prefix, [f"pip=={pip}", "gpufleet-absent==1.0"])
+    assert (result["venv_state"], result["unsatisfied"], result["needed"]) == ("ok", ["gpufleet-absent==1.0"], True)
+    assert result["installed_versions"] == {"pip": pip, "gpufleet-absent": None}
+    assert result["df"]["stdout_lines"][0].startswith("Filesystem"), result
+
+
+def test_an_environment_whose_interpreter_does_not_run_is_broken(tmp_path):
+    """Its interpreter is there but fails (the system Python it was made from is gone): every pin unsatisfied."""
+    python = tmp_path / "venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text("#!/bin/sh\necho 'python3.11: not found' >&2\nexit 127\n")
+    python.chmod(0o755)
+    result = run_venv_facts(tmp_path, str(tmp_path / "venv"), ["torch==2.3.1"])
+    assert result["venv_exists"] is True and result["installed"]["rc"] == 127, result
+    assert (result["venv_state"], result["unsatisfied"], result["needed"]) == ("broken", ["torch==2.3.1"], True)
+
+
+# The decision itself (module_utils/venv_facts.py), on what pytorch_installed.py prints.
+PINS = ["torch==2.3.1", "numpy==1.26.4"]
+
+
+@pytest.mark.parametrize(
+    "exists, installed, expected",
+    [
+        (False, {"skipped": True}, ("missing", PINS, {}, True)),
+        # The interpreter failed, or printed no JSON last: broken, nothing known to be installed.
+        (True, {"rc": 127, "stdout_lines": []}, ("broken", PINS, {}, True)),
+        (True, {"rc": 0, "stdout_lines": ["Traceback ..."]}, ("broken", PINS, {}, True)),
+        (True, {"rc": 0, "stdout_lines": ["[1, 2]"]}, ("broken", PINS, {}, True)),
+        # No pip in the environment: broken, even with every pin satisfied.
+        (
+            True,
+            {"rc": 0, "stdout_lines": ['{"pip": null, "installed": {"torch": "2.3.1"}, "unsatisfied": []}']},
+            ("broken", [], {"torch": "2.3.1"}, True),
+        ),
+        (
+            True,
+            {"rc": 0, "stdout_lines": ["noise", '{"pip": "24.0", "installed": {"torch": "2.3.1"}, "unsatisfied": []}']},
+            ("ok", [], {"torch": "2.3.1"}, False),
+        ),
+        (
+            True,
+            {
+                "rc": 0,
+                "stdout_lines": ['{"pip": "24.0", "installed": {"torch": null}, "unsatisfied": ["torch==2.3.1"]}'],
+            },
+            ("ok", ["torch==2.3.1"], {"torch": None}, True),
+        ),
+    ],
+)
+def test_the_decision_on_what_the_environment_holds(exists, installed, expected):
+    decided = venv_facts.decide(exists, venv_facts.installed_answer(installed), PINS)
+    assert (decided["venv_state"], decided["unsatisfied"], decided["installed_versions"], decided["needed"]) == expected
