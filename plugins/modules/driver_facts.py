@@ -109,7 +109,7 @@ options:
         type: bool
         default: true
 author:
-  - gpufleet maintainers
+  - gpufleet maintainers (@gpufleet)
 notes:
   - Runs on Debian and Ubuntu hosts (dpkg, apt).
 """

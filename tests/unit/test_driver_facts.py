@@ -14,13 +14,11 @@ test_driver_branch_move.py.
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
+import conftest
 import pytest
 from conftest import REPO_ROOT, host_tool
 from test_driver_branch_move import OLD_STACK
@@ -36,17 +34,7 @@ SUPPORT = ["dkms", "linux-headers-6.1.0-40-amd64"]
 
 
 def run_module(tmp_path: Path, env: dict[str, str] | None = None, **arguments: Any) -> dict[str, Any]:
-    arguments_file = tmp_path / "arguments.json"
-    arguments_file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": arguments}))
-    proc = subprocess.run(
-        [sys.executable, "-m", "ansible_collections.gpufleet.fleet.plugins.modules.driver_facts", str(arguments_file)],
-        capture_output=True,
-        text=True,
-        check=False,
-        env={**os.environ, **(env or {}), "PYTHONPATH": str(REPO_ROOT / ".ansible" / "collections")},
-        cwd=tmp_path,
-    )
-    return json.loads(proc.stdout)
+    return conftest.run_module(tmp_path, "driver_facts", env, **arguments)
 
 
 def foreign(layouts: dict[str, Any], source: str, **options: Any) -> dict[str, Any]:
