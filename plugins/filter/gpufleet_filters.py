@@ -17,7 +17,7 @@ from typing import Any
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpufleet.fleet.plugins.module_utils import apt_source as _apt_source
-from ansible_collections.gpufleet.fleet.plugins.module_utils import host_facts
+from ansible_collections.gpufleet.fleet.plugins.module_utils import driver_facts, host_facts
 from ansible_collections.gpufleet.fleet.plugins.module_utils.fleet_report import check_entry
 from ansible_collections.gpufleet.fleet.plugins.module_utils.gpufleet_check import (
     gpufleet_check_module,
@@ -83,27 +83,17 @@ def delegated_facts(results: Any) -> dict[str, dict[str, Any]]:
     return found
 
 
-_SECTION = re.compile(r"^\[([a-z_]+)\]$")
-
-
 def sections(output: Any) -> dict[str, list[str]]:
     """A probe's output split at its ``[name]`` lines: {name: [the lines below it]}.
 
     One remote command then answers several questions (preflight's probe), and
-    each answer keeps the shape of its own command's stdout_lines.
+    each answer keeps the shape of its own command's stdout_lines (plugins/module_utils/driver_facts.py, which
+    the module gpufleet.fleet.driver_facts splits its probe's output with).
     """
-    lines = output.splitlines() if isinstance(output, str) else list(output or [])
-    found: dict[str, list[str]] = {}
-    current: list[str] | None = None
-    for line in lines:
-        match = _SECTION.match(line.strip())
-        if match:
-            current = found.setdefault(match[1], [])
-        elif current is not None:
-            current.append(line)
-        elif line.strip():
-            raise AnsibleFilterError(f"sections: a line before the first [name] line: {line!r}")
-    return found
+    try:
+        return driver_facts.sections(output)
+    except ValueError as error:
+        raise AnsibleFilterError(str(error)) from error
 
 
 # Words users reach for that a role calls otherwise (cuda_version: cuda_release).

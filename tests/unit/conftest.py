@@ -43,7 +43,10 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import json
+import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -285,6 +288,22 @@ def host_tool(tool: str) -> str:
     if path is None:
         pytest.skip(f"{tool} is not installed on this controller")
     return path
+
+
+def run_module(tmp_path: Path, name: str, env: dict[str, str] | None = None, **arguments: Any) -> dict[str, Any]:
+    """The collection's module ``name`` run for real on this machine, as Ansible runs it (its arguments in a JSON
+    file, in ``tmp_path``), with ``env`` added to this process's environment; its result."""
+    arguments_file = tmp_path / "arguments.json"
+    arguments_file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": arguments}))
+    proc = subprocess.run(
+        [sys.executable, "-m", f"ansible_collections.gpufleet.fleet.plugins.modules.{name}", str(arguments_file)],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, **(env or {}), "PYTHONPATH": str(REPO_ROOT / ".ansible" / "collections")},
+        cwd=tmp_path,
+    )
+    return json.loads(proc.stdout)
 
 
 def load_script(path: Path, name: str | None = None) -> ModuleType:

@@ -623,16 +623,28 @@ def test_a_wrong_mode_or_source_is_an_error():
 
 # --------------------------------------------------------------------------- in the role (tests/unit/role_run.py)
 
-# tasks/foreign.yml after its probe, in the role's order (copies of its tasks), after validate.yml; the probe's
-# registered result given as a host variable (its stdout: a ScratchHost's). Then what install.yml's two removal
-# tasks would run (their arguments and conditions, templated in the same play).
+# tasks/foreign.yml in the role's order, after validate.yml. Its read (the module gpufleet.fleet.driver_facts) cannot
+# run on a fake host: its judgement (plugins/module_utils/driver_facts.py) runs here as the filter
+# gpufleet.fleet.foreign_driver, which is that judgement on the controller, with the read task's own arguments
+# (templated in the play, as the module gets them) on the probe's output (a ScratchHost's, given as a host variable),
+# registered under the read task's name; then copies of the tasks after it. Then what install.yml's two removal tasks
+# would run (their arguments and conditions, templated in the same play).
+READ = role_run.role_task("nvidia_driver", "foreign.yml", "Read the installed NVIDIA driver packages")
 JUDGEMENT = [
-    role_run.role_task("nvidia_driver", "foreign.yml", name)
-    for name in (
-        "Judge what was found against the driver source",
-        "Stop on a driver gpufleet did not install",
-        "Say what replace removes before the install",
-    )
+    {
+        "name": "Judge as the read's module does",
+        "ansible.builtin.set_fact": {
+            READ["register"]: "{{ __nvidia_driver_foreign_probe.stdout | gpufleet.fleet.sections"
+            " | gpufleet.fleet.foreign_driver(**__arguments) }}"
+        },
+        "vars": {
+            "__arguments": {k: v for k, v in READ["gpufleet.fleet.driver_facts"]["foreign"].items() if k != "script"}
+        },
+    },
+    *(
+        role_run.role_task("nvidia_driver", "foreign.yml", name)
+        for name in ("Stop on a driver gpufleet did not install", "Say what replace removes before the install")
+    ),
 ]
 UNINSTALL = role_run.role_task("nvidia_driver", "install.yml", "Run the .run installer's uninstaller")
 PURGE = role_run.role_task("nvidia_driver", "install.yml", "Purge the driver packages gpufleet did not install")
@@ -760,5 +772,7 @@ def test_the_look_runs_before_the_repository_trial_and_the_removal_before_the_in
     assert [install.index(name) for name in order] == sorted(install.index(name) for name in order)
     assert "Install the driver state fact" not in _names(ROLE / "tasks" / "facts.yml")
     probe = role_run.role_task("nvidia_driver", "foreign.yml", "Read the installed NVIDIA driver packages")
-    assert probe["ansible.builtin.shell"] == "{{ lookup('ansible.builtin.file', 'foreign_driver_probe.sh') }}"
+    assert probe["gpufleet.fleet.driver_facts"]["foreign"]["script"] == (
+        "{{ lookup('ansible.builtin.file', 'foreign_driver_probe.sh') }}"
+    )
     assert probe["changed_when"] is False and probe["check_mode"] is False

@@ -23,16 +23,13 @@ Where DKMS's MOK certificate is by default:
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import role_run
-from conftest import FAKE_FACTS, REPO_ROOT, preflight_found, preflight_requirements
+from conftest import FAKE_FACTS, REPO_ROOT, preflight_found, preflight_requirements, run_module
 
 from ansible_collections.gpufleet.fleet.plugins.module_utils import fetch, host_facts
 
@@ -263,17 +260,7 @@ def test_apt_waits_for_a_lock_another_apt_holds():
 
 def _module(tmp_path: Path, **arguments: Any) -> dict[str, Any]:
     """The module run for real on this machine, as Ansible runs it (its arguments in a JSON file), its result."""
-    arguments_file = tmp_path / "arguments.json"
-    arguments_file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": arguments}))
-    proc = subprocess.run(
-        [sys.executable, "-m", "ansible_collections.gpufleet.fleet.plugins.modules.host_facts", str(arguments_file)],
-        capture_output=True,
-        text=True,
-        check=False,
-        env={**os.environ, "PYTHONPATH": str(REPO_ROOT / ".ansible" / "collections")},
-        cwd=tmp_path,
-    )
-    return json.loads(proc.stdout)
+    return run_module(tmp_path, "host_facts", **arguments)
 
 
 def test_the_module_reads_this_machine_in_one_run(tmp_path):

@@ -10,13 +10,13 @@ from __future__ import annotations
 import http.server
 import json
 import os
-import subprocess
 import sys
 import threading
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import conftest
 import pytest
 from conftest import REPO_ROOT
 
@@ -48,17 +48,7 @@ def listings():
 
 
 def run_module(tmp_path: Path, name: str, **arguments: Any) -> dict[str, Any]:
-    arguments_file = tmp_path / "arguments.json"
-    arguments_file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": arguments}))
-    proc = subprocess.run(
-        [sys.executable, "-m", f"ansible_collections.gpufleet.fleet.plugins.modules.{name}", str(arguments_file)],
-        capture_output=True,
-        text=True,
-        check=False,
-        env={**os.environ, "PYTHONPATH": str(REPO_ROOT / ".ansible" / "collections"), "no_proxy": "127.0.0.1"},
-        cwd=tmp_path,
-    )
-    return json.loads(proc.stdout)
+    return conftest.run_module(tmp_path, name, {"no_proxy": "127.0.0.1"}, **arguments)
 
 
 def run_venv_facts(tmp_path: Path, venv: str, requirements: list[str], **arguments: Any) -> dict[str, Any]:
