@@ -18,6 +18,7 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpufleet.fleet.plugins.module_utils import apt_source as _apt_source
 from ansible_collections.gpufleet.fleet.plugins.module_utils import driver_facts, host_facts
+from ansible_collections.gpufleet.fleet.plugins.module_utils import driver_packages as _driver_packages
 from ansible_collections.gpufleet.fleet.plugins.module_utils.fleet_report import check_entry
 from ansible_collections.gpufleet.fleet.plugins.module_utils.gpufleet_check import (
     gpufleet_check_module,
@@ -172,7 +173,7 @@ def _filter_errors(function: Any) -> Any:
     def as_filter(*args: Any, **kwargs: Any) -> Any:
         try:
             return function(*args, **kwargs)
-        except ValueError as error:
+        except (TypeError, ValueError) as error:
             raise AnsibleFilterError(str(error)) from error
 
     return as_filter
@@ -185,6 +186,9 @@ apt_stanzas = _filter_errors(_apt_source.apt_stanzas)
 apt_source_files = _filter_errors(_apt_source.apt_source_files)
 apt_source_plan = _filter_errors(_apt_source.apt_source_plan)
 apt_source_conflict = _filter_errors(_apt_source.apt_source_conflict)
+# A driver source's packages (plugins/module_utils/driver_packages.py, which the driver's rules resolve with).
+driver_layout = _filter_errors(_driver_packages.driver_layout)
+signed_module_packages = _filter_errors(_driver_packages.signed_module_packages)
 
 
 # A Debian version (Debian Policy 5.6.12): [epoch:]upstream_version[-debian_revision].
@@ -318,24 +322,7 @@ def foreign_branches(stanzas: Any, branch: Any) -> list[dict[str, str]]:
 
 
 # uname -r of an Ubuntu kernel: <version>-<ABI>-<flavour> (5.15.0-91-generic, 6.8.0-1015-nvidia-64k).
-_UBUNTU_KERNEL = re.compile(r"^[0-9]+\.[0-9]+\.[0-9]+-[0-9]+-(?P<flavour>[a-z][a-z0-9.-]*)$")
 _KERNEL_COMMON = re.compile(r"^nvidia-kernel-common-[0-9]{3}(?:-server)?$")
-
-
-def signed_module_packages(kernels: Any, branch: Any, flavours: Any = None, server: bool = True) -> list[str]:
-    """Per-kernel ``linux-modules-nvidia-<branch>[-server]-<uname -r>`` packages, then the flavour metapackages."""
-    prefix = f"linux-modules-nvidia-{branch}{'-server' if server else ''}-"
-    releases = [kernels] if isinstance(kernels, str) else list(kernels or [])
-    names = [prefix + str(release).strip() for release in releases]
-    if flavours is None:
-        found = [_UBUNTU_KERNEL.match(str(release).strip()) for release in releases]
-        if not all(found):
-            raise AnsibleFilterError(f"signed_module_packages: no Ubuntu kernel flavour in {releases!r}")
-        flavours = [match["flavour"] for match in found if match]
-    for flavour in [flavours] if isinstance(flavours, str) else list(flavours):
-        text = str(flavour).strip()
-        names.append(prefix + (text[len("linux-") :] if text.startswith("linux-") else text))
-    return list(dict.fromkeys(names))
 
 
 def signed_module_version(stanza: Any) -> str:
@@ -369,45 +356,6 @@ def signed_module_mismatches(stanzas: Any, userspace_version: Any) -> list[dict[
         if module and not module_version_matches(module, userspace_version):
             records.append({"package": f"{stanza.get('Package', '')} {stanza.get('Version', '')}", "module": module})
     return records
-
-
-def driver_layout(
-    source: Any,
-    branch: Any,
-    kernel: Any = "",
-    module_source: Any = "dkms",
-    headless: Any = True,
-    fabricmanager: Any = False,
-) -> dict[str, Any]:
-    """A driver source's package layout for one branch and kernel (driver_layout.yml)."""
-    layout = as_dict(source)
-    branch, kernel = str(branch), str(kernel)
-
-    def fill(names: Any) -> list[str]:
-        return [str(name).replace("{b}", branch).replace("{k}", kernel) for name in as_list(names or [])]
-
-    if str(module_source) == "signed":
-        packages = fill(layout.get("packages_signed"))
-    else:
-        packages = fill(layout.get("packages_headless" if _truthy(headless) else "packages_full"))
-    if _truthy(fabricmanager):
-        packages += fill(layout.get("packages_fabricmanager"))
-    named = [
-        str(name)
-        for key in ("packages_headless", "packages_full", "packages_signed", "version_package")
-        for name in as_list(layout.get(key) or [])
-    ]
-    return {
-        "packages": packages,
-        "pin_patterns": fill(layout.get("pin_patterns")),
-        "upgrade_blacklist": fill(layout.get("upgrade_blacklist")),
-        "version_package": fill([layout.get("version_package", "")])[0],
-        "branch_named": any("{b}" in name for name in named),
-    }
-
-
-def _truthy(value: Any) -> bool:
-    return value if isinstance(value, bool) else str(value).strip().lower() in ("1", "true", "yes", "on", "y")
 
 
 _SIMULATED_INSTALL = re.compile(r"^Inst (?P<package>\S+) (?:\[(?P<old>[^\]]+)\] )?\((?P<version>\S+)")

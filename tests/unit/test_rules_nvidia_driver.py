@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from ansible_collections.gpufleet.fleet.plugins.lookup.stack import load_matrix, resolve
+from ansible_collections.gpufleet.fleet.plugins.module_utils.rules.nvidia_driver import READS
 from ansible_collections.gpufleet.fleet.plugins.module_utils.settings import judge
 
 REPO = Path(__file__).resolve().parents[2]
@@ -41,8 +42,25 @@ def settings(distribution: str = "Ubuntu", **changed: Any) -> dict[str, Any]:
         "nvidia_driver_source": "",
         "nvidia_driver_repository_url": "",
         "nvidia_driver_repository_key_url": "",
+        "nvidia_driver_repository_suites": [],
+        "nvidia_driver_repository_components": [],
+        "nvidia_driver_repository_manage": True,
+        "nvidia_driver_repository_keyring": "",
+        "nvidia_driver_kernel_release": "5.15.0-106-generic" if distribution == "Ubuntu" else "6.1.0-50-amd64",
+        "nvidia_driver_module_source": "dkms",
+        "nvidia_driver_headless": True,
+        "nvidia_driver_fabricmanager": False,
+        "nvidia_driver_blacklist_nouveau": True,
+        "nvidia_driver_signed_flavours": [],
+        "nvidia_driver_pin": True,
         "ansible_facts": {"distribution": distribution},
         "__nvidia_driver_sources": layouts(distribution),
+        **{
+            name: value
+            for name, value in yaml.safe_load((REPO / "roles/nvidia_driver/vars/main.yml").read_text()).items()
+            if name in READS
+        },
+        "__nvidia_driver_nvidia_repo_os": "ubuntu2204" if distribution == "Ubuntu" else "debian12",
         **changed,
     }
 
@@ -57,13 +75,20 @@ def reasons(distribution: str = "Ubuntu", **changed: Any) -> list[str]:
 
 # --------------------------------------------------------------------------- resolution
 
+RELEASE_FACTS = (
+    "__nvidia_driver_source",
+    "__nvidia_driver_stack",
+    "__nvidia_driver_version",
+    "__nvidia_driver_eol_warning",
+)
+
 
 @pytest.mark.parametrize(("distribution", "source"), [("Ubuntu", "nvidia"), ("Debian", "debian_nonfree")])
 def test_the_defaults_resolve_the_source_stack_and_release(distribution, source):
     j = judged(distribution)
     assert j.errors == [] and j.message == ""
     stack = resolve(MATRIX, driver_branch="535", driver_version="", distribution=distribution, cuda_release="")
-    assert j.facts == {
+    assert {name: j.facts[name] for name in RELEASE_FACTS} == {
         "__nvidia_driver_source": source,
         "__nvidia_driver_stack": stack,
         "__nvidia_driver_version": DEFAULT_535,
@@ -237,4 +262,40 @@ def test_every_reason_is_given_in_order_in_one_message():
         "[4] nvidia_driver_repository_key_url 'key.asc' is not an http(s) URL; "
         "[5] nvidia_driver_repository_key_url is set but nvidia_driver_repository_url is empty: a mirror's key needs "
         "the mirror's URL (set nvidia_driver_repository_url to the mirror's repository root)"
+    )
+
+
+def test_the_rules_resolve_the_package_lists_of_the_hosts_source():
+    """What preflight.yml once resolved host by host in four set_fact tasks, from the source's layout
+    (vars/Ubuntu.yml): Canonical's signed modules with the kernel's flavour metapackage (neither versioned nor held),
+    a mirror's key in the repository's own keyring, and the files the managed source replaces."""
+    signed = judged(nvidia_driver_source="ubuntu", nvidia_driver_module_source="signed").facts
+    flavour = "linux-modules-nvidia-535-server-generic"
+    assert signed["__nvidia_driver_signed_flavour_packages"] == [flavour]
+    assert signed["__nvidia_driver_packages"][-1] == flavour
+    assert "linux-modules-nvidia-535-server-5.15.0-106-generic" in signed["__nvidia_driver_packages"]
+    assert flavour not in signed["__nvidia_driver_versioned_packages"]
+    assert signed["__nvidia_driver_support_packages"] == ["initramfs-tools", "kmod"]
+    assert signed["__nvidia_driver_repo_managed"] is False and signed["__nvidia_driver_replaced_sources"] == []
+    mirror = judged(
+        nvidia_driver_repository_url="http://mirror.example.com/cuda/ubuntu2204/x86_64/",
+        nvidia_driver_repository_key_url="http://mirror.example.com/cuda/key.asc",
+    ).facts
+    assert mirror["__nvidia_driver_repo_url"] == "http://mirror.example.com/cuda/ubuntu2204/x86_64"
+    assert mirror["__nvidia_driver_keyring"] == (
+        "/etc/apt/keyrings/gpufleet-mirror.example.com_cuda_ubuntu2204_x86-5f64.asc"
+    )
+    assert mirror["__nvidia_driver_keyring_deb_url"] == ""
+    assert mirror["__nvidia_driver_replaced_sources"] == [
+        "/etc/apt/sources.list.d/cuda-ubuntu2204-x86_64.list",
+        "/etc/apt/keyrings/gpufleet-nvidia-driver.asc",
+    ]
+    assert mirror["__nvidia_driver_support_packages"][:2] == ["dkms", "linux-headers-5.15.0-106-generic"]
+    assert mirror["__nvidia_driver_pin"]["version"] == "-*" and mirror["__nvidia_driver_pin"]["present"] is True
+    # A kernel release without an Ubuntu flavour and no nvidia_driver_signed_flavours: refused, with the fix.
+    assert any(
+        "no Ubuntu kernel flavour" in reason and "nvidia_driver_signed_flavours" in reason
+        for reason in reasons(
+            nvidia_driver_source="ubuntu", nvidia_driver_module_source="signed", nvidia_driver_kernel_release="6.8.0"
+        )
     )
