@@ -19,7 +19,7 @@ What is still done by hand, and why (here and in the role test modules):
   them (``preflight_report`` of roles/preflight, ``apt_source_trial`` of
   apt_source's trial, ``payload_files`` of the payload role);
 * tasks that run on a host do not run: the includes of apt_source's trial
-  and configuration in nvidia_driver's preflight.yml and cuda's source.yml
+  and configuration in nvidia_driver's preflight.yml and cuda's trial.yml and source.yml
   are skipped (``apply`` adds ``apt_source_repository is not defined``, which
   only those includes set; role_run checks that); where a role's file mixes
   host probes (command, shell, stat, uri) with the set_fact/fail tasks that
@@ -225,8 +225,8 @@ CUDA_FACTS: dict[str, dict[str, Any]] = {
     "ubuntu2204": {"distribution": "Ubuntu", "distribution_version": "22.04", "distribution_major_version": "22"},
     "debian12": {"distribution": "Debian", "distribution_version": "12.7", "distribution_major_version": "12"},
 }
-# roles/cuda's probe.yml on each case's host, then what source.yml gives apt_source's trial and main (and what
-# apt_source writes).
+# roles/cuda's probe.yml on each case's host, then what trial.yml and source.yml give apt_source's trial and main
+# (and what apt_source writes).
 CUDA = role_run.Batch(
     CUDA_FACTS,
     [role_run.import_role("cuda", "probe", skip_apt_source=True)],
@@ -238,9 +238,9 @@ CUDA = role_run.Batch(
             "main_",
             also={
                 **role_run.names("__cuda_public_repository_url", "__cuda_repo_os", "__cuda_supported_os"),
-                "trial_inputs": role_run.apt_source_inputs("cuda", "source.yml", "trial"),
+                "trial_inputs": role_run.apt_source_inputs("cuda", "trial.yml", "trial"),
             },
-            trial_file="source.yml",
+            trial_file="trial.yml",
         ),
     ],
 )

@@ -43,7 +43,7 @@ LIFECYCLE_TASKS = [
     {
         "name": "Keep what the first pass collected",
         "ansible.builtin.set_fact": {
-            "first_pass": "{{ __nvidia_driver_eol_collected }}",
+            "first_pass": "{{ __nvidia_driver_warnings_collected }}",
             "first_warnings": "{{ __nvidia_driver_eol_warnings }}",
         },
     },
@@ -119,11 +119,11 @@ def test_535_is_warned_about_and_580_named(fleet):
 def test_the_warning_is_collected_and_said_in_the_first_pass_only(fleet):
     for host in ("gpu-a", "gpu-b", "gpu-c", "gpu-d"):
         assert fleet[host]["first_pass"].get("skipped") is not True
-        assert fleet[host]["__nvidia_driver_eol_collected"]["skipped"] is True
+        assert fleet[host]["__nvidia_driver_warnings_collected"]["skipped"] is True
     # The task that says it runs only where the collection ran, once for the play.
     validate = yaml.safe_load((REPO / "roles/nvidia_driver/tasks/validate.yml").read_text())
-    (say,) = [task for task in validate if task["name"].startswith("Warn about a driver branch past its end of life")]
-    assert say["run_once"] is True and "__nvidia_driver_eol_collected is not skipped" in say["when"]
+    (say,) = [task for task in validate if task["name"].startswith("Warn about unknown GPUs and a driver branch")]
+    assert say["run_once"] is True and "__nvidia_driver_warnings_collected is not skipped" in say["when"]
     assert "ansible.builtin.debug" in say and "fail" not in str(say)
 
 
