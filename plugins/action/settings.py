@@ -22,7 +22,7 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
 from ansible.template import Templar
 
-from ansible_collections.gpufleet.fleet.plugins.module_utils.controller_action import ControllerAction
+from ansible_collections.gpufleet.fleet.plugins.module_utils.controller_action import ControllerAction, lookup_value
 from ansible_collections.gpufleet.fleet.plugins.module_utils.settings import (
     PARTS,
     judge,
@@ -82,7 +82,7 @@ class ActionModule(ControllerAction, ActionBase):
         """Every host's settings of every role it runs, each distinct combination judged once (see DOCUMENTATION)."""
         hostvars = task_vars["hostvars"]
         stack = self._stack(task_vars)
-        settings = self._lookup("gpufleet.fleet.role_settings", task_vars)
+        settings = lookup_value(self, "gpufleet.fleet.role_settings", task_vars)
         warned: dict[str, list[str]] = {}
         modules: dict[str, Any] = {}
         # (role, the values its rules read) -> (first host, its hosts, the reasons)
@@ -161,11 +161,6 @@ class ActionModule(ControllerAction, ActionBase):
         set_by_tasks = set(getattr(manager, "_nonpersistent_fact_cache", {}).get(host, {}))
         facts = set(raw.get("ansible_facts") or {})
         return [name for name in raw if name not in set_by_tasks and name not in facts]
-
-    def _lookup(self, name: str, task_vars: dict[str, Any]) -> Any:
-        """The first value of a lookup plugin run without terms."""
-        lookup = self._shared_loader_obj.lookup_loader.get(name, loader=self._loader, templar=self._templar)
-        return lookup.run([], variables=task_vars)[0]
 
     def _role_variables(self, role: str, host_vars: dict[str, Any]) -> dict[str, Any]:
         """What the role's tasks would see of its variables on this host: its defaults, under the host's variables,

@@ -54,6 +54,7 @@ from typing import Any, Callable
 
 import pytest
 import role_run
+import yaml
 from ansible.parsing.dataloader import DataLoader
 
 # The collection loader, as ansible-playbook starts it (the clone is gpufleet.fleet), then the process the role
@@ -304,6 +305,32 @@ def run_module(tmp_path: Path, name: str, env: dict[str, str] | None = None, **a
         cwd=tmp_path,
     )
     return json.loads(proc.stdout)
+
+
+def ansible_playbook(tmp_path: Path, plays: list, *args: str) -> subprocess.CompletedProcess:
+    """``plays`` run by the venv's ansible-playbook in ``tmp_path``, with the clone's roles and collection
+    (an ansible.cfg there), on localhost unless ``args`` give an inventory."""
+    config = tmp_path / "ansible.cfg"
+    config.write_text(
+        "[defaults]\n"
+        f"roles_path = {ROLES_DIR}\n"
+        f"collections_path = {REPO_ROOT / '.ansible' / 'collections'}\n"
+        "retry_files_enabled = false\n"
+        "interpreter_python = auto_silent\n"
+    )
+    playbook = tmp_path / "play.yml"
+    playbook.write_text(yaml.safe_dump(plays, sort_keys=False))
+    inventory = [] if "-i" in args else ["-i", "localhost,"]
+    venv_bin = Path(os.environ.get("VIRTUAL_ENV", REPO_ROOT / ".venv")) / "bin"
+    return subprocess.run(
+        [str(venv_bin / "ansible-playbook"), *inventory, str(playbook), *args],
+        cwd=tmp_path,
+        env={**os.environ, "ANSIBLE_CONFIG": str(config), "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
 
 
 def load_script(path: Path, name: str | None = None) -> ModuleType:

@@ -29,7 +29,6 @@ from __future__ import annotations
 import functools
 import http.server
 import json
-import os
 import re
 import subprocess
 import threading
@@ -45,6 +44,7 @@ from conftest import (
     FAKE_FACTS,
     REPO_ROOT,
     ROLES_DIR,
+    ansible_playbook,
     cuda_config,
     declare_driver,
     host_tool,
@@ -57,7 +57,6 @@ from ansible_collections.gpufleet.fleet.plugins.module_utils import apt_source
 ROLE = ROLES_DIR / "apt_source"
 SPECS = yaml.safe_load((ROLE / "meta" / "argument_specs.yml").read_text())["argument_specs"]
 CALLERS = ["container", "cuda", "nvidia_driver"]
-VENV_BIN = Path(os.environ.get("VIRTUAL_ENV", REPO_ROOT / ".venv")) / "bin"
 
 
 # --------------------------------------------------------------------------- helpers
@@ -181,39 +180,12 @@ def test_the_source_is_one_input_whose_parts_the_role_derives():
     ]
 
 
-def _playbook_env(tmp_path: Path) -> dict[str, str]:
-    config = tmp_path / "ansible.cfg"
-    config.write_text(
-        "[defaults]\n"
-        f"roles_path = {ROLES_DIR}\n"
-        f"collections_path = {REPO_ROOT / '.ansible' / 'collections'}\n"
-        "retry_files_enabled = false\n"
-        "interpreter_python = auto_silent\n"
-    )
-    return {**os.environ, "ANSIBLE_CONFIG": str(config), "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0"}
-
-
-def _ansible_playbook(tmp_path: Path, plays: list, *args: str) -> subprocess.CompletedProcess:
-    playbook = tmp_path / "play.yml"
-    playbook.write_text(yaml.safe_dump(plays, sort_keys=False))
-    inventory = [] if "-i" in args else ["-i", "localhost,"]
-    return subprocess.run(
-        [str(VENV_BIN / "ansible-playbook"), *inventory, str(playbook), *args],
-        cwd=tmp_path,
-        env=_playbook_env(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-
-
 @pytest.mark.parametrize("entry_point", ["main", "trial", "hold"])
 def test_ansible_refuses_an_entry_point_without_its_inputs(tmp_path, entry_point):
     """An inline localhost play includes apt_source with no input: the spec check fails, and no task of the role
     runs."""
     include = {"name": "apt_source"} if entry_point == "main" else {"name": "apt_source", "tasks_from": entry_point}
-    run = _ansible_playbook(
+    run = ansible_playbook(
         tmp_path,
         [
             {
@@ -250,7 +222,7 @@ def test_ansible_refuses_a_source_with_a_part_missing_misspelt_or_mistyped(tmp_p
         "keyrng": "/usr/share/keyrings/test.gpg",
         "managed": "maybe",
     }
-    run = _ansible_playbook(
+    run = ansible_playbook(
         tmp_path,
         [
             {
@@ -774,7 +746,7 @@ def trials(signed_repository, tmp_path_factory):
             ],
         }
     ]
-    run = _ansible_playbook(out, plays, "-i", str(inventory), "--forks", str(len(cases)))
+    run = ansible_playbook(out, plays, "-i", str(inventory), "--forks", str(len(cases)))
     assert run.returncode == 0, run.stdout[-6000:] + run.stderr
     return json.loads((out / "results.json").read_text())
 

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import load_script
+from conftest import ansible_playbook, load_script
 from wheel_index import Project, WheelSource, build_wheels, closed_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -513,6 +513,83 @@ def test_live(case, wheels, pip_app, tmp_path):
         assert 0 < source.bytes_fetched("wheel") < whole / 50
     elif case == "no-metadata-no-ranges":
         assert not [r for r in source.requests if r.path.endswith(PINNED_WHEEL)]
+
+
+# --- the action gpufleet.fleet.wheel_plan: the pip copied to the host, the script run there, judged ----------------
+
+
+def _action_play(tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{"name": "Wheel plan", "hosts": "localhost", "connection": "local", "gather_facts": False, "tasks": tasks}]
+
+
+def _action(python: str, source: WheelSource | str, **more: Any) -> dict[str, Any]:
+    url = source if isinstance(source, str) else source.url("/simple")
+    return {
+        "gpufleet.fleet.wheel_plan": {
+            "python": python,
+            "script": PLAN_SCRIPT.read_text(),
+            "requirements": REQUIREMENTS,
+            "pip_args": ["--index-url", url, *TIMEOUTS],
+            "timeout": 5,
+            "context": {"source": url, "source_setting": "pytorch_index_url", "matrix_packages": [TOP]},
+            **more,
+        },
+        "register": "judged",
+    }
+
+
+def test_the_action_copies_the_controllers_pip_runs_the_plan_and_judges_it(wheels, pip_app, tmp_path):
+    """One task a host, as play 1 runs it (a local connection here): a fetchable set passes and says where it comes
+    from, a file on a second host that does not answer is a problem naming it, and a host whose interpreter does
+    not run warns without a copy. The task's temporary directory (the pip's) is gone after each."""
+    dead = f"http://127.0.0.1:{closed_port()}"
+    remote_tmp = tmp_path / "remote-tmp"
+    with WheelSource(wheels) as happy, WheelSource(wheels, file_hosts={PINNED: f"{dead}/files/"}) as closed:
+        tasks = [
+            {"name": "Plan against a good source", **_action(sys.executable, happy)},
+            {"name": "Keep it", "ansible.builtin.set_fact": {"happy": "{{ judged }}"}},
+            {"name": "Plan against a second host that does not answer", **_action(sys.executable, closed)},
+            {"name": "Keep that", "ansible.builtin.set_fact": {"closed": "{{ judged }}"}},
+            {"name": "Plan with no interpreter", **_action("/nonexistent/python3", dead, python_runs=False)},
+            {
+                "name": "Write what was judged",
+                "ansible.builtin.copy": {
+                    "content": "{{ {'happy': happy, 'closed': closed, 'none': judged} | to_json }}",
+                    "dest": str(tmp_path / "judged.json"),
+                    "mode": "0644",
+                },
+            },
+        ]
+        variables = f"ansible_remote_tmp={remote_tmp} ansible_python_interpreter={sys.executable}"
+        run = ansible_playbook(tmp_path, _action_play(tasks), "-e", variables)
+        assert run.returncode == 0, run.stdout[-4000:] + run.stderr
+        happy_gets = [r for r in happy.requests if r.path.endswith(".metadata")]
+    judged = json.loads((tmp_path / "judged.json").read_text())
+    assert judged["happy"]["changed"] is False and judged["happy"]["plan"]["problems"] == []
+    check_judged(judged["happy"]["plan"], CASES["happy"]["expect"])
+    assert len(happy_gets) == 3
+    check_judged(judged["closed"]["plan"], CASES["second-host-closed"]["expect"])
+    assert judged["none"]["plan"]["problems"] == [] and judged["none"]["plan"]["warnings"] == [
+        "the wheel set was not resolved: the interpreter does not run yet; play 1 checked the listings of the pinned "
+        "wheels only, not the wheels they need nor the hosts those come from"
+    ]
+    assert not remote_tmp.exists() or list(remote_tmp.iterdir()) == []
+
+
+def test_a_controller_pip_that_cannot_serve_warns_and_does_not_stop():
+    """The lookup's problem (a controller's pip older than 25.3) is the warning the action gives instead of a plan."""
+    from ansible_collections.gpufleet.fleet.plugins.action.wheel_plan import not_run
+
+    plan = not_run("the controller's pip is 23.2.1 (...)")
+    assert (
+        plan["problems"] == []
+        and plan["summary"] == ""
+        and plan["warnings"]
+        == [
+            "the wheel set was not resolved: the controller's pip is 23.2.1 (...); play 1 checked the listings of the "
+            "pinned wheels only, not the wheels they need nor the hosts those come from"
+        ]
+    )
 
 
 # --- recording ---------------------------------------------------------------------------------------------------
