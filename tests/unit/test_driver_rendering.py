@@ -531,7 +531,7 @@ def test_fabricmanager_follows_the_nvswitch_count(driver, nvswitch_count, expect
     assert cfg["nvidia_driver_fabricmanager"] is expected
     fabric = ["nvidia-fabricmanager-535", "libnvidia-nscq-535"]
     assert (cfg["__nvidia_driver_packages"][-2:] == fabric) is expected
-    assert cfg.failure is None  # preflight.yml's "NVSwitch needs a Fabric Manager" did not stop it
+    assert cfg.failure is None  # the rules' "NVSwitch(es) need nvidia-fabricmanager" did not stop it
 
 
 def test_canonical_mirror_gets_a_managed_source(driver):
@@ -629,32 +629,27 @@ def test_debian_nvidia_source(driver):
     cfg = driver("debian12", "nvidia", **NVSWITCH)
     assert cfg["__nvidia_driver_dkms_module"] == "nvidia-current"
     assert cfg["__nvidia_driver_packages"][-2:] == ["nvidia-fabricmanager-535", "libnvidia-nscq-535"]
-    assert cfg.failure is None  # preflight.yml's "NVSwitch needs a Fabric Manager" did not stop it
+    assert cfg.failure is None  # the rules' "NVSwitch(es) need nvidia-fabricmanager" did not stop it
 
 
 @pytest.mark.parametrize(
-    ("overrides", "stop", "message"),
+    ("overrides", "message"),
     [
-        (
-            NVSWITCH,
-            "NVSwitch needs a Fabric Manager",
-            "4 NVSwitch(es) need nvidia-fabricmanager-535, which source 'debian_nonfree' does not ship",
-        ),
+        (NVSWITCH, "4 NVSwitch(es) need nvidia-fabricmanager-535, which source 'debian_nonfree' does not ship"),
         (
             SECURE_BOOT,
-            "Secure Boot needs signed modules",
             "Secure Boot calls for signed prebuilt modules (nvidia_driver_module_source=signed) but Debian source "
             "'debian_nonfree' has none",
         ),
     ],
     ids=["nvswitch", "secure-boot"],
 )
-def test_debian_nonfree_stops_where_debian_ships_nothing(driver, overrides, stop, message):
-    """Debian packages neither Fabric Manager nor signed modules: preflight.yml stops rather than install half a
-    driver."""
+def test_debian_nonfree_stops_where_debian_ships_nothing(driver, overrides, message):
+    """Debian packages neither Fabric Manager nor signed modules: the rules refuse the source rather than install
+    half a driver (in play 1's run-once judgement, before any host is probed)."""
     cfg = driver("debian12", "debian_nonfree", **overrides)
-    assert stop in cfg.failed_task
-    assert cfg.failure.startswith(f"nvidia_driver on {cfg.host}: ") and message in cfg.failure
+    assert cfg.failed_task == "Stop on wrong driver settings (nothing has been changed)"
+    assert cfg.failure.startswith(f"nvidia_driver settings rejected on {cfg.host}: [1] ") and message in cfg.failure
 
 
 # --------------------------------------------------------------------------- apt preferences (the pin)

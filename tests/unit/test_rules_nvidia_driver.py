@@ -299,3 +299,18 @@ def test_the_rules_resolve_the_package_lists_of_the_hosts_source():
             nvidia_driver_source="ubuntu", nvidia_driver_module_source="signed", nvidia_driver_kernel_release="6.8.0"
         )
     )
+
+
+def test_a_source_without_signed_modules_or_fabric_manager_is_refused_where_the_host_needs_them():
+    """Debian's non-free ships neither: Secure Boot (module source signed) or NVSwitches (Fabric Manager) there are
+    refused by the rules, each with what to do."""
+    assert reasons("Debian", nvidia_driver_module_source="signed") == [
+        "Secure Boot calls for signed prebuilt modules (nvidia_driver_module_source=signed) but Debian source"
+        " 'debian_nonfree' has none. Enrol a MOK for DKMS (preflight_secure_boot_policy=mok) or turn Secure Boot off"
+    ]
+    assert reasons("Debian", nvidia_driver_fabricmanager=True, preflight_report={"nvswitch_count": 4}) == [
+        "4 NVSwitch(es) need nvidia-fabricmanager-535, which source 'debian_nonfree' does not ship: set"
+        " nvidia_driver_source=nvidia (NVIDIA's CUDA repository) for this host"
+    ]
+    assert reasons("Debian", nvidia_driver_source="nvidia", nvidia_driver_fabricmanager=True) == []
+    assert reasons("Ubuntu", nvidia_driver_source="ubuntu", nvidia_driver_module_source="signed") == []

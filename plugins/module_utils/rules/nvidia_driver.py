@@ -39,6 +39,7 @@ READS = (
     "nvidia_driver_signed_flavours",
     "nvidia_driver_pin",
     "preflight_report.in_container",
+    "preflight_report.nvswitch_count",
     "ansible_facts.virtualization_role",
     "ansible_facts.virtualization_type",
     "cuda_release",
@@ -138,6 +139,20 @@ def packages(j: Judgement, source: str, layouts: dict) -> None:
     module_source = text(j["nvidia_driver_module_source"])
     headless, fabricmanager = to_bool(j["nvidia_driver_headless"]), to_bool(j["nvidia_driver_fabricmanager"])
     layout = driver_layout(layouts, branch, kernel, module_source, headless, fabricmanager)
+    # What this source cannot install: Debian packages neither signed modules nor Fabric Manager, and half a driver
+    # is not installed.
+    distribution = j["ansible_facts"]["distribution"]
+    j.check(
+        module_source != "signed" or layouts.get("packages_signed"),
+        f"Secure Boot calls for signed prebuilt modules (nvidia_driver_module_source=signed) but {distribution} source"
+        f" '{source}' has none. Enrol a MOK for DKMS (preflight_secure_boot_policy=mok) or turn Secure Boot off",
+    )
+    switches = (j.get("preflight_report") or {}).get("nvswitch_count") or "some"
+    j.check(
+        not fabricmanager or layouts.get("packages_fabricmanager"),
+        f"{switches} NVSwitch(es) need nvidia-fabricmanager-{branch}, which source '{source}' does not ship: set"
+        " nvidia_driver_source=nvidia (NVIDIA's CUDA repository) for this host",
+    )
     url, key_url = j["nvidia_driver_repository_url"], j["nvidia_driver_repository_key_url"]
     repo_url = j.set("__nvidia_driver_repo_url", re.sub(r"/+$", "", url or layouts["repository_url"]))
     j.set("__nvidia_driver_repo_suites", j["nvidia_driver_repository_suites"] or layouts["repository_suites"])
