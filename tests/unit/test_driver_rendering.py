@@ -515,7 +515,7 @@ def test_canonical_signed_modules_for_the_target_kernel(driver, host):
     assert "nvidia-headless-no-dkms-535-server" in packages
     assert "nvidia-utils-535-server" in packages
     assert not any("dkms" == p or p.startswith("linux-headers-") for p in cfg["__nvidia_driver_support_packages"])
-    assert cfg.failure is None  # preflight.yml's "Secure Boot needs signed modules" did not stop it
+    assert cfg.failure is None  # the rules' "Secure Boot calls for signed prebuilt modules" did not stop it
 
 
 @pytest.mark.parametrize(

@@ -314,3 +314,11 @@ def test_a_source_without_signed_modules_or_fabric_manager_is_refused_where_the_
     ]
     assert reasons("Debian", nvidia_driver_source="nvidia", nvidia_driver_fabricmanager=True) == []
     assert reasons("Ubuntu", nvidia_driver_source="ubuntu", nvidia_driver_module_source="signed") == []
+
+
+def test_an_os_without_a_package_layout_is_refused_and_nothing_else_judged():
+    values = settings("Ubuntu", ansible_facts={"distribution": "Rocky", "distribution_version": "9.3"})
+    del values["__nvidia_driver_sources"]
+    judgement = judge("nvidia_driver", "gpu-1", values, STACK)
+    assert judgement.errors == ["no package layout for Rocky 9.3 (roles/nvidia_driver/vars has Ubuntu and Debian)"]
+    assert judgement.facts == {}

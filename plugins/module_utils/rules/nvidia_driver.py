@@ -46,6 +46,7 @@ READS = (
     "preflight_report.gpu_device_ids",
     "preflight_report.gpu_pci_addresses",
     "ansible_facts.distribution",
+    "ansible_facts.distribution_version",
     "ansible_local.nvidia_driver",
     "__nvidia_driver_sources",
     "__nvidia_driver_latest",
@@ -64,6 +65,15 @@ def default_source(distribution: str) -> str:
 def judge(j: Judgement) -> None:
     """Resolve the source, the stack and the release; refuse a source or branch this OS lacks, bad URLs, a move."""
     distribution = j["ansible_facts"]["distribution"]
+    # The package layouts of this OS (vars/<distribution>.yml, loaded by validate.yml): none, nothing to judge.
+    if not j.get("__nvidia_driver_sources"):
+        j.refuse(
+            [
+                f"no package layout for {distribution} {j['ansible_facts'].get('distribution_version', '')}"
+                " (roles/nvidia_driver/vars has Ubuntu and Debian)"
+            ]
+        )
+        return
     report = j.get("preflight_report") or {}
     wants_latest = j["nvidia_driver_version"] == "latest"
     # latest: the matrix's checks see the branch's default release (its lifecycle is the branch's). The GPUs
