@@ -14,14 +14,7 @@ from typing import Any
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpufleet.fleet.plugins.module_utils import driver_facts
-from ansible_collections.gpufleet.fleet.plugins.module_utils.driver_facts import (  # noqa: F401 -- the judgement's names
-    HOW_TO,
-    INSTALLER_LOG,
-    MODES,
-    NOT_DRIVER,
-    UNINSTALL_ARGS,
-    UNINSTALLER,
-    _is_driver,
+from ansible_collections.gpufleet.fleet.plugins.module_utils.driver_facts import (
     apt_policy_files,
     apt_policy_installed,
     dpkg_list,

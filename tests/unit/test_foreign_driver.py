@@ -29,6 +29,8 @@ import role_run
 import yaml
 from conftest import FAKE_FACTS, host_tool, load_script
 
+from ansible_collections.gpufleet.fleet.plugins.module_utils import driver_facts
+
 REPO = Path(__file__).resolve().parents[2]
 ROLE = REPO / "roles" / "nvidia_driver"
 PROBE = ROLE / "files" / "foreign_driver_probe.sh"
@@ -444,7 +446,7 @@ def test_canonicals_driver_is_foreign_on_a_default_ubuntu_host(tmp_path):
     message = verdict["message"]
     assert message.startswith("nvidia_driver on gpu01: NVIDIA driver packages gpufleet did not install: ")
     assert "nvidia-driver-535 535.86.05-0ubuntu0.20.04.2 (origin Ubuntu, suite focal-updates)" in message
-    assert "Nothing has been changed" in message and fd.HOW_TO in message
+    assert "Nothing has been changed" in message and driver_facts.HOW_TO in message
     assert "nvidia_driver_foreign_driver: replace" in message and "adopt" not in message
     assert verdict["runfile"]["found"] is False
 
@@ -600,7 +602,7 @@ def test_nvidia_named_packages_that_are_no_driver_are_left_alone():
         "nvidia-cuda-dev",
         "libnvidia-egl-wayland1",
     ):
-        assert not fd._is_driver(name), name
+        assert not driver_facts._is_driver(name), name
     for name in (
         "nvidia-kernel-dkms",
         "libcuda1",
@@ -610,8 +612,8 @@ def test_nvidia_named_packages_that_are_no_driver_are_left_alone():
         "linux-signatures-nvidia-6.8.0-51-generic",
         "firmware-nvidia-gsp",
     ):
-        assert fd._is_driver(name), name
-    assert not fd._is_driver("cuda-drivers-fabricmanager-535") and not fd._is_driver("libcudart12")
+        assert driver_facts._is_driver(name), name
+    assert not driver_facts._is_driver("cuda-drivers-fabricmanager-535") and not driver_facts._is_driver("libcudart12")
 
 
 def test_a_wrong_mode_or_source_is_an_error():
