@@ -187,10 +187,14 @@ def test_stages_of_two_lanes_run_at_once_and_the_first_failure_stops_the_rest(tm
     out = capsys.readouterr().out
     assert "===== stage: waits =====\nseen\n===== stage: waits passed" in out
 
+    # The failure comes once the other lane's stage has started (it writes a file first): a started stage runs to
+    # its end, nothing starts after the failure. (A failure at once raced the other lane's start on a loaded
+    # machine: the rehearsal of 2026-12-04 23:52.)
+    fail_once_started = ["sh", "-c", "for i in $(seq 300); do [ -e started ] && exit 1; sleep 0.1; done; exit 2"]
     plan = [
-        stages.Stage("fails", ["false"], lane=1),
+        stages.Stage("fails", fail_once_started, lane=1),
         stages.Stage("next-in-lane", ["true"], lane=1),
-        stages.Stage("slow-beside", ["sleep", "1"], lane=2),
+        stages.Stage("slow-beside", ["sh", "-c", "touch started; sleep 1"], lane=2),
         stages.Stage("next-beside", ["true"], lane=2),
         stages.Stage("after", ["true"]),
     ]
