@@ -543,7 +543,8 @@ def test_no_confinement_lets_the_node_pass_unconfined():
 
 
 # The comparison itself (module_utils/host_facts.py slurm_cgroup, run by gpufleet.fleet.host_facts on the node),
-# on apt's real answers (tests/unit/data/apt/policy-slurmd-*.txt).
+# on apt's answers (tests/unit/data/apt/policy-slurmd-*.txt: Debian 12's captured; Ubuntu's edited from it, each
+# file says how).
 def _compared(os: str, filesystem: str, policy: str, without_plugin: str = "refuse") -> tuple:
     c = probed(os, filesystem, policy, without_plugin=without_plugin)["slurm_cgroup"]
     assert c["filesystem"] == filesystem and c["v2"] is (filesystem == "cgroup2fs"), c
