@@ -70,7 +70,8 @@ if str(ROLES_DIR / "payload" / "files") not in sys.path:
     sys.path.insert(0, str(ROLES_DIR / "payload" / "files"))
 
 # `LC_ALL=C apt-cache policy slurmd` on each OS (tests/unit/data/apt/policy-slurmd-*.txt: Debian 12's captured,
-# Ubuntu's edited from it in the fields that name the release; each file's header lines say so): slurmd not installed yet (the node's first run), or installed (Ubuntu 20.04).
+# Ubuntu's edited from it in the fields that name the release; each file's header lines say so): slurmd not
+# installed yet (the node's first run), or installed (Ubuntu 20.04).
 SLURMD_POLICY = {
     os: "".join(
         line
