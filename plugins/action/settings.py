@@ -6,9 +6,10 @@ as ansible.builtin.debug). The rules are plugins/module_utils/rules/<role>.py
 templates, for the host it runs for, the variables the role's rules read (the
 role's defaults and vars included when it runs inside the role), runs them,
 and stops the host with one message naming the role, the host and every
-failed rule. What the rules resolve comes back in ``resolved`` for the role's
-next task to set (a fact of an action other than set_fact would go to the fact
-cache, which outlives the run).
+failed rule. What the rules resolve comes back in ``resolved``: the role
+registers the judgement and its vars/main.yml reads each name from it (a fact
+of an action other than set_fact would go to the fact cache, which outlives
+the run, and a set_fact would cost a task a host).
 """
 
 from __future__ import annotations

@@ -414,6 +414,42 @@ def apt_simulation(output: Any, held: Any = ()) -> dict[str, Any]:
     }
 
 
+def driver_transaction_refusal(
+    output: Any,
+    held: Any = (),
+    host: str = "",
+    version: str = "",
+    packages: Any = (),
+    replaced_branch: str = "",
+    allow_kernel_install: bool = False,
+) -> str:
+    """Why the driver's simulated transaction stops the host, '' when it does not (driver_transaction_refusal.yml)."""
+    simulated = apt_simulation(output, held)
+    replacing = f", replacing branch {replaced_branch}" if replaced_branch else ""
+    if simulated["ran"] and not simulated["ok"]:
+        said = " ".join(simulated["errors"]) or f"exit {simulated['exit']}"
+        if simulated["held_in_the_way"]:
+            said += (
+                ". Held packages that are not gpufleet's driver stack stand in the way: "
+                f"{', '.join(simulated['held_in_the_way'])}; gpufleet releases only the holds of the driver's own "
+                "packages (and of the branch it replaces). Release them (apt-mark unhold) if they may change, or "
+                "choose a release that leaves them alone"
+            )
+        elif simulated["unmet"]:
+            said += f". apt names: {', '.join(simulated['unmet'])}"
+        return (
+            f"nvidia_driver on {host}: apt refuses to install driver {version} ({', '.join(as_list(packages))}"
+            f"{replacing}): {said}. Nothing has been changed."
+        )
+    if simulated["kernels"] and not allow_kernel_install:
+        return (
+            f"nvidia_driver on {host}: installing the driver would also install {', '.join(simulated['kernels'])}. "
+            "A new kernel changes what the module must be built for and needs its own reboot; install the kernel "
+            "first on purpose, or set nvidia_driver_allow_kernel_install=true."
+        )
+    return ""
+
+
 _DCGM_LEVELS = {"none": 0, "quick": 1, "r2": 2, "r3": 3}
 
 
@@ -454,6 +490,7 @@ class FilterModule:
                 dcgm_exporter_release,
                 dcgm_level,
                 debian_version_compare,
+                driver_transaction_refusal,
                 delegated_facts,
                 dkms_status,
                 driver_layout,

@@ -44,7 +44,8 @@ judged:
   returned: with hosts
   type: int
 resolved:
-  description: The private facts of the role that its rules resolved (name to value), for the role's next task to set.
+  description: The private facts of the role that its rules resolved (name to value), which the role's vars read
+    from the registered result.
   returned: always
   type: dict
 notes:

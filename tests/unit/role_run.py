@@ -178,20 +178,37 @@ class Outcome:
         self._check()
         return None if self.stop is None else self.stop["task"]
 
+    def _resolved(self, name: str) -> tuple[bool, Any]:
+        """What a role's rules resolved, as its vars/main.yml reads it: ``__<role>_<name>`` from the judgement
+        registered as ``__<role>_judged`` (its ``resolved``, ``__<role>_invalid`` its ``errors``)."""
+        for registered, judged in self.facts.items():
+            if not (registered.endswith("_judged") and isinstance(judged, Mapping)):
+                continue
+            prefix = registered[: -len("judged")]
+            if name.startswith(prefix) and name in (judged.get("resolved") or {}):
+                return True, judged["resolved"][name]
+            if name == f"{prefix}invalid" and "errors" in judged:
+                return True, judged["errors"]
+        return False, None
+
     def __getitem__(self, name: str) -> Any:
-        """A captured value, else a variable set_fact set on the host (e.g. cfg['__pytorch_index_url'])."""
+        """A captured value, else a variable set_fact set on the host (e.g. cfg['__pytorch_index_url']), else what
+        the role's rules resolved for it (see _resolved)."""
         self._check()
         if name in self.captured:
             return self.captured[name]
         if name in self.facts:
             return self.facts[name]
+        found, value = self._resolved(name)
+        if found:
+            return value
         raise KeyError(
             f"{name} was neither set by set_fact on {self.host} nor captured "
             f"(stopped: {self.failure!r}; capture it with role_run.capture())"
         )
 
     def __contains__(self, name: str) -> bool:
-        return name in self.captured or name in self.facts
+        return name in self.captured or name in self.facts or self._resolved(name)[0]
 
 
 def plain(value: Any) -> Any:

@@ -210,7 +210,7 @@ def test_the_trial_looks_for_the_toolkit_build(settings, version):
 def test_toolkit_package_is_never_the_cuda_metapackage():
     """cuda-toolkit-12-1, not `cuda` (which pulls a driver) nor `cuda-12-1` (the rules resolve it,
     plugins/module_utils/rules/cuda.py)."""
-    facts = cuda("ubuntu2204").facts
+    facts = cuda("ubuntu2204")
     assert (facts["__cuda_toolkit_package"], facts["__cuda_home"]) == ("cuda-toolkit-12-1", "/usr/local/cuda-12.1")
 
 

@@ -239,7 +239,6 @@ JUDGE = role_run.Batch(
         role_run.import_role("nvidia_driver", "preflight", skip_apt_source=True),
         role_run.import_role("nvidia_driver", "transaction"),
     ],
-    after=[role_run.capture(role_run.names("__nvidia_driver_simulated"))],
 )
 
 
@@ -269,7 +268,7 @@ def test_play_1_refuses_the_move_that_apt_would_refuse_naming_the_held_packages(
 def test_the_move_passes_with_the_holds_the_install_lifts():
     outcome = _judge(apt_output("simulate-branch-released.txt"), OLD_STACK, OLD_STACK)
     assert outcome.failure is None
-    assert outcome["__nvidia_driver_simulated"]["ok"] is True
+    assert filters.driver_transaction_refusal(apt_output("simulate-branch-released.txt"), []) == ""
 
 
 def test_a_kernel_in_the_transaction_stops_the_host_unless_allowed():
@@ -279,6 +278,16 @@ def test_a_kernel_in_the_transaction_stops_the_host_unless_allowed():
     message = _judge(text, OLD_STACK, OLD_STACK).failure
     assert message and "would also install linux-image-6.1.0-51-amd64" in message
     assert _judge(text, OLD_STACK, OLD_STACK, nvidia_driver_allow_kernel_install=True).failure is None
+
+
+def test_the_refusal_names_what_apt_names_when_no_hold_is_in_the_way():
+    """The held capture, judged without its holds: apt's own errors and the packages it names, no hold blamed."""
+    message = filters.driver_transaction_refusal(
+        apt_output("simulate-branch-held.txt"), [], host="n1", version="580.95.05", packages=["nvidia-driver-580"]
+    )
+    assert message.startswith("nvidia_driver on n1: apt refuses to install driver 580.95.05 (nvidia-driver-580): ")
+    assert "stand in the way" not in message and ". apt names: " in message
+    assert filters.driver_transaction_refusal("", OLD_STACK) == ""
 
 
 # --------------------------------------------------------------------------- the lab's fixture of the two branches

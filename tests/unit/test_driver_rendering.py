@@ -777,7 +777,9 @@ def test_versioned_packages_are_the_pinned_driver_packages(driver, host, source,
     packages = cfg["__nvidia_driver_packages"]
     selected = cfg["__nvidia_driver_versioned_packages"]
     # Secure Boot's flavour metapackage (linux-modules-nvidia-535-server-generic) carries the kernel's version.
-    flavours = cfg.facts.get("__nvidia_driver_signed_flavour_packages", [])
+    flavours = (
+        cfg["__nvidia_driver_signed_flavour_packages"] if "__nvidia_driver_signed_flavour_packages" in cfg else []
+    )
     assert selected == [p for p in packages if pinned(p, cfg["__nvidia_driver_pin_patterns"]) and p not in flavours]
     carrying = COMPUTE_PACKAGES[_family(host, source)] + DESKTOP_PACKAGES[_family(host, source)]
     assert [p for p in packages if p in carrying and p not in selected] == []
@@ -837,7 +839,9 @@ def test_unattended_upgrades_blacklist_covers_the_driver(driver, host, source, o
     entries = blacklist_entries(cfg["unattended-upgrades.j2"])
     family = _family(host, source)
     # Not Secure Boot's flavour metapackage, which must move with the kernel (test_driver_origin.py).
-    flavours = cfg.facts.get("__nvidia_driver_signed_flavour_packages", [])
+    flavours = (
+        cfg["__nvidia_driver_signed_flavour_packages"] if "__nvidia_driver_signed_flavour_packages" in cfg else []
+    )
     packages = [p for p in cfg["__nvidia_driver_packages"] if p not in flavours]
     assert [p for p in packages + COMPUTE_PACKAGES[family] if not blacklisted(p, entries)] == []
     assert [p for p in NOT_DRIVER_PACKAGES if blacklisted(p, entries)] == []

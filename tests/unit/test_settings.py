@@ -10,6 +10,7 @@ import importlib
 from pathlib import Path
 
 import pytest
+import yaml
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
 
@@ -209,3 +210,21 @@ def test_cuda_refuses_naming_the_setting(values, message):
 def test_cuda_debian_12_passes_with_a_site_repository_or_nothing_to_install():
     assert judge_cuda(__cuda_repo_os="debian12", cuda_repository_url="http://mirror/cuda").errors == []
     assert judge_cuda(__cuda_repo_os="debian12", cuda_toolkit=False, cuda_libraries=[]).errors == []
+
+
+def test_each_role_reads_what_its_rules_resolved_under_the_same_name():
+    """A role's vars/main.yml reads each name its rules resolve from the judgement its validate.yml registers
+    (``__<role>_judged``), under that very name: a name read under another would give the wrong value silently."""
+    roles = Path(__file__).resolve().parents[2] / "roles"
+    mapped = 0
+    for role_vars in sorted(roles.glob("*/vars/main.yml")):
+        role = role_vars.parent.parent.name
+        for name, value in (yaml.safe_load(role_vars.read_text()) or {}).items():
+            if f"__{role}_judged." not in str(value):
+                continue
+            mapped += 1
+            expected = "{{ __%s_judged.errors }}" % role if name == f"__{role}_invalid" else None
+            assert value == (expected or "{{ __%s_judged.resolved.%s }}" % (role, name)), (role_vars, name)
+            validate = (role_vars.parents[1] / "tasks" / "validate.yml").read_text()
+            assert f"register: __{role}_judged" in validate, role
+    assert mapped >= 40
