@@ -20,7 +20,7 @@ import json
 import sys
 from pathlib import Path
 
-from gpufleet_verify import fleet_report
+from gpufleet_verify import add_report_options, fleet_report
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -39,36 +39,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=fleet_report.file_basename,
         help=f"file name without extension (default: {fleet_report.DEFAULT_BASENAME})",
     )
-    parser.add_argument(
-        "--history-keep",
-        metavar="N",
-        type=int,
-        default=fleet_report.DEFAULT_HISTORY_KEEP,
-        help=f"runs kept in DIR/{fleet_report.HISTORY_DIR}/{fleet_report.HISTORY_FILE} "
-        f"(0: no history; default {fleet_report.DEFAULT_HISTORY_KEEP})",
-    )
-    parser.add_argument(
-        "--repeat-failures",
-        metavar="K",
-        type=int,
-        default=fleet_report.DEFAULT_REPEAT_FAILURES,
-        help="repeat offender: failed in K of its last --repeat-runs runs "
-        f"(default {fleet_report.DEFAULT_REPEAT_FAILURES})",
-    )
-    parser.add_argument(
-        "--repeat-runs",
-        metavar="N",
-        type=int,
-        default=fleet_report.DEFAULT_REPEAT_RUNS,
-        help=f"runs the repeat-offender rule looks at (default {fleet_report.DEFAULT_REPEAT_RUNS})",
-    )
-    parser.add_argument(
-        "--outlier-fraction",
-        metavar="F",
-        type=float,
-        default=fleet_report.DEFAULT_OUTLIER_FRACTION,
-        help=f"outlier: more than F below its GPU model's median (default {fleet_report.DEFAULT_OUTLIER_FRACTION})",
-    )
+    add_report_options(parser, defaults=True)
     return parser.parse_args(argv)
 
 

@@ -203,6 +203,38 @@ def fraction(text: str) -> float:
     return value
 
 
+def add_report_options(parser: argparse.ArgumentParser, defaults: bool = False) -> None:
+    """The options for the report's history and outlier rule (REPORT_OPTIONS), for this command and
+    files/gpufleet_report.py: unset by default here (None: the role's defaults, which are the report code's),
+    the report code's defaults with ``defaults``."""
+    history = f"DIR/{fleet_report.HISTORY_DIR}/{fleet_report.HISTORY_FILE}"
+    for option, metavar, kind, default, words in (
+        ("history_keep", "N", runs, fleet_report.DEFAULT_HISTORY_KEEP, f"runs the report's history keeps in {history}"),
+        (
+            "repeat_failures",
+            "K",
+            runs,
+            fleet_report.DEFAULT_REPEAT_FAILURES,
+            "a node that failed in K of its last --repeat-runs runs is a repeat offender",
+        ),
+        ("repeat_runs", "N", runs, fleet_report.DEFAULT_REPEAT_RUNS, "the runs the repeat-offender rule looks at"),
+        (
+            "outlier_fraction",
+            "F",
+            fraction,
+            fleet_report.DEFAULT_OUTLIER_FRACTION,
+            "name the nodes more than F below their GPU model's fleet median, the outliers",
+        ),
+    ):
+        parser.add_argument(
+            f"--{option.replace('_', '-')}",
+            metavar=metavar,
+            type=kind,
+            default=default if defaults else None,
+            help=f"{words} ({'0: none; ' if option == 'history_keep' else ''}default {default})",
+        )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gpufleet_verify.py",
@@ -229,27 +261,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="a variable for the play, e.g. gpu_verify_quick=true (repeatable)",
     )
-    parser.add_argument(
-        "--history-keep",
-        metavar="N",
-        type=runs,
-        help="runs the report's history keeps in DIR/history (0: none; default: the role's, 20)",
-    )
-    parser.add_argument(
-        "--repeat-failures",
-        metavar="K",
-        type=runs,
-        help="a node that failed in K of its last --repeat-runs runs is a repeat offender (default 2)",
-    )
-    parser.add_argument(
-        "--repeat-runs", metavar="N", type=runs, help="the runs the repeat-offender rule looks at (default 3)"
-    )
-    parser.add_argument(
-        "--outlier-fraction",
-        metavar="F",
-        type=fraction,
-        help="name nodes more than F below their GPU model's fleet median (default 0.1)",
-    )
+    add_report_options(parser)
     parser.add_argument("--quiet", action="store_true", help="hide the playbook's output")
     return parser
 

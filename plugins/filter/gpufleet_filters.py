@@ -18,6 +18,7 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.gpufleet.fleet.plugins.module_utils import apt_source as _apt_source
 from ansible_collections.gpufleet.fleet.plugins.module_utils import driver_facts, host_facts
 from ansible_collections.gpufleet.fleet.plugins.module_utils import driver_packages as _driver_packages
+from ansible_collections.gpufleet.fleet.plugins.module_utils.command_answer import output_lines
 from ansible_collections.gpufleet.fleet.plugins.module_utils.fleet_report import check_entry
 from ansible_collections.gpufleet.fleet.plugins.module_utils.gpufleet_check import (
     gpufleet_check_module,
@@ -125,12 +126,9 @@ def rejection(messages: Sequence[str], role: str, host: str) -> str:
 
 def dkms_status(output: str | Sequence[str] | None) -> list[dict[str, Any]]:
     """The records of the lines of ``dkms status`` output, in the order printed."""
-    if output is None:
-        return []
-    lines = output.splitlines() if isinstance(output, str) else list(output)
     records = []
-    for line in lines:
-        found = _DKMS_LINE.match(str(line).strip())
+    for line in output_lines(output):
+        found = _DKMS_LINE.match(line.strip())
         if found is None:
             continue
         notes = [part.strip() for part in re.split(r"[()]", found["rest"]) if part.strip()]
@@ -366,9 +364,7 @@ _UNMET_ENTRY = re.compile(r"^ (?P<package>[^\s:]+)(?::[a-z0-9]+)? : ")
 
 def apt_simulation(output: Any, held: Any = ()) -> dict[str, Any]:
     """What ``apt-get -s install`` says it would do (apt_simulation.yml)."""
-    lines = (
-        [] if output is None else (output.splitlines() if isinstance(output, str) else [str(line) for line in output])
-    )
+    lines = output_lines(output)
     installs: dict[str, dict[str, str]] = {}
     removals: dict[str, dict[str, str]] = {}
     errors, unmet, exit_code, in_unmet = [], [], None, False

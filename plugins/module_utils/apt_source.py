@@ -21,6 +21,8 @@ __metaclass__ = type
 import re
 from collections.abc import Mapping
 
+from ansible_collections.gpufleet.fleet.plugins.module_utils.command_answer import output_lines
+
 APT_SOURCES_DIR = "/etc/apt/sources.list.d"
 APT_KEYRINGS_DIR = "/etc/apt/keyrings"
 # Linux's NAME_MAX, less "gpufleet-" and ".sources".
@@ -99,10 +101,9 @@ def apt_source_plan(probe, name, url):
     """
     repository = apt_source_files(url)
     target, name = repository["sources_file"], str(name)
-    lines = probe.splitlines() if isinstance(probe, str) else [str(line) for line in probe or []]
     records = {}
     sources = {}
-    for line in lines:
+    for line in output_lines(probe):
         kind, _tab, rest = line.partition("\t")
         first, _tab, second = rest.partition("\t")
         if kind == "record" and first:

@@ -21,6 +21,8 @@ __metaclass__ = type
 import fnmatch
 import re
 
+from ansible_collections.gpufleet.fleet.plugins.module_utils.command_answer import output_lines
+
 try:
     from collections.abc import Mapping
 except ImportError:  # pragma: no cover - Python 2, which no target runs
@@ -35,10 +37,9 @@ def sections(output):
     One remote command then answers several questions (preflight's probe), and
     each answer keeps the shape of its own command's stdout_lines.
     """
-    lines = output.splitlines() if isinstance(output, str) else list(output or [])
     found = {}
     current = None
-    for line in lines:
+    for line in output_lines(output):
         match = _SECTION.match(line.strip())
         if match:
             current = found.setdefault(match.group(1), [])
@@ -106,14 +107,6 @@ _BRANCH_PART = re.compile(r"^[0-9]{3}$")
 _KERNEL_VERSION = re.compile(r"^[0-9]+\.[0-9]+(?:\.[0-9]+)*$")
 
 
-def _lines(value):
-    if value is None:
-        return []
-    if isinstance(value, str):
-        return value.splitlines()
-    return [str(line) for line in value]
-
-
 def _space(text):
     return " ".join(text.split())
 
@@ -122,7 +115,7 @@ def dpkg_list(output):
     """The package lines of ``dpkg -l`` as ``{package, name, arch, version, status, on_disk}`` (``package``
     without ``:arch``, ``name`` as dpkg prints it; the header and lines of another shape left out)."""
     records = []
-    for line in _lines(output):
+    for line in output_lines(output):
         found = _DPKG_LINE.match(line)
         if found is None or found["status"].startswith(("||", "+")):
             continue
@@ -147,7 +140,7 @@ def apt_policy_installed(output):
     found = {}
     current = None
     in_installed = False
-    for line in _lines(output):
+    for line in output_lines(output):
         package = _POLICY_PACKAGE.match(line)
         if package:
             current = found.setdefault(package["name"], {"installed": "", "indexes": []})
@@ -172,7 +165,7 @@ def apt_policy_files(output):
     "focal-updates", "l": "Ubuntu", ...}``; the local status file has ``{"a": "now"}``)."""
     files = {}
     index = None
-    for line in _lines(output):
+    for line in output_lines(output):
         release = _FILES_RELEASE.match(line)
         if release and index is not None:
             fields = {}
@@ -192,7 +185,7 @@ def apt_policy_files(output):
 def dpkg_owners(output):
     """``{path: [owning packages]}`` of ``dpkg -S <path>...`` (stderr too): ``[]`` for a path no package owns."""
     owners = {}
-    for line in _lines(output):
+    for line in output_lines(output):
         line = line.strip()
         not_owned = _NOT_OWNED.match(line)
         if not_owned:
@@ -308,7 +301,7 @@ class _Judge(object):
     # ------------------------------------------------------------------ runfile
 
     def runfile(self):
-        listed = [line.strip() for line in _lines(self.sections.get("runfile")) if line.strip()]
+        listed = [line.strip() for line in output_lines(self.sections.get("runfile")) if line.strip()]
         owners = dpkg_owners(self.sections.get("owners"))
         traces = [path for path in listed if path != INSTALLER_LOG and not owners.get(path)]
         versions = [found["version"] for found in map(_LIB_VERSION.search, traces) if found]

@@ -100,18 +100,8 @@ from .common import read_text
 # The kinds of work a finding asks for (the module docstring), in the order the report lists them.
 ACTION_CLASSES = ("replace", "drain", "reboot", "configure")
 NOT_A_VALUE = ("", "n/a", "[n/a]", "not supported", "[not supported]", "unknown error", "none")
-CLOCK_REASONS = (
-    "gpu_idle",
-    "applications_clocks_setting",
-    "sw_power_cap",
-    "hw_slowdown",
-    "hw_thermal_slowdown",
-    "hw_power_brake_slowdown",
-    "sync_boost",
-    "sw_thermal_slowdown",
-    "display_clocks_setting",
-)
-# nvidia-smi -q (text) names of the clock event reasons, as CLOCK_REASONS
+# The clock event reasons: nvidia-smi -q's text names (lower-cased) and the report's, in its order (the names of
+# nvidia-smi -q -x's elements, without their clocks_event_reason_ or clocks_throttle_reason_ prefix).
 TEXT_CLOCK_REASONS = {
     "idle": "gpu_idle",
     "applications clocks setting": "applications_clocks_setting",
@@ -123,6 +113,7 @@ TEXT_CLOCK_REASONS = {
     "sw thermal slowdown": "sw_thermal_slowdown",
     "display clock setting": "display_clocks_setting",
 }
+CLOCK_REASONS = tuple(TEXT_CLOCK_REASONS.values())
 FAIL_REASONS = {
     "hw_thermal_slowdown": "HW thermal slowdown (the GPU is too hot: check cooling)",
     "hw_power_brake_slowdown": "HW power brake slowdown (external power brake asserted, e.g. by "
