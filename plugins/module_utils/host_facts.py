@@ -183,7 +183,7 @@ def _release_key(release):
     return tuple(int(number) for number in re.findall(r"[0-9]+", str(release)))
 
 
-def slurm_cgroup(filesystem, policy, settings, facts):
+def slurm_cgroup(filesystem, policy, settings, facts, host=""):
     """Slurm's comparison of a node's cgroup mode with its Slurm release (roles/slurm/tasks/cgroup.yml).
 
     ``filesystem`` is ``cgroup_filesystem``'s, ``policy`` the ``apt-cache policy`` output of ``settings['package']``;
@@ -191,8 +191,10 @@ def slurm_cgroup(filesystem, policy, settings, facts):
     no version of the package), ``cgroup_v2_release`` (the release that brought the cgroup/v2 plugin) and
     ``without_plugin`` (``refuse`` or ``no_confinement``); ``facts``: ``distribution`` and ``distribution_version``.
 
-    Returns ``{filesystem, v2, release, version_from, plugin_missing, unconfined}``: the release is the installed
-    package's, else apt's candidate (a backport counts as what it is), else the one the distribution ships.
+    Returns ``{filesystem, v2, release, version_from, plugin_missing, unconfined, message, warning}``: the release
+    is the installed package's, else apt's candidate (a backport counts as what it is), else the one the distribution
+    ships. ``message`` stops the node (``host``) when the plugin is missing and the setting refuses that, ``warning``
+    says that the cluster runs without cgroups when it allows it; each '' otherwise.
     """
     read = apt_policy(policy)
     package = settings["package"]
@@ -207,14 +209,33 @@ def slurm_cgroup(filesystem, policy, settings, facts):
         )
     v2 = filesystem == "cgroup2fs"
     missing = v2 and _release_key(release) < _release_key(settings["cgroup_v2_release"])
+    # Only where the setting allows it: a refused node stops.
+    unconfined = missing and settings["without_plugin"] == "no_confinement"
+    message = warning = ""
+    if missing and settings["without_plugin"] == "refuse":
+        message = (
+            "slurm on {0}: this node boots with cgroup v2 (/sys/fs/cgroup is {1}) and its Slurm is {2} ({3}), which "
+            "has no cgroup/v2 plugin (it came with Slurm {4}): slurmd would not start with cgroup confinement. Boot "
+            "the node with cgroup v1: add systemd.unified_cgroup_hierarchy=0 to GRUB_CMDLINE_LINUX in "
+            "/etc/default/grub, run update-grub and reboot. Or set slurm_cgroup_v2_without_plugin: no_confinement to "
+            "run Slurm without cgroups: jobs are then not confined to their GPUs, cores and memory."
+        ).format(host, filesystem, release, version_from, settings["cgroup_v2_release"])
+    elif unconfined:
+        warning = (
+            "slurm on {0}: cgroup v2 and Slurm {1} ({2}), no cgroup/v2 plugin; slurm_cgroup_v2_without_plugin is "
+            "no_confinement: the cluster runs without cgroups (proctrack/linuxproc, no task/cgroup), so a job is not "
+            "confined to the GPUs, cores and memory it was given. Boot the node with "
+            "systemd.unified_cgroup_hierarchy=0 to confine jobs again."
+        ).format(host, release, version_from)
     return {
         "filesystem": filesystem,
         "v2": v2,
         "release": release,
         "version_from": version_from,
         "plugin_missing": missing,
-        # Only where the setting allows it: a refused node stops (cgroup.yml).
-        "unconfined": missing and settings["without_plugin"] == "no_confinement",
+        "unconfined": unconfined,
+        "message": message,
+        "warning": warning,
     }
 
 

@@ -17,11 +17,14 @@ description:
     installable, whether a MOK certificate exists and the file system of C(/sys/fs/cgroup) (the cgroup mode); one
     module run, one round trip.
   - With O(slurm), also compares the cgroup mode with the Slurm release the node has or would get (its package's
-    C(apt-cache policy)), as the slurm role does before any change.
+    C(apt-cache policy)), as the slurm role does before any change; a node on cgroup v2 whose release has no
+    cgroup/v2 plugin fails the module with what to do (O(slurm.without_plugin=refuse)), or gets a warning that the
+    cluster runs without cgroups (O(slurm.without_plugin=no_confinement)).
   - This is where the roles tell an NVIDIA GPU apart on the PCI bus (vendor 0x10de, class 0x0300 or 0x0302; an
     NVSwitch is class 0x0680).
   - With O(requirements), also judges the host as the preflight role does and returns every unmet requirement with
-    what to do, the warnings and the report later roles read (the module itself does not fail on them).
+    what to do, the warnings and the report later roles read; with an unmet requirement the module fails with
+    RV(message), which names them all (the host stops before anything changes).
   - Changes nothing on the host. Refreshing apt's package index (when the headers are not installed) updates a cache,
     as C(apt-get update) does, and is done in check mode too.
 options:
@@ -152,6 +155,7 @@ EXAMPLES = r"""
       shipped_release: "21.08"
       cgroup_v2_release: "22.05"
       without_plugin: refuse
+    host: "{{ inventory_hostname }}"
   register: __slurm_host
 """
 
@@ -214,13 +218,22 @@ slurm_cgroup:
     unconfined:
       description: Whether the plugin is missing and O(slurm.without_plugin) is C(no_confinement).
       type: bool
+    message:
+      description: What stops the node (the plugin missing, O(slurm.without_plugin=refuse)), with what to do; empty
+        otherwise. The module fails with it.
+      type: str
+    warning:
+      description: That the cluster runs without cgroups (the plugin missing, O(slurm.without_plugin=no_confinement));
+        empty otherwise. The module warns with it.
+      type: str
 failures:
   description: With O(requirements), every requirement the host does not meet, with what to do.
   returned: with requirements
   type: list
   elements: str
 message:
-  description: With O(requirements), the one message that stops the host (empty when it passes).
+  description: With O(requirements), the one message that stops the host (empty when it passes); the module fails
+    with it.
   returned: with requirements
   type: str
 warnings_found:
@@ -331,7 +344,9 @@ def compare_slurm(module, found):
         rc, policy, err = module.run_command(["apt-cache", "policy", slurm["package"]], environ_update={"LC_ALL": "C"})
         if rc != 0:
             module.fail_json(msg="apt-cache policy {0} failed: {1}".format(slurm["package"], err.strip()), rc=rc)
-    return host_facts.slurm_cgroup(found["cgroup_filesystem"], policy, slurm, module.params["facts"])
+    return host_facts.slurm_cgroup(
+        found["cgroup_filesystem"], policy, slurm, module.params["facts"], module.params["host"]
+    )
 
 
 def main():
@@ -366,6 +381,12 @@ def main():
         )
     if module.params["slurm"] is not None:
         result["slurm_cgroup"] = compare_slurm(module, found)
+        if result["slurm_cgroup"]["warning"]:
+            module.warn(result["slurm_cgroup"]["warning"])
+    # The host stops here, with every reason, before anything changes.
+    stops = [text for text in (result.get("message"), result.get("slurm_cgroup", {}).get("message")) if text]
+    if stops:
+        module.fail_json(msg=" ".join(stops), **result)
     module.exit_json(**result)
 
 

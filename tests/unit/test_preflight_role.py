@@ -292,7 +292,8 @@ def test_the_module_judges_with_the_roles_settings(tmp_path):
             if name not in ("disk_path", "mok_certificate")
         },
     )
-    assert result.get("failed") is not True, result
+    # An unmet requirement fails the module with the message that names them all (the host stops there).
+    assert result["failed"] is True and result["msg"] == result["message"], result
     assert (
         f"only {round(result['found']['free_bytes'] / host_facts.GIB, 1)} GB free under {tmp_path}, 1000000000 GB"
         in (result["message"])

@@ -40,14 +40,6 @@ EVERY_NODE_IN_THE_PLAY = {
 }
 # cgroup.yml after its probe (gpufleet.fleet.host_facts: the cgroup file system, apt-cache policy slurmd, the GPUs).
 PROBE = role_run.role_task("slurm", "cgroup.yml", "Read this node's cgroup mode")
-CGROUP = [
-    role_run.role_task("slurm", "cgroup.yml", name)
-    for name in (
-        "Keep the cgroup mode and the Slurm release compared",
-        "Stop a cgroup v2 node",
-        "Warn that Slurm runs without cgroup confinement",
-    )
-]
 DESCRIBE = [
     role_run.role_task("slurm", "configure.yml", name)
     for name in (
@@ -74,9 +66,12 @@ BOOTED = {"debian12": CGROUP_V2, "ubuntu2204": CGROUP_V1, "ubuntu2004": CGROUP_V
 SHIPPED = {"debian12": "22.05", "ubuntu2204": "21.08", "ubuntu2004": "19.05"}
 
 
-def probed(os: str, filesystem: str, policy: str, gpus: int = 8, without_plugin: str = "refuse") -> dict:
+def probed(
+    os: str, filesystem: str, policy: str, gpus: int = 8, without_plugin: str = "refuse", host: str = ""
+) -> dict:
     """gpufleet.fleet.host_facts' registered result on a node of ``os`` (cgroup.yml's probe): its GPUs, and its
-    slurm_cgroup as the module compares them (module_utils/host_facts.py slurm_cgroup)."""
+    slurm_cgroup as the module compares them (module_utils/host_facts.py slurm_cgroup; the module fails with its
+    message, warns with its warning)."""
     settings = {
         "package": "slurmd",
         "shipped_release": SHIPPED[os],
@@ -85,7 +80,7 @@ def probed(os: str, filesystem: str, policy: str, gpus: int = 8, without_plugin:
     }
     return {
         **host_facts_found(gpus),
-        "slurm_cgroup": host_facts.slurm_cgroup(filesystem, policy, settings, FAKE_FACTS[os]),
+        "slurm_cgroup": host_facts.slurm_cgroup(filesystem, policy, settings, FAKE_FACTS[os], host),
     }
 
 
@@ -183,7 +178,7 @@ class Clusters:
 
 # validate.yml on every host, the nodes described, the files rendered on the controller.
 RENDERED = Clusters(
-    [role_run.import_role("slurm"), *CGROUP, *DESCRIBE],
+    [role_run.import_role("slurm"), *DESCRIBE],
     [
         role_run.capture(
             {**{name: role_run.template("slurm", name) for name in TEMPLATES}, **role_run.names("__slurm_config_dir")},
@@ -451,37 +446,34 @@ NODE_CASES = {
 
 @functools.cache
 def node_checks() -> dict[str, role_run.Outcome]:
-    """validate.yml and cgroup.yml's checks on one node per case (the probe's result as a host variable), in one play,
-    and what the probe's task would pass the module (captured as "probe"); the controller only in the inventory."""
+    """validate.yml on one node per case, in one play, and what cgroup.yml's probe task would pass the module
+    (captured as "probe"); the controller only in the inventory."""
     controller = role_run.Host(
         CONTROLLER, {**FAKE_FACTS["debian12"], **node_facts(CONTROLLER, 16)}, {}, ("slurm_controller",), targeted=False
     )
     nodes = [
-        role_run.Host(
-            case,
-            {**FAKE_FACTS[os], **node_facts(case)},
-            {
-                **settings,
-                "__slurm_host": probed(
-                    os, fs, policy, without_plugin=settings.get("slurm_cgroup_v2_without_plugin", "refuse")
-                ),
-            },
-            ("gpu_nodes",),
-        )
-        for case, (os, fs, policy, settings) in NODE_CASES.items()
+        role_run.Host(case, {**FAKE_FACTS[os], **node_facts(case)}, settings, ("gpu_nodes",))
+        for case, (os, _fs, _policy, settings) in NODE_CASES.items()
     ]
     arguments = role_run.capture({"probe": PROBE["gpufleet.fleet.host_facts"]}, name="Capture the probe's arguments")
-    return role_run.run([controller, *nodes], [role_run.import_role("slurm"), *CGROUP], [arguments])
+    return role_run.run([controller, *nodes], [role_run.import_role("slurm")], [arguments])
 
 
 def node_check(case: str) -> role_run.Outcome:
     return node_checks()[case]
 
 
+def compared(case: str) -> dict:
+    """The module's comparison on the node of ``case`` (its settings as validate.yml leaves them)."""
+    os, filesystem, policy, settings = NODE_CASES[case]
+    without_plugin = settings.get("slurm_cgroup_v2_without_plugin", "refuse")
+    return probed(os, filesystem, policy, without_plugin=without_plugin, host=case)["slurm_cgroup"]
+
+
 def test_cgroup_v2_with_slurm_21_08_is_refused_with_the_fix():
-    outcome = node_check("jammy-v2")
-    assert outcome.failed_task == CGROUP[1]["name"]
-    message = " ".join(outcome.failure.split())
+    cgroup = compared("jammy-v2")
+    assert cgroup["warning"] == ""
+    message = " ".join(cgroup["message"].split())
     assert message.startswith("slurm on jammy-v2: this node boots with cgroup v2 (/sys/fs/cgroup is cgroup2fs)"), (
         message
     )
@@ -493,12 +485,12 @@ def test_cgroup_v2_with_slurm_21_08_is_refused_with_the_fix():
 
 
 def test_without_a_package_list_the_release_the_os_ships_counts():
-    message = " ".join(node_check("jammy-v2-no-index").failure.split())
+    message = " ".join(compared("jammy-v2-no-index")["message"].split())
     assert "its Slurm is 21.08 (the release Ubuntu 22.04 ships)" in message, message
 
 
 def test_slurm_19_05_on_cgroup_v2_is_refused_too():
-    message = " ".join(node_check("focal-v2").failure.split())
+    message = " ".join(compared("focal-v2")["message"].split())
     assert "its Slurm is 19.05 (installed slurmd 19.05.5-1)" in message, message
 
 
@@ -506,15 +498,15 @@ def test_slurm_19_05_on_cgroup_v2_is_refused_too():
     "case, release, v2", [("jammy-v1", "21.08", False), ("bookworm-v2", "22.05", True), ("focal-v1", "19.05", False)]
 )
 def test_a_cgroup_mode_the_release_has_a_plugin_for_passes(case, release, v2):
-    outcome = node_check(case)
-    assert outcome.failure is None
-    cgroup = outcome["__slurm_node_cgroup"]
+    assert node_check(case).failure is None
+    cgroup = compared(case)
     assert (cgroup["release"], cgroup["v2"], cgroup["plugin_missing"], cgroup["unconfined"]) == (
         release,
         v2,
         False,
         False,
     )
+    assert cgroup["message"] == cgroup["warning"] == ""
 
 
 @pytest.mark.parametrize("case, os", [("jammy-v2-unconfined", "ubuntu2204"), ("bookworm-v2", "debian12")])
@@ -532,14 +524,17 @@ def test_the_probe_passes_the_role_s_settings(case, os):
             "cgroup_v2_release": "22.05",
             "without_plugin": NODE_CASES[case][3].get("slurm_cgroup_v2_without_plugin", "refuse"),
         },
+        "host": case,
     }, arguments
 
 
-def test_no_confinement_lets_the_node_pass_unconfined():
-    outcome = node_check("jammy-v2-unconfined")
-    assert outcome.failure is None
-    cgroup = outcome["__slurm_node_cgroup"]
-    assert cgroup["plugin_missing"] is True and cgroup["unconfined"] is True
+def test_no_confinement_lets_the_node_pass_unconfined_with_a_warning():
+    assert node_check("jammy-v2-unconfined").failure is None
+    cgroup = compared("jammy-v2-unconfined")
+    assert cgroup["plugin_missing"] is True and cgroup["unconfined"] is True and cgroup["message"] == ""
+    warning = " ".join(cgroup["warning"].split())
+    assert warning.startswith("slurm on jammy-v2-unconfined: cgroup v2 and Slurm 21.08 (apt candidate slurmd ")
+    assert "the cluster runs without cgroups (proctrack/linuxproc, no task/cgroup)" in warning
 
 
 # The comparison itself (module_utils/host_facts.py slurm_cgroup, run by gpufleet.fleet.host_facts on the node),
