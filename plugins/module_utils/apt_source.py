@@ -205,7 +205,7 @@ def apt_source_conflict(claim, claims, host=""):
 
 
 def claimed(claim, claims):
-    """The run's claims with ``claim`` in place of its user's earlier one (apt_source_claims)."""
+    """The run's claims with ``claim`` in place of its user's earlier one (apt_source_trial.claims)."""
     return [other for other in _as_list(claims) if other.get("name") != claim.get("name")] + [claim]
 
 

@@ -23,9 +23,10 @@ description:
     key answer (HTTP HEAD, as M(ansible.builtin.uri) with its default status code), and, when both do, runs the
     trial script (O(script), the role's C(apt-repository-trial.sh)) with O(environment), which tries the source in a
     scratch apt state under /tmp.
-  - Returns the fact C(apt_source_trial) as the role publishes it (RV(fact)), its message included, and the run's
-    claims with O(claim) in them (RV(claims)); the role's next tasks set them and stop a host whose message is not
-    empty.
+  - Returns the fact C(apt_source_trial) as the role publishes it (its fields, RV(message) included; the role
+    registers the result under that name), the run's claims with O(claim) in them (RV(claims)) and what the host
+    answered (RV(answers)); fails with RV(message) when it is not empty (the source is not usable or lacks the
+    version), and with the conflict's message when O(claim) is refused.
   - Changes nothing on the host, in check mode or not.
 options:
   sources_file:
@@ -127,7 +128,7 @@ options:
     type: dict
     default: {}
   claims:
-    description: The claims of the run's other source users (C(apt_source_claims)).
+    description: The claims of the run's other source users (C(apt_source_trial.claims) of the host's last trial).
     type: list
     elements: dict
     default: []
@@ -171,62 +172,105 @@ EXAMPLES = r"""
       url: https://mirror.example/cuda
       version: 12.1.1
       host: "{{ inventory_hostname }}"
-  register: __apt_source_asked
-
-- name: Publish the trial
-  ansible.builtin.set_fact:
-    apt_source_trial: "{{ __apt_source_asked.fact }}"
+  register: apt_source_trial
 """
 
 RETURN = r"""
+name:
+  description: The source's name (O(source.name)).
+  returned: always
+  type: str
+url:
+  description: The source's URL (O(source.url)).
+  returned: always
+  type: str
+ok:
+  description: Whether the source is usable.
+  returned: always
+  type: bool
+reason:
+  description: Why it is not (apt's E:/W: lines, else C(exit N), or what the repository or the key answered); empty
+    when usable.
+  returned: always
+  type: str
+offered:
+  description: The versions of O(package) this source offers, newest first.
+  returned: always
+  type: list
+  elements: str
+version:
+  description: The version asked for (O(source.version)).
+  returned: always
+  type: str
+build:
+  description: The offered version string that is the version asked for, else the installed one, else empty.
+  returned: always
+  type: str
+found:
+  description: Whether the version is offered (or installed on a converged host), or none was asked for.
+  returned: always
+  type: bool
 installed:
   description: The installed version of O(package), empty when it is not installed.
   returned: always
   type: str
+tried:
+  description: Whether the scratch trial ran.
+  returned: always
+  type: bool
 converged:
   description: Whether the host has exactly this source and the package at the version asked for.
   returned: always
   type: bool
-keyring_exists:
-  description: Whether the keyring is on the host (true when not looked for).
-  returned: always
-  type: bool
-repository:
-  description: The repository's answer (status, msg and url as M(ansible.builtin.uri) gives them); empty when not asked.
-  returned: always
-  type: dict
-key:
-  description: The signing key's answer (status and msg); empty when not asked.
-  returned: always
-  type: dict
-trial:
-  description: The trial script's rc, stdout, stdout_lines and stderr; empty when it did not run.
-  returned: always
-  type: dict
-madison:
-  description: The host's own C(apt-cache madison) of O(package) (stdout); empty unless converged or not managed.
-  returned: always
-  type: dict
-shown:
-  description: The host's own C(apt-cache show) of O(show_packages) (stdout); empty unless asked.
-  returned: always
-  type: dict
-replaced:
-  description: The files the source replaces (the plan's C(remove)), left out of the trial's look beside the host's
-    sources; empty for a source the role does not write.
+stanzas:
+  description: The C(apt-cache show) records of O(show_packages) at the version asked for (every version when none
+    was), as this source offers them.
   returned: always
   type: list
-  elements: str
-fact:
-  description: The fact C(apt_source_trial) (roles/apt_source/meta/argument_specs.yml, entry point trial), C(message)
-    empty when the source is usable and offers the version.
+  elements: dict
+simulation:
+  description: The simulated install's output, ending with C([simulation exit N]); empty when none ran.
   returned: always
-  type: dict
+  type: str
+message:
+  description: The message that stops the host (naming the calling role, the host and the URL); empty when the
+    source is usable and offers the version. The module fails with it.
+  returned: always
+  type: str
 claims:
   description: O(claims) with O(claim) in place of its user's earlier claim; O(claims) unchanged without O(claim).
   returned: always
   type: list
   elements: dict
+answers:
+  description: What the host answered, which the fields above judge.
+  returned: always
+  type: dict
+  contains:
+    keyring_exists:
+      description: Whether the keyring is on the host (true when not looked for).
+      type: bool
+    repository:
+      description: The repository's answer (status, msg and url as M(ansible.builtin.uri) gives them); empty when not
+        asked.
+      type: dict
+    key:
+      description: The signing key's answer (status and msg); empty when not asked.
+      type: dict
+    trial:
+      description: The trial script's rc, stdout, stdout_lines and stderr; empty when it did not run.
+      type: dict
+    madison:
+      description: The host's own C(apt-cache madison) of O(package) (stdout); empty unless converged or not managed.
+      type: dict
+    shown:
+      description: The host's own C(apt-cache show) of O(show_packages) (stdout); empty unless asked.
+      type: dict
+    replaced:
+      description: The files the source replaces (the plan's C(remove)), left out of the trial's look beside the
+        host's sources; empty for a source the role does not write.
+      type: list
+      elements: str
 """
 
 import hashlib
@@ -345,8 +389,7 @@ def main():
         and sha1_of(params["sources_file"]) == own
         and (not params["version_regex"] or re.match(params["version_regex"], installed) is not None)
     )
-    result = {
-        "changed": False,
+    answers = {
         "installed": installed,
         "converged": bool(converged),
         "keyring_exists": True,
@@ -359,19 +402,19 @@ def main():
     }
     if params["managed"] and not converged:
         if params["look_for_keyring"]:
-            result["keyring_exists"] = os.path.exists(params["keyring"])
-        if result["keyring_exists"]:
-            result["repository"] = http_answer(module, params["release_url"], "HEAD", params["timeout"])
-        if params["key_url"] and result["repository"].get("status") == 200:
-            result["key"] = http_answer(module, params["key_url"], "HEAD", params["timeout"])
-        if result["repository"].get("status") == 200 and result["key"].get("status", 200) == 200:
-            result["trial"] = run_trial(module, replaced)
+            answers["keyring_exists"] = os.path.exists(params["keyring"])
+        if answers["keyring_exists"]:
+            answers["repository"] = http_answer(module, params["release_url"], "HEAD", params["timeout"])
+        if params["key_url"] and answers["repository"].get("status") == 200:
+            answers["key"] = http_answer(module, params["key_url"], "HEAD", params["timeout"])
+        if answers["repository"].get("status") == 200 and answers["key"].get("status", 200) == 200:
+            answers["trial"] = run_trial(module, replaced)
     else:
         rc, out, err = module.run_command(["apt-cache", "madison", params["package"]])
-        result["madison"] = {"rc": rc, "stdout": out}
+        answers["madison"] = {"rc": rc, "stdout": out}
         if params["show_packages"]:
             rc, out, err = module.run_command(["apt-cache", "show"] + params["show_packages"])
-            result["shown"] = {"rc": rc, "stdout": out}
+            answers["shown"] = {"rc": rc, "stdout": out}
     source = dict(params["source"])
     source.update(
         keyring=params["keyring"],
@@ -381,8 +424,10 @@ def main():
         show_packages=params["show_packages"],
         managed=params["managed"],
     )
-    result["fact"] = trial_fact(result, source)
-    result["claims"] = claims
+    # The result is the fact the role publishes (registered as apt_source_trial), the run's claims and the answers.
+    result = dict(trial_fact(answers, source), changed=False, claims=claims, answers=answers)
+    if result["message"]:
+        module.fail_json(msg=result["message"], **result)
     module.exit_json(**result)
 
 

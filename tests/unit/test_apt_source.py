@@ -674,7 +674,8 @@ def trials(signed_repository, tmp_path_factory):
                             "ansible_connection": "local",
                             "ansible_python_interpreter": "/usr/bin/python3",
                             "trial_case": {**base, **given},
-                            **({"apt_source_claims": claims[case]} if case in claims else {}),
+                            # The claims of the host's earlier trial (another role's), as its result has them.
+                            **({"apt_source_trial": {"claims": claims[case]}} if case in claims else {}),
                         }
                         for case, given in cases.items()
                     }
@@ -713,7 +714,7 @@ def trials(signed_repository, tmp_path_factory):
                                 "trial_result": {
                                     "fact": "{{ apt_source_trial }}",
                                     "failed": "",
-                                    "claims": "{{ apt_source_claims | default([]) }}",
+                                    "claims": "{{ apt_source_trial.claims | default([]) }}",
                                 }
                             },
                         },
@@ -725,7 +726,7 @@ def trials(signed_repository, tmp_path_factory):
                                 "trial_result": {
                                     "fact": "{{ apt_source_trial | default({}) }}",
                                     "failed": "{{ ansible_failed_result.msg }}",
-                                    "claims": "{{ apt_source_claims | default([]) }}",
+                                    "claims": "{{ apt_source_trial.claims | default([]) }}",
                                 }
                             },
                         },
@@ -834,9 +835,9 @@ def test_every_reason_is_said_when_not_ok(trials):
 
 
 def test_trial_claims_the_repository_and_refuses_another_roles_different_claim(trials, signed_repository):
-    """Each trial of a written source claims its repository for the run (apt_source_claims); a claim of another role on
-    the same repository (https and http of one path are one repository to apt) that gives it otherwise stops the host
-    before the trial reads anything, naming both roles' settings; a claim alike is no problem."""
+    """Each trial of a written source claims its repository for the run (apt_source_trial.claims); a claim of another
+    role on the same repository (https and http of one path are one repository to apt) that gives it otherwise stops the
+    host before the trial reads anything, naming both roles' settings; a claim alike is no problem."""
     url, root = signed_repository["url"], signed_repository["root"]
     own = trials["ok"]["claims"]
     assert [(c["name"], c["caller"], c["url"], c["keyring"]) for c in own] == [
@@ -846,8 +847,8 @@ def test_trial_claims_the_repository_and_refuses_another_roles_different_claim(t
     assert alike["failed"] == "" and alike["fact"]["ok"] is True
     assert sorted(c["name"] for c in alike["claims"]) == ["gpufleet-unit-test", "other-test"]
     refused = trials["claimed-otherwise"]
-    assert refused["fact"] == {}  # the trial did not run
-    assert [c["name"] for c in refused["claims"]] == ["other-test"]  # and claimed nothing
+    assert "ok" not in refused["fact"] and "answers" not in refused["fact"]  # the trial did not run
+    assert refused["claims"] == []  # and its result claims nothing: the host stops
     https = url.replace("http:", "https:")
     assert refused["failed"] == (
         f"tester on claimed-otherwise: the test repository {url}/repo is the repository of other too (the other "
