@@ -189,8 +189,8 @@ ok:
   returned: always
   type: bool
 reason:
-  description: Why it is not (apt's E:/W: lines, else C(exit N), or what the repository or the key answered); empty
-    when usable.
+  description: Why it is not (apt's C(E:) and C(W:) lines, else C(exit N), or what the repository or the key
+    answered); empty when usable.
   returned: always
   type: str
 offered:
