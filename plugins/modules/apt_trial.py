@@ -26,7 +26,7 @@ description:
   - Returns the fact C(apt_source_trial) as the role publishes it (its fields, RV(message) included; the role
     registers the result under that name), the run's claims with O(claim) in them (RV(claims)) and what the host
     answered (RV(answers)); fails with RV(message) when it is not empty (the source is not usable or lacks the
-    version), and with the conflict's message when O(claim) is refused.
+    version; RV(answers) then left empty), and with the conflict's message when O(claim) is refused.
   - Changes nothing on the host, in check mode or not.
 options:
   sources_file:
@@ -427,7 +427,8 @@ def main():
     # The result is the fact the role publishes (registered as apt_source_trial), the run's claims and the answers.
     result = dict(trial_fact(answers, source), changed=False, claims=claims, answers=answers)
     if result["message"]:
-        module.fail_json(msg=result["message"], **result)
+        # The fact without the host's answers, which would bury the message (the trial's output among them).
+        module.fail_json(msg=result["message"], **dict(result, answers={}))
     module.exit_json(**result)
 
 

@@ -24,7 +24,7 @@ description:
     NVSwitch is class 0x0680).
   - With O(requirements), also judges the host as the preflight role does and returns every unmet requirement with
     what to do, the warnings and the report later roles read; with an unmet requirement the module fails with
-    RV(message), which names them all (the host stops before anything changes).
+    RV(message), which names them all, returning only it and RV(failures) (the host stops before anything changes).
   - Changes nothing on the host. Refreshing apt's package index (when the headers are not installed) updates a cache,
     as C(apt-get update) does, and is done in check mode too.
 options:
@@ -386,7 +386,8 @@ def main():
     # The host stops here, with every reason, before anything changes.
     stops = [text for text in (result.get("message"), result.get("slurm_cgroup", {}).get("message")) if text]
     if stops:
-        module.fail_json(msg=" ".join(stops), **result)
+        # The message and its reasons: what was read would bury them.
+        module.fail_json(msg=" ".join(stops), failures=result.get("failures", []))
     module.exit_json(**result)
 
 

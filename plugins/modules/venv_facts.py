@@ -49,6 +49,48 @@ options:
     description: Seconds each listing may take.
     type: int
     default: 30
+  refuse:
+    description:
+      - The pytorch role's checks before any change; omitted, none. Where something must be installed, the module
+        fails with one message (RV(message)) when the environment's file system has less than
+        O(refuse.min_free_disk_gb) free, and when a listing of the wheel source does not answer or, all of them
+        answering, lacks a pinned wheel for the interpreter's CPython and machine.
+    type: dict
+    suboptions:
+      host:
+        description: The host's name in the message.
+        type: str
+        required: true
+      min_free_disk_gb:
+        description: The free space (GiB) the environment's file system needs.
+        type: int
+        required: true
+      source:
+        description: The wheel source's URL, as the message names it.
+        type: str
+        required: true
+      source_setting:
+        description: The setting behind the source, as the message names it.
+        type: str
+        required: true
+      pins:
+        description: The pinned wheels (C(name==version)) the source must offer.
+        type: list
+        elements: str
+        required: true
+      packages:
+        description: The names of the pinned packages.
+        type: list
+        elements: str
+        required: true
+      architecture:
+        description: The host's machine, when the interpreter does not say it.
+        type: str
+        default: x86_64
+      python_name:
+        description: The interpreter's setting, named when it does not run.
+        type: str
+        required: true
 notes:
   - Supports check mode.
 author:
@@ -109,6 +151,11 @@ source:
     must be installed.
   returned: always
   type: dict
+message:
+  description: With O(refuse), why the host stops (the module fails with it, returning only it); empty when it does
+    not.
+  returned: with refuse
+  type: str
 """
 
 import json
@@ -133,6 +180,19 @@ def main():
             "python": {"type": "str", "required": True},
             "pages": {"type": "list", "elements": "str", "default": []},
             "timeout": {"type": "int", "default": 30},
+            "refuse": {
+                "type": "dict",
+                "options": {
+                    "host": {"type": "str", "required": True},
+                    "min_free_disk_gb": {"type": "int", "required": True},
+                    "source": {"type": "str", "required": True},
+                    "source_setting": {"type": "str", "required": True},
+                    "pins": {"type": "list", "elements": "str", "required": True},
+                    "packages": {"type": "list", "elements": "str", "required": True},
+                    "architecture": {"type": "str", "default": "x86_64"},
+                    "python_name": {"type": "str", "required": True},
+                },
+            },
         },
         supports_check_mode=True,
     )
@@ -160,6 +220,12 @@ def main():
         result["source"] = {
             "results": [http_answer(module, page, "GET", params["timeout"], content=True) for page in params["pages"]]
         }
+    if params["refuse"] is not None:
+        # The host stops here, with every reason, before anything changes.
+        result["message"] = venv_facts.refusal(result, params["venv"], params["refuse"])
+        if result["message"]:
+            # Only the message: the answers it judged (listings included) would bury it.
+            module.fail_json(msg=result["message"], message=result["message"])
     module.exit_json(**result)
 
 

@@ -292,12 +292,14 @@ def test_the_module_judges_with_the_roles_settings(tmp_path):
             if name not in ("disk_path", "mok_certificate")
         },
     )
-    # An unmet requirement fails the module with the message that names them all (the host stops there).
-    assert result["failed"] is True and result["msg"] == result["message"], result
+    # An unmet requirement fails the module with the message that names them all, and only its reasons (the host
+    # stops there).
+    assert result["failed"] is True and set(result) >= {"msg", "failures"} and "found" not in result, result
     assert (
-        f"only {round(result['found']['free_bytes'] / host_facts.GIB, 1)} GB free under {tmp_path}, 1000000000 GB"
-        in (result["message"])
+        result["msg"].startswith("gpufleet preflight failed on here (")
+        and "nothing was changed): [1] only " in (result["msg"])
     )
+    assert f"GB free under {tmp_path}, 1000000000 GB" in result["msg"] and result["failures"][0].startswith("only ")
 
 
 def test_the_module_compares_the_cgroup_mode_with_the_slurm_release(tmp_path):

@@ -18,6 +18,7 @@ torchvision/torchaudio releases published with each torch release.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import subprocess
@@ -642,15 +643,30 @@ def no_venv(python: dict | None = None, df: dict | None = None, source: dict | N
 
 DF = "Filesystem 1024-blocks Used Available Capacity Mounted on\n/dev/sda2 102400000 98000000 {free} 96% /"
 ROOMY_KB = 52428800
-# The checks of preflight.yml after its host probes, in the role's order (copies of its tasks), after validate.yml.
+# The checks preflight.yml's probe makes (its argument refuse, judged by module_utils/venv_facts.py refusal, as the
+# module does on the host): validate.yml, then the probe's result (given as a host variable) and the arguments its
+# task passes, templated in the play; the judgement in Python on them.
+PROBE = role_run.role_task("pytorch", "preflight.yml", "Read the environment")["gpufleet.fleet.venv_facts"]
 PREFLIGHT = role_run.Batch(
     FAKE_FACTS,
-    [role_run.import_role("pytorch")]
-    + [
-        role_run.role_task("pytorch", "preflight.yml", name)
-        for name in ("too full", "does not answer", "lacks a pinned wheel")
+    [role_run.import_role("pytorch")],
+    after=[
+        role_run.capture(
+            {"result": "{{ __pytorch_host }}", "venv": PROBE["venv"], "refuse": PROBE["refuse"]},
+            name="Capture the probe's result and what its checks are given",
+        )
     ],
 )
+
+
+@dataclasses.dataclass
+class Checked:
+    """A preflight() case: its host, and the message that stops it (None: none)."""
+
+    host: str
+    failure: str | None
+
+
 LAB_SOURCE = {
     "lab_mirror_url": "http://gpufleet-mirror",
     "pytorch_release": "2.3.1",
@@ -685,7 +701,7 @@ def _preflight_host(
     }
 
 
-def preflight(*args: Any, **kwargs: Any) -> role_run.Outcome:
+def preflight(*args: Any, **kwargs: Any) -> Checked:
     """preflight.yml's checks on a host without the environment: its Python is ``python``, its file system has
     ``free_kb`` free, each listing of the wheel source answers 200 with the page of ``pages`` (or as ``source`` says).
 
@@ -697,7 +713,10 @@ def preflight(*args: Any, **kwargs: Any) -> role_run.Outcome:
             case_host, case_settings = _preflight_host(**case)
             PREFLIGHT.declare(case_host, **case_settings)
     host, settings = _preflight_host(*args, **kwargs)
-    return PREFLIGHT.get(host, **settings)
+    outcome = PREFLIGHT.get(host, **settings)
+    assert outcome.failure is None, outcome.failure
+    message = venv_facts.refusal(outcome["result"], outcome["venv"], outcome["refuse"])
+    return Checked(outcome.host, message or None)
 
 
 _preflight_declared: list[bool] = []
@@ -706,7 +725,7 @@ _preflight_declared: list[bool] = []
 def _source_check(host: str, python: str, pages: list[str], **settings: Any) -> tuple[bool, str]:
     """(the wheel check stopped the host, its message)."""
     cfg = preflight(host, python, pages, **settings)
-    stopped = cfg.failed_task is not None and "lacks a pinned wheel" in cfg.failed_task
+    stopped = cfg.failure is not None and " has no wheel of " in cfg.failure
     assert cfg.failure is None or stopped, cfg.failure
     return stopped, cfg.failure or ""
 
@@ -772,7 +791,7 @@ UNREACHABLE = [
 
 def test_source_unreachable_is_reported_with_the_url():
     cfg = preflight(source=UNREACHABLE)
-    assert cfg.failed_task is not None and "does not answer" in cfg.failed_task
+    assert cfg.failure is not None and "the wheel source is not usable from this host" in cfg.failure
     assert f"{INDEX}/cu121/torch/ answered HTTP -1 Request failed" in cfg.failure
     assert "pytorch_index_url, for variant cu121" in cfg.failure
 
@@ -780,7 +799,7 @@ def test_source_unreachable_is_reported_with_the_url():
 def test_disk_check():
     """The stop names the path, its free space, what is needed and the shortfall."""
     cfg = preflight(pages=PYTORCH_PAGES, free_kb=4194304)
-    assert cfg.failed_task is not None and "too full" in cfg.failed_task
+    assert cfg.failure is not None and " GB short. " in cfg.failure
     assert cfg.failure.startswith(
         f"pytorch on {cfg.host}: / (the file system of /opt/gpufleet/venv) has 4.0 GB free, needs 10 GB: 6.0 GB short."
     )

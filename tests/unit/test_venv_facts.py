@@ -115,6 +115,65 @@ def test_a_missing_environment_reads_the_interpreter_the_free_space_and_the_list
     assert missing["msg"] == "Status code was 404 and not [200]: HTTP Error 404: Not Found", missing
 
 
+def _refuse(**changes: Any) -> dict[str, Any]:
+    """The pytorch role's checks (preflight.yml's refuse), for torch 2.3.1 on the listings above."""
+    return {
+        "host": "here",
+        "min_free_disk_gb": 0,
+        "source": "the test source",
+        "source_setting": "pytorch_wheelhouse_url",
+        "pins": ["torch==2.3.1"],
+        "packages": ["torch"],
+        "architecture": "x86_64",
+        "python_name": sys.executable,
+        **changes,
+    }
+
+
+def test_the_checks_fail_the_module_with_every_reason(tmp_path, listings):
+    """The role's checks on this machine's answers: a file system too full and a listing that does not answer stop
+    the host in one message; the module fails with it, returning only it."""
+    venv = str(tmp_path / "absent" / "venv")
+    arguments = {
+        "venv": venv,
+        "installed_script": SCRIPT,
+        "requirements": ["torch==2.3.1"],
+        "python": sys.executable,
+        "pages": [f"{listings}/whl/torch/", f"{listings}/whl/nothing/"],
+    }
+    failed = run_module(tmp_path, "venv_facts", **arguments, refuse=_refuse(min_free_disk_gb=10**9))
+    assert failed["failed"] is True and failed["msg"] == failed["message"] and "source" not in failed, failed
+    disk, source = failed["msg"].split(" | ")
+    assert disk.startswith("pytorch on here: ") and f"(the file system of {venv}) has " in disk, disk
+    assert "needs 1000000000 GB: " in disk and "Installing torch==2.3.1 needs pytorch_min_free_disk_gb=" in disk
+    assert source == (
+        f"pytorch on here: the wheel source is not usable from this host: {listings}/whl/nothing/ answered HTTP 404 "
+        "Status code was 404 and not [200]: HTTP Error 404: Not Found (pytorch_wheelhouse_url). Check the URL and "
+        "that this host can reach it (or its proxy)."
+    )
+    # The same answers judged in Python (module_utils/venv_facts.py refusal, what the module ran).
+    result = run_module(tmp_path, "venv_facts", **arguments)
+    assert result.get("failed") is not True and "message" not in result
+    judged_disk, judged_source = venv_facts.refusal(result, venv, _refuse(min_free_disk_gb=10**9)).split(" | ")
+    # The free space may move between the two runs (other tests write files): the disk's message up to it.
+    assert judged_source == source and judged_disk.split(" has ")[0] == disk.split(" has ")[0]
+    # Every listing answering and the disk roomy: the pin's wheel decides (the page has cp311 on x86_64 only).
+    answered = {**result, "source": {"results": result["source"]["results"][:1]}}
+    python_311 = {"rc": 0, "stdout_lines": ["3.11", "x86_64"]}
+    assert venv_facts.refusal({**answered, "python": python_311}, venv, _refuse()) == ""
+    python_312 = {"rc": 0, "stdout_lines": ["3.12", "x86_64"]}
+    assert venv_facts.refusal({**answered, "python": python_312}, venv, _refuse()) == (
+        "pytorch on here: the test source has no wheel of torch==2.3.1 for CPython 3.12 on x86_64; torch==2.3.1 is "
+        "offered for cp311. Use another pytorch_release, or an interpreter the wheels exist for (pytorch_python, "
+        "pytorch_python_packages)."
+    )
+    no_python = {"rc": 127, "stdout_lines": []}
+    assert venv_facts.refusal({**answered, "python": no_python}, venv, _refuse()) == ""  # cp3x: cp311 counts
+    assert venv_facts.refusal({**answered, "python": no_python}, venv, _refuse(pins=["torch==9.9"])).endswith(
+        f"for CPython 3 on x86_64; torch==9.9 is offered for no Python at all. {sys.executable} does not run yet."
+    )
+
+
 def test_a_source_that_does_not_answer_is_status_minus_one(tmp_path):
     result = run_venv_facts(
         tmp_path,
