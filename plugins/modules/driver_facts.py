@@ -17,7 +17,8 @@ description:
     NVIDIA driver packages, the repositories that offer their installed versions and the files of NVIDIA's .run
     installer, and judges what it found against the configured driver source as the filter
     P(gpufleet.fleet.foreign_driver#filter) does (see its documentation for the judgement). The judgement's keys are
-    the result's own, so that the registered result is the judgement.
+    the result's own, so that the registered result is the judgement. Fails with RV(message) where the host stops
+    (before O(stack) is read), and warns with RV(notice).
   - With O(stack), runs the role's listing of the installed driver stack (C(roles/nvidia_driver/files/driver_stack.py),
     with the Python that runs this module) and C(apt-mark showhold), and returns RV(stack), the stack and the holds
     as the install reads them.
@@ -176,7 +177,7 @@ uninstall:
   type: list
   elements: str
 stop:
-  description: Whether the role stops the host (nothing has been changed).
+  description: Whether the host stops (nothing has been changed); the module then fails with RV(message).
   returned: when O(foreign) is given
   type: bool
 message:
@@ -184,7 +185,8 @@ message:
   returned: when O(foreign) is given
   type: str
 notice:
-  description: What O(foreign.mode=replace) removes before the install; empty otherwise.
+  description: What O(foreign.mode=replace) removes before the install, which the module warns with; empty
+    otherwise.
   returned: when O(foreign) is given
   type: str
 stack:
@@ -306,6 +308,11 @@ def main():
     result = {"changed": False}
     if module.params["foreign"] is not None:
         result.update(look_for_foreign(module, module.params["foreign"]))
+        if result["stop"]:
+            # The host stops here, before anything changes (the verdict's message names what and the moves).
+            module.fail_json(msg=result["message"], **result)
+        if result["notice"]:
+            module.warn(result["notice"])
     if module.params["stack"] is not None:
         result["stack"] = read_stack(module, module.params["stack"])
     module.exit_json(**result)

@@ -40,7 +40,8 @@ options:
     description:
       - Refresh apt's package index before asking for installable headers, when they are not installed.
       - Retried three times, 5 seconds apart, while a source does not answer, and for up to 60 seconds while
-        another apt holds its lock (as M(ansible.builtin.apt)'s C(lock_timeout)).
+        another apt holds its lock (as M(ansible.builtin.apt)'s C(lock_timeout)) or replaces the package cache at
+        the same moment.
     type: bool
     default: true
   mok_certificate:

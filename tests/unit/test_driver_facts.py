@@ -97,6 +97,8 @@ def test_a_foreign_driver_is_judged_on_the_host_as_the_filter_judges_it(tmp_path
     env = {"APT_CONFIG": str(host.apt_config), "DPKG_ADMINDIR": str(host.admin)}
     result = run_module(tmp_path, env, foreign=foreign(UBUNTU_FOCAL, "nvidia"))
     assert {key: result[key] for key in expected} == expected
+    # The stop fails the module with its message, before the stack would be read.
+    assert result["failed"] is True and result["msg"] == result["message"]
     assert result["stop"] is True and "origin Ubuntu, suite focal-updates" in result["message"]
     assert "stack" not in result
 

@@ -643,10 +643,6 @@ JUDGEMENT = [
             "__arguments": {k: v for k, v in READ["gpufleet.fleet.driver_facts"]["foreign"].items() if k != "script"}
         },
     },
-    *(
-        role_run.role_task("nvidia_driver", "foreign.yml", name)
-        for name in ("Stop on a driver gpufleet did not install", "Say what replace removes before the install")
-    ),
 ]
 UNINSTALL = role_run.role_task("nvidia_driver", "install.yml", "Run the .run installer's uninstaller")
 PURGE = role_run.role_task("nvidia_driver", "install.yml", "Purge the driver packages gpufleet did not install")
@@ -706,17 +702,18 @@ def in_role(tmp_path_factory) -> dict[str, role_run.Outcome]:
 
 def test_play_1_stops_a_foreign_driver_naming_it_and_the_move(in_role):
     cfg = in_role["by-hand, source ubuntu"]
-    assert cfg.failed_task == "Stop on a driver gpufleet did not install (nothing has been changed)"
-    assert cfg.failure.startswith("nvidia_driver on ubuntu2204-")
+    # The module fails with the verdict's message where it stops (test_driver_facts.py runs it).
+    verdict = cfg["verdict"]
+    assert verdict["stop"] is True and verdict["message"].startswith("nvidia_driver on ubuntu2204-")
     assert (
-        "libnvidia-compute-535 535.104.12-0ubuntu1" in cfg.failure
-        or "libnvidia-encode-535 535.104.12-0ubuntu1" in cfg.failure
+        "libnvidia-compute-535 535.104.12-0ubuntu1" in verdict["message"]
+        or "libnvidia-encode-535 535.104.12-0ubuntu1" in verdict["message"]
     )
-    assert "(origin NVIDIA, label NVIDIA CUDA)" in cfg.failure
-    assert "nvidia_driver_source: nvidia, nvidia_driver_foreign_driver: adopt" in cfg.failure
+    assert "(origin NVIDIA, label NVIDIA CUDA)" in verdict["message"]
+    assert "nvidia_driver_source: nvidia, nvidia_driver_foreign_driver: adopt" in verdict["message"]
     no_fact = in_role["debian, no fact"]
-    assert no_fact.failed_task == "Stop on a driver gpufleet did not install (nothing has been changed)"
-    assert "take them over as they are: nvidia_driver_foreign_driver: adopt" in no_fact.failure
+    assert no_fact["verdict"]["stop"] is True
+    assert "take them over as they are: nvidia_driver_foreign_driver: adopt" in no_fact["verdict"]["message"]
 
 
 def test_a_host_gpufleet_installed_goes_on_and_removes_nothing(in_role):

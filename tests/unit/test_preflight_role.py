@@ -258,6 +258,19 @@ def test_apt_waits_for_a_lock_another_apt_holds():
     assert not fetch.fetch_failure("E: Could not get lock /var/lib/apt/lists/lock. It is held by process 509")
 
 
+def test_apt_tries_again_when_another_apt_rebuilt_the_cache_at_the_same_moment():
+    """apt-get update's words when another apt (another inventory name of the same node) replaced the package cache
+    while it wrote its own: verbatim from the e2e bad-input batch of 2026-12-05 on the lab (Debian 12's apt 2.6, its
+    stderr). Passing: the module waits and tries again, as for the lock."""
+    assert host_facts.apt_lock_busy(
+        "E: Problem renaming the file /var/cache/apt/srcpkgcache.bin.iSNUXD to /var/cache/apt/srcpkgcache.bin - rename "
+        "(2: No such file or directory)\n"
+        "W: You may want to run apt-get update to correct these problems\n"
+        "E: The package cache file is corrupted\n"
+    )
+    assert not host_facts.apt_lock_busy("E: The package cache file is corrupted\n")
+
+
 def _module(tmp_path: Path, **arguments: Any) -> dict[str, Any]:
     """The module run for real on this machine, as Ansible runs it (its arguments in a JSON file), its result."""
     return run_module(tmp_path, "host_facts", **arguments)
