@@ -237,7 +237,13 @@ JUDGE = role_run.Batch(
     [
         role_run.import_role("nvidia_driver", "validate"),
         role_run.import_role("nvidia_driver", "preflight", skip_apt_source=True),
-        role_run.import_role("nvidia_driver", "transaction"),
+        # The holds as stack.yml's module would have read them (the case's judge_held and judge_releasable): task
+        # variables over the role's, which read them from that module's registered result.
+        role_run.import_role(
+            "nvidia_driver",
+            "transaction",
+            vars={"__nvidia_driver_held": "{{ judge_held }}", "__nvidia_driver_releasable": "{{ judge_releasable }}"},
+        ),
     ],
 )
 
@@ -250,8 +256,8 @@ def _judge(text: str, held: list, releasable: list, **settings):
         nvidia_driver_version="580.95.05",
         ansible_local=FACT_535,
         __nvidia_driver_simulation_text=text,
-        __nvidia_driver_held=held,
-        __nvidia_driver_releasable=releasable,
+        judge_held=held,
+        judge_releasable=releasable,
         **settings,
     )
 
