@@ -16,7 +16,7 @@ from ansible.errors import AnsibleError
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.gpufleet.fleet.plugins.module_utils.controller_action import lookup_value
-from ansible_collections.gpufleet.fleet.plugins.module_utils.wheel_plan import wheel_plan
+from ansible_collections.gpufleet.fleet.plugins.module_utils.wheel_plan import refusal, wheel_plan
 
 ARGUMENT_SPEC = {
     "python": {"type": "str", "required": True},
@@ -66,6 +66,10 @@ class ActionModule(ActionBase):
                 plan = wheel_plan(self._run_script(pip, args, task_vars), context)
         finally:
             self._remove_tmp_path(self._connection._shell.tmpdir)
+        message = refusal(plan, str(task_vars.get("inventory_hostname", "")))
+        if message:
+            # The host stops here, before anything changes.
+            return {**result, "changed": False, "plan": plan, "failed": True, "msg": message}
         return {**result, "changed": False, "plan": plan}
 
     def _run_script(self, pip: dict[str, Any], args: dict[str, Any], task_vars: dict[str, Any]) -> dict[str, Any]:

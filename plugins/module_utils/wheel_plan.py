@@ -373,3 +373,15 @@ def wheel_plan(result: Any, context: Mapping[str, Any] | None = None) -> dict[st
     ]
     plan["hosts"] = sorted({f["host"] for f in plan["files"]} | {f["final_host"] for f in plan["files"]})
     return plan
+
+
+def refusal(plan: Mapping[str, Any], host: str) -> str:
+    """The message that stops ``host`` when the install cannot fetch every wheel of ``plan`` (its problems, each
+    numbered), '' when it can."""
+    if not plan["problems"]:
+        return ""
+    return (
+        f"pytorch on {host}: pip resolved the pinned wheel set on this host, and the install cannot fetch all of it "
+        "(nothing has been changed): "
+        + "; ".join(f"[{number}] {problem}" for number, problem in enumerate(plan["problems"], 1))
+    )

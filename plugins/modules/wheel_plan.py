@@ -17,7 +17,8 @@ description:
     --report) with O(pip_args), reading only the listings and each wheel's metadata, then a HEAD request per file),
     and the directory is removed again.
   - The output is judged on the controller as the filter P(gpufleet.fleet.wheel_plan#filter) judges it (every
-    problem names the host, the file, the requirement that needs it and the fix) and returned in RV(plan).
+    problem names the host, the file, the requirement that needs it and the fix) and returned in RV(plan); a plan
+    with problems fails the task with one message that numbers them (the host stops before anything changes).
   - Where the plan cannot run (the controller's pip is too old or missing, O(python_runs) is false, the copy
     fails), RV(plan) has no problems and one warning that says why; the task does not fail.
   - The task's C(environment) (the install's proxy, say) applies to the script.

@@ -31,7 +31,7 @@ import role_run
 import yaml
 from conftest import FAKE_FACTS, load_script, load_trusted
 
-from ansible_collections.gpufleet.fleet.plugins.module_utils import venv_facts
+from ansible_collections.gpufleet.fleet.plugins.module_utils import venv_facts, wheel_plan
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ROLE = REPO_ROOT / "roles" / "pytorch"
@@ -1064,7 +1064,7 @@ def test_the_wheel_plan_of_a_locked_wheelhouse_resolves_the_lock_without_its_has
 
 
 WHEEL_PLAN_RECORDED = json.loads((REPO_ROOT / "tests" / "unit" / "data" / "wheel_plan.json").read_text())["cases"]
-# The keep and the stop of preflight.yml (copies), after validate.yml, on a host without the environment, behind a
+# The keep of preflight.yml (a copy), after validate.yml, on a host without the environment, behind a
 # stand-in for the action gpufleet.fleet.wheel_plan (a fake host runs nothing): its judgement (the filter
 # gpufleet.fleet.wheel_plan is the action's) of a recorded output. The action itself runs live in
 # test_wheel_plan.py.
@@ -1083,10 +1083,7 @@ PLAN_CHECK = role_run.Batch(
             },
         },
     ]
-    + [
-        role_run.role_task("pytorch", "preflight.yml", name)
-        for name in ("Keep the wheel plan", "cannot fetch a wheel it needs")
-    ],
+    + [role_run.role_task("pytorch", "preflight.yml", "Keep the wheel plan")],
 )
 PLAN_MIRROR = {
     **INTERNAL_MIRROR,
@@ -1114,16 +1111,17 @@ PLAN_CASES = {
 def test_play_1_stops_a_host_that_cannot_fetch_a_wheel_naming_the_host_the_file_and_the_requirement():
     """The recorded plan of a dependency on a second host that does not answer (pip 25.3, test_wheel_plan.py)."""
     cfg = PLAN_CHECK.get(**PLAN_CASES["second-host"])
-    assert cfg.failed_task is not None and "cannot fetch a wheel it needs" in cfg.failed_task
+    # The action fails the host with the plan's refusal (module_utils/wheel_plan.py), as test_wheel_plan.py runs it.
+    failure = wheel_plan.refusal(cfg["__pytorch_wheel_plan"], cfg.host)
     assert re.match(
         rf"pytorch on {cfg.host}: pip resolved the pinned wheel set on this host, and the install cannot fetch all of "
         r"it "
         r"\(nothing has been changed\): \[1\] 127\.0\.0\.1:\d+ does not answer \(connection refused\): pip fetches "
         r"gpufleet_demo_pinned-2\.0-py3-none-any\.whl from it",
-        cfg.failure,
-    ), cfg.failure
-    assert "for gpufleet-demo-pinned==2.0 (needed by gpufleet-demo-top==1.0)" in cfg.failure
-    assert f"or mirror the file into {INDEX}/cu121 (pytorch_index_url)" in cfg.failure
+        failure,
+    ), failure
+    assert "for gpufleet-demo-pinned==2.0 (needed by gpufleet-demo-top==1.0)" in failure
+    assert f"or mirror the file into {INDEX}/cu121 (pytorch_index_url)" in failure
 
 
 def test_pytorch_wheel_plan_false_leaves_the_plan_out():
@@ -1134,7 +1132,7 @@ def test_pytorch_wheel_plan_false_leaves_the_plan_out():
 
 def test_a_fetchable_wheel_set_passes_and_says_where_it_comes_from():
     cfg = PLAN_CHECK.get(**PLAN_CASES["happy"])
-    assert cfg.failure is None
+    assert cfg.failure is None and wheel_plan.refusal(cfg["__pytorch_wheel_plan"], cfg.host) == ""
     assert cfg["__pytorch_wheel_plan"]["problems"] == [] and cfg["__pytorch_wheel_plan"]["warnings"] == []
     assert re.fullmatch(
         r"3 wheels for CPython 3\.\d+\.\d+ on x86_64, from 127\.0\.0\.1:\d+ \(3\)",

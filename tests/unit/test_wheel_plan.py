@@ -40,6 +40,8 @@ import pytest
 from conftest import ansible_playbook, load_script
 from wheel_index import Project, WheelSource, build_wheels, closed_port
 
+from ansible_collections.gpufleet.fleet.plugins.module_utils import wheel_plan as wheel_plan_utils
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PLAN_SCRIPT = REPO_ROOT / "roles" / "pytorch" / "files" / "pytorch_wheel_plan.py"
 RECORDED = Path(__file__).resolve().parent / "data" / "wheel_plan.json"
@@ -548,7 +550,12 @@ def test_the_action_copies_the_controllers_pip_runs_the_plan_and_judges_it(wheel
         tasks = [
             {"name": "Plan against a good source", **_action(sys.executable, happy)},
             {"name": "Keep it", "ansible.builtin.set_fact": {"happy": "{{ judged }}"}},
-            {"name": "Plan against a second host that does not answer", **_action(sys.executable, closed)},
+            {
+                "name": "Plan against a second host that does not answer",
+                **_action(sys.executable, closed),
+                # It stops the host; the play goes on here to write what was judged.
+                "ignore_errors": True,
+            },
             {"name": "Keep that", "ansible.builtin.set_fact": {"closed": "{{ judged }}"}},
             {"name": "Plan with no interpreter", **_action("/nonexistent/python3", dead, python_runs=False)},
             {
@@ -569,6 +576,9 @@ def test_the_action_copies_the_controllers_pip_runs_the_plan_and_judges_it(wheel
     check_judged(judged["happy"]["plan"], CASES["happy"]["expect"])
     assert len(happy_gets) == 3
     check_judged(judged["closed"]["plan"], CASES["second-host-closed"]["expect"])
+    assert judged["closed"]["failed"] is True and judged["happy"].get("failed") is not True
+    assert judged["closed"]["msg"] == wheel_plan_utils.refusal(judged["closed"]["plan"], "localhost")
+    assert judged["closed"]["msg"].startswith("pytorch on localhost: pip resolved the pinned wheel set on this host, ")
     assert judged["none"]["plan"]["problems"] == [] and judged["none"]["plan"]["warnings"] == [
         "the wheel set was not resolved: the interpreter does not run yet; play 1 checked the listings of the pinned "
         "wheels only, not the wheels they need nor the hosts those come from"
