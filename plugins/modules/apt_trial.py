@@ -428,7 +428,8 @@ def main():
     result = dict(trial_fact(answers, source), changed=False, claims=claims, answers=answers)
     if result["message"]:
         # The fact without the host's answers, which would bury the message (the trial's output among them).
-        module.fail_json(msg=result["message"], **dict(result, answers={}))
+        result["answers"] = {}
+        module.fail_json(msg=result["message"], **result)
     module.exit_json(**result)
 
 
