@@ -151,8 +151,8 @@ def apt_policy(stdout: Any) -> dict[str, str]:
     return host_facts.apt_policy(stdout)
 
 
-def per_message(messages: Sequence[Any], hosts: Sequence[str]) -> list[str]:
-    """``WARNING <hosts>: <message>`` per distinct non-empty message (``messages[i]`` is ``hosts[i]``'s)."""
+def per_message(messages: Sequence[Any], hosts: Sequence[str], label: str = "WARNING") -> list[str]:
+    """``<label> <hosts>: <message>`` per distinct non-empty message (``messages[i]`` is ``hosts[i]``'s)."""
     messages, hosts = list(messages or []), list(hosts or [])
     if len(messages) != len(hosts):
         raise AnsibleFilterError(f"per_message: {len(messages)} message(s) for {len(hosts)} host(s)")
@@ -161,7 +161,8 @@ def per_message(messages: Sequence[Any], hosts: Sequence[str]) -> list[str]:
         text = _SPACE.sub(" ", str(message or "")).strip()
         if text:
             grouped.setdefault(text, []).append(str(host))
-    return [f"WARNING {', '.join(names)}: {text}" for text, names in grouped.items()]
+    lead = f"{label} " if label else ""
+    return [f"{lead}{', '.join(names)}: {text}" for text, names in grouped.items()]
 
 
 def _filter_errors(function: Any) -> Any:
@@ -418,8 +419,30 @@ def driver_transaction_refusal(
     packages: Any = (),
     replaced_branch: str = "",
     allow_kernel_install: bool = False,
+    stanzas: Any = (),
+    branch: Any = "",
+    repository: str = "",
 ) -> str:
-    """Why the driver's simulated transaction stops the host, '' when it does not (driver_transaction_refusal.yml)."""
+    """Why the driver's trial or simulated transaction stops the host, '' when it does not
+    (driver_transaction_refusal.yml)."""
+    # The stanzas of the driver's own packages at the release: another branch's build or dependency among them
+    # (Canonical's transitional 535-server builds depend on 580-server) would install that branch under these names.
+    at_release = re.compile(r"^([0-9]+:)?" + re.escape(str(version)) + "-")
+    records = apt_stanzas(stanzas) if isinstance(stanzas, str) else list(stanzas or [])
+    foreign = foreign_branches([r for r in records if at_release.match(str(r.get("Version", "")))], branch)
+    if version and foreign:
+        said = "; ".join(
+            f"{r['package']} {r['version']} "
+            + (f"depends on {r['depends_on']} of" if r["depends_on"] else "is itself a build of")
+            + f" branch {r['branch']}"
+            for r in foreign
+        )
+        return (
+            f"nvidia_driver on {host}: {repository} builds release {version} of branch {branch} with packages of"
+            f" another branch: {said}. apt would install that branch under branch {branch}'s names. Choose a release"
+            f" or a source that builds branch {branch} itself (nvidia_driver_source=nvidia: NVIDIA's CUDA repository"
+            " keeps every build)."
+        )
     simulated = apt_simulation(output, held)
     replacing = f", replacing branch {replaced_branch}" if replaced_branch else ""
     if simulated["ran"] and not simulated["ok"]:

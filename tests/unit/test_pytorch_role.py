@@ -1064,10 +1064,10 @@ def test_the_wheel_plan_of_a_locked_wheelhouse_resolves_the_lock_without_its_has
 
 
 WHEEL_PLAN_RECORDED = json.loads((REPO_ROOT / "tests" / "unit" / "data" / "wheel_plan.json").read_text())["cases"]
-# The keep of preflight.yml (a copy), after validate.yml, on a host without the environment, behind a
+# The collection of preflight.yml (a copy), after validate.yml, on a host without the environment, behind a
 # stand-in for the action gpufleet.fleet.wheel_plan (a fake host runs nothing): its judgement (the filter
-# gpufleet.fleet.wheel_plan is the action's) of a recorded output. The action itself runs live in
-# test_wheel_plan.py.
+# gpufleet.fleet.wheel_plan is the action's) of a recorded output, registered as the action's. The action itself
+# runs live in test_wheel_plan.py.
 PLAN_CHECK = role_run.Batch(
     FAKE_FACTS,
     [
@@ -1083,7 +1083,7 @@ PLAN_CHECK = role_run.Batch(
             },
         },
     ]
-    + [role_run.role_task("pytorch", "preflight.yml", "Keep the wheel plan")],
+    + [role_run.role_task("pytorch", "preflight.yml", "Collect the wheel sets")],
 )
 PLAN_MIRROR = {
     **INTERNAL_MIRROR,
@@ -1108,11 +1108,16 @@ PLAN_CASES = {
 }
 
 
+def _named(line: str) -> list[str]:
+    """The hosts a line of the once-per-run report names (gpufleet.fleet.per_message, with or without its label)."""
+    return line.split(": ", 1)[0].removeprefix("WARNING ").split(", ")
+
+
 def test_play_1_stops_a_host_that_cannot_fetch_a_wheel_naming_the_host_the_file_and_the_requirement():
     """The recorded plan of a dependency on a second host that does not answer (pip 25.3, test_wheel_plan.py)."""
     cfg = PLAN_CHECK.get(**PLAN_CASES["second-host"])
     # The action fails the host with the plan's refusal (module_utils/wheel_plan.py), as test_wheel_plan.py runs it.
-    failure = wheel_plan.refusal(cfg["__pytorch_wheel_plan"], cfg.host)
+    failure = wheel_plan.refusal(cfg["__pytorch_wheel_plan_judged"]["plan"], cfg.host)
     assert re.match(
         rf"pytorch on {cfg.host}: pip resolved the pinned wheel set on this host, and the install cannot fetch all of "
         r"it "
@@ -1126,18 +1131,20 @@ def test_play_1_stops_a_host_that_cannot_fetch_a_wheel_naming_the_host_the_file_
 
 def test_pytorch_wheel_plan_false_leaves_the_plan_out():
     cfg = PLAN_CHECK.get(**PLAN_CASES["switched-off"])
-    assert cfg.failure is None and "__pytorch_wheel_plan" not in cfg.facts
+    assert cfg.failure is None and "plan" not in cfg["__pytorch_wheel_plan_judged"]
+    assert all(cfg.host not in _named(line) for line in cfg["__pytorch_wheel_plan_reports"])
     assert load_trusted(ROLE / "defaults" / "main.yml")["pytorch_wheel_plan"] is True
 
 
 def test_a_fetchable_wheel_set_passes_and_says_where_it_comes_from():
     cfg = PLAN_CHECK.get(**PLAN_CASES["happy"])
-    assert cfg.failure is None and wheel_plan.refusal(cfg["__pytorch_wheel_plan"], cfg.host) == ""
-    assert cfg["__pytorch_wheel_plan"]["problems"] == [] and cfg["__pytorch_wheel_plan"]["warnings"] == []
-    assert re.fullmatch(
-        r"3 wheels for CPython 3\.\d+\.\d+ on x86_64, from 127\.0\.0\.1:\d+ \(3\)",
-        cfg["__pytorch_wheel_plan"]["summary"],
-    )
+    plan = cfg["__pytorch_wheel_plan_judged"]["plan"]
+    assert cfg.failure is None and wheel_plan.refusal(plan, cfg.host) == ""
+    assert plan["problems"] == [] and plan["warnings"] == []
+    assert re.fullmatch(r"3 wheels for CPython 3\.\d+\.\d+ on x86_64, from 127\.0\.0\.1:\d+ \(3\)", plan["summary"])
+    # Said once for the play (the cases' hosts are one play), the line naming this host among those it applies to.
+    (line,) = [line for line in cfg["__pytorch_wheel_plan_reports"] if cfg.host in _named(line)]
+    assert line.endswith(f": pip would install {plan['summary']}; every file answers"), line
 
 
 # --- the cases known up front: one run for validate.yml, one for preflight.yml's checks ----------------------------
