@@ -25,11 +25,13 @@ from ansible.template import Templar
 
 from ansible_collections.gpufleet.fleet.plugins.module_utils.controller_action import ControllerAction, lookup_value
 from ansible_collections.gpufleet.fleet.plugins.module_utils.settings import (
+    INSTALL_PLAY,
     PARTS,
     judge,
     judged_roles,
     narrowed,
     parts,
+    probed_roles,
     read_names,
     rejection_of_hosts,
     rules_of,
@@ -86,9 +88,12 @@ class ActionModule(ControllerAction, ActionBase):
         settings = lookup_value(self, "gpufleet.fleet.role_settings", task_vars)
         warned: dict[str, list[str]] = {}
         modules: dict[str, Any] = {}
-        # (role, the values its rules read) -> (first host, its hosts, the reasons)
-        groups: dict[tuple[str, str], tuple[str, list[str], list[str]]] = {}
+        # (role, the values its rules read) -> (first host, its hosts, the reasons, what the rules resolved)
+        groups: dict[tuple[str, str], tuple[str, list[str], list[str], dict[str, Any]]] = {}
         messages: dict[str, list[tuple[str, str]]] = {host: [] for host in hosts}
+        # What the rules resolved for each host, of each role whose entry point probe play 1 runs (the probes read it
+        # instead of judging again, host by host); one object for the hosts of one combination.
+        resolved: dict[str, dict[str, dict[str, Any]]] = {host: {} for host in hosts}
         for host in hosts:
             raw = hostvars.raw_get(host)
             switches = self._role_variables("gpufleet", raw)
@@ -108,8 +113,9 @@ class ActionModule(ControllerAction, ActionBase):
                 if mode == "warn":
                     warned.setdefault(key[1], []).append(host)
                 else:
-                    groups.setdefault(key, (host, [], unknown))[1].append(host)
+                    groups.setdefault(key, (host, [], unknown, {}))[1].append(host)
                     messages[host].append(key)
+            probed = probed_roles(switched)
             for role in judged_roles(switched):
                 if role not in modules:
                     try:
@@ -133,11 +139,14 @@ class ActionModule(ControllerAction, ActionBase):
                 values = narrowed(modules[role].READS, {name: templar.template(variables[name]) for name in names})
                 key = (role, json.dumps(values, sort_keys=True, default=str))
                 if key not in groups:
-                    groups[key] = (host, [], judge(role, host, values, stack=stack).errors)
-                first, members, reasons = groups[key]
+                    judgement = judge(role, host, values, stack=stack)
+                    groups[key] = (host, [], judgement.errors, judgement.facts)
+                _first, members, reasons, facts = groups[key]
                 members.append(host)
                 if reasons:
                     messages[host].append((role, key[1]))
+                elif role in probed:
+                    resolved[host][role] = facts
         rejected = {}
         for host, found in messages.items():
             if not found:
@@ -147,13 +156,19 @@ class ActionModule(ControllerAction, ActionBase):
                 if entry.startswith(f"{role} settings rejected on"):
                     said.append(entry)
                     continue
-                first, members, reasons = groups[(role, entry)]
+                first, members, reasons, _facts = groups[(role, entry)]
                 said.append(rejection_of_hosts(reasons, role, host, first, members))
             rejected[host] = " | ".join(said)
         warnings = [
             f"{', '.join(members)}: {'; '.join(json.loads(names))} (ignored)" for names, members in warned.items()
         ]
-        return {"changed": False, "rejected": rejected, "judged": len(groups), "warnings": warnings}
+        return {
+            "changed": False,
+            "rejected": rejected,
+            "judged": len(groups),
+            "warnings": warnings,
+            "resolved": {host: roles for host, roles in resolved.items() if host not in rejected},
+        }
 
     def _given_names(self, hostvars: Any, host: str, raw: dict[str, Any]) -> list[str]:
         """The names of the host's variables that the inventory or the command line gave: not its facts, nor
@@ -164,10 +179,14 @@ class ActionModule(ControllerAction, ActionBase):
         return [name for name in raw if name not in set_by_tasks and name not in facts]
 
     def _role_variables(self, role: str, host_vars: dict[str, Any]) -> dict[str, Any]:
-        """What the role's tasks would see of its variables on this host: its defaults, under the host's variables,
-        under its vars and the vars file of the host's OS (the first of <distribution>-<major>.yml,
-        <distribution>.yml, <os_family>.yml in its vars/, as the roles' include_vars look)."""
-        variables = dict(self._load(ROLES_DIR / role / "defaults" / "main.yml"))
+        """What the role's tasks would see of its variables on this host: its defaults (over those of the roles its
+        play imports with it: INSTALL_PLAY), under the host's variables, under its vars and the vars file of the
+        host's OS (the first of <distribution>-<major>.yml, <distribution>.yml, <os_family>.yml in its vars/, as the
+        roles' include_vars look)."""
+        variables: dict[str, Any] = {}
+        for other in INSTALL_PLAY if role in INSTALL_PLAY else ():
+            variables.update(self._load(ROLES_DIR / other / "defaults" / "main.yml"))
+        variables.update(self._load(ROLES_DIR / role / "defaults" / "main.yml"))
         variables.update(host_vars)
         variables.update(self._load(ROLES_DIR / role / "vars" / "main.yml"))
         facts = host_vars.get("ansible_facts") or {}

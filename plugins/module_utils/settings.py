@@ -195,6 +195,12 @@ _SPECS: dict[Any, tuple[float, dict[str, Any]]] = {}
 
 
 # The parts a run can switch on: the gpufleet role's switch and the role it adds (defaults: its defaults/main.yml).
+# The roles provision.yml's install play imports together (import_role): each one's tasks see the others' defaults, so
+# that cuda judges the driver branch nvidia_driver installs (its default when the inventory gives none). Play 1's
+# judgement of a host gives them the same view (tests/unit/test_settings_play.py checks both, and this list against
+# the play).
+INSTALL_PLAY = ("nvidia_driver", "cuda", "pytorch")
+
 PARTS = {
     "pytorch": "gpufleet_pytorch",
     "slurm": "gpufleet_slurm",

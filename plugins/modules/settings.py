@@ -44,18 +44,22 @@ judged:
   returned: with hosts
   type: int
 resolved:
-  description: The private facts of the role that its rules resolved (name to value), which the role's vars read
-    from the registered result.
+  description:
+    - With O(role), the private facts of the role that its rules resolved (name to value), which the role's vars read
+      from the registered result.
+    - With O(hosts), the same for every host that is not rejected, by host, then by each role whose entry point probe
+      play 1 runs (the lookup gpufleet.fleet.parts, probed). Play 1 registers it as C(gpufleet_judgement), and those
+      roles' vars read it where the role has not judged its settings itself (its entry point probe).
   returned: always
   type: dict
 notes:
   description: Warnings about this host's settings that do not stop it (the role's tasks say them, once per run).
-  returned: always
+  returned: with role
   type: list
   elements: str
 errors:
   description: The messages of the rules that do not hold (the host fails when there is one).
-  returned: always
+  returned: with role
   type: list
   elements: str
 """

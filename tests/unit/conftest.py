@@ -227,11 +227,12 @@ CUDA_FACTS: dict[str, dict[str, Any]] = {
     "ubuntu2204": {"distribution": "Ubuntu", "distribution_version": "22.04", "distribution_major_version": "22"},
     "debian12": {"distribution": "Debian", "distribution_version": "12.7", "distribution_major_version": "12"},
 }
-# roles/cuda's probe.yml on each case's host, then what trial.yml and source.yml give apt_source's trial and main
-# (and what apt_source writes).
+# roles/cuda's validate.yml and trial.yml on each case's host (main's first steps; the entry point probe is trial.yml
+# alone, after play 1's judgement), then what trial.yml and source.yml give apt_source's trial and main (and what
+# apt_source writes).
 CUDA = role_run.Batch(
     CUDA_FACTS,
-    [role_run.import_role("cuda", "probe", skip_apt_source=True)],
+    [role_run.import_role("cuda", "validate"), role_run.import_role("cuda", "trial", skip_apt_source=True)],
     after=[
         role_run.expose("apt_source", "hold"),
         role_run.apt_source_capture(

@@ -39,6 +39,7 @@ import pytest
 import role_run
 import yaml
 from ansible.errors import AnsibleFilterError
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from conftest import (
     CUDA,
     FAKE_FACTS,
@@ -47,6 +48,7 @@ from conftest import (
     ansible_playbook,
     cuda_config,
     declare_driver,
+    driver_config,
     host_tool,
     load_script,
     load_trusted,
@@ -149,6 +151,39 @@ def test_each_entry_point_requires_the_inputs_it_cannot_work_without(entry_point
         "simulate": {"apt_source_simulate_packages"},
     }
     assert names == expected[entry_point]
+
+
+@pytest.mark.parametrize("host", ["ubuntu2004", "ubuntu2204", "debian12"])
+def test_what_each_caller_gives_the_trial_passes_the_trial_spec(host):
+    """The callers include entry point trial with rolespec_validate: false (in play 1 it runs host by host, and its
+    validation would cost a task a host): what each gives it, templated as on a host of each OS, takes only the
+    trial's options and passes its spec (types, choices, required), as the validation would have checked it."""
+    validator = ArgumentSpecValidator(SPECS["trial"]["options"])
+    for caller, inputs in (
+        ("nvidia_driver", driver_config(host)["trial_inputs"]),
+        # NVIDIA publishes no CUDA 12.1 for debian12: a site repository there.
+        (
+            "cuda",
+            cuda_config(
+                host, **({"cuda_repository_url": "http://mirror.example.com/cuda"} if host == "debian12" else {})
+            )["trial_inputs"],
+        ),
+    ):
+        inputs = role_run.plain(inputs)
+        assert set(inputs) <= set(SPECS["trial"]["options"]), (caller, sorted(inputs))
+        errors = validator.validate(inputs, validate_role_argument_spec=True).error_messages
+        assert errors == [], (caller, errors)
+        # The check sees a wrong input.
+        wrong = validator.validate({**inputs, "apt_source_repository": "a string"}, validate_role_argument_spec=True)
+        assert wrong.error_messages, caller
+    for role in CALLERS:
+        includes = [
+            task["ansible.builtin.include_role"]
+            for path in (ROLES_DIR / role / "tasks").glob("*.yml")
+            for task in yaml.safe_load(path.read_text()) or []
+            if task.get("ansible.builtin.include_role", {}).get("tasks_from") == "trial"
+        ]
+        assert includes and all(include.get("rolespec_validate") is False for include in includes), role
 
 
 def test_the_source_is_one_input_whose_parts_the_role_derives():

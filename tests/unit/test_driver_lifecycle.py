@@ -121,8 +121,8 @@ def test_the_warning_is_collected_and_said_in_the_first_pass_only(fleet):
         assert fleet[host]["first_pass"].get("skipped") is not True
         assert fleet[host]["__nvidia_driver_warnings_collected"]["skipped"] is True
     # The task that says it runs only where the collection ran, once for the play.
-    validate = yaml.safe_load((REPO / "roles/nvidia_driver/tasks/validate.yml").read_text())
-    (say,) = [task for task in validate if task["name"].startswith("Warn about unknown GPUs and a driver branch")]
+    warnings = yaml.safe_load((REPO / "roles/nvidia_driver/tasks/warnings.yml").read_text())
+    (say,) = [task for task in warnings if task["name"].startswith("Warn about unknown GPUs and a driver branch")]
     assert say["run_once"] is True and "__nvidia_driver_warnings_collected is not skipped" in say["when"]
     assert "ansible.builtin.debug" in say and "fail" not in str(say)
 

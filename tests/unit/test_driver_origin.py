@@ -25,6 +25,8 @@ import role_run
 from conftest import DRIVER, FAKE_FACTS, declare_driver, host_tool, preflight_report
 from test_driver_rendering import parse_deb822, pin_text, trial_found, version_stanzas
 
+from ansible_collections.gpufleet.fleet.plugins.filter import gpufleet_filters as filters
+
 VERSION = "535.261.03"
 # NVIDIA's own apt pin for its CUDA repository names the repository by its Release Label "NVIDIA CUDA"
 # (developer.download.nvidia.com/compute/cuda/repos/ubuntu2204/x86_64/cuda-ubuntu2204.pin).
@@ -336,6 +338,23 @@ def test_play_1_refuses_a_build_that_depends_on_another_branch(driver):
         in cfg.failure
     )
     assert "builds release 535.309.01 of branch 535 with packages of another branch" in cfg.failure
+
+
+def test_one_filter_judges_the_release_s_stanzas_then_the_simulation():
+    """gpufleet.fleet.driver_transaction_refusal (play 1's one stop, tasks/preflight.yml): another branch among the
+    stanzas at the release to install stops the host before the simulation is read; the same stanza at another
+    release, or no release, stops nothing."""
+    refusal = filters.driver_transaction_refusal
+    said = refusal("", host="n1", version="535.309.01", stanzas=[TRANSITIONAL], branch="535", repository="http://r")
+    assert said == (
+        "nvidia_driver on n1: http://r builds release 535.309.01 of branch 535 with packages of another branch:"
+        " libnvidia-extra-535-server 535.309.01-0ubuntu0.24.04.2 depends on libnvidia-extra-580-server of branch 580."
+        " apt would install that branch under branch 535's names. Choose a release or a source that builds branch 535"
+        " itself (nvidia_driver_source=nvidia: NVIDIA's CUDA repository keeps every build)."
+    )
+    assert refusal("", host="n1", version="535.309.01", stanzas=[GENUINE], branch="535") == ""
+    assert refusal("", host="n1", version="535.288.01", stanzas=[TRANSITIONAL], branch="535") == ""
+    assert refusal("", host="n1", version="", stanzas=[TRANSITIONAL], branch="535") == ""
 
 
 def test_a_genuine_build_and_another_release_pass(driver):

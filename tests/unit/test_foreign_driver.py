@@ -751,7 +751,7 @@ def test_the_look_runs_before_the_repository_trial_and_the_removal_before_the_in
     for entry, look, trial in (
         (
             "probe.yml",
-            "Look for a driver gpufleet did not install (read-only)",
+            "Look for a driver gpufleet did not install, and list the installed stack and the holds (read-only)",
             "Check the host, try the driver repository and simulate the install (read-only)",
         ),
         ("main.yml", "Look for a driver gpufleet did not install", "Check the driver can be installed on this host"),

@@ -89,12 +89,12 @@ def test_the_defaults_resolve_the_newest_cu121_wheels_from_pytorchs_index():
 
 
 def test_the_facts_are_those_the_role_s_vars_read_from_the_judgement():
-    """vars/main.yml reads every resolved fact by name from the judgement validate.yml registers: none is left out,
-    none is extra, each under its own name."""
+    """vars/main.yml reads every resolved fact by name from the judgement (__pytorch_resolved: validate.yml's, or play
+    1's in the entry point probe): none is left out, none is extra, each under its own name."""
     role_vars = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())
-    read = {name: value for name, value in role_vars.items() if "__pytorch_judged.resolved" in str(value)}
+    read = {name: value for name, value in role_vars.items() if "__pytorch_resolved." in str(value)}
     assert set(read) == set(judge().facts)
-    assert all(value == "{{ __pytorch_judged.resolved.%s }}" % name for name, value in read.items())
+    assert all(value == "{{ __pytorch_resolved.%s }}" % name for name, value in read.items())
 
 
 def test_an_http_mirror_with_a_second_index_is_trusted_once_per_host():

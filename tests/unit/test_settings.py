@@ -213,18 +213,32 @@ def test_cuda_debian_12_passes_with_a_site_repository_or_nothing_to_install():
 
 
 def test_each_role_reads_what_its_rules_resolved_under_the_same_name():
-    """A role's vars/main.yml reads each name its rules resolve from the judgement its validate.yml registers
-    (``__<role>_judged``), under that very name: a name read under another would give the wrong value silently."""
+    """A role's vars/main.yml reads each name its rules resolve from one place, ``__<role>_resolved``: the judgement its
+    validate.yml registers (``__<role>_judged``), else, in play 1's entry point probe, which judges nothing itself,
+    what play 1's run-once judgement resolved for the host (``gpufleet_judgement``, by host and role); each under that
+    very name, which the role's rules set: a name read under another would give the wrong value silently."""
     roles = Path(__file__).resolve().parents[2] / "roles"
+    rules_dir = Path(__file__).resolve().parents[2] / "plugins" / "module_utils" / "rules"
     mapped = 0
     for role_vars in sorted(roles.glob("*/vars/main.yml")):
         role = role_vars.parent.parent.name
-        for name, value in (yaml.safe_load(role_vars.read_text()) or {}).items():
-            if f"__{role}_judged." not in str(value):
-                continue
+        names = yaml.safe_load(role_vars.read_text()) or {}
+        reading = {name: value for name, value in names.items() if f"__{role}_resolved." in str(value)}
+        if not reading:
+            assert f"__{role}_resolved" not in names, role
+            continue
+        source = " ".join(str(names[f"__{role}_resolved"]).split())
+        assert source == (
+            "{{ __%s_judged.resolved if __%s_judged is defined"
+            " else gpufleet_judgement.resolved[inventory_hostname].%s }}" % (role, role, role)
+        ), role
+        rules = (rules_dir / f"{role}.py").read_text()
+        for name, value in reading.items():
             mapped += 1
-            expected = "{{ __%s_judged.errors }}" % role if name == f"__{role}_invalid" else None
-            assert value == (expected or "{{ __%s_judged.resolved.%s }}" % (role, name)), (role_vars, name)
-            validate = (role_vars.parents[1] / "tasks" / "validate.yml").read_text()
-            assert f"register: __{role}_judged" in validate, role
-    assert mapped >= 40
+            assert value == "{{ __%s_resolved.%s }}" % (role, name), (role_vars, name)
+            assert f'"{name}"' in rules, (role, name)
+        if f"__{role}_invalid" in names:
+            assert names[f"__{role}_invalid"] == "{{ __%s_judged.errors | default([]) }}" % role
+        validate = (role_vars.parents[1] / "tasks" / "validate.yml").read_text()
+        assert f"register: __{role}_judged" in validate, role
+    assert mapped >= 60

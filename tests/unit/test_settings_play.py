@@ -15,6 +15,8 @@ import role_run
 import yaml
 from conftest import FAKE_FACTS, REPO_ROOT
 
+from ansible_collections.gpufleet.fleet.plugins.module_utils.settings import INSTALL_PLAY
+
 PLAY_1 = next(
     play
     for play in yaml.safe_load((REPO_ROOT / "playbooks" / "check.yml").read_text())
@@ -119,7 +121,7 @@ def test_an_unknown_setting_comes_before_the_roles_rejections_of_its_host():
 def test_warn_only_warns_once_naming_the_hosts():
     warn = {"cuda_version": "12.4", "gpufleet_unknown_settings": "warn"}
     outcome = judged(
-        after=[role_run.capture({"warnings": "{{ __gpufleet_judged.warnings }}"})], **{"node-1": warn, "node-2": warn}
+        after=[role_run.capture({"warnings": "{{ gpufleet_judgement.warnings }}"})], **{"node-1": warn, "node-2": warn}
     )
     assert outcome["node-1"].failure is None and outcome["node-2"].failure is None
     assert outcome["node-1"]["warnings"] == [
@@ -132,3 +134,113 @@ def test_what_a_task_of_the_run_set_is_not_a_setting():
     publish = {"name": "Publish", "ansible.builtin.set_fact": {"preflight_report": {"passed": True}, "cuda_seen": 1}}
     outcome = judged(before=[publish], **{"node-1": {}})
     assert outcome["node-1"].failure is None
+
+
+def test_what_play_1_resolves_for_each_probed_role_is_what_the_roles_own_judgement_resolves():
+    """The entry points probe judge nothing themselves: their roles' vars read what play 1's judgement resolved for
+    the host (gpufleet_judgement.resolved[host][role]). It must be what the role's own validate.yml resolves on that
+    host (play 2 judges again), for hosts with different settings judged in one run."""
+    roles = ("nvidia_driver", "cuda", "pytorch")
+    outcome = judged(
+        after=[
+            *(role_run.import_role(role, "validate") for role in roles),
+            role_run.capture(
+                {
+                    "play_1": "{{ gpufleet_judgement.resolved[inventory_hostname] }}",
+                    "own": {role: "{{ __%s_judged.resolved }}" % role for role in roles},
+                }
+            ),
+        ],
+        **{
+            "node-1": {},
+            "node-2": {"nvidia_driver_branch": "580", "nvidia_driver_source": "nvidia", "gpufleet_pytorch": True},
+            "node-3": {},
+        },
+    )
+    for host in ("node-1", "node-2", "node-3"):
+        assert outcome[host].failure is None, outcome[host].failure
+        play_1, own = outcome[host]["play_1"], outcome[host]["own"]
+        assert play_1["nvidia_driver"] and play_1["cuda"], host
+        # A part that is off is not judged (nor probed: the lookup gpufleet.fleet.parts, probed).
+        assert "container" not in play_1 and "slurm" not in play_1, host
+        for role in roles:
+            if role in play_1:
+                assert play_1[role] == own[role], (host, role)
+    assert (
+        outcome["node-2"]["play_1"]["nvidia_driver"]["__nvidia_driver_version"]
+        != (outcome["node-1"]["play_1"]["nvidia_driver"]["__nvidia_driver_version"])
+    )
+
+
+def test_the_probe_says_the_driver_warnings_once_and_play_2_says_nothing_again():
+    """nvidia_driver's probe (play 1) says the branch's end of life once, naming the hosts, from play 1's judgement;
+    validate.yml's pass of play 2 does not say it again."""
+    outcome = judged(
+        after=[
+            role_run.import_role("nvidia_driver", "warnings"),
+            role_run.capture(
+                {
+                    "probe_said": "{{ __nvidia_driver_warnings_collected is not skipped }}",
+                    "said": "{{ __nvidia_driver_eol_warnings }}",
+                }
+            ),
+            role_run.import_role("nvidia_driver", "validate"),
+            role_run.capture(
+                {"again": "{{ __nvidia_driver_warnings_collected is not skipped }}"}, name="Capture again"
+            ),
+        ],
+        **{"node-1": {}, "node-2": {}, "node-3": {"nvidia_driver_branch": "580", "nvidia_driver_source": "nvidia"}},
+    )
+    first = outcome["node-1"]
+    assert first["probe_said"] is True and first["again"] is False
+    assert len(first["said"]) == 1 and first["said"][0].startswith("WARNING node-1, node-2: NVIDIA driver branch 535")
+
+
+def test_the_install_play_the_judgement_emulates_is_provision_yml_s():
+    """settings.INSTALL_PLAY names the roles provision.yml's install play imports together (their defaults seen by
+    one another's tasks), in its order."""
+    play = next(
+        play
+        for play in yaml.safe_load((REPO_ROOT / "playbooks" / "provision.yml").read_text())
+        if play.get("name") == "Install the driver, the CUDA stack and PyTorch"
+    )
+    imported = [
+        task["ansible.builtin.import_role"]["name"].rsplit(".", 1)[-1]
+        for block in play["tasks"]
+        for task in block.get("block", [block])
+        if "ansible.builtin.import_role" in task
+    ]
+    assert tuple(imported) == INSTALL_PLAY
+
+
+def test_the_container_probe_reads_play_1_s_judgement_as_validate_would_resolve_it():
+    """With gpufleet_container on, the container role's entry point probe judges nothing: its vars read play 1's
+    judgement (here before the role's own validate.yml has run on the host), and resolve what validate.yml would."""
+    outcome = judged(
+        after=[
+            role_run.import_role("container", "probe", skip_apt_source=True),
+            role_run.capture(
+                {
+                    "probe_reads": "{{ __container_repo_url }}",
+                    "play_1": "{{ gpufleet_judgement.resolved[inventory_hostname] }}",
+                },
+                name="Capture the probe's view",
+            ),
+            role_run.import_role("container", "validate"),
+            role_run.capture({"own": "{{ __container_judged.resolved }}"}, name="Capture validate's"),
+        ],
+        **{
+            "node-1": {"gpufleet_container": True},
+            "node-2": {
+                "gpufleet_container": True,
+                "container_nvidia_toolkit_repository_url": "http://mirror.example.com/libnvidia-container/stable/deb",
+            },
+        },
+    )
+    for host in ("node-1", "node-2"):
+        assert outcome[host].failure is None, outcome[host].failure
+        assert outcome[host]["play_1"]["container"] == outcome[host]["own"], host
+        assert outcome[host]["probe_reads"] == outcome[host]["own"]["__container_repo_url"] != "", host
+    # Each host its own: the mirror of node-2, the public repository of node-1.
+    assert outcome["node-2"]["probe_reads"].startswith("http://mirror.example.com/")
+    assert not outcome["node-1"]["probe_reads"].startswith("http://mirror.example.com/")

@@ -102,7 +102,8 @@ def judge(j: Judgement) -> None:
     # The stack's reasons about the driver only: cuda_release is passed for the branch's lifecycle, and its own
     # reasons are the cuda role's to give.
     j.refuse([error for error in stack.get("errors", []) if matches("^nvidia_driver_", error)])
-    sources = j["__nvidia_driver_sources"]
+    # The OS's package layouts, which the look for a driver gpufleet did not install compares with (foreign.yml).
+    sources = j.set("__nvidia_driver_layouts", j["__nvidia_driver_sources"])
     j.check(
         source in sources,
         f"nvidia_driver_source '{source}' does not exist on {distribution} (choose one of {', '.join(sources)})",

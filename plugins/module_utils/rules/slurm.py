@@ -1,7 +1,8 @@
 """The slurm role's rules: its OS layout, its host groups, the names, limits, paths and the health check's settings.
 
 Run by roles/slurm/tasks/validate.yml (the action gpufleet.fleet.settings) after it has loaded the OS's
-layout (roles/slurm/vars: ``__slurm_config_dir``), before anything changes.
+layout (roles/slurm/vars: ``__slurm_config_dir``), before anything changes. It resolves the release the OS ships
+(``__slurm_shipped_release``), which the cgroup check compares with where apt knows no slurmd.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ READS = (
     "ansible_facts.distribution",
     "ansible_facts.distribution_version",
     "__slurm_config_dir",
+    "__slurm_release",
     "__slurm_health_check_keys",
 )
 
@@ -130,3 +132,5 @@ def judge(j: Judgement) -> None:
         f"slurm_extra_config sets {', '.join(written)}, which slurm_health_check writes: set slurm_health_check:"
         " false to use your own health check, or leave them out",
     )
+    # The release the OS ships (its layout), for the cgroup check (tasks/cgroup.yml) without the layout loaded again.
+    j.set("__slurm_shipped_release", text(j.get("__slurm_release", "")))
