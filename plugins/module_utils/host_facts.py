@@ -41,12 +41,6 @@ CONTAINER_TYPES = ("podman", "docker", "container", "containerd", "lxc", "system
 GIB = 1073741824
 
 HEADERS_CANDIDATE = re.compile(r"Candidate: (?!\(none\))")
-# apt while another apt holds its lock: "E: Could not get lock /var/lib/apt/lists/lock. It is held by process 509
-# (apt-get)" (apt 2.6, Debian 12), "E: Could not get lock /var/lib/dpkg/lock-frontend - open (11: Resource
-# temporarily unavailable)" (older apt).
-# Another apt at work on the same host: it holds the lock, or it replaced the package cache (/var/cache/apt/*.bin,
-# which apt rebuilds without a lock) while this one was writing it. Both pass: wait, then try again.
-APT_LOCK_BUSY = re.compile(r"Could not get lock |Unable to lock directory |Problem renaming the file /var/cache/apt/")
 # One line of `apt-cache policy`'s stanza, and a version's upstream major.minor (epoch and revision dropped).
 APT_POLICY_LINE = re.compile(r"^\s*(Installed|Candidate):\s*(\S+)\s*$", re.MULTILINE)
 UPSTREAM_RELEASE = re.compile(r"^(?:[0-9]+:)?([0-9]+\.[0-9]+)")
@@ -239,12 +233,6 @@ def slurm_cgroup(filesystem, policy, settings, facts, host=""):
         "message": message,
         "warning": warning,
     }
-
-
-def apt_lock_busy(text):
-    """True when apt's words say that another apt holds the lock it needs, or rebuilt the package cache at the same
-    moment (wait, then try again)."""
-    return APT_LOCK_BUSY.search(text or "") is not None
 
 
 def _number(value):

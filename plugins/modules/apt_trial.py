@@ -18,7 +18,8 @@ description:
     (O(plan_script), read with the rules of P(gpufleet.fleet.apt_source_plan#filter)).
   - Reads the host's copy of the source file and the installed version of the package. A host that has exactly this
     source and the package at a version matching O(version_regex) is converged, and its own apt answers
-    (C(apt-cache madison), C(apt-cache show)); a re-run downloads nothing.
+    (C(apt-cache madison), C(apt-cache show)), asked again for up to 60 seconds while another apt of the host holds
+    its lock or replaces the package cache; a re-run downloads nothing.
   - Otherwise looks for the keyring (O(look_for_keyring)), asks whether the repository's Release file and the signing
     key answer (HTTP HEAD, as M(ansible.builtin.uri) with its default status code), and, when both do, runs the
     trial script (O(script), the role's C(apt-repository-trial.sh)) with O(environment), which tries the source in a
@@ -286,7 +287,7 @@ from ansible_collections.gpufleet.fleet.plugins.module_utils.apt_source import (
     claimed,
     trial_fact,
 )
-from ansible_collections.gpufleet.fleet.plugins.module_utils.command_answer import command_answer
+from ansible_collections.gpufleet.fleet.plugins.module_utils.command_answer import command_answer, run_apt
 from ansible_collections.gpufleet.fleet.plugins.module_utils.http_answer import http_answer
 
 
@@ -410,10 +411,11 @@ def main():
         if answers["repository"].get("status") == 200 and answers["key"].get("status", 200) == 200:
             answers["trial"] = run_trial(module, replaced)
     else:
-        rc, out, err = module.run_command(["apt-cache", "madison", params["package"]])
+        # The host's own package cache, which another apt of the host may be rebuilding (command_answer.run_apt).
+        rc, out, err = run_apt(module, ["apt-cache", "madison", params["package"]])
         answers["madison"] = {"rc": rc, "stdout": out}
         if params["show_packages"]:
-            rc, out, err = module.run_command(["apt-cache", "show"] + params["show_packages"])
+            rc, out, err = run_apt(module, ["apt-cache", "show"] + params["show_packages"])
             answers["shown"] = {"rc": rc, "stdout": out}
     source = dict(params["source"])
     source.update(

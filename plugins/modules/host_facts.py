@@ -258,8 +258,8 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.fleet.plugins.module_utils import fetch, host_facts
+from ansible_collections.gpufleet.fleet.plugins.module_utils.command_answer import run_apt
 
-LOCK_TIMEOUT_S = 60  # the apt module's default lock_timeout
 REQUIREMENTS = {
     "supported_os": {"type": "list", "elements": "dict", "required": True},
     "supported_architectures": {"type": "list", "elements": "str", "required": True},
@@ -280,19 +280,15 @@ SLURM = {
 
 
 def refresh_index(module):
-    """apt-get update, as the apt module's update_cache does: again while another apt holds the lock (up to
-    LOCK_TIMEOUT_S, as its lock_timeout), and while a source does not answer (3 tries, 5 s apart); a failure
-    otherwise fails the module with apt's words."""
-    deadline = time.time() + LOCK_TIMEOUT_S
+    """apt-get update, as the apt module's update_cache does: again while another apt is at work on the host (up to
+    a minute, as its lock_timeout: command_answer.run_apt), and while a source does not answer (3 tries, 5 s apart);
+    a failure otherwise fails the module with apt's words."""
     tries = 0
     while True:
-        rc, out, err = module.run_command(["apt-get", "update", "-q"], environ_update={"LC_ALL": "C"})
+        rc, out, err = run_apt(module, ["apt-get", "update", "-q"], environ_update={"LC_ALL": "C"})
         if rc == 0:
             return
         text = out + err
-        if host_facts.apt_lock_busy(text) and time.time() < deadline:
-            time.sleep(1)
-            continue
         tries += 1
         if tries < 3 and fetch.fetch_failure(text):
             time.sleep(5)
@@ -332,7 +328,7 @@ def read_host(module):
         if not found["headers_installed"] and module.get_bin_path("apt-cache"):
             if params["refresh_index"]:
                 refresh_index(module)
-            rc, out, err = module.run_command(["apt-cache", "policy", package], environ_update={"LC_ALL": "C"})
+            rc, out, err = run_apt(module, ["apt-cache", "policy", package], environ_update={"LC_ALL": "C"})
             found["headers_candidate"] = host_facts.headers_candidate(out)
     return found
 
@@ -342,7 +338,7 @@ def compare_slurm(module, found):
     slurm = module.params["slurm"]
     policy = ""
     if module.get_bin_path("apt-cache"):
-        rc, policy, err = module.run_command(["apt-cache", "policy", slurm["package"]], environ_update={"LC_ALL": "C"})
+        rc, policy, err = run_apt(module, ["apt-cache", "policy", slurm["package"]], environ_update={"LC_ALL": "C"})
         if rc != 0:
             module.fail_json(msg="apt-cache policy {0} failed: {1}".format(slurm["package"], err.strip()), rc=rc)
     return host_facts.slurm_cgroup(

@@ -32,6 +32,7 @@ import role_run
 from conftest import FAKE_FACTS, REPO_ROOT, preflight_found, preflight_requirements, run_module
 
 from ansible_collections.gpufleet.fleet.plugins.module_utils import fetch, host_facts
+from ansible_collections.gpufleet.fleet.plugins.module_utils.command_answer import apt_busy, run_apt
 
 SHIM = "/var/lib/shim-signed/mok/MOK.der"
 DKMS = "/var/lib/dkms/mok.pub"
@@ -248,13 +249,11 @@ def test_the_headers_answers_of_dpkg_and_apt_are_read():
 def test_apt_waits_for_a_lock_another_apt_holds():
     """apt's words when another apt holds the lock: the module waits and tries again (many inventory names of one
     node refresh its index at once). Verbatim from a lab run of 2026-12-04 (Debian 12's apt 2.6)."""
-    assert host_facts.apt_lock_busy(
+    assert apt_busy(
         "E: Could not get lock /var/lib/apt/lists/lock. It is held by process 509 (apt-get)\n"
         "E: Unable to lock directory /var/lib/apt/lists/"
     )
-    assert not host_facts.apt_lock_busy(
-        "E: The repository 'http://gpufleet-mirror/debian bookworm Release' is not signed."
-    )
+    assert not apt_busy("E: The repository 'http://gpufleet-mirror/debian bookworm Release' is not signed.")
     assert not fetch.fetch_failure("E: Could not get lock /var/lib/apt/lists/lock. It is held by process 509")
 
 
@@ -262,13 +261,49 @@ def test_apt_tries_again_when_another_apt_rebuilt_the_cache_at_the_same_moment()
     """apt-get update's words when another apt (another inventory name of the same node) replaced the package cache
     while it wrote its own: verbatim from the e2e bad-input batch of 2026-12-05 on the lab (Debian 12's apt 2.6, its
     stderr). Passing: the module waits and tries again, as for the lock."""
-    assert host_facts.apt_lock_busy(
+    assert apt_busy(
         "E: Problem renaming the file /var/cache/apt/srcpkgcache.bin.iSNUXD to /var/cache/apt/srcpkgcache.bin - rename "
         "(2: No such file or directory)\n"
         "W: You may want to run apt-get update to correct these problems\n"
         "E: The package cache file is corrupted\n"
     )
-    assert not host_facts.apt_lock_busy("E: The package cache file is corrupted\n")
+    assert not apt_busy("E: The package cache file is corrupted\n")
+
+
+class _Apt:
+    """A module whose apt answers, in turn, each of ``answers`` ((rc, stdout, stderr)), then the last again."""
+
+    def __init__(self, *answers: tuple[int, str, str]):
+        self.answers = list(answers)
+        self.calls: list[list[str]] = []
+
+    def run_command(self, argv: list[str], environ_update: dict | None = None) -> tuple[int, str, str]:
+        self.calls.append(argv)
+        return self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+
+
+RENAMED = (
+    100,
+    "",
+    "E: Problem renaming the file /var/cache/apt/srcpkgcache.bin.iSNUXD to /var/cache/apt/srcpkgcache.bin - rename "
+    "(2: No such file or directory)\n",
+)
+
+
+def test_an_apt_command_runs_again_while_another_apt_is_at_work_and_no_longer():
+    """command_answer.run_apt (host_facts' index refresh and apt-cache policy, apt_trial's apt-cache madison and show
+    on a converged host): again while apt's words say another apt is at work (the verbatim words above), the answer
+    as it is otherwise, and the last busy answer once the time is up."""
+    slept: list[float] = []
+    busy_then_ok = _Apt(RENAMED, RENAMED, (0, "nvidia-utils-535 | 535.261.03-1 | http://mirror bookworm/main\n", ""))
+    assert run_apt(busy_then_ok, ["apt-cache", "madison", "x"], sleep=slept.append)[0] == 0
+    assert len(busy_then_ok.calls) == 3 and slept == [1, 1]
+    other_error = _Apt((100, "", "E: The package cache file is corrupted\n"))
+    assert run_apt(other_error, ["apt-cache", "madison", "x"], sleep=slept.append)[0] == 100
+    assert len(other_error.calls) == 1
+    always_busy = _Apt(RENAMED)
+    assert run_apt(always_busy, ["apt-cache", "madison", "x"], timeout_s=0, sleep=slept.append) == RENAMED
+    assert len(always_busy.calls) == 1
 
 
 def _module(tmp_path: Path, **arguments: Any) -> dict[str, Any]:
