@@ -860,21 +860,14 @@ def test_unsupported_os_is_rejected():
 
 
 def test_validation_is_the_provision_entry_point():
-    """tasks/validate.yml (with layout.yml, which it imports and the entry point probe runs alone) only reads: facts,
-    include_vars and the role's rules (gpufleet.fleet.settings, which judges on the controller), safe in the read-only
-    play; what the rules resolve the role's vars read from the judgement, with no set_fact."""
+    """tasks/validate.yml only reads: facts, include_vars and the role's rules (gpufleet.fleet.settings, which judges
+    on the controller), safe in the read-only play; what the rules resolve the role's vars read from the judgement,
+    with no set_fact. The entry point probe runs none of it (play 1 judged already)."""
     modules = set()
-    for name in ("validate.yml", "layout.yml"):
-        for task in load_trusted(ROLE / "tasks" / name):
-            modules |= {k for k in task if k.startswith(("ansible.builtin.", "gpufleet.fleet."))}
-    assert modules == {
-        "ansible.builtin.setup",
-        "ansible.builtin.include_vars",
-        "ansible.builtin.import_tasks",
-        "gpufleet.fleet.settings",
-    }
-    assert load_trusted(ROLE / "tasks" / "validate.yml")[0]["ansible.builtin.import_tasks"] == "layout.yml"
-    assert load_trusted(ROLE / "tasks" / "probe.yml")[0]["ansible.builtin.import_tasks"] == "layout.yml"
+    for task in load_trusted(ROLE / "tasks" / "validate.yml"):
+        modules |= {k for k in task if k.startswith(("ansible.builtin.", "gpufleet.fleet."))}
+    assert modules == {"ansible.builtin.setup", "ansible.builtin.include_vars", "gpufleet.fleet.settings"}
+    assert "validate.yml" not in (ROLE / "tasks" / "probe.yml").read_text()
     main = load_trusted(ROLE / "tasks" / "main.yml")
     assert main[0]["ansible.builtin.import_tasks"] == "validate.yml"
 
