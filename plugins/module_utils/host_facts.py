@@ -104,6 +104,16 @@ def secure_boot_state(efi_dir="/sys/firmware/efi", efivar=SECURE_BOOT_EFIVAR):
     return "enabled" if len(data) == 5 and data[4] == 1 else "disabled"
 
 
+def memtotal_mb(meminfo="/proc/meminfo"):
+    """The RAM in MiB as Ansible's setup reads it (ansible_memtotal_mb): MemTotal of /proc/meminfo, kB // 1024; 0
+    when it cannot be read."""
+    for line in (_read(meminfo) or "").splitlines():
+        name, _, value = line.partition(":")
+        if name == "MemTotal" and value.split():
+            return int(value.split()[0]) // 1024
+    return 0
+
+
 def free_bytes(path):
     """The bytes an unprivileged user may still write under ``path`` (``df -P -B1``'s Available)."""
     stat = os.statvfs(path)

@@ -23,8 +23,10 @@ description:
   - This is where the roles tell an NVIDIA GPU apart on the PCI bus (vendor 0x10de, class 0x0300 or 0x0302; an
     NVSwitch is class 0x0680).
   - With O(requirements), also judges the host as the preflight role does and returns every unmet requirement with
-    what to do, the warnings and the report later roles read; with an unmet requirement the module fails with
-    RV(message), which names them all, returning only it and RV(failures) (the host stops before anything changes).
+    what to do, the warnings and the report later roles read (its fields at the top level of the result, so that the
+    registered result is the report, which preflight registers as C(preflight_report)); with an unmet requirement the
+    module fails with RV(message), which names them all, returning only it and RV(failures) (the host stops before
+    anything changes).
   - Changes nothing on the host. Refreshing apt's package index (when the headers are not installed) updates a cache,
     as C(apt-get update) does, and is done in check mode too.
 options:
@@ -56,6 +58,9 @@ options:
     description:
       - The host's Ansible facts the requirements read (distribution, distribution_version,
         distribution_major_version, architecture, memtotal_mb, virtualization_role, virtualization_type).
+      - With O(requirements), memtotal_mb and the virtualization pair are read on the host when they are missing or
+        empty (a play that gathered only some facts), from C(/proc/meminfo) and by Ansible's own virtualization
+        collector.
       - O(slurm) names the distribution and its distribution_version when the release counted is the one it ships.
     type: dict
     default: {}
@@ -242,10 +247,59 @@ warnings_found:
   returned: with requirements
   type: list
   elements: str
-report:
-  description: With O(requirements), the preflight_report fact the later roles read.
+passed:
+  description: With O(requirements), whether the host meets them; this and the fields below are the report the later
+    roles read (preflight registers the result as C(preflight_report)).
   returned: with requirements
-  type: dict
+  type: bool
+os:
+  description: With O(requirements), the distribution and version, as RV(summary) names them.
+  returned: with requirements
+  type: str
+  sample: Ubuntu 22.04
+gpu_pci_addresses:
+  description: With O(requirements), the PCI addresses of the NVIDIA GPUs.
+  returned: with requirements
+  type: list
+  elements: str
+gpu_device_ids:
+  description: With O(requirements), their PCI device IDs, in the same order.
+  returned: with requirements
+  type: list
+  elements: str
+  sample: ["0x2330"]
+gpu_count:
+  description: With O(requirements), the number of NVIDIA GPUs.
+  returned: with requirements
+  type: int
+nvswitch_count:
+  description: With O(requirements), the number of NVSwitches.
+  returned: with requirements
+  type: int
+secure_boot:
+  description: With O(requirements), RV(found.secure_boot).
+  returned: with requirements
+  type: str
+driver_module_source:
+  description: With O(requirements), C(signed) (Secure Boot on, signed modules required) or C(dkms).
+  returned: with requirements
+  type: str
+nouveau_loaded:
+  description: With O(requirements), RV(found.nouveau_loaded).
+  returned: with requirements
+  type: bool
+in_container:
+  description: With O(requirements), whether the host is a container guest (the virtualization facts).
+  returned: with requirements
+  type: bool
+kernel_release:
+  description: With O(requirements), the kernel the driver module is built for.
+  returned: with requirements
+  type: str
+free_disk_gb:
+  description: With O(requirements), the free space under O(disk_path), in GB.
+  returned: with requirements
+  type: float
 summary:
   description: With O(requirements), one line describing the host.
   returned: with requirements
@@ -256,6 +310,7 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.facts.virtual.linux import LinuxVirtual
 
 from ansible_collections.gpufleet.fleet.plugins.module_utils import fetch, host_facts
 from ansible_collections.gpufleet.fleet.plugins.module_utils.command_answer import run_apt
@@ -333,6 +388,18 @@ def read_host(module):
     return found
 
 
+def completed_facts(module, facts):
+    """The facts given, with memtotal_mb and the virtualization pair read on the host where the play did not gather
+    them (missing or empty): as Ansible's setup reads them, MemTotal of /proc/meminfo and its own collector."""
+    facts = dict(facts)
+    if facts.get("memtotal_mb") in (None, ""):
+        facts["memtotal_mb"] = host_facts.memtotal_mb()
+    if facts.get("virtualization_type") in (None, "") and facts.get("virtualization_role") in (None, ""):
+        virtual = LinuxVirtual(module).get_virtual_facts()
+        facts.update({name: virtual.get(name, "") for name in ("virtualization_type", "virtualization_role")})
+    return facts
+
+
 def compare_slurm(module, found):
     """The cgroup mode against the Slurm release: apt's versions of the package, else the distribution's release."""
     slurm = module.params["slurm"]
@@ -368,12 +435,13 @@ def main():
         requirements = dict(
             requirements, disk_path=module.params["disk_path"], mok_certificate=module.params["mok_certificate"]
         )
-        verdict = host_facts.judge(module.params["host"], found, module.params["facts"], requirements)
+        facts = completed_facts(module, module.params["facts"])
+        verdict = host_facts.judge(module.params["host"], found, facts, requirements)
         result.update(
+            verdict["report"],
             failures=verdict["failures"],
             message=verdict["message"],
             warnings_found=verdict["warnings"],
-            report=verdict["report"],
             summary=verdict["summary"],
         )
     if module.params["slurm"] is not None:

@@ -163,7 +163,7 @@ def host_facts_found(gpus: int, device_id: str = "0x2330") -> dict[str, Any]:
 
 
 def preflight_report(facts: dict[str, Any], **found: Any) -> dict[str, Any]:
-    """The preflight_report fact roles/preflight publishes (tasks/check.yml), for a healthy 8-GPU host.
+    """The preflight_report fact roles/preflight publishes (tasks/probe.yml), for a healthy 8-GPU host.
 
     ``found`` replaces entries, e.g. nvswitch_count=4, driver_module_source='signed'.
     """

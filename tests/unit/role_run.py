@@ -330,14 +330,18 @@ def role_task(role: str, task_file: str, name_contains: str, directory: str = "t
     return copy.deepcopy(found[0])
 
 
+def role_of(task: Mapping[str, Any]) -> dict:
+    """A task's include_role or import_role arguments ({} for any other task)."""
+    return task.get("ansible.builtin.include_role") or task.get("ansible.builtin.import_role") or {}
+
+
 def apt_source_include(role: str, task_file: str, entry_point: str = "main") -> dict:
-    """A copy of the one include of roles/apt_source's ``entry_point`` in roles/<role>/tasks/<task_file>."""
+    """A copy of the one include (or import) of roles/apt_source's ``entry_point`` in roles/<role>/tasks/<task_file>."""
     path = ROLES_DIR / role / "tasks" / task_file
     found = [
         task
         for task in tasks_of(yaml.safe_load(path.read_text()))
-        if (task.get("ansible.builtin.include_role") or {}).get("name") == "apt_source"
-        and (task.get("ansible.builtin.include_role") or {}).get("tasks_from", "main") == entry_point
+        if role_of(task).get("name") == "apt_source" and role_of(task).get("tasks_from", "main") == entry_point
     ]
     assert len(found) == 1, f"{len(found)} includes of apt_source {entry_point} in {path}"
     return copy.deepcopy(found[0])
@@ -609,8 +613,17 @@ def _run_here(
     assert len({h.name for h in hosts}) == len(hosts), "host names repeat"
     inventory_data: dict[str, Any] = {"all": {"hosts": {}, "children": {}}}
     play_ids = list(dict.fromkeys(host.play for host in hosts if host.targeted))
+    # apt_source's trial given to a host (its registered result, as a test states it): the trial's task is skipped
+    # here, and a skipped task registers its skip over a host variable. An imported trial (nvidia_driver's
+    # preflight.yml, cuda's trial.yml: an include would cost every host a task of its own) registers even so: the
+    # given result is an extra variable (above what a task registers) that templates each host's own, undefined on a
+    # host given none.
+    given_trials = any("apt_source_trial" in host.vars for host in hosts)
     for host in hosts:
-        inventory_data["all"]["hosts"][host.name] = {"ansible_connection": CONNECTION, **host.vars}
+        host_vars = dict(host.vars)
+        if "apt_source_trial" in host_vars:
+            host_vars["__role_run_given_trial"] = host_vars.pop("apt_source_trial")
+        inventory_data["all"]["hosts"][host.name] = {"ansible_connection": CONNECTION, **host_vars}
         groups = host.groups + ((f"role_run_play_{play_ids.index(host.play)}",) if host.targeted else ())
         for group in groups:
             inventory_data["all"]["children"].setdefault(group, {"hosts": {}})["hosts"][host.name] = None
@@ -667,6 +680,11 @@ def _run_here(
         # ansible-playbook --check: the magic variable,
         # which comes from the command line (context.CLIARGS), not the play.
         variables._options_vars = {**variables._options_vars, "ansible_check_mode": check_mode}
+        if given_trials:
+            from ansible._internal._datatag._tags import TrustedAsTemplate
+
+            trial = TrustedAsTemplate().tag("{{ __role_run_given_trial }}")
+            variables._extra_vars = {**variables._extra_vars, "apt_source_trial": trial}
         for host in hosts:
             variables.set_host_facts(host.name, dict(host.facts))
         # The task queue manager takes SIGINT and SIGTERM: pytest's handlers are put back after the run.

@@ -65,7 +65,7 @@ CALLERS = ["container", "cuda", "nvidia_driver"]
 
 
 def include_tasks(role: str) -> list[tuple[str, dict]]:
-    """(task file, task) of every include_role of apt_source in roles/<role>/tasks."""
+    """(task file, task) of every include_role (or import_role) of apt_source in roles/<role>/tasks."""
     found = []
     for path in sorted((ROLES_DIR / role / "tasks").glob("*.yml")):
         for task in role_run.tasks_of(load_trusted(path)):
@@ -80,7 +80,7 @@ def include_task(role: str, task_file: str, entry_point: str) -> dict:
     tasks = [
         t
         for f, t in include_tasks(role)
-        if f == task_file and (t.get("ansible.builtin.include_role") or {}).get("tasks_from", "main") == entry_point
+        if f == task_file and role_run.role_of(t).get("tasks_from", "main") == entry_point
     ]
     assert len(tasks) == 1, f"{len(tasks)} includes of apt_source {entry_point} in roles/{role}/tasks/{task_file}"
     return tasks[0]
@@ -178,10 +178,10 @@ def test_what_each_caller_gives_the_trial_passes_the_trial_spec(host):
         assert wrong.error_messages, caller
     for role in CALLERS:
         includes = [
-            task["ansible.builtin.include_role"]
+            role_run.role_of(task)
             for path in (ROLES_DIR / role / "tasks").glob("*.yml")
             for task in yaml.safe_load(path.read_text()) or []
-            if task.get("ansible.builtin.include_role", {}).get("tasks_from") == "trial"
+            if role_run.role_of(task).get("tasks_from") == "trial"
         ]
         assert includes and all(include.get("rolespec_validate") is False for include in includes), role
 
@@ -289,19 +289,13 @@ def test_ansible_refuses_a_source_with_a_part_missing_misspelt_or_mistyped(tmp_p
 
 def test_every_caller_includes_both_the_trial_and_the_configuration():
     for role in CALLERS:
-        entry_points = [
-            (t.get("ansible.builtin.include_role") or {}).get("tasks_from", "main") for _file, t in include_tasks(role)
-        ]
+        entry_points = [role_run.role_of(t).get("tasks_from", "main") for _file, t in include_tasks(role)]
         assert "trial" in entry_points and "main" in entry_points, role
 
 
 @pytest.mark.parametrize(
     ("role", "task_file", "entry_point"),
-    [
-        (role, f, (t.get("ansible.builtin.include_role") or {}).get("tasks_from", "main"))
-        for role in CALLERS
-        for f, t in include_tasks(role)
-    ],
+    [(role, f, role_run.role_of(t).get("tasks_from", "main")) for role in CALLERS for f, t in include_tasks(role)],
     ids=str,
 )
 def test_callers_pass_every_required_input_and_only_inputs(role, task_file, entry_point):

@@ -167,18 +167,19 @@ def test_driver_source_choices_are_the_package_layouts():
 
 
 def test_play_1_skips_only_the_probe_specs_the_judgement_applied_already():
-    """playbooks/check.yml includes each role's entry point probe with rolespec_validate: false, because the run-once
-    judgement (gpufleet.fleet.settings) applied that role's main spec to every host just before: that holds only while
-    each probe entry point takes exactly main's options, each with main's spec (a probe option main lacked, or typed
-    otherwise, would go unchecked)."""
+    """playbooks/check.yml imports or includes each role's entry point probe with rolespec_validate: false, because
+    the run-once judgement (gpufleet.fleet.settings) applied that role's main spec to every host just before: that
+    holds only while each probe entry point takes exactly main's options, each with main's spec (a probe option main
+    lacked, or typed otherwise, would go unchecked)."""
     check = yaml.safe_load((REPO_ROOT / "playbooks" / "check.yml").read_text())
-    [include] = [
-        task["ansible.builtin.include_role"]
+    probes = [
+        task.get("ansible.builtin.include_role") or task.get("ansible.builtin.import_role")
         for play in check
         for task in play.get("tasks", [])
-        if task.get("ansible.builtin.include_role", {}).get("tasks_from") == "probe"
+        if (task.get("ansible.builtin.include_role") or task.get("ansible.builtin.import_role") or {}).get("tasks_from")
+        == "probe"
     ]
-    assert include["rolespec_validate"] is False
+    assert len(probes) == 4 and all(probe["rolespec_validate"] is False for probe in probes)
     specs = {
         role.name: yaml.safe_load((role / "meta" / "argument_specs.yml").read_text())["argument_specs"]
         for role in sorted((REPO_ROOT / "roles").iterdir())

@@ -206,7 +206,7 @@ def test_the_table_gives_ratios_costs_per_node_and_the_targets():
         ),
         run("play 1", 1, 20.0, 6.0, tasks_per_host=31),
         run("play 1", 10, 40.0, 20.0, tasks_per_host=31),
-        run("play 1", 100, 320.0, 150.0),
+        run("play 1", 100, 320.0, 150.0, tasks_per_host=31, tasks_per_typical_host=25),
         run("verify", 100, 70.0, 80.0, variant="before", commit="c8e74c8"),
         run(
             "verify",
@@ -229,7 +229,10 @@ def test_the_table_gives_ratios_costs_per_node_and_the_targets():
     assert "| 10.40 | <= 10 x: NOT met |" in rows[("verify", "100")]
     assert "| 16.00 | <= 10 x: NOT met |" in rows[("play 1", "100")]  # issue 30's target (15 x before)
     assert "<= 1 s: NOT met | controller CPU s: 1.455" in text  # play 1: (150 - 6) / 99
-    assert "| play 1 | tasks a host | | | <= 12: NOT met | 31 |" in text
+    assert (
+        "| play 1 | tasks a host | | | <= 12: NOT met | 25 on a host of 100 (31 on the first, with the once-per-run "
+        "tasks) |" in text
+    )
     assert "| 4/1/1 |" in rows[("verify", "1")]
     assert "wall s: 0.475" in text and "controller CPU s: 0.576" in text  # (52 - 5) / 99, (60 - 3) / 99
     assert "controller peak memory (PSS): 800 MiB; target <= 1.5 GB: met" in text
@@ -304,3 +307,13 @@ def test_tasks_per_host_counts_one_hosts_results_and_includes():
     assert scale.tasks_per_host(output) == 4
     assert scale.tasks_per_host(output.replace("ok: [node-1]\n", "", 2)) == 4  # node-2's: ok, skip, include, stop
     assert scale.tasks_per_host("") == 0
+
+
+def test_a_typical_host_s_tasks_leave_out_the_once_per_run_tasks_of_the_first():
+    output = "".join(
+        f"TASK [{name}] ***\n" + "".join(f"ok: [node-{i}]\n" for i in hosts)
+        for name, hosts in (("Gather", (1, 2, 3)), ("Judge once", (1,)), ("Probe", (1, 2, 3)), ("Report once", (1,)))
+    )
+    assert scale.tasks_per_host(output) == 4 and scale.tasks_per_typical_host(output) == 2
+    assert scale.task_counts(output) == {"node-1": 4, "node-2": 2, "node-3": 2}
+    assert scale.tasks_per_typical_host("") == 0

@@ -6,7 +6,8 @@
   the kernel's (vendor, class, device files), the module itself through
   ``ansible localhost`` on this machine.
 * The MOK certificate the role names and looks for is resolved per OS by the
-  role's vars (tasks/os.yml), run on fake hosts (tests/unit/role_run.py).
+  role's vars (vars/main.yml: the first_found OS vars file), on fake hosts
+  (tests/unit/role_run.py).
 
 Where DKMS's MOK certificate is by default:
 
@@ -23,6 +24,8 @@ Where DKMS's MOK certificate is by default:
 
 from __future__ import annotations
 
+import json
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -318,7 +321,40 @@ def test_the_module_reads_this_machine_in_one_run(tmp_path):
     assert read["free_bytes"] > 0 and isinstance(read["free_bytes"], int)
     assert read["secure_boot"] in ("bios", "disabled", "enabled")
     assert read["headers_installed"] is False and read["headers_candidate"] is False
-    assert result["changed"] is False and "report" not in result
+    assert result["changed"] is False and "passed" not in result and "summary" not in result
+
+
+def test_the_judged_result_is_the_report_and_reads_what_the_play_did_not_gather(tmp_path):
+    """With requirements, the result's fields are the report (preflight registers it as preflight_report); the RAM
+    and the virtualization pair the play did not gather (empty) are read here, as Ansible's setup reads them."""
+    facts = {**FACTS["debian12"], "memtotal_mb": "", "virtualization_role": "", "virtualization_type": ""}
+    settings = {**requirements(), "supported_os": [{"distribution": "Debian", "version": "12"}], "require_gpus": False}
+    settings.update(min_free_disk_gb=0, warn_ram_below_gb=0, require_kernel_headers=False)
+    given = {name: value for name, value in settings.items() if name not in ("disk_path", "mok_certificate")}
+    result = _module(tmp_path, disk_path=str(tmp_path), host="gpu-a01", facts=facts, requirements=given)
+    settings.update(disk_path=str(tmp_path), mok_certificate="")
+    assert result.get("failed") is not True, result
+    verdict = host_facts.judge("gpu-a01", result["found"], {**facts, **_setup_facts(tmp_path)}, settings)
+    assert {name: result[name] for name in verdict["report"]} == verdict["report"]
+    assert result["summary"] == verdict["summary"] and "report" not in result
+    assert host_facts.memtotal_mb() == _setup_facts(tmp_path)["memtotal_mb"] > 0
+
+
+def _setup_facts(tmp_path: Path) -> dict[str, Any]:
+    """memtotal_mb and the virtualization pair as ansible.builtin.setup reads them on this machine."""
+    out = subprocess.run(
+        ["ansible", "localhost", "-m", "ansible.builtin.setup", "-a", "gather_subset=!all,hardware,virtual", "-o"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tmp_path,
+    ).stdout
+    facts = json.loads(out.split(" => ", 1)[1])["ansible_facts"]
+    return {
+        "memtotal_mb": facts["ansible_memtotal_mb"],
+        "virtualization_role": facts["ansible_virtualization_role"],
+        "virtualization_type": facts["ansible_virtualization_type"],
+    }
 
 
 def test_a_missing_disk_path_fails_the_module_naming_it(tmp_path):
@@ -377,8 +413,12 @@ def test_the_module_compares_the_cgroup_mode_with_the_slurm_release(tmp_path):
 
 RESOLVED = role_run.Batch(
     FACTS,
-    [role_run.import_role("preflight", "os")],
-    after=[role_run.capture(role_run.names("__preflight_mok_certificate"))],
+    [role_run.expose("preflight", "check")],
+    after=[
+        role_run.capture(
+            role_run.names("__preflight_mok_certificate"), vars={"role_path": str(REPO_ROOT / "roles" / "preflight")}
+        )
+    ],
 )
 
 

@@ -22,8 +22,8 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 ROLES = sorted(p.parent.parent for p in (REPO / "roles").glob("*/meta/argument_specs.yml"))
 
-# Facts roles publish for others to read (set_fact in the named task file).
-PUBLISHED = {"preflight_report": REPO / "roles/preflight/tasks/check.yml"}
+# Facts roles publish for others to read (set_fact or register in the named task file).
+PUBLISHED = {"preflight_report": REPO / "roles/preflight/tasks/probe.yml"}
 # What every role may read: Ansible's own variables.
 ANSIBLE_VARS = {
     "ansible_facts",
@@ -100,7 +100,7 @@ def test_a_default_follows_only_public_settings_and_says_so(role, name, value):
             f"{role}.{name} reads {read}, which is neither a setting in a role's spec nor a published fact"
         )
         if read in PUBLISHED:
-            assert re.search(rf"^\s+{read}:", PUBLISHED[read].read_text(), re.M), (
+            assert re.search(rf"^\s+({read}:|register: {read}$)", PUBLISHED[read].read_text(), re.M), (
                 f"{read} is not set where it is said to be"
             )
         assert read in description, f"{role}.{name} follows {read}, but its spec's description does not say so"

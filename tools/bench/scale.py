@@ -289,16 +289,28 @@ _RESULT_LINE = re.compile(r"^(?:ok|changed|skipping|fatal|failed): \[([^\]]+)\]"
 _INCLUDED_LINE = re.compile(r"^included: \S+ for (.+?)(?: => .*)?$", re.M)
 
 
-def tasks_per_host(output: str) -> int:
-    """The most task results one host had in a run's output (ok, changed, skipping, failed; an include counts for
-    each host it names): the tasks a host costs the controller, each a forked worker."""
+def task_counts(output: str) -> dict[str, int]:
+    """Each host's task results in a run's output (ok, changed, skipping, failed; an include counts for each host it
+    names): the tasks a host costs the controller, each a forked worker."""
     counts: dict[str, int] = {}
     for host in _RESULT_LINE.findall(output):
         counts[host] = counts.get(host, 0) + 1
     for names in _INCLUDED_LINE.findall(output):
         for host in names.split(", "):
             counts[host.strip()] = counts.get(host.strip(), 0) + 1
-    return max(counts.values(), default=0)
+    return counts
+
+
+def tasks_per_host(output: str) -> int:
+    """The most task results one host had: the play's first host, which also runs the once-per-run tasks."""
+    return max(task_counts(output).values(), default=0)
+
+
+def tasks_per_typical_host(output: str) -> int:
+    """The median host's task results: what each host added to the play costs (the once-per-run tasks run on the
+    first host only)."""
+    counts = sorted(task_counts(output).values())
+    return counts[(len(counts) - 1) // 2] if counts else 0
 
 
 def measure(
@@ -361,6 +373,7 @@ def measure(
         "machine_busy_cpu_s": round(busy, 2),
         "env": env or {},
         "tasks_per_host": tasks_per_host(output),
+        "tasks_per_typical_host": tasks_per_typical_host(output),
     }
     if play == "verify":
         report = reports / "fleet-report.json"
@@ -546,14 +559,14 @@ def report(results: dict) -> str:
                     met = added <= PLAY_1_CPU_PER_NODE_TARGET_S
                     target = f"<= {PLAY_1_CPU_PER_NODE_TARGET_S:g} s: {'met' if met else 'NOT met'}"
                 lines.append(f"| {play} | per added node | | | {target} | {label}: {added:.3f} | | | | | |")
-        counted = [
-            figures["first"]["tasks_per_host"] for figures in by_size.values() if "tasks_per_host" in figures["first"]
-        ]
-        if play == "play 1" and counted:
-            most = max(counted)
+        largest = max(by_size) if by_size else None
+        counted = by_size[largest]["first"] if largest is not None else {}
+        if play == "play 1" and "tasks_per_host" in counted:
+            typical = counted.get("tasks_per_typical_host", counted["tasks_per_host"])
             lines.append(
                 f"| {play} | tasks a host | | | <= {PLAY_1_TASKS_TARGET}: "
-                f"{'met' if most <= PLAY_1_TASKS_TARGET else 'NOT met'} | {most} | | | | | |"
+                f"{'met' if typical <= PLAY_1_TASKS_TARGET else 'NOT met'} | {typical} on a host of {largest} "
+                f"({counted['tasks_per_host']} on the first, with the once-per-run tasks) | | | | | |"
             )
     for run in results["runs"]:
         if run["variant"] != "3 failing" and run["rc"] != 0:
@@ -587,7 +600,9 @@ def report(results: dict) -> str:
                 f"  {play}: {old['wall_s']:.1f} s -> {new['wall_s']:.1f} s, controller "
                 f"{old['controller_cpu_s']:.1f} -> {new['controller_cpu_s']:.1f} CPU s, peak PSS "
                 f"{old['controller_peak_pss_bytes'] / 2**20:.0f} -> {new['controller_peak_pss_bytes'] / 2**20:.0f} MiB"
-                f", tasks a host {old.get('tasks_per_host', '-')} -> {new['first'].get('tasks_per_host', '-')}"
+                f", tasks a host {old.get('tasks_per_typical_host', old.get('tasks_per_host', '-'))} -> "
+                f"{new['first'].get('tasks_per_typical_host', '-')} (the first host "
+                f"{old.get('tasks_per_host', '-')} -> {new['first'].get('tasks_per_host', '-')})"
             )
     failing = next((r for r in results["runs"] if r["variant"] == "3 failing"), None)
     if failing:
