@@ -5,13 +5,24 @@ The controller's pip (the lookup gpufleet.fleet.pip_zipapp) is copied into the t
 the host, the pytorch role's plan script runs there with ansible.builtin.command, the directory goes, and the
 output is judged on the controller (plugins/module_utils/wheel_plan.py). Before, six tasks a host did this: find
 the pip, make a directory, copy, run, remove, judge.
+
+Once per distinct resolution: hosts alike in what pip's answer depends on (the interpreter, its version and
+machine, the OS, the requirements, pip's arguments, the task's environment, the pip) share one resolution. The
+first host of such a group to get here resolves (the others of the group wait for it, on a lock in the
+controller's local temporary directory, which is this run's); every other host of the group runs the script
+without pip, with that resolution, and only asks for the files (its own HEAD requests: each host must reach
+them). A resolution that failed is not shared: each host of the group then resolves on its own.
 """
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import json
+import os
 from typing import Any
 
+from ansible import constants as C
 from ansible.errors import AnsibleError
 from ansible.plugins.action import ActionBase
 
@@ -27,6 +38,7 @@ ARGUMENT_SPEC = {
     "pip_args": {"type": "list", "elements": "str", "default": []},
     "timeout": {"type": "int", "default": 60},
     "context": {"type": "dict", "default": {}},
+    "python_version": {"type": "str", "default": ""},
 }
 
 
@@ -63,7 +75,8 @@ class ActionModule(ActionBase):
                 plan = not_run(why)
             else:
                 context = {**args["context"], "requirements": args["requirements"]}
-                plan = wheel_plan(self._run_script(pip, args, task_vars), context)
+                output, context["resolved_on"] = self._resolve_once(pip, args, task_vars)
+                plan = wheel_plan(output, context)
         finally:
             self._remove_tmp_path(self._connection._shell.tmpdir)
         message = refusal(plan, str(task_vars.get("inventory_hostname", "")))
@@ -72,25 +85,85 @@ class ActionModule(ActionBase):
             return {**result, "changed": False, "plan": plan, "failed": True, "msg": message}
         return {**result, "changed": False, "plan": plan}
 
-    def _run_script(self, pip: dict[str, Any], args: dict[str, Any], task_vars: dict[str, Any]) -> dict[str, Any]:
+    def _resolve_once(self, pip: dict[str, Any], args: dict[str, Any], task_vars: dict[str, Any]) -> tuple[Any, str]:
+        """The script's result on this host, and the host whose pip resolved it ('' where this one did): the group's
+        resolution where another host of the group made one (see the module docstring), else this host's own."""
+        host = str(task_vars.get("inventory_hostname", ""))
+        path = os.path.join(C.DEFAULT_LOCAL_TMP, f"gpufleet-wheel-plan-{self._group_key(pip, args, task_vars)}.json")
+        with open(path + ".lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                shared = None
+                if os.path.exists(path):
+                    with open(path) as handle:
+                        shared = json.load(handle)
+                if shared is None:
+                    result = self._run_script(pip, args, task_vars)
+                    resolution = shareable(result)
+                    with open(path + ".part", "w") as handle:
+                        json.dump({"host": host, "resolution": resolution}, handle)
+                    os.replace(path + ".part", path)
+                    return result, ""
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+        if shared["resolution"] is None:
+            return self._run_script(pip, args, task_vars), ""
+        return self._run_script(pip, args, task_vars, resolved=shared["resolution"]), shared["host"]
+
+    def _group_key(self, pip: dict[str, Any], args: dict[str, Any], task_vars: dict[str, Any]) -> str:
+        """What pip's resolution depends on, as one hash: this task, the interpreter (its path, version and machine),
+        the OS (its C library's release), the requirements, pip's arguments, the task's environment, the pip."""
+        facts = task_vars.get("ansible_facts") or {}
+        environment = self._templar.template(self._task.environment) if self._task.environment else []
+        parts = [
+            self._task._uuid,
+            args["python"],
+            args["python_version"],
+            facts.get("distribution"),
+            facts.get("distribution_version"),
+            facts.get("architecture"),
+            args["requirements"],
+            args["pip_args"],
+            environment,
+            pip["version"],
+        ]
+        return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:24]
+
+    def _run_script(
+        self, pip: dict[str, Any], args: dict[str, Any], task_vars: dict[str, Any], resolved: Any = None
+    ) -> dict[str, Any]:
         """The plan script's result as ansible.builtin.command gives it, or {rc: None, msg} where the copy failed (a
-        full /tmp): the judgement then says the plan did not run."""
-        try:
-            tmp = self._connection._shell.tmpdir or self._make_tmp_path()
-            remote = self._connection._shell.join_path(tmp, "pip.pyz")
-            self._transfer_file(pip["path"], remote)
-            self._fixup_perms2((tmp, remote))
-        except AnsibleError as error:
-            return {"rc": None, "msg": f"the controller's pip could not be copied to the host: {error}"}
-        options = {
-            "pip": remote,
-            "pip_version": pip["version"],
-            "min_python": pip["min_python"],
-            "timeout": args["timeout"],
-            "pip_args": args["pip_args"],
-        }
-        command = {
-            "argv": [args["python"], "-I", "-c", args["script"], json.dumps(options)],
-            "stdin": "\n".join(args["requirements"]),
-        }
+        full /tmp): the judgement then says the plan did not run. With ``resolved`` (another host's resolution) no
+        pip is copied: the script only asks for the files."""
+        options: dict[str, Any] = {"timeout": args["timeout"], "pip_args": args["pip_args"]}
+        if resolved is None:
+            try:
+                tmp = self._connection._shell.tmpdir or self._make_tmp_path()
+                remote = self._connection._shell.join_path(tmp, "pip.pyz")
+                self._transfer_file(pip["path"], remote)
+                self._fixup_perms2((tmp, remote))
+            except AnsibleError as error:
+                return {"rc": None, "msg": f"the controller's pip could not be copied to the host: {error}"}
+            options.update(pip=remote, pip_version=pip["version"], min_python=pip["min_python"])
+            stdin = "\n".join(args["requirements"])
+        else:
+            options.update(resolved=True)
+            stdin = json.dumps(resolved)
+        command = {"argv": [args["python"], "-I", "-c", args["script"], json.dumps(options)], "stdin": stdin}
         return self._execute_module(module_name="ansible.legacy.command", module_args=command, task_vars=task_vars)
+
+
+def shareable(result: Any) -> dict[str, Any] | None:
+    """What other hosts of the group take from this host's script result: pip's run, its report's version and the
+    wheels to install; None where pip did not resolve the set (each host then tries its own)."""
+    lines = [line for line in str((result or {}).get("stdout") or "").splitlines() if line.strip()]
+    try:
+        out = json.loads(lines[-1]) if (result or {}).get("rc") == 0 and lines else None
+    except ValueError:
+        return None
+    if not isinstance(out, dict) or out.get("skipped") or not out.get("install"):
+        return None
+    pip = out.get("pip") or {}
+    if pip.get("rc") != 0 or pip.get("stopped_download"):
+        return None
+    return {"pip": pip, "report_version": out.get("report_version"), "install": out["install"]}

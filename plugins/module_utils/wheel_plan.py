@@ -320,6 +320,9 @@ def wheel_plan(result: Any, context: Mapping[str, Any] | None = None) -> dict[st
     """Judge a node's wheel plan: the registered result of pytorch_wheel_plan.py (wheel_plan.yml)."""
     context = context or {}
     plan: dict[str, Any] = {"problems": [], "warnings": [], "files": [], "hosts": [], "summary": ""}
+    # The host whose pip resolved the set, where another host of the same interpreter and platform did (the action
+    # gpufleet.fleet.wheel_plan resolves once per such group); '' where this host did.
+    plan["resolved_on"] = str(context.get("resolved_on") or "")
     result = result if isinstance(result, Mapping) else {}
     lines = [line for line in str(result.get("stdout") or "").splitlines() if line.strip()]
     try:
@@ -380,8 +383,13 @@ def refusal(plan: Mapping[str, Any], host: str) -> str:
     numbered), '' when it can."""
     if not plan["problems"]:
         return ""
+    where = (
+        f"on {plan['resolved_on']} (a host of the same interpreter and platform)"
+        if plan.get("resolved_on")
+        else "on this host"
+    )
     return (
-        f"pytorch on {host}: pip resolved the pinned wheel set on this host, and the install cannot fetch all of it "
+        f"pytorch on {host}: pip resolved the pinned wheel set {where}, and the install cannot fetch all of it "
         "(nothing has been changed): "
         + "; ".join(f"[{number}] {problem}" for number, problem in enumerate(plan["problems"], 1))
     )

@@ -21,6 +21,11 @@ description:
     with problems fails the task with one message that numbers them (the host stops before anything changes).
   - Where the plan cannot run (the controller's pip is too old or missing, O(python_runs) is false, the copy
     fails), RV(plan) has no problems and one warning that says why; the task does not fail.
+  - Once per distinct resolution. Hosts alike in what pip's answer depends on (O(python), O(python_version), the
+    OS's distribution, version and architecture, O(requirements), O(pip_args), the task's C(environment), the pip)
+    share one; the first of them to run the task resolves (the others wait for it) and every other host runs the
+    script without pip, with that resolution, asking only for the files itself (each host must reach them; RV(plan)
+    names the host that resolved). A resolution that failed is not shared (each host then resolves its own).
   - The task's C(environment) (the install's proxy, say) applies to the script.
   - Changes nothing on the host (its temporary directory aside), in check mode or not.
 options:
@@ -34,6 +39,11 @@ options:
       skips the plan with a warning.
     type: bool
     default: true
+  python_version:
+    description: O(python)'s version and machine as the host reported them (gpufleet.fleet.venv_facts); hosts that
+      differ in it resolve apart.
+    type: str
+    default: ""
   python_name:
     description: How the warning names the interpreter when O(python_runs) is false.
     type: str
@@ -82,7 +92,8 @@ EXAMPLES = r"""
 RETURN = r"""
 plan:
   description: The judged plan, as the filter gpufleet.fleet.wheel_plan returns it (C(problems), C(warnings),
-    C(files), C(hosts), C(summary)).
+    C(files), C(hosts), C(summary)), and C(resolved_on), the host whose pip resolved the set where another host of
+    the same interpreter and platform did (empty where this host did).
   returned: always
   type: dict
 """

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from conftest import ansible_playbook, load_script
 from wheel_index import Project, WheelSource, build_wheels, closed_port
 
@@ -584,6 +585,71 @@ def test_the_action_copies_the_controllers_pip_runs_the_plan_and_judges_it(wheel
         "wheels only, not the wheels they need nor the hosts those come from"
     ]
     assert not remote_tmp.exists() or list(remote_tmp.iterdir()) == []
+
+
+def test_hosts_alike_share_one_resolution_and_each_asks_for_the_files(wheels, pip_app, tmp_path):
+    """Three hosts (local connections here), two alike and one on another interpreter path: pip resolves once for
+    the two alike (the first to get there; the other waits, takes that resolution and sends only its own HEADs, with
+    no pip copied), and once for the third. Every host's plan is the same judged set, the sharing host's names the
+    host that resolved, and a refusal there says so."""
+    python_link = tmp_path / "bin" / "python3"
+    python_link.parent.mkdir()
+    python_link.symlink_to(sys.executable)
+    inventory = tmp_path / "hosts.yml"
+    hosts = {"node-a": sys.executable, "node-b": sys.executable, "node-c": str(python_link)}
+    inventory.write_text(
+        yaml.safe_dump(
+            {
+                "all": {
+                    "hosts": {
+                        name: {"ansible_connection": "local", "ansible_python_interpreter": sys.executable, "py": py}
+                        for name, py in hosts.items()
+                    }
+                }
+            }
+        )
+    )
+    with WheelSource(wheels) as happy:
+        task = _action("{{ py }}", happy)
+        task["gpufleet.fleet.wheel_plan"]["python_version"] = "3.11 x86_64"
+        plays = [
+            {
+                "name": "Wheel plan",
+                "hosts": "all",
+                "gather_facts": False,
+                "tasks": [
+                    {"name": "Plan", **task},
+                    {
+                        "name": "Write what was judged",
+                        "ansible.builtin.copy": {
+                            "content": "{{ judged | to_json }}",
+                            "dest": f"{tmp_path}/judged-{{{{ inventory_hostname }}}}.json",
+                            "mode": "0644",
+                        },
+                    },
+                ],
+            }
+        ]
+        run = ansible_playbook(tmp_path, plays, "-i", str(inventory), "-f", "3")
+        assert run.returncode == 0, run.stdout[-4000:] + run.stderr
+        metadata_gets = [r for r in happy.requests if r.path.endswith(".metadata")]
+        heads = [r for r in happy.requests if r.method == "HEAD" and r.path.endswith(".whl")]
+    judged = {name: json.loads((tmp_path / f"judged-{name}.json").read_text()) for name in hosts}
+    for name in hosts:
+        check_judged(judged[name]["plan"], CASES["happy"]["expect"])
+    assert sorted([judged["node-a"]["plan"]["resolved_on"], judged["node-b"]["plan"]["resolved_on"]]) in (
+        ["", "node-a"],
+        ["", "node-b"],
+    )
+    assert judged["node-c"]["plan"]["resolved_on"] == ""
+    # Two resolutions (3 metadata files each), three hosts' HEADs of the 3 wheels.
+    assert len(metadata_gets) == 6 and len(heads) == 9
+    sharing = "node-a" if judged["node-a"]["plan"]["resolved_on"] else "node-b"
+    plan = {**judged[sharing]["plan"], "problems": ["a file that does not answer"]}
+    assert wheel_plan_utils.refusal(plan, sharing).startswith(
+        f"pytorch on {sharing}: pip resolved the pinned wheel set on {plan['resolved_on']} (a host of the same "
+        "interpreter and platform), and the install cannot fetch all of it (nothing has been changed): [1] "
+    )
 
 
 def test_a_controller_pip_that_cannot_serve_warns_and_does_not_stop():

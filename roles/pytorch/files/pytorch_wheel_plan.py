@@ -8,6 +8,12 @@ pip as a zip (lookup gpufleet.fleet.pip_zipapp):
 config: {"pip": "<dir>/pip.pyz", "pip_args": [the install's source and extra options],
          "min_python": "3.9", "timeout": 60}
 
+or, on a host whose interpreter and platform are another's that resolved the set already (the action
+gpufleet.fleet.wheel_plan resolves once per such group), without pip:
+
+    python -I -c <this> '{"resolved": true, "pip_args": [...], "timeout": 60}'
+        that host's {"pip", "report_version", "install"} as JSON on stdin: step 1 is skipped, step 2 is this host's
+
 1. pip resolves the requirements as the install would, without installing or downloading them:
    ``pip install --dry-run --ignore-installed --report`` (https://pip.pypa.io/en/stable/reference/installation-report/),
    wheels only (nothing is built), no cache, its temporary files in the throwaway directory (TMPDIR). It reads
@@ -197,9 +203,15 @@ def installs(report):
     return items
 
 
+def fetch_all(urls, pip_args, timeout):
+    """fetch() of each URL, eight at a time."""
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        return list(pool.map(lambda url: fetch(url, pip_args, timeout), urls))
+
+
 def main(argv):
     config = json.loads(argv[1])
-    requirements = sys.stdin.read()
+    stdin = sys.stdin.read()
     timeout = float(config.get("timeout") or 60)
     out = {
         "python": "%d.%d.%d" % sys.version_info[:3],
@@ -212,7 +224,13 @@ def main(argv):
         "sources": [],
     }
     minimum = tuple(int(p) for p in (config.get("min_python") or "0.0").split("."))
-    if sys.version_info[:2] < minimum:
+    pip_args = config.get("pip_args") or []
+    if config.get("resolved"):
+        resolved = json.loads(stdin)
+        for name in ("pip", "report_version", "install"):
+            out[name] = resolved[name]
+        out["fetch"] = fetch_all(sorted({item["url"] for item in out["install"] if item["url"]}), pip_args, timeout)
+    elif sys.version_info[:2] < minimum:
         out["skipped"] = "pip %s runs on Python %s or newer, %s is %d.%d" % (
             config.get("pip_version", ""),
             config.get("min_python"),
@@ -221,20 +239,19 @@ def main(argv):
             sys.version_info[1],
         )
     else:
-        out["pip"], report = run_pip(config, requirements, os.path.dirname(config["pip"]))
+        out["pip"], report = run_pip(config, stdin, os.path.dirname(config["pip"]))
         if report is not None:
             out["report_version"] = str(report.get("version", ""))
             out["install"] = installs(report)
-            urls = sorted({item["url"] for item in out["install"] if item["url"]})
-            with ThreadPoolExecutor(max_workers=8) as pool:
-                out["fetch"] = list(pool.map(lambda url: fetch(url, config.get("pip_args") or [], timeout), urls))
+            out["fetch"] = fetch_all(sorted({item["url"] for item in out["install"] if item["url"]}), pip_args, timeout)
+    if not out["skipped"]:
         sources = [
             url
             for name in ("--index-url", "-i", "--extra-index-url", "--find-links", "-f")
-            for url in option_values(config.get("pip_args") or [], name)
+            for url in option_values(pip_args, name)
             if url.startswith(("http://", "https://"))
         ]
-        out["sources"] = [fetch(url, config.get("pip_args") or [], timeout) for url in sources]
+        out["sources"] = [fetch(url, pip_args, timeout) for url in sources]
     print(json.dumps(out, sort_keys=True))
     return 0
 
