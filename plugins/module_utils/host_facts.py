@@ -108,9 +108,9 @@ def memtotal_mb(meminfo="/proc/meminfo"):
     """The RAM in MiB as Ansible's setup reads it (ansible_memtotal_mb): MemTotal of /proc/meminfo, kB // 1024; 0
     when it cannot be read."""
     for line in (_read(meminfo) or "").splitlines():
-        name, _, value = line.partition(":")
-        if name == "MemTotal" and value.split():
-            return int(value.split()[0]) // 1024
+        fields = line.replace(":", " ").split()
+        if len(fields) > 1 and fields[0] == "MemTotal":
+            return int(fields[1]) // 1024
     return 0
 
 

@@ -1,0 +1,124 @@
+"""plugins/strategy/linear.py: linear without its busy waits, each template compiled once per run.
+
+The unit tests' role runs (tests/unit/role_run.py) and every ansible-playbook
+run of the suite go through this strategy (ansible.cfg's strategy), so its
+plays' results are checked there; here, its own parts: the waits use no CPU,
+the cache gives the template ansible-core would compile, once, and leaves
+out what it must not keep.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+
+import pytest
+from conftest import REPO_ROOT, ansible_playbook
+
+from ansible_collections.gpufleet.fleet.plugins.strategy import linear
+
+pytestmark = pytest.mark.skipif(not linear.PATCHED, reason="an ansible-core release the strategy does not patch")
+
+
+def _engine():
+    from ansible._internal._templating._engine import TemplateEngine
+    from ansible.parsing.dataloader import DataLoader
+
+    return TemplateEngine(loader=DataLoader(), variables={"a": 2, "b": 3})
+
+
+def _trusted(text: str) -> str:
+    from ansible._internal._datatag._tags import TrustedAsTemplate
+
+    return TrustedAsTemplate().tag(text)
+
+
+class _Workers:
+    """What _wait_for_a_free_worker reads of a strategy: its worker processes."""
+
+    def __init__(self, workers: list) -> None:
+        self._workers = workers
+
+
+def test_the_wait_for_a_free_worker_blocks_without_using_the_cpu():
+    workers = [multiprocessing.Process(target=time.sleep, args=(seconds,)) for seconds in (0.6, 0.9)]
+    for worker in workers:
+        worker.start()
+    try:
+        wall, cpu = time.monotonic(), time.process_time()
+        linear.StrategyModule._wait_for_a_free_worker(_Workers(workers))
+        wall, cpu = time.monotonic() - wall, time.process_time() - cpu
+    finally:
+        for worker in workers:
+            worker.join()
+    # It returned when the first worker exited, having used a few milliseconds of CPU (linear's loop: the whole wait).
+    assert 0.4 < wall < 0.85 and cpu < 0.05, (wall, cpu)
+    # A slot never used is free at once.
+    started = time.monotonic()
+    linear.StrategyModule._wait_for_a_free_worker(_Workers([None, workers[0]]))
+    assert time.monotonic() - started < 0.1
+
+
+def test_a_template_is_compiled_once_and_renders_as_ansible_core_renders_it():
+    engine = _engine()
+    text = _trusted("{{ a * b + 1000 }}")
+    before = dict(linear.STATS)
+    assert engine.template(text) == 1006
+    assert _engine().template(_trusted("{{ a * b + 1000 }}")) == 1006
+    assert linear.STATS["hits"] >= before["hits"] + 1
+    # The same text with other variables: the compiled template is reused, the result is these variables'.
+    from ansible._internal._templating._engine import TemplateEngine
+    from ansible.parsing.dataloader import DataLoader
+
+    assert TemplateEngine(loader=DataLoader(), variables={"a": 5, "b": 5}).template(text) == 1025
+    # Expressions (conditions) too.
+    assert engine.evaluate_expression(_trusted("a < b and b == 3")) is True
+    assert engine.evaluate_expression(_trusted("a < b and b == 3")) is True
+
+
+def test_what_the_cache_must_not_keep_is_compiled_each_time():
+    engine = _engine()
+    broken = _trusted("{{ a + }}")
+    for attempt in range(2):
+        with pytest.raises(Exception, match="(?i)syntax|unexpected|template"):
+            engine.template(broken)
+        assert attempt in (0, 1)
+    assert not [key for key in linear._cache if key[1] == "{{ a + }}"]
+    pulls_in = "{% include 'x.j2' %}"
+    assert linear._PULLS_IN.search(pulls_in) and not linear._PULLS_IN.search("{% if a %}x{% endif %}")
+
+
+def test_a_play_through_the_strategy_gives_linears_results(tmp_path):
+    """Five hosts, two forks: every host runs every task in order, the templates of a task compiled before its
+    workers fork give each host its own values, and a failing host stops alone."""
+    plays = [
+        {
+            "name": "Strategy",
+            "hosts": "all",
+            "gather_facts": False,
+            "strategy": "gpufleet.fleet.linear",
+            "tasks": [
+                {"name": "Wait", "ansible.builtin.command": "sleep 0.2", "changed_when": False},
+                {"name": "Say", "ansible.builtin.set_fact": {"said": "{{ inventory_hostname }}-{{ number * 2 }}"}},
+                {"name": "Stop one", "ansible.builtin.fail": {"msg": "stopped"}, "when": "number == 3"},
+                {
+                    "name": "Write",
+                    "ansible.builtin.copy": {
+                        "content": "{{ said }}",
+                        "dest": f"{tmp_path}/said-{{{{ inventory_hostname }}}}",
+                        "mode": "0644",
+                    },
+                },
+            ],
+        }
+    ]
+    inventory = tmp_path / "hosts.ini"
+    inventory.write_text(
+        "[all]\n" + "".join(f"h{n} ansible_connection=local number={n}\n" for n in range(1, 6)) + "[all:vars]\n"
+        f"ansible_python_interpreter={REPO_ROOT / '.venv' / 'bin' / 'python'}\n"
+    )
+    run = ansible_playbook(tmp_path, plays, "-i", str(inventory), "-f", "2")
+    assert run.returncode == 2, run.stdout[-3000:] + run.stderr
+    assert sorted(p.name for p in tmp_path.glob("said-*")) == ["said-h1", "said-h2", "said-h4", "said-h5"]
+    assert (tmp_path / "said-h4").read_text() == "h4-8"
+    assert "h3" in run.stdout and "stopped" in run.stdout
