@@ -30,6 +30,7 @@ from ansible_collections.gpufleet.fleet.plugins.module_utils.settings import (
     judge,
     judged_roles,
     narrowed,
+    os_vars_file,
     parts,
     probed_roles,
     read_names,
@@ -181,24 +182,17 @@ class ActionModule(ControllerAction, ActionBase):
     def _role_variables(self, role: str, host_vars: dict[str, Any]) -> dict[str, Any]:
         """What the role's tasks would see of its variables on this host: its defaults (over those of the roles its
         play imports with it: INSTALL_PLAY), under the host's variables, under its vars and the vars file of the
-        host's OS (the first of <distribution>-<major>.yml, <distribution>.yml, <os_family>.yml in its vars/, as the
-        roles' include_vars look)."""
+        host's OS (settings.os_vars_file, which the roles' include_vars find through the lookup
+        gpufleet.fleet.os_vars)."""
         variables: dict[str, Any] = {}
         for other in INSTALL_PLAY if role in INSTALL_PLAY else ():
             variables.update(self._load(ROLES_DIR / other / "defaults" / "main.yml"))
         variables.update(self._load(ROLES_DIR / role / "defaults" / "main.yml"))
         variables.update(host_vars)
         variables.update(self._load(ROLES_DIR / role / "vars" / "main.yml"))
-        facts = host_vars.get("ansible_facts") or {}
-        for name in (
-            f"{facts.get('distribution')}-{facts.get('distribution_major_version')}.yml",
-            f"{facts.get('distribution')}.yml",
-            f"{facts.get('os_family')}.yml",
-        ):
-            path = ROLES_DIR / role / "vars" / name
-            if path.is_file():
-                variables.update(self._load(path))
-                break
+        path = os_vars_file(str(ROLES_DIR / role / "vars"), host_vars.get("ansible_facts") or {})
+        if path:
+            variables.update(self._load(Path(path)))
         return variables
 
     def _load(self, path: Path) -> dict[str, Any]:

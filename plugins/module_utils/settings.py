@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -341,3 +342,18 @@ def judge(
     judgement = Judgement(role, host, narrowed(rules.READS, values), stack)
     rules.judge(judgement)
     return judgement
+
+
+def os_vars_file(vars_dir: str, facts: Mapping[str, Any]) -> str:
+    """The path of a role's OS vars file, as geerlingguy's roles look for it: the first of
+    <distribution>-<major>.yml, <distribution>.yml and <os_family>.yml in its vars/ that exists; '' where none does.
+    The one place of that order (the lookup gpufleet.fleet.os_vars and the run-once judgement read it)."""
+    for name in (
+        f"{facts.get('distribution')}-{facts.get('distribution_major_version')}.yml",
+        f"{facts.get('distribution')}.yml",
+        f"{facts.get('os_family')}.yml",
+    ):
+        path = os.path.join(vars_dir, name)
+        if os.path.isfile(path):
+            return path
+    return ""

@@ -242,3 +242,19 @@ def test_each_role_reads_what_its_rules_resolved_under_the_same_name():
         validate = (role_vars.parents[1] / "tasks" / "validate.yml").read_text()
         assert f"register: __{role}_judged" in validate, role
     assert mapped >= 60
+
+
+def test_a_roles_os_vars_file_is_the_first_of_the_three_names_that_exists(tmp_path):
+    """settings.os_vars_file (the lookup gpufleet.fleet.os_vars and the run-once judgement): <distribution>-<major>,
+    then <distribution>, then <os_family>; '' where none exists."""
+    from ansible_collections.gpufleet.fleet.plugins.module_utils.settings import os_vars_file
+
+    ubuntu = {"distribution": "Ubuntu", "distribution_major_version": "22", "os_family": "Debian"}
+    assert os_vars_file(str(tmp_path), ubuntu) == ""
+    (tmp_path / "Debian.yml").write_text("{}\n")
+    assert os_vars_file(str(tmp_path), ubuntu) == str(tmp_path / "Debian.yml")
+    (tmp_path / "Ubuntu.yml").write_text("{}\n")
+    assert os_vars_file(str(tmp_path), ubuntu) == str(tmp_path / "Ubuntu.yml")
+    (tmp_path / "Ubuntu-22.yml").write_text("{}\n")
+    assert os_vars_file(str(tmp_path), ubuntu) == str(tmp_path / "Ubuntu-22.yml")
+    assert os_vars_file(str(tmp_path), {}) == ""
