@@ -27,7 +27,7 @@ from ansible.errors import AnsibleError
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.gpufleet.fleet.plugins.module_utils.controller_action import lookup_value
-from ansible_collections.gpufleet.fleet.plugins.module_utils.wheel_plan import refusal, wheel_plan
+from ansible_collections.gpufleet.fleet.plugins.module_utils.wheel_plan import refusal, script_output, wheel_plan
 
 ARGUMENT_SPEC = {
     "python": {"type": "str", "required": True},
@@ -156,12 +156,8 @@ class ActionModule(ActionBase):
 def shareable(result: Any) -> dict[str, Any] | None:
     """What other hosts of the group take from this host's script result: pip's run, its report's version and the
     wheels to install; None where pip did not resolve the set (each host then tries its own)."""
-    lines = [line for line in str((result or {}).get("stdout") or "").splitlines() if line.strip()]
-    try:
-        out = json.loads(lines[-1]) if (result or {}).get("rc") == 0 and lines else None
-    except ValueError:
-        return None
-    if not isinstance(out, dict) or out.get("skipped") or not out.get("install"):
+    out = script_output(result)
+    if out is None or out.get("skipped") or not out.get("install"):
         return None
     pip = out.get("pip") or {}
     if pip.get("rc") != 0 or pip.get("stopped_download"):

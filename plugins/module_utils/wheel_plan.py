@@ -316,6 +316,18 @@ class _Plan:
         )
 
 
+def script_output(result: Any) -> Mapping[str, Any] | None:
+    """The plan script's JSON line from its registered result (ansible.builtin.command's), None where it did not run
+    to its end (rc, no JSON)."""
+    result = result if isinstance(result, Mapping) else {}
+    lines = [line for line in str(result.get("stdout") or "").splitlines() if line.strip()]
+    try:
+        out = json.loads(lines[-1]) if lines else None
+    except ValueError:
+        return None
+    return out if result.get("rc") == 0 and isinstance(out, Mapping) else None
+
+
 def wheel_plan(result: Any, context: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Judge a node's wheel plan: the registered result of pytorch_wheel_plan.py (wheel_plan.yml)."""
     context = context or {}
@@ -324,12 +336,8 @@ def wheel_plan(result: Any, context: Mapping[str, Any] | None = None) -> dict[st
     # gpufleet.fleet.wheel_plan resolves once per such group); '' where this host did.
     plan["resolved_on"] = str(context.get("resolved_on") or "")
     result = result if isinstance(result, Mapping) else {}
-    lines = [line for line in str(result.get("stdout") or "").splitlines() if line.strip()]
-    try:
-        out = json.loads(lines[-1]) if lines else None
-    except ValueError:
-        out = None
-    if result.get("rc") != 0 or not isinstance(out, Mapping):
+    out = script_output(result)
+    if out is None:
         tail = (str(result.get("stderr") or "").strip().splitlines() or [str(result.get("msg") or "no output")])[-1]
         plan["warnings"].append(
             f"the wheel plan did not run (rc {result.get('rc')}: {tail[:300]}); the hosts of the wheels were not "
