@@ -308,6 +308,24 @@ def test_pip_option_values_in_both_spellings():
     assert plan_script.option_values(args, "--cert") == []
 
 
+def test_the_tls_context_is_made_once_per_distinct_pip_options(wheels, monkeypatch):
+    """Loading the CA bundle costs ~30 ms of CPU a time: a wheel set's HEADs share one context per combination of
+    --cert, --client-cert and --trusted-host, and a trusted host's context does not verify."""
+    made = []
+    create = plan_script.ssl.create_default_context
+    monkeypatch.setattr(plan_script.ssl, "create_default_context", lambda **kw: made.append(kw) or create(**kw))
+    monkeypatch.setattr(plan_script, "TLS_CONTEXTS", {})
+    with WheelSource(wheels) as source:
+        urls = [source.url("/files/" + TOP_WHEEL)] * 6
+        answers = plan_script.fetch_all(urls, [], 5)
+        plan_script.fetch_all(urls, ["--trusted-host", "127.0.0.1"], 5)
+    assert [a["status"] for a in answers] == [200] * 6
+    assert made == [{"cafile": None}, {"cafile": None}]
+    trusted = plan_script.tls_context(None, None, True)
+    assert (trusted.verify_mode, trusted.check_hostname) == (plan_script.ssl.CERT_NONE, False)
+    assert plan_script.tls_context(None, None, False).verify_mode == plan_script.ssl.CERT_REQUIRED
+
+
 def test_fetch_answers(wheels):
     """HEAD per file: 200, 404, a closed port, a server that refuses HEAD (GET of one byte instead), a redirect."""
     dead = f"http://127.0.0.1:{closed_port()}/files/"
