@@ -10,10 +10,14 @@ several hosts said once naming them, and only the wrong hosts stopped.
 from __future__ import annotations
 
 import copy
+import json
+import re
+import tempfile
+from pathlib import Path
 
 import role_run
 import yaml
-from conftest import FAKE_FACTS, REPO_ROOT
+from conftest import FAKE_FACTS, REPO_ROOT, ansible_playbook
 
 from ansible_collections.gpufleet.fleet.plugins.module_utils.settings import INSTALL_PLAY
 
@@ -244,3 +248,34 @@ def test_the_container_probe_reads_play_1_s_judgement_as_validate_would_resolve_
     # Each host its own: the mirror of node-2, the public repository of node-1.
     assert outcome["node-2"]["probe_reads"].startswith("http://mirror.example.com/")
     assert not outcome["node-1"]["probe_reads"].startswith("http://mirror.example.com/")
+
+
+def test_play_1_gathers_every_fact_the_roles_read_and_no_more():
+    """Play 1 gathers the minimal subset and the virtualization (issue 30: a cheaper setup on each host and smaller
+    variables in every later task): every ansible_facts key the roles, the playbooks and the plugins read must be
+    in what setup gathers so, on this machine, except the RAM, which preflight's module reads where the play did
+    not gather it (host_facts.memtotal_mb); Slurm's node lines read the CPU topology in services.yml's plays, which
+    gather every fact again."""
+    assert PLAY_1["gather_subset"] == ["min", "virtual"]
+    services = yaml.safe_load((REPO_ROOT / "playbooks" / "services.yml").read_text())
+    slurm = next(play for play in services if play["name"] == "Slurm")
+    assert slurm["gather_facts"] is True and "gather_subset" not in slurm
+    read = set()
+    for folder in ("roles", "playbooks", "plugins"):
+        for path in (REPO_ROOT / folder).rglob("*"):
+            if path.suffix in (".yml", ".j2", ".py") and path.is_file():
+                read |= set(re.findall(r"ansible_facts(?:\[['\"]|\.)(\w+)", path.read_text()))
+    assert {"distribution", "kernel", "hostname", "architecture", "virtualization_role"} <= read
+    with tempfile.TemporaryDirectory() as tmp:
+        play = {
+            "hosts": "localhost",
+            "connection": "local",
+            "vars": {"ansible_python_interpreter": "{{ ansible_playbook_python }}"},
+            "gather_facts": True,
+            "gather_subset": PLAY_1["gather_subset"],
+            "tasks": [{"ansible.builtin.copy": {"content": "{{ ansible_facts | to_json }}", "dest": f"{tmp}/facts"}}],
+        }
+        run = ansible_playbook(Path(tmp), [play])
+        assert run.returncode == 0, run.stdout + run.stderr
+        gathered = set(json.loads(Path(tmp, "facts").read_text()))
+    assert read - gathered == {"memtotal_mb"}
