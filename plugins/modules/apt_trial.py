@@ -161,7 +161,7 @@ EXAMPLES = r"""
 - name: Try the source (read-only)
   gpufleet.fleet.apt_trial:
     sources_file: /etc/apt/sources.list.d/gpufleet-cuda.sources
-    sources_text: "{{ lookup('ansible.builtin.template', 'source.sources.j2') }}"
+    sources_text: "{{ lookup('gpufleet.fleet.role_template', 'source.sources.j2') }}"
     package: cuda-toolkit-12-1
     version_regex: '^12\.1\.1-1$'
     release_url: https://mirror.example/cuda/Release
