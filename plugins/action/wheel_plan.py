@@ -112,7 +112,8 @@ class ActionModule(ActionBase):
 
     def _group_key(self, pip: dict[str, Any], args: dict[str, Any], task_vars: dict[str, Any]) -> str:
         """What pip's resolution depends on, as one hash: this task, the interpreter (its path, version and machine),
-        the OS (its C library's release), the requirements, pip's arguments, the task's environment, the pip."""
+        the OS (its distribution, version and architecture), the requirements, pip's arguments, the task's
+        environment, the pip."""
         facts = task_vars.get("ansible_facts") or {}
         environment = self._templar.template(self._task.environment) if self._task.environment else []
         parts = [
