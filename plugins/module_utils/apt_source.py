@@ -11,6 +11,8 @@ and the standard library):
 * ``apt_source_plan``: the files entry point main removes before it writes a source;
 * ``apt_source_conflict``: why a role's claim on a repository cannot share its file with another role's;
 * ``apt_stanzas``: package stanzas of ``apt-cache show`` text;
+* ``trial_arguments``: the module's arguments for entry point trial, from the source and the entry point's inputs
+  (the action gpufleet.fleet.apt_source_trial, on the controller);
 * ``trial_fact``: the fact ``apt_source_trial`` from what the host answered (apt_source's entry point trial).
 """
 
@@ -323,6 +325,72 @@ def _problem(asked, source, reason):
         )
     signer = source["key_url"] or source["keyring_deb_url"] or source["keyring"]
     return "apt rejects %s %s%s signed by %s: %s" % (description, url, url_name, signer, reason)
+
+
+def trial_arguments(source, inputs, host):
+    """The arguments of the module apt_trial for apt_source's entry point trial, but for the texts read from the
+    role's files (sources_text, script, plan_script and the environment's TRIAL_PREFERENCES: the action
+    gpufleet.fleet.apt_source_trial renders and reads those).
+
+    ``source``: the source as the role's variables give it from apt_source_repository (caller, name, description,
+    url, suites, components, architectures, keyring, key_url, keyring_deb_url, managed) and its paths
+    (sources_file, records_dir, preferences_dir); ``inputs``: the entry point's other inputs (package, version,
+    version_name, url_name, keyring_name, setting_names, show_packages, simulate_packages, simulate_release,
+    simulate_pins); ``host``: the inventory name the messages give.
+    """
+    url = re.sub(r"/+$", "", source["url"])
+    suites = source["suites"]
+    version = inputs["version"]
+    return {
+        "sources_file": source["sources_file"],
+        "managed": source["managed"],
+        "package": inputs["package"],
+        # An offered version is the one asked for when it is equal to it, or when the version asked for is its
+        # upstream part (535.261.03 is 535.261.03-1~deb12u1); an epoch is ignored.
+        "version_regex": "^([0-9]+:)?%s(-[^-]*)?$" % re.escape(version) if version else "",
+        "keyring": source["keyring"],
+        # Signed by a key fetched or a keyring package unpacked, else by a keyring on the host.
+        "look_for_keyring": not source["key_url"] and not source["keyring_deb_url"],
+        # A flat repository (suites ["/"]) has its Release file at its root.
+        "release_url": url + ("/Release" if suites == ["/"] else "/dists/%s/Release" % suites[0]),
+        "key_url": source["key_url"],
+        "records_dir": source["records_dir"],
+        "show_packages": inputs["show_packages"],
+        "source": {
+            "name": source["name"],
+            "caller": source["caller"],
+            "description": source["description"],
+            "url": source["url"],
+            "url_name": inputs["url_name"],
+            "keyring_name": inputs["keyring_name"],
+            "keyring_deb_url": source["keyring_deb_url"],
+            "version": version,
+            "version_name": inputs["version_name"],
+            "host": host,
+        },
+        # What another role must give alike to share the repository's one source file (apt_source_conflict).
+        "claim": {
+            "name": source["name"],
+            "caller": source["caller"],
+            "description": source["description"],
+            "url": url,
+            "suites": suites,
+            "components": source["components"],
+            "architectures": source["architectures"],
+            "keyring": source["keyring"],
+            "key_url": source["key_url"],
+            "settings": inputs["setting_names"],
+        },
+        "environment": {
+            "TRIAL_SHOW_VERSION": re.sub(r"^[0-9]+:", "", version),
+            "TRIAL_SIMULATE": " ".join(inputs["simulate_packages"]),
+            "TRIAL_RELEASE": " ".join(inputs["simulate_release"]),
+            # The host's own files of the pins simulated, which TRIAL_PREFERENCES stands in for.
+            "TRIAL_OWN_PREFERENCES": " ".join(
+                "%s/gpufleet-%s.pref" % (source["preferences_dir"], pin["name"]) for pin in inputs["simulate_pins"]
+            ),
+        },
+    }
 
 
 def trial_fact(asked, source):

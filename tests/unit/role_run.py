@@ -57,6 +57,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from ansible.module_utils.parsing.convert_bool import boolean
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ROLES_DIR = REPO_ROOT / "roles"
@@ -372,9 +373,11 @@ def apt_source_capture(
     the loop of its own template task. ``trial_file``: the task file of the
     role's include of entry point trial, whose ``vars`` join main's (the
     inputs both take must be given alike, checked): ``trial_claim`` is then
-    the claim the trial makes on the repository (the ``claim`` trial.yml's
-    module task gives, which refuses another role's different claim),
-    templated as there.
+    the claim the trial makes on the repository (the ``claim`` the action
+    gpufleet.fleet.apt_source_trial gives the module, which refuses another
+    role's different claim): the action's inputs and the role's variables it
+    reads, captured as trial.yml gives them, and the claim derived from them
+    as the action derives it (trial_arguments, after the run).
     ``also``: more values to capture in the same task (one task less per
     host), not reading the include's names.
     """
@@ -390,14 +393,33 @@ def apt_source_capture(
         f"{prefix}sources_file": "{{ __apt_source_sources_file }}",
     }
     if trial_file is not None:
+        # After init_plugin_loader (the collection's imports).
+        from ansible_collections.gpufleet.fleet.plugins.action import apt_source_trial
+
         trial_vars = apt_source_include(role, trial_file, "trial")["vars"]
         differ = [name for name in set(trial_vars) & set(task_vars) if trial_vars[name] != task_vars[name]]
         assert differ == [], f"roles/{role} gives apt_source's trial and main these inputs differently: {differ}"
         task_vars.update(trial_vars)
-        values["trial_claim"] = role_task("apt_source", "trial.yml", "Try the source")["gpufleet.fleet.apt_trial"][
-            "claim"
-        ]
+        values["__trial_arguments"] = {
+            "inputs": role_task("apt_source", "trial.yml", "Try the source")["gpufleet.fleet.apt_source_trial"],
+            "source": {
+                **{part: f"{{{{ apt_source_{part} }}}}" for part in apt_source_trial.PARTS},
+                **{key: f"{{{{ {name} }}}}" for key, name in apt_source_trial.PATHS.items()},
+            },
+        }
     return capture(values, vars=task_vars, name=f"Capture what {role} gives apt_source")
+
+
+def _trial_claim(given: Mapping[str, Any]) -> dict[str, Any]:
+    """The claim apt_source's trial makes, from what apt_source_capture captured: as the action derives it."""
+    from ansible_collections.gpufleet.fleet.plugins.action import apt_source_trial
+    from ansible_collections.gpufleet.fleet.plugins.module_utils import apt_source
+
+    source = {**given["source"], "managed": boolean(given["source"]["managed"], strict=False)}
+    inputs = {name: value for name, value in given["inputs"].items() if name in apt_source_trial.ARGUMENT_SPEC}
+    for name, spec in apt_source_trial.ARGUMENT_SPEC.items():
+        inputs.setdefault(name, spec.get("default"))
+    return apt_source.trial_arguments(source, inputs, "")["claim"]
 
 
 def _strings(value: Any) -> Iterable[str]:
@@ -706,6 +728,8 @@ def _run_here(
             captured: dict[str, Any] = {}
             for n in range(len(after)):
                 captured.update(facts.pop(f"__role_run_capture_{n}", None) or {})
+            if "__trial_arguments" in captured:
+                captured["trial_claim"] = _trial_claim(captured.pop("__trial_arguments"))
             stop = facts.pop("__role_run_stop", None)
             # The failure the rescue recorded is the stop; any other is an error of the run.
             errors = [
