@@ -38,6 +38,25 @@ options:
     description: File name of the three files, without extension or directory.
     type: str
     default: fleet-report
+  history_keep:
+    description: Runs the history beside the report keeps (C(history/fleet-history.jsonl) under O(out_dir)); 0 for no
+      history, otherwise at least O(repeat_runs).
+    type: int
+    default: 20
+  repeat_failures:
+    description: A node that failed (or was unreachable) in at least this many of its last O(repeat_runs) runs is a
+      repeat offender; at most O(repeat_runs).
+    type: int
+    default: 2
+  repeat_runs:
+    description: The runs of a node the repeat-offender rule counts (those that included it).
+    type: int
+    default: 3
+  outlier_fraction:
+    description: A node whose measured figure is more than this fraction below the median of the nodes with the same
+      GPU model is an outlier (3 such nodes or more); above 0, below 1.
+    type: float
+    default: 0.1
 author:
   - gpufleet maintainers (@gpufleet)
 """

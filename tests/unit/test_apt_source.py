@@ -215,6 +215,137 @@ def test_the_source_is_one_input_whose_parts_the_role_derives():
     ]
 
 
+def test_the_trial_action_takes_the_entry_points_inputs_and_reads_every_part_of_the_source():
+    """trial.yml gives the action gpufleet.fleet.apt_source_trial each input of entry point trial once (the source as
+    one value, apt_source_repository), under the option's name without apt_source_, of the option's type and default;
+    the action reads every part of the source through the role's own variables (vars/main.yml, the defaults above)."""
+    from ansible_collections.gpufleet.fleet.plugins.action import apt_source_trial
+
+    options = SPECS["trial"]["options"]
+    assert apt_source_trial.PARTS == tuple(options["apt_source_repository"]["options"])
+    given = role_run.role_task("apt_source", "trial.yml", "Try the source")["gpufleet.fleet.apt_source_trial"]
+    assert set(given) == set(apt_source_trial.ARGUMENT_SPEC)
+    assert given.pop("claims") == "{{ apt_source_trial.claims | default([]) }}"
+    for name, expression in given.items():
+        option, spec = options[f"apt_source_{name}"], apt_source_trial.ARGUMENT_SPEC[name]
+        default = "" if option.get("required") else " | default(%s)" % repr(option["default"])
+        assert expression == "{{ apt_source_%s%s }}" % (name, default), name
+        assert (spec["type"], spec.get("elements"), spec.get("required", False), spec.get("default")) == (
+            option["type"],
+            option.get("elements"),
+            option.get("required", False),
+            option.get("default"),
+        ), name
+    # Every input of the entry point reaches the action.
+    assert {f"apt_source_{name}" for name in apt_source_trial.ARGUMENT_SPEC if name != "claims"} == set(options)
+
+
+TRIAL_SOURCE = {
+    "caller": "cuda",
+    "name": "cuda",
+    "description": "NVIDIA's CUDA repository",
+    "url": "https://mirror.example.com/cuda//",
+    "suites": ["/"],
+    "components": [],
+    "architectures": ["amd64"],
+    "keyring": "/usr/share/keyrings/cuda-archive-keyring.gpg",
+    "key_url": "",
+    "keyring_deb_url": "https://mirror.example.com/cuda/cuda-keyring_1.1-1_all.deb",
+    "managed": True,
+    "sources_file": "/etc/apt/sources.list.d/gpufleet-mirror.example.com-cuda.sources",
+    "records_dir": "/var/lib/gpufleet/apt-sources",
+    "preferences_dir": "/etc/apt/preferences.d",
+}
+TRIAL_INPUTS = {
+    "package": "cuda-toolkit-12-1",
+    "version": "12.1.1-1",
+    "version_name": "the toolkit of cuda_release 12.1",
+    "url_name": "cuda_repository_url",
+    "keyring_name": "cuda_repository_keyring",
+    "setting_names": {"url": "cuda_repository_url"},
+    "show_packages": [],
+    "simulate_packages": [],
+    "simulate_release": [],
+    "simulate_pins": [],
+}
+
+
+def test_the_trial_arguments_of_a_flat_repository_signed_by_a_keyring_package():
+    """apt_source.trial_arguments (the action's derivation, plain Python): the Release file at a flat repository's
+    root, the URL's trailing slashes dropped from the claim and the Release URL but kept where the message quotes it,
+    no keyring looked for on the host (the keyring package brings it)."""
+    args = apt_source.trial_arguments(TRIAL_SOURCE, TRIAL_INPUTS, "node1")
+    assert args["release_url"] == "https://mirror.example.com/cuda/Release"
+    assert args["claim"]["url"] == "https://mirror.example.com/cuda"
+    assert args["source"]["url"] == TRIAL_SOURCE["url"]
+    assert args["look_for_keyring"] is False
+    assert args["source"]["keyring_deb_url"] == TRIAL_SOURCE["keyring_deb_url"]
+    assert args["source"]["host"] == "node1"
+    assert args["claim"]["settings"] == {"url": "cuda_repository_url"}
+    assert args["environment"] == {
+        "TRIAL_SHOW_VERSION": "12.1.1-1",
+        "TRIAL_SIMULATE": "",
+        "TRIAL_RELEASE": "",
+        "TRIAL_OWN_PREFERENCES": "",
+    }
+    # The module takes every argument the derivation gives (its own spec would refuse another).
+    module = role_run.REPO_ROOT / "plugins" / "modules" / "apt_trial.py"
+    documented = yaml.safe_load(re.search(r'DOCUMENTATION = r"""(.*?)"""', module.read_text(), re.S)[1])["options"]
+    assert set(args) <= set(documented), sorted(set(args) - set(documented))
+
+
+def test_the_trial_arguments_of_a_suite_repository_with_a_key_url_and_simulated_pins():
+    source = {
+        **TRIAL_SOURCE,
+        "url": "http://archive.ubuntu.com/ubuntu",
+        "suites": ["jammy-updates", "jammy-security"],
+        "components": ["restricted"],
+        "key_url": "http://archive.example.com/key.asc",
+        "keyring_deb_url": "",
+    }
+    inputs = {
+        **TRIAL_INPUTS,
+        "version": "1:535.261.03",
+        "simulate_packages": ["nvidia-driver-535-server=535.261.03-*", "nvidia-dkms-535-server"],
+        "simulate_release": ["nvidia-driver-535-server"],
+        "simulate_pins": [{"name": "nvidia-driver", "packages": ["nvidia-driver-535-server"], "version": "535.261.03-*"}],
+    }
+    args = apt_source.trial_arguments(source, inputs, "node1")
+    # The first suite's Release file.
+    assert args["release_url"] == "http://archive.ubuntu.com/ubuntu/dists/jammy-updates/Release"
+    assert args["look_for_keyring"] is False and args["key_url"] == source["key_url"]
+    assert args["environment"] == {
+        "TRIAL_SHOW_VERSION": "535.261.03",
+        "TRIAL_SIMULATE": "nvidia-driver-535-server=535.261.03-* nvidia-dkms-535-server",
+        "TRIAL_RELEASE": "nvidia-driver-535-server",
+        "TRIAL_OWN_PREFERENCES": "/etc/apt/preferences.d/gpufleet-nvidia-driver.pref",
+    }
+    # Neither a key URL nor a keyring package: the keyring must be on the host.
+    assert apt_source.trial_arguments({**source, "key_url": ""}, inputs, "node1")["look_for_keyring"] is True
+
+
+@pytest.mark.parametrize(
+    ("version", "offered", "counts"),
+    [
+        ("535.261.03", "535.261.03-1~deb12u1", True),  # the upstream part of a Debian build
+        ("535.261.03", "535.261.03-0ubuntu1", True),
+        ("535.261.03", "1:535.261.03-1", True),  # an epoch is ignored
+        ("535.261.03", "535.261.031-1", False),
+        ("535.261.03", "535.261.03-1-2", False),  # one revision only
+        ("535.261.03", "535x261.03-1", False),  # dots are literal
+        ("12.1.1-1", "12.1.1-1", True),
+        ("12.1.1-1", "12.1.1-10", False),
+    ],
+)
+def test_the_versions_that_count_as_the_one_asked_for(version, offered, counts):
+    regex = apt_source.trial_arguments(TRIAL_SOURCE, {**TRIAL_INPUTS, "version": version}, "node1")["version_regex"]
+    assert bool(re.match(regex, offered)) is counts
+
+
+def test_no_version_asked_for_counts_any():
+    assert apt_source.trial_arguments(TRIAL_SOURCE, {**TRIAL_INPUTS, "version": ""}, "node1")["version_regex"] == ""
+
+
 @pytest.mark.parametrize("entry_point", ["main", "trial", "hold"])
 def test_ansible_refuses_an_entry_point_without_its_inputs(tmp_path, entry_point):
     """An inline localhost play includes apt_source with no input: the spec check fails, and no task of the role

@@ -286,6 +286,8 @@ def test_a_size_list_without_one_node_has_no_cost_per_added_node():
         (["--sizes", "1,111"], "--sizes: node counts from 1 to 110"),
         (["--runs", "0"], "--sizes: node counts from 1 to 110"),
         (["--plays", "verify,play2"], "--plays: some of verify, play 1"),
+        (["--plays", ""], "or none with --rerun N >= 1"),
+        (["--plays", "", "--rerun", "-1"], "or none with --rerun N >= 1"),
     ],
 )
 def test_bad_arguments_are_refused_before_any_node_starts(argv, message, capsys, monkeypatch, tmp_path):
@@ -294,6 +296,42 @@ def test_bad_arguments_are_refused_before_any_node_starts(argv, message, capsys,
     (tmp_path / "hosts.yml").write_text("{}")
     assert scale.main(argv) == 2
     assert message in capsys.readouterr().err
+
+
+# PLAY RECAP of a converged re-run of site.yml on the lab (2026-12-05), node-1's changed count edited to 2.
+RECAP = """PLAY RECAP *********************************************************************
+gpufleet-head              : ok=44   changed=0    unreachable=0    failed=0    skipped=22   rescued=0    ignored=0
+gpufleet-node-1            : ok=168  changed=2    unreachable=0    failed=0    skipped=89   rescued=0    ignored=0
+gpufleet-node-2            : ok=145  changed=0    unreachable=0    failed=0    skipped=83   rescued=0    ignored=0
+localhost                  : ok=5    changed=0    unreachable=0    failed=0    skipped=3    rescued=0    ignored=0
+"""
+
+
+def test_the_changed_tasks_are_those_of_the_recap():
+    assert scale.changed_tasks(RECAP) == 2
+    assert scale.changed_tasks(RECAP.replace("changed=2", "changed=0")) == 0
+    # A task's output that says changed= is not the recap.
+    assert scale.changed_tasks("ok: [gpufleet-node-1] => changed=5\n" + RECAP) == 2
+
+
+def test_the_converged_rerun_is_reported_a_node_before_and_after():
+    """--rerun: the medians of the runs of each tree, per node of the lab, and the goal of halving."""
+    runs = [
+        run("rerun", 3, 140.0, 66.0, changed=0),
+        run("rerun", 3, 130.0, 60.0, variant="before", commit="092b511", changed=0),
+        run("rerun", 3, 150.0, 63.0, changed=0),
+        run("rerun", 3, 135.0, 58.0, variant="before", commit="092b511", changed=0),
+        run("rerun", 3, 120.0, 30.0, changed=1),
+        run("rerun", 3, 131.0, 61.0, variant="before", commit="092b511", changed=0),
+    ]
+    text = scale.report({"date": "d", "machine": "m", "rerun_runs": runs})
+    assert "  before (092b511): 20.00 controller CPU s a node (3 nodes; runs 60.0, 58.0, 61.0 CPU s)" in text
+    assert "  this tree: 21.00 controller CPU s a node (3 nodes; runs 66.0, 63.0, 30.0 CPU s)" in text
+    assert "changed tasks [0, 1]" in text
+    assert "  after / before: 1.05 (goal: 0.5 or less: NOT met)" in text
+    # Beside the light nodes' table too.
+    assert "converged re-run of site.yml" in scale.report({**results([run("verify", 1, 5.0, 3.0)]), "rerun_runs": runs})
+    assert "converged re-run" not in scale.report(results([run("verify", 1, 5.0, 3.0)]))
 
 
 def test_tasks_per_host_counts_one_hosts_results_and_includes():

@@ -30,7 +30,13 @@ At the largest size it also runs both plays from the tree before the tuning
 (a git worktree of ``BEFORE_COMMIT``; docs/scale.md says what changed) for a
 before/after in the same run, and
 verify with 3 nodes failing for two reasons (two with a forged driver/library
-mismatch, one stopped), printing the report's lead. Results also go to
+mismatch, one stopped), printing the report's lead.
+
+With ``--rerun N`` (``--plays ''`` for it alone), the converged re-run of
+site.yml on the lab's own nodes, N times from this tree and from the tree
+before in turn: its controller CPU a node before and after (issue 30's goal:
+half), its wall time and changed tasks. The lab must be converged by this
+tree first (``make run``). Results also go to
 reports/bench/scale-<UTC time>.json.
 """
 
@@ -51,6 +57,8 @@ import threading
 import time
 from pathlib import Path
 
+import yaml
+
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "e2e"))
 from conftest import (  # noqa: E402 (tests/e2e is on sys.path from the line above)
@@ -67,6 +75,9 @@ sys.path.insert(0, str(REPO / "tools" / "bench"))
 import results as results_file  # noqa: E402 (tools/bench is on sys.path from the line above)
 
 PLAYS = {"verify": "playbooks/verify.yml", "play 1": "playbooks/check.yml"}
+# The converged re-run (--rerun): site.yml on the lab's own nodes, converged by `make run`.
+RERUN = "rerun"
+PLAYBOOKS = {**PLAYS, RERUN: "site.yml"}
 # Targets of issue 17 (ratios from one run): verify on 100 nodes <= 10 x one node and on 10 <= 3 x; the
 # controller's peak memory on 100 nodes <= 1.5 GB. Of issue 30: play 1 on 100 <= 10 x one node (issue 17's 15 x
 # before), at most 12 tasks a host, at most 1.0 controller CPU s per added node.
@@ -313,6 +324,11 @@ def tasks_per_typical_host(output: str) -> int:
     return counts[(len(counts) - 1) // 2] if counts else 0
 
 
+def changed_tasks(output: str) -> int:
+    """The changed tasks of all hosts (PLAY RECAP's changed=N): a converged re-run changes nothing."""
+    return sum(int(n) for n in re.findall(r"^\S+\s+:\s.*\bchanged=(\d+)", output, re.M))
+
+
 def measure(
     play: str, inventory: Path, workdir: Path, cgroups: dict, env: dict | None = None, repo: Path = REPO
 ) -> dict:
@@ -324,7 +340,7 @@ def measure(
         str(Path(sys.executable).parent / "ansible-playbook"),
         "-i",
         str(inventory),
-        PLAYS[play],
+        PLAYBOOKS[play],
         "-e",
         json.dumps({"gpu_verify_report_dir": str(reports)}),
     ]
@@ -374,6 +390,7 @@ def measure(
         "env": env or {},
         "tasks_per_host": tasks_per_host(output),
         "tasks_per_typical_host": tasks_per_typical_host(output),
+        "changed": changed_tasks(output),
     }
     if play == "verify":
         report = reports / "fleet-report.json"
@@ -465,6 +482,68 @@ def run_benchmark(
     return results
 
 
+def lab_nodes() -> list[str]:
+    """The lab's own nodes (its inventory; each a container of that name)."""
+    groups = yaml.safe_load((LAB_INVENTORY / "hosts.yml").read_text())["all"]["children"]
+    return sorted({name for group in groups.values() for name in group.get("hosts") or {}})
+
+
+def run_rerun(runs: int, compare: str, root: Path) -> list[dict]:
+    """The converged re-run of site.yml on the lab's own nodes, this tree and the tree before in turn (a pair a run,
+    so that both see the machine alike); the lab must be converged (`make run`) by this tree."""
+    names = lab_nodes()
+    cgroups = {name: cgroup_cpu_file(name) for name in names}
+    variants = [("tuned", REPO)]
+    if compare:
+        variants.append(("before", worktree(compare, root / "before-rerun")))
+    out = []
+    try:
+        for run in range(runs):
+            for variant, repo in variants:
+                result = measure(RERUN, LAB_INVENTORY, root / f"rerun-{variant}-{run}", cgroups, repo=repo)
+                result.update(variant=variant, commit=compare if variant == "before" else "")
+                out.append(result)
+                log(describe(result) + f", {result['changed']} changed")
+    finally:
+        if compare:
+            subprocess.run(["git", "worktree", "remove", "--force", str(root / "before-rerun")], cwd=REPO, check=False)
+    return out
+
+
+def report_rerun(runs: list[dict]) -> list[str]:
+    """The converged re-run's controller CPU a node, before and after (medians of the runs)."""
+    lines = []
+    by_variant = {variant: [r for r in runs if r["variant"] == variant] for variant in ("before", "tuned")}
+    figures = {}
+    for variant, group in by_variant.items():
+        if group:
+            nodes = group[0]["nodes"]
+            figures[variant] = {
+                "cpu_per_node": statistics.median(r["controller_cpu_s"] for r in group) / nodes,
+                "wall": statistics.median(r["wall_s"] for r in group),
+                "runs": ", ".join(f"{r['controller_cpu_s']:.1f}" for r in group),
+                "changed": sorted({r["changed"] for r in group}),
+                "failed": [r["rc"] for r in group if r["rc"] != 0],
+                "nodes": nodes,
+            }
+    if not figures:
+        return lines
+    lines += ["", "converged re-run of site.yml on the lab's own nodes (the runs alternate, median shown):"]
+    for variant, label in (("before", f"before ({by_variant['before'][0]['commit']})" if by_variant["before"] else ""),
+                           ("tuned", "this tree")):
+        if variant in figures:
+            f = figures[variant]
+            lines.append(
+                f"  {label}: {f['cpu_per_node']:.2f} controller CPU s a node ({f['nodes']} nodes; runs {f['runs']}"
+                f" CPU s), {f['wall']:.1f} s wall, changed tasks {f['changed']}"
+                + (f", FAILED rc {f['failed']}" if f["failed"] else "")
+            )
+    if {"before", "tuned"} <= set(figures):
+        ratio = figures["tuned"]["cpu_per_node"] / figures["before"]["cpu_per_node"]
+        lines.append(f"  after / before: {ratio:.2f} (goal: 0.5 or less: {'met' if ratio <= 0.5 else 'NOT met'})")
+    return lines
+
+
 def worktree(commit: str, path: Path) -> Path:
     """A checkout of commit at path (git worktree), linked as the collection gpufleet.fleet as `make venv`
     links a clone, so that its playbooks run its own roles and plugins."""
@@ -519,8 +598,10 @@ def median_runs(runs: list[dict], play: str, variant: str = "tuned") -> dict:
 
 
 def report(results: dict) -> str:
-    lines = [
-        f"Scale benchmark, {results['date']}, {results['machine']}",
+    head = [f"Scale benchmark, {results['date']}, {results['machine']}"]
+    if not results.get("runs"):
+        return "\n".join(head + report_rerun(results.get("rerun_runs", [])))
+    lines = head + [
         f"light nodes: {results['node_memory_bytes']['median'] / 2**20:.1f} MiB each at boot (median; max "
         f"{results['node_memory_bytes']['max'] / 2**20:.1f} MiB), {results['node_memory_after_bytes'] / 2**20:.1f}"
         f" MiB after the runs; {results['start_nodes_s']} s to start {max(results['sizes'])}",
@@ -613,6 +694,7 @@ def report(results: dict) -> str:
             f"rc {failing['rc']}; the report begins:",
         ]
         lines += [f"  {line}" for line in failing.get("report_lead", [])]
+    lines += report_rerun(results.get("rerun_runs", []))
     return "\n".join(lines)
 
 
@@ -639,11 +721,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--plays", default=",".join(PLAYS), help=f"the plays to run, comma-separated (default {','.join(PLAYS)})"
     )
+    parser.add_argument(
+        "--rerun",
+        type=int,
+        default=0,
+        help="runs of the converged re-run of site.yml on the lab's own nodes, this tree and the tree before in turn"
+        " (needs the lab converged by this tree: make run); --plays '' for this alone",
+    )
     parser.add_argument("--out", type=Path, default=REPO / "reports" / "bench")
     args = parser.parse_args(argv)
     plays = tuple(p.strip() for p in args.plays.split(",") if p.strip())
-    if not plays or set(plays) - set(PLAYS):
-        print(f"--plays: some of {', '.join(PLAYS)}; got {args.plays}", file=sys.stderr)
+    if (not plays and args.rerun < 1) or set(plays) - set(PLAYS) or args.rerun < 0:
+        print(f"--plays: some of {', '.join(PLAYS)}, or none with --rerun N >= 1; got {args.plays!r}", file=sys.stderr)
         return 2
     if not (LAB_INVENTORY / "hosts.yml").exists():
         print("the lab is not built: run `make lab` first", file=sys.stderr)
@@ -659,7 +748,10 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("CONTAINERS_CONF", str(REPO / "tests" / "lab" / "files" / "containers.conf"))
     results: dict = {**results_file.header(), "sizes": sizes}
     with tempfile.TemporaryDirectory(prefix="gpufleet-scale-") as tmp:
-        results.update(run_benchmark(sizes, args.runs, args.compare, args.failures, Path(tmp), plays))
+        if plays:
+            results.update(run_benchmark(sizes, args.runs, args.compare, args.failures, Path(tmp), plays))
+        if args.rerun:
+            results["rerun_runs"] = run_rerun(args.rerun, args.compare, Path(tmp))
     return results_file.finish(results, args.out, "scale", report(results))
 
 
