@@ -308,7 +308,9 @@ def test_the_trial_arguments_of_a_suite_repository_with_a_key_url_and_simulated_
         "version": "1:535.261.03",
         "simulate_packages": ["nvidia-driver-535-server=535.261.03-*", "nvidia-dkms-535-server"],
         "simulate_release": ["nvidia-driver-535-server"],
-        "simulate_pins": [{"name": "nvidia-driver", "packages": ["nvidia-driver-535-server"], "version": "535.261.03-*"}],
+        "simulate_pins": [
+            {"name": "nvidia-driver", "packages": ["nvidia-driver-535-server"], "version": "535.261.03-*"}
+        ],
     }
     args = apt_source.trial_arguments(source, inputs, "node1")
     # The first suite's Release file.

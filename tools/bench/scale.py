@@ -529,8 +529,10 @@ def report_rerun(runs: list[dict]) -> list[str]:
     if not figures:
         return lines
     lines += ["", "converged re-run of site.yml on the lab's own nodes (the runs alternate, median shown):"]
-    for variant, label in (("before", f"before ({by_variant['before'][0]['commit']})" if by_variant["before"] else ""),
-                           ("tuned", "this tree")):
+    for variant, label in (
+        ("before", f"before ({by_variant['before'][0]['commit']})" if by_variant["before"] else ""),
+        ("tuned", "this tree"),
+    ):
         if variant in figures:
             f = figures[variant]
             lines.append(
