@@ -21,6 +21,7 @@ from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.gpufleet.fleet.plugins.module_utils.apt_source import trial_arguments
+from ansible_collections.gpufleet.fleet.plugins.module_utils.controller_action import HostAction
 
 ARGUMENT_SPEC = {
     "repository": {"type": "dict", "required": True},
@@ -58,17 +59,11 @@ PATHS = {
 }
 
 
-class ActionModule(ActionBase):
+class ActionModule(HostAction, ActionBase):
     """Derive the trial's arguments on the controller and run the module apt_trial (see the module docstring)."""
 
-    TRANSFERS_FILES = False
-    _supports_check_mode = True
-    _supports_async = False
-
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
-        result = super().run(tmp, task_vars)
-        task_vars = task_vars or {}
-        _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        result, task_vars, args = self.begin(tmp, task_vars, ARGUMENT_SPEC)
         # The role's variables over the source as given: each reads apt_source_repository, rendered once here.
         layer: dict[str, Any] = {"apt_source_repository": args["repository"]}
         variables = collections.ChainMap(layer, task_vars)

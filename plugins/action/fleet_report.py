@@ -56,8 +56,7 @@ class ActionModule(ControllerAction, ActionBase):
     """Collect, judge, render and write the fleet report (see the module docstring)."""
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
-        result = super().run(tmp, task_vars)
-        _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        result, _task_vars, args = self.begin(tmp, task_vars, ARGUMENT_SPEC)
         try:
             basename = file_basename(args["basename"])
         except Exception as error:  # argparse's type error: the same rule as the command line's

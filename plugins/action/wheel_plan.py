@@ -26,7 +26,7 @@ from ansible import constants as C
 from ansible.errors import AnsibleError
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.gpufleet.fleet.plugins.module_utils.controller_action import lookup_value
+from ansible_collections.gpufleet.fleet.plugins.module_utils.controller_action import HostAction, lookup_value
 from ansible_collections.gpufleet.fleet.plugins.module_utils.wheel_plan import refusal, script_output, wheel_plan
 
 ARGUMENT_SPEC = {
@@ -56,18 +56,12 @@ def not_run(why: str) -> dict[str, Any]:
     }
 
 
-class ActionModule(ActionBase):
-    """Resolve and judge the wheel plan of one host (see the module docstring)."""
-
-    # The temporary directory is made only where the plan runs (not where the controller's pip cannot serve).
-    TRANSFERS_FILES = False
-    _supports_check_mode = True
-    _supports_async = False
+class ActionModule(HostAction, ActionBase):
+    """Resolve and judge the wheel plan of one host (see the module docstring). The temporary directory is made only
+    where the plan runs (not where the controller's pip cannot serve): HostAction's TRANSFERS_FILES is false."""
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
-        result = super().run(tmp, task_vars)
-        task_vars = task_vars or {}
-        _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        result, task_vars, args = self.begin(tmp, task_vars, ARGUMENT_SPEC)
         try:
             pip = lookup_value(self, "gpufleet.fleet.pip_zipapp", task_vars)
             why = pip["problem"] or ("" if args["python_runs"] else f"{args['python_name']} does not run yet")
