@@ -74,7 +74,10 @@ class ActionModule(HostAction, ActionBase):
         source["managed"] = layer["apt_source_managed"] = boolean(source["managed"], strict=False)
         for key, name in PATHS.items():
             source[key] = layer[name] = templar.resolve_variable_expression(name)
-        module_args = trial_arguments(source, args, str(task_vars.get("inventory_hostname", "")))
+        try:
+            module_args = trial_arguments(source, args, str(task_vars.get("inventory_hostname", "")))
+        except ValueError as error:
+            return {**result, "failed": True, "changed": False, "msg": str(error)}
         # The source and the pins as entry point main writes them (its own templates), for the host's copy and the
         # simulation.
         module_args["sources_text"] = self._role_template(variables, "source.sources.j2", {})

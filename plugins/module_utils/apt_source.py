@@ -340,6 +340,11 @@ def trial_arguments(source, inputs, host):
     """
     url = re.sub(r"/+$", "", source["url"])
     suites = source["suites"]
+    if not suites:
+        raise ValueError(
+            'apt_source: %s gives the source %s no suites (apt_source_repository.suites); a flat repository has ["/"]'
+            % (source["caller"], source["url"])
+        )
     version = inputs["version"]
     return {
         "sources_file": source["sources_file"],

@@ -344,6 +344,14 @@ def test_the_versions_that_count_as_the_one_asked_for(version, offered, counts):
     assert bool(re.match(regex, offered)) is counts
 
 
+def test_a_source_without_suites_is_refused_with_its_caller_named():
+    """The role's spec takes any list; the trial's arguments need a suite (the Release file's place)."""
+    with pytest.raises(
+        ValueError, match=r"^apt_source: cuda gives the source https://mirror.example.com/cuda// no suites"
+    ):
+        apt_source.trial_arguments({**TRIAL_SOURCE, "suites": []}, TRIAL_INPUTS, "node1")
+
+
 def test_no_version_asked_for_counts_any():
     assert apt_source.trial_arguments(TRIAL_SOURCE, {**TRIAL_INPUTS, "version": ""}, "node1")["version_regex"] == ""
 
