@@ -9,7 +9,7 @@ over those values (the lookup gpufleet.fleet.role_template). The module's argume
 
 Before, the task's arguments were Jinja in trial.yml: every reference to a part of the source rendered the
 caller's dict of the source again, and each of its values the caller's judged settings (about 180 renders a trial,
-a seventh of play 1's controller CPU; issue 30, docs/scale.md).
+an eighth of play 1's controller CPU; issue 30, docs/scale.md).
 """
 
 from __future__ import annotations
@@ -81,8 +81,10 @@ class ActionModule(HostAction, ActionBase):
         # The source and the pins as entry point main writes them (its own templates), for the host's copy and the
         # simulation.
         module_args["sources_text"] = self._role_template(variables, "source.sources.j2", {})
-        module_args["environment"]["TRIAL_PREFERENCES"] = "\n".join(
-            self._role_template(variables, "pin.pref.j2", {"__apt_source_pin": pin}) for pin in args["simulate_pins"]
+        # One preferences file's text: its stanzas apart by an empty line, as apt reads them.
+        module_args["environment"]["TRIAL_PREFERENCES"] = "".join(
+            self._role_template(variables, "pin.pref.j2", {"__apt_source_pin": pin}).rstrip("\n") + "\n\n"
+            for pin in args["simulate_pins"]
         )
         module_args["script"] = self._role_file("apt-repository-trial.sh")
         module_args["plan_script"] = self._role_file("apt-source-files.sh") if source["managed"] else ""
