@@ -15,7 +15,7 @@ an eighth of play 1's controller CPU; issue 30, docs/scale.md).
 from __future__ import annotations
 
 import collections
-from typing import Any
+from typing import Any, Callable
 
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
@@ -59,6 +59,15 @@ PATHS = {
 }
 
 
+def read_source(read: Callable[[str], Any]) -> dict[str, Any]:
+    """The source as trial_arguments takes it: its parts and paths read by the role's variable names (``read``: a
+    name to its value, in PARTS' then PATHS' order, so that the paths see the parts), ``managed`` as a bool."""
+    source = {part: read(f"apt_source_{part}") for part in PARTS}
+    source.update((key, read(name)) for key, name in PATHS.items())
+    source["managed"] = boolean(source["managed"], strict=False)
+    return source
+
+
 class ActionModule(HostAction, ActionBase):
     """Derive the trial's arguments on the controller and run the module apt_trial (see the module docstring)."""
 
@@ -68,12 +77,13 @@ class ActionModule(HostAction, ActionBase):
         layer: dict[str, Any] = {"apt_source_repository": args["repository"]}
         variables = collections.ChainMap(layer, task_vars)
         templar = self._templar.copy_with_new_env(available_variables=variables)
-        source: dict[str, Any] = {}
-        for part in PARTS:
-            source[part] = layer[f"apt_source_{part}"] = templar.resolve_variable_expression(f"apt_source_{part}")
-        source["managed"] = layer["apt_source_managed"] = boolean(source["managed"], strict=False)
-        for key, name in PATHS.items():
-            source[key] = layer[name] = templar.resolve_variable_expression(name)
+
+        def read(name: str) -> Any:
+            # Kept in the layer: the next variables and the templates read it as a value, not rendered again.
+            layer[name] = templar.resolve_variable_expression(name)
+            return layer[name]
+
+        source = read_source(read)
         try:
             module_args = trial_arguments(source, args, str(task_vars.get("inventory_hostname", "")))
         except ValueError as error:

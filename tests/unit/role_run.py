@@ -57,7 +57,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from ansible.module_utils.parsing.convert_bool import boolean
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ROLES_DIR = REPO_ROOT / "roles"
@@ -372,12 +371,11 @@ def apt_source_capture(
     and ``<prefix>pins``: [{name, text}] of the pins main writes, selected by
     the loop of its own template task. ``trial_file``: the task file of the
     role's include of entry point trial, whose ``vars`` join main's (the
-    inputs both take must be given alike, checked): ``trial_claim`` is then
-    the claim the trial makes on the repository (the ``claim`` the action
-    gpufleet.fleet.apt_source_trial gives the module, which refuses another
-    role's different claim): the action's inputs and the role's variables it
-    reads, captured as trial.yml gives them, and the claim derived from them
-    as the action derives it (trial_arguments, after the run).
+    inputs both take must be given alike, checked): ``trial_given`` is then
+    what the action gpufleet.fleet.apt_source_trial is given and reads (its
+    inputs as trial.yml templates them, the role's variables of the source),
+    from which trial_claim() derives the claim the trial makes on the
+    repository as the action does.
     ``also``: more values to capture in the same task (one task less per
     host), not reading the include's names.
     """
@@ -400,26 +398,29 @@ def apt_source_capture(
         differ = [name for name in set(trial_vars) & set(task_vars) if trial_vars[name] != task_vars[name]]
         assert differ == [], f"roles/{role} gives apt_source's trial and main these inputs differently: {differ}"
         task_vars.update(trial_vars)
-        values["__trial_arguments"] = {
+        values["trial_given"] = {
             "inputs": role_task("apt_source", "trial.yml", "Try the source")["gpufleet.fleet.apt_source_trial"],
-            "source": {
-                **{part: f"{{{{ apt_source_{part} }}}}" for part in apt_source_trial.PARTS},
-                **{key: f"{{{{ {name} }}}}" for key, name in apt_source_trial.PATHS.items()},
-            },
+            "variables": names(
+                *(f"apt_source_{part}" for part in apt_source_trial.PARTS), *apt_source_trial.PATHS.values()
+            ),
         }
     return capture(values, vars=task_vars, name=f"Capture what {role} gives apt_source")
 
 
-def _trial_claim(given: Mapping[str, Any]) -> dict[str, Any]:
-    """The claim apt_source's trial makes, from what apt_source_capture captured: as the action derives it."""
+def trial_claim(outcome: Outcome) -> dict[str, Any]:
+    """The claim apt_source's trial makes on its repository (the ``claim`` the action gives the module, which
+    refuses another role's different claim), from what apt_source_capture captured as ``trial_given``: the action's
+    own reading of the source (read_source), its argument spec and trial_arguments."""
+    from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+
     from ansible_collections.gpufleet.fleet.plugins.action import apt_source_trial
     from ansible_collections.gpufleet.fleet.plugins.module_utils import apt_source
 
-    source = {**given["source"], "managed": boolean(given["source"]["managed"], strict=False)}
-    inputs = {name: value for name, value in given["inputs"].items() if name in apt_source_trial.ARGUMENT_SPEC}
-    for name, spec in apt_source_trial.ARGUMENT_SPEC.items():
-        inputs.setdefault(name, spec.get("default"))
-    return apt_source.trial_arguments(source, inputs, "")["claim"]
+    given = outcome["trial_given"]
+    source = apt_source_trial.read_source(given["variables"].__getitem__)
+    validated = ArgumentSpecValidator(apt_source_trial.ARGUMENT_SPEC).validate(given["inputs"])
+    assert not validated.error_messages, validated.error_messages
+    return apt_source.trial_arguments(source, validated.validated_parameters, "")["claim"]
 
 
 def _strings(value: Any) -> Iterable[str]:
@@ -728,8 +729,6 @@ def _run_here(
             captured: dict[str, Any] = {}
             for n in range(len(after)):
                 captured.update(facts.pop(f"__role_run_capture_{n}", None) or {})
-            if "__trial_arguments" in captured:
-                captured["trial_claim"] = _trial_claim(captured.pop("__trial_arguments"))
             stop = facts.pop("__role_run_stop", None)
             # The failure the rescue recorded is the stop; any other is an error of the run.
             errors = [

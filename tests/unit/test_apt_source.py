@@ -40,6 +40,7 @@ import role_run
 import yaml
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+from ansible.parsing.plugin_docs import read_docstring
 from conftest import (
     CUDA,
     FAKE_FACTS,
@@ -289,8 +290,7 @@ def test_the_trial_arguments_of_a_flat_repository_signed_by_a_keyring_package():
         "TRIAL_OWN_PREFERENCES": "",
     }
     # The module takes every argument the derivation gives (its own spec would refuse another).
-    module = role_run.REPO_ROOT / "plugins" / "modules" / "apt_trial.py"
-    documented = yaml.safe_load(re.search(r'DOCUMENTATION = r"""(.*?)"""', module.read_text(), re.S)[1])["options"]
+    documented = read_docstring(str(role_run.REPO_ROOT / "plugins" / "modules" / "apt_trial.py"))["doc"]["options"]
     assert set(args) <= set(documented), sorted(set(args) - set(documented))
 
 
@@ -1152,7 +1152,7 @@ def test_two_signed_by_for_one_repository_break_apt_and_are_refused_in_play_1(dr
     assert "E: The list of sources could not be read." in out
 
     assert cud["main_sources_file"] == drv["main_sources_file"]
-    message = filters.apt_source_conflict(cud["trial_claim"], [drv["trial_claim"]], "node1")
+    message = filters.apt_source_conflict(role_run.trial_claim(cud), [role_run.trial_claim(drv)], "node1")
     assert message == (
         f"cuda on node1: NVIDIA's CUDA repository {NVIDIA_UBUNTU2204} is the repository of nvidia_driver too (the "
         f"driver repository): apt reads one source per repository ({UBUNTU2204_SOURCE_FILE}, written for both), and "
@@ -1162,7 +1162,7 @@ def test_two_signed_by_for_one_repository_break_apt_and_are_refused_in_play_1(dr
         "same Signed-By for this repository, or give each its own repository URL. Nothing has been changed."
     )
     # The driver's trial runs first in play 1; had cuda's, the driver's would say the same from its side.
-    assert filters.apt_source_conflict(drv["trial_claim"], [cud["trial_claim"]]).startswith(
+    assert filters.apt_source_conflict(role_run.trial_claim(drv), [role_run.trial_claim(cud)]).startswith(
         "nvidia_driver: the driver repository "
     )
 
@@ -1171,7 +1171,7 @@ def test_the_roles_defaults_and_a_shared_mirror_with_one_key_url_claim_alike(dri
     """No refusal where the roles agree: Ubuntu's defaults; one mirror for both with one key URL (the key goes to the
     repository's keyring file, whichever role fetches it); the lab's two repositories (two URLs, two files)."""
     drv, cud = driver("ubuntu2204", "nvidia"), cuda_config("ubuntu2204")
-    assert filters.apt_source_conflict(cud["trial_claim"], [drv["trial_claim"]]) == ""
+    assert filters.apt_source_conflict(role_run.trial_claim(cud), [role_run.trial_claim(drv)]) == ""
     drv = driver(
         "ubuntu2204",
         "nvidia",
@@ -1180,13 +1180,13 @@ def test_the_roles_defaults_and_a_shared_mirror_with_one_key_url_claim_alike(dri
     )
     cud = cuda_config("ubuntu2204", cuda_repository_url=MIRROR["url"] + "/", cuda_repository_key_url=MIRROR["key"])
     keyring = "/etc/apt/keyrings/gpufleet-mirror.example.com_cuda_ubuntu2204_x86-5f64.asc"
-    assert drv["trial_claim"]["keyring"] == cud["trial_claim"]["keyring"] == keyring
+    assert role_run.trial_claim(drv)["keyring"] == role_run.trial_claim(cud)["keyring"] == keyring
     assert drv["main_source"] == cud["main_source"] and f"\nSigned-By: {keyring}\n" in drv["main_source"]
-    assert filters.apt_source_conflict(cud["trial_claim"], [drv["trial_claim"]]) == ""
+    assert filters.apt_source_conflict(role_run.trial_claim(cud), [role_run.trial_claim(drv)]) == ""
     other_key = cuda_config(
         "ubuntu2204", cuda_repository_url=MIRROR["url"], cuda_repository_key_url="https://mirror.example.com/other.asc"
     )
-    message = filters.apt_source_conflict(other_key["trial_claim"], [drv["trial_claim"]], "node1")
+    message = filters.apt_source_conflict(role_run.trial_claim(other_key), [role_run.trial_claim(drv)], "node1")
     assert (
         "the two roles give it differently: key URL https://mirror.example.com/other.asc (cuda_repository_key_url) "
         f"for cuda, {MIRROR['key']} (nvidia_driver_repository_key_url) for nvidia_driver. Give both roles the same key "
@@ -1195,7 +1195,7 @@ def test_the_roles_defaults_and_a_shared_mirror_with_one_key_url_claim_alike(dri
     lab_driver = driver("debian12", "debian_nonfree", nvidia_driver_repository_url="http://mirror.gpufleet.lab/debian")
     lab_cuda = cuda_config("debian12", cuda_repository_url="http://mirror.gpufleet.lab/site/cuda-12.1/debian12")
     assert lab_driver["main_sources_file"] != lab_cuda["main_sources_file"]
-    assert filters.apt_source_conflict(lab_cuda["trial_claim"], [lab_driver["trial_claim"]]) == ""
+    assert filters.apt_source_conflict(role_run.trial_claim(lab_cuda), [role_run.trial_claim(lab_driver)]) == ""
 
 
 @pytest.mark.parametrize(
@@ -1209,8 +1209,8 @@ def test_the_roles_defaults_and_a_shared_mirror_with_one_key_url_claim_alike(dri
 def test_every_part_of_the_one_source_must_be_alike(driver, field, value, label, setting):
     """Suites, components and architectures are the file's too: a difference in any is refused, naming its setting."""
     drv, cud = driver("ubuntu2204", "nvidia"), cuda_config("ubuntu2204")
-    changed = {**drv["trial_claim"], field: value}
-    message = filters.apt_source_conflict(changed, [cud["trial_claim"]])
+    changed = {**role_run.trial_claim(drv), field: value}
+    message = filters.apt_source_conflict(changed, [role_run.trial_claim(cud)])
     assert f"differently: {label} {' '.join(value)} ({setting}) for nvidia_driver, " in message, message
     assert f"Give both roles the same {label} for this repository" in message
 

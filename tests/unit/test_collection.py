@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 import pytest
 import yaml
+from ansible.parsing.plugin_docs import read_docstring
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -178,8 +179,7 @@ def test_each_action_plugins_manual_gives_its_options_as_it_checks_them(name):
     """An action plugin's options are checked by its own ARGUMENT_SPEC, which validate-modules never compares with
     the manual (its module file has no code): the same names, types, elements, required and defaults."""
     spec = importlib.import_module(f"ansible_collections.gpufleet.fleet.plugins.action.{name}").ARGUMENT_SPEC
-    text = (REPO / "plugins" / "modules" / f"{name}.py").read_text()
-    documented = yaml.safe_load(text.split('DOCUMENTATION = r"""', 1)[1].split('"""', 1)[0])["options"]
+    documented = read_docstring(str(REPO / "plugins" / "modules" / f"{name}.py"))["doc"]["options"]
     assert sorted(documented) == sorted(spec)
 
     def shape(option: dict) -> tuple:
