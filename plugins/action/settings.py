@@ -51,10 +51,8 @@ class ActionModule(ControllerAction, ActionBase):
     """Judge one role's settings for one host (see the module docstring)."""
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
-        result = super().run(tmp, task_vars)
-        task_vars = task_vars or {}
-        _validation, args = self.validate_argument_spec(
-            argument_spec=ARGUMENT_SPEC, mutually_exclusive=[("role", "hosts")], required_one_of=[("role", "hosts")]
+        result, task_vars, args = self.begin(
+            tmp, task_vars, ARGUMENT_SPEC, mutually_exclusive=[("role", "hosts")], required_one_of=[("role", "hosts")]
         )
         if args["hosts"] is not None:
             return {**result, **self._judge_hosts(args["hosts"], task_vars)}

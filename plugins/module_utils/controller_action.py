@@ -1,6 +1,7 @@
 """What the collection's action plugins (plugins/action) have in common: apt_source_trial and wheel_plan run
 something on the host, copying nothing of their own first (``HostAction``); fleet_report and settings work on the
-controller alone (``ControllerAction``); settings and wheel_plan read a lookup plugin's value (``lookup_value``).
+controller alone (``ControllerAction``); each begins with ``begin`` (ActionBase.run and the argument spec); settings and
+wheel_plan read a lookup plugin's value (``lookup_value``).
 
 Plain classes, mixed in before ActionBase (``class ActionModule(ControllerAction, ActionBase)``), so that this
 module imports nothing from the controller's plugin API.
@@ -20,12 +21,13 @@ class HostAction:
     _supports_async = False
 
     def begin(
-        self, tmp: Any, task_vars: dict[str, Any] | None, argument_spec: dict[str, Any]
+        self, tmp: Any, task_vars: dict[str, Any] | None, argument_spec: dict[str, Any], **rules: Any
     ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
         """ActionBase.run's result, the task's variables and the task's arguments validated against
-        ``argument_spec`` (a wrong one fails the task before anything runs)."""
+        ``argument_spec`` and ``rules`` (mutually_exclusive, required_one_of, ...: a wrong argument fails the task
+        before anything runs)."""
         result = super().run(tmp, task_vars)  # ActionBase's: it follows this class in the MRO
-        _validation, args = self.validate_argument_spec(argument_spec=argument_spec)
+        _validation, args = self.validate_argument_spec(argument_spec=argument_spec, **rules)
         return result, task_vars or {}, args
 
 

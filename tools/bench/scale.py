@@ -511,39 +511,28 @@ def run_rerun(runs: int, compare: str, root: Path) -> list[dict]:
 
 
 def report_rerun(runs: list[dict]) -> list[str]:
-    """The converged re-run's controller CPU a node, before and after (medians of the runs)."""
-    lines = []
-    by_variant = {variant: [r for r in runs if r["variant"] == variant] for variant in ("before", "tuned")}
-    figures = {}
-    for variant, group in by_variant.items():
-        if group:
-            nodes = group[0]["nodes"]
-            figures[variant] = {
-                "cpu_per_node": statistics.median(r["controller_cpu_s"] for r in group) / nodes,
-                "wall": statistics.median(r["wall_s"] for r in group),
-                "runs": ", ".join(f"{r['controller_cpu_s']:.1f}" for r in group),
-                "changed": sorted({r["changed"] for r in group}),
-                "failed": [r["rc"] for r in group if r["rc"] != 0],
-                "nodes": nodes,
-            }
-    if not figures:
-        return lines
-    lines += ["", "converged re-run of site.yml on the lab's own nodes (the runs alternate, median shown):"]
-    for variant, label in (
-        ("before", f"before ({by_variant['before'][0]['commit']})" if by_variant["before"] else ""),
-        ("tuned", "this tree"),
-    ):
-        if variant in figures:
-            f = figures[variant]
-            lines.append(
-                f"  {label}: {f['cpu_per_node']:.2f} controller CPU s a node ({f['nodes']} nodes; runs {f['runs']}"
-                f" CPU s), {f['wall']:.1f} s wall, changed tasks {f['changed']}"
-                + (f", FAILED rc {f['failed']}" if f["failed"] else "")
-            )
-    if {"before", "tuned"} <= set(figures):
-        ratio = figures["tuned"]["cpu_per_node"] / figures["before"]["cpu_per_node"]
+    """The converged re-run's controller CPU a node, before and after (medians of the runs, median_runs)."""
+    lines, per_node = [], {}
+    for variant in ("before", "tuned"):
+        group = [r for r in runs if r["play"] == RERUN and r["variant"] == variant]
+        if not group:
+            continue
+        nodes, figures = next(iter(median_runs(runs, RERUN, variant).items()))
+        per_node[variant] = figures["controller_cpu_s"] / nodes
+        label = f"before ({group[0]['commit']})" if variant == "before" else "this tree"
+        failed = [r["rc"] for r in group if r["rc"] != 0]
+        each = ", ".join(f"{r['controller_cpu_s']:.1f}" for r in group)
+        lines.append(
+            f"  {label}: {per_node[variant]:.2f} controller CPU s a node ({nodes} nodes; runs "
+            f"{each} CPU s), {figures['wall_s']:.1f} s wall, "
+            f"changed tasks {sorted({r['changed'] for r in group})}" + (f", FAILED rc {failed}" if failed else "")
+        )
+    if not lines:
+        return []
+    if len(per_node) == 2:
+        ratio = per_node["tuned"] / per_node["before"]
         lines.append(f"  after / before: {ratio:.2f} (goal: 0.5 or less: {'met' if ratio <= 0.5 else 'NOT met'})")
-    return lines
+    return ["", "converged re-run of site.yml on the lab's own nodes (the runs alternate, median shown):", *lines]
 
 
 def worktree(commit: str, path: Path) -> Path:
