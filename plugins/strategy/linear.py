@@ -1,4 +1,4 @@
-"""ansible.builtin.linear, with two costs of the controller's main process taken out of every host's task.
+"""ansible.builtin.linear, with three costs of the controller taken out of every host's task.
 
 1. Waiting for workers without spinning. When every worker is busy (as many
    tasks running as ``forks``), linear's ``_queue_task`` looks for a free one
@@ -24,6 +24,19 @@
    main process compiles the templates of the task and of the variables its
    first host sees: every worker of the task inherits them with the fork.
 
+3. A task skipped without a worker. linear forks a worker for every host and
+   task, and the worker's first step is the task's condition (``when``): on a
+   converged re-run of site.yml most tasks are skipped on most hosts, and the
+   fork, the worker's start and its result's way back cost ~25 ms of CPU for
+   each (docs/scale.md). Here the main process evaluates the condition first,
+   with the variables the worker would have (the task's variables with the
+   connection's "magic" variables added, as the TaskExecutor adds them);
+   where it is false, the result is the worker's skip result, to the key
+   (``skip_reason``, ``false_condition``, ``_ansible_no_log``), handed to the
+   strategy's results as a worker's. A task with a loop or ``delegate_to``,
+   and a condition that fails or warns here, go to a worker as in linear,
+   which evaluates and reports them itself.
+
 Every other behaviour is linear's. Both changes reach into ansible-core's
 internals: they apply on the ansible-core releases they were written and
 tested against (SUPPORTED) and leave linear as it is on any other.
@@ -34,7 +47,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 name: linear
 author: gpufleet maintainers (@gpufleet)
-short_description: ansible.builtin.linear without its busy wait for a worker and its per-host template compiling
+short_description: ansible.builtin.linear without its busy wait, per-host compiling and forks for skipped tasks
 description:
   - Runs a play exactly as P(ansible.builtin.linear#strategy) does, every host in lock-step, task by task.
   - Where linear waits for a free worker (every one of C(forks) busy) in a loop that sleeps 0.1 ms between sweeps,
@@ -44,7 +57,10 @@ description:
   - Each Jinja template is compiled once per run in the controller's main process (the templates of each task and of
     the variables its first host sees, before the task's workers are forked), not once per host and task in each
     forked worker. A template that includes or imports another is compiled where it is rendered, as before.
-  - Both apply on ansible-core 2.19; on another release the strategy is ansible.builtin.linear unchanged.
+  - A task whose condition (C(when)) is false for a host is skipped by the main process, without forking a worker for
+    it; the result is the one the worker would give. A task with a loop or C(delegate_to), and a condition that fails
+    or warns when evaluated there, are run by a worker as in linear.
+  - All three apply on ansible-core 2.19; on another release the strategy is ansible.builtin.linear unchanged.
   - gpufleet's C(ansible.cfg) selects it (C(strategy = gpufleet.fleet.linear)); docs/scale.md has the measurements.
 """
 
@@ -67,7 +83,7 @@ RESULTS_WAIT_S = 0.05
 # A template that pulls in another resolves it through its environment's loader: compiled where it is rendered.
 _PULLS_IN = re.compile(r"{%-?\s*(include|import|from|extends)\b")
 # Hits and misses of the compile cache in this process (for the tests).
-STATS = {"hits": 0, "misses": 0}
+STATS = {"hits": 0, "misses": 0, "skipped_here": 0}
 
 _cache: dict[tuple, Any] = {}
 
@@ -125,19 +141,71 @@ def _strings(value: Any, depth: int = 0) -> Any:
 
 
 class StrategyModule(LinearStrategyModule):
-    """ansible.builtin.linear with a blocking wait for a free worker and templates compiled once per run."""
+    """ansible.builtin.linear with a blocking wait for a free worker, templates compiled once per run and skipped tasks
+    decided without a worker."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._compiled_for: set[str] = set()
 
     def _queue_task(self, host, task, task_vars, play_context):
+        if PATCHED and self._skipped_here(host, task, task_vars, play_context):
+            return
         if PATCHED and task._uuid not in self._compiled_for:
             self._compiled_for.add(task._uuid)
             self._compile_before_forking(task, task_vars)
         if PATCHED and not task.throttle:
             self._wait_for_a_free_worker()
         super()._queue_task(host, task, task_vars, play_context)
+
+    def _skipped_here(self, host: Any, task: Any, task_vars: Mapping[str, Any], play_context: Any) -> bool:
+        """Skip, without forking a worker, a task whose condition is false for this host; True where it did.
+
+        The result is the one the worker's TaskExecutor returns for it (the same keys, from the same evaluation
+        of the same variables), handed to the strategy's result list as the worker's would be. Where this process
+        cannot decide it exactly as the worker would (a loop, delegation, an error or a warning from the condition),
+        the worker decides, as in linear."""
+        from ansible._internal import _display_utils, _task
+        from ansible._internal._templating._engine import TemplateEngine
+        from ansible.executor.task_result import _WireTaskResult
+
+        if not task.when or task.loop_with or task.loop is not None or task.delegate_to is not None:
+            return False
+        variables = dict(task_vars)
+        search_path = task.get_search_path()
+        if self._loader.get_basedir() not in search_path:
+            search_path.append(self._loader.get_basedir())
+        variables["ansible_search_path"] = search_path
+        context: dict[str, Any] = {}
+        try:
+            with _task.TaskContext(task), _display_utils.DeferredWarningContext(variables=variables) as warnings:
+                play_context.set_task_and_variable_override(
+                    task=task, variables=variables, templar=TemplateEngine(loader=self._loader, variables=variables)
+                ).update_vars(variables)
+                if task._resolve_conditional(task.when, variables, result_context=context):
+                    return False
+                result = dict(changed=False, skipped=True, skip_reason="Conditional result was False") | context
+                task.update_result_no_log(TemplateEngine(loader=self._loader, variables=variables), result)
+        except Exception:  # noqa: BLE001 - the worker decides, and reports, what this process could not
+            return False
+        if warnings.get_warnings() or warnings.get_deprecation_warnings():
+            return False
+        STATS["skipped_here"] += 1
+        self._queued_task_cache[(host.name, task._uuid)] = {
+            "host": host,
+            "task": task,
+            "task_vars": task_vars,
+            "play_context": play_context,
+        }
+        self._tqm.send_callback("v2_runner_on_start", host, task)
+        wire = _WireTaskResult(
+            host_name=host.name, task_uuid=task._uuid, return_data=result, task_fields=task.dump_attrs()
+        )
+        raw = self._convert_wire_task_result_to_raw(wire)
+        with self._results_lock:
+            self._results.append(raw)
+        self._pending_results += 1
+        return True
 
     def _compile_before_forking(self, task: Any, task_vars: Mapping[str, Any]) -> None:
         """Compile, in this process, the templates of the task's arguments and variables and of the variables its

@@ -309,9 +309,11 @@ def run_module(tmp_path: Path, name: str, env: dict[str, str] | None = None, **a
     return json.loads(proc.stdout)
 
 
-def ansible_playbook(tmp_path: Path, plays: list, *args: str) -> subprocess.CompletedProcess:
+def ansible_playbook(
+    tmp_path: Path, plays: list, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
     """``plays`` run by the venv's ansible-playbook in ``tmp_path``, with the clone's roles and collection
-    (an ansible.cfg there), on localhost unless ``args`` give an inventory."""
+    (an ansible.cfg there), on localhost unless ``args`` give an inventory; ``env`` adds to its environment."""
     config = tmp_path / "ansible.cfg"
     config.write_text(
         "[defaults]\n"
@@ -327,7 +329,13 @@ def ansible_playbook(tmp_path: Path, plays: list, *args: str) -> subprocess.Comp
     return subprocess.run(
         [str(venv_bin / "ansible-playbook"), *inventory, str(playbook), *args],
         cwd=tmp_path,
-        env={**os.environ, "ANSIBLE_CONFIG": str(config), "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0"},
+        env={
+            **os.environ,
+            "ANSIBLE_CONFIG": str(config),
+            "ANSIBLE_NOCOLOR": "1",
+            "ANSIBLE_FORCE_COLOR": "0",
+            **(env or {}),
+        },
         capture_output=True,
         text=True,
         timeout=300,

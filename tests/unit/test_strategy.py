@@ -9,8 +9,10 @@ out what it must not keep.
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import time
+from typing import Any
 
 import pytest
 from conftest import REPO_ROOT, ansible_playbook
@@ -122,3 +124,87 @@ def test_a_play_through_the_strategy_gives_linears_results(tmp_path):
     assert sorted(p.name for p in tmp_path.glob("said-*")) == ["said-h1", "said-h2", "said-h4", "said-h5"]
     assert (tmp_path / "said-h4").read_text() == "h4-8"
     assert "h3" in run.stdout and "stopped" in run.stdout
+
+
+def _json_results(run: Any) -> tuple[list, dict]:
+    """Each task's result on each host, and the recap, from the json callback's output (timings left out)."""
+    document, _ = json.JSONDecoder().raw_decode(run.stdout)
+    rows = []
+    for play in document["plays"]:
+        for task in play["tasks"]:
+            for host, result in sorted(task["hosts"].items()):
+                rows.append((task["task"]["name"], host, {k: v for k, v in result.items() if k not in _TIMINGS}))
+    return rows, document["stats"]
+
+
+_TIMINGS = {"start", "end", "delta", "duration"}
+
+
+def test_a_false_condition_is_decided_without_a_worker_and_gives_linears_result(tmp_path):
+    """Each kind of task the strategy may skip in its own process, and each it must leave to a worker: the results
+    and the recap are ansible.builtin.linear's, to the key; the skipped tasks' conditions ran in the main process
+    (one process id for every host), the others' in a worker per host."""
+    pids = tmp_path / "pids"
+    seen = f"lookup('ansible.builtin.pipe', 'echo ' ~ inventory_hostname ~ ' $PPID >> {pids}') == 'never'"
+    plays = [
+        {
+            "name": "Conditions",
+            "hosts": "all",
+            "gather_facts": False,
+            "vars": {"gate": False, "only_h2": "{{ inventory_hostname == 'h2' }}"},
+            "tasks": [
+                {"name": "Seen", "ansible.builtin.command": "/bin/true", "when": seen, "register": "probe"},
+                {"name": "Registered", "ansible.builtin.debug": {"var": "probe"}},
+                # A condition that warns (an embedded template): left to the worker, whose result carries the warning.
+                {"name": "Warns", "ansible.builtin.debug": {"msg": "w"}, "when": "'{{ gate }}' == 'True'"},
+                {
+                    "name": "Per host",
+                    "ansible.builtin.command": "/bin/true",
+                    "changed_when": False,
+                    "when": "only_h2 | bool",
+                },
+                {
+                    "name": "Hidden",
+                    "ansible.builtin.command": "/bin/true",
+                    "no_log": True,
+                    "changed_when": False,
+                    "when": "inventory_hostname != 'h1'",
+                },
+                {"name": "Undefined", "ansible.builtin.debug": {"msg": "x"}, "when": "nothere", "ignore_errors": True},
+                {"name": "Second false", "ansible.builtin.debug": {"msg": "y"}, "when": [True, "gate"]},
+                {"name": "Looped", "ansible.builtin.debug": {"msg": "{{ item }}"}, "loop": [1, 2], "when": "item == 2"},
+                {"name": "Include", "ansible.builtin.include_tasks": "absent.yml", "when": "gate"},
+                {"name": "Once", "ansible.builtin.debug": {"msg": "z"}, "run_once": True, "when": "gate"},
+                {
+                    "name": "Block",
+                    "when": "not gate",
+                    "block": [{"name": "In block", "ansible.builtin.debug": {"msg": "b"}, "when": "only_h2 | bool"}],
+                },
+            ],
+        }
+    ]
+    inventory = tmp_path / "hosts.ini"
+    inventory.write_text(
+        "[all]\n" + "".join(f"h{n} ansible_connection=local\n" for n in range(1, 4)) + "[all:vars]\n"
+        f"ansible_python_interpreter={REPO_ROOT / '.venv' / 'bin' / 'python'}\n"
+    )
+    outcomes = {}
+    for strategy in ("ansible.builtin.linear", "gpufleet.fleet.linear"):
+        pids.unlink(missing_ok=True)
+        plays[0]["strategy"] = strategy
+        run = ansible_playbook(tmp_path, plays, "-i", str(inventory), env={"ANSIBLE_STDOUT_CALLBACK": "json"})
+        outcomes[strategy] = run, pids.read_text().split("\n")
+    rows = {}
+    for strategy, (run, _) in outcomes.items():
+        assert run.returncode == 0, run.stdout[-3000:] + run.stderr
+        rows[strategy] = _json_results(run)
+    assert rows["gpufleet.fleet.linear"] == rows["ansible.builtin.linear"]
+    results, recap = rows["gpufleet.fleet.linear"]
+    assert [r["skipped"] for name, _, r in results if name == "Seen"] == [True] * 3
+    assert [r.get("skipped", False) for name, _, r in results if name == "Per host"] == [True, False, True]
+    assert recap["h2"]["skipped"] < recap["h1"]["skipped"]
+    assert all(r.get("warnings") and r["skipped"] for name, _, r in results if name == "Warns")
+    # The condition of "Seen" ran in one process for the three hosts here, in three workers under linear.
+    workers = {line.split()[1] for line in outcomes["ansible.builtin.linear"][1] if line}
+    here = {line.split()[1] for line in outcomes["gpufleet.fleet.linear"][1] if line}
+    assert len(workers) == 3 and len(here) == 1, (workers, here)
