@@ -181,7 +181,8 @@ def test_a_real_run_prints_progress_while_a_task_runs_and_a_summary_at_the_end(t
 
 def test_forkshare_freezes_before_each_task_and_collects_what_the_run_dropped():
     """Before a task the live heap is frozen (the workers forked next do not walk it); a cycle dropped after it was
-    frozen is still collected before the next task; the run's end thaws everything."""
+    frozen stays frozen across tasks while the heap does not grow, and is collected at the next play's start, or at
+    the next task once the heap has grown by a quarter; the run's end thaws everything."""
     import gc
     import weakref
 
@@ -190,16 +191,29 @@ def test_forkshare_freezes_before_each_task_and_collects_what_the_run_dropped():
     class Node:
         pass
 
-    try:
+    def dropped_cycle():
         cycle = Node()
         cycle.self = cycle
-        dropped = weakref.ref(cycle)
+        return cycle, weakref.ref(cycle)
+
+    try:
+        plugin.v2_playbook_on_play_start(SimpleNamespace())
+        cycle, dropped = dropped_cycle()
         plugin.v2_playbook_on_task_start(_task("Gather facts"), is_conditional=False)
         assert gc.get_freeze_count() > 0
         del cycle
         assert dropped() is not None  # frozen: no collection walks it
         plugin.v2_playbook_on_handler_task_start(_task("Restart munge"))
+        assert dropped() is not None  # the heap did not grow: no full collection before this task
+        plugin.v2_playbook_on_play_start(SimpleNamespace())
         assert dropped() is None and gc.get_freeze_count() > 0
+        # Grown by more than a quarter since the last full collection: the next task collects.
+        cycle, dropped = dropped_cycle()
+        plugin.v2_playbook_on_task_start(_task("Probe"), is_conditional=False)
+        del cycle
+        grown = [[] for _ in range(gc.get_freeze_count() // 3 + 1000)]
+        plugin.v2_playbook_on_task_start(_task("Install"), is_conditional=False)
+        assert dropped() is None and gc.get_freeze_count() >= len(grown)
         plugin.v2_playbook_on_stats(SimpleNamespace())
         assert gc.get_freeze_count() == 0
     finally:
