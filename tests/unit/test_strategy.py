@@ -208,3 +208,48 @@ def test_a_false_condition_is_decided_without_a_worker_and_gives_linears_result(
     workers = {line.split()[1] for line in outcomes["ansible.builtin.linear"][1] if line}
     here = {line.split()[1] for line in outcomes["gpufleet.fleet.linear"][1] if line}
     assert len(workers) == 3 and len(here) == 1, (workers, here)
+
+
+def test_cached_facts_decode_to_what_ansible_core_decodes_reading_each_class_once(monkeypatch):
+    """A fact cache payload with tagged values (a fact set from a template carries its origin) decodes to the same
+    values, tags included, as with ansible-core's own _from_dict; a bare tuple field still becomes a tuple; the
+    class's type hints are read once, not at each object."""
+    import dataclasses
+    import typing
+
+    from ansible._internal._datatag._tags import Origin
+    from ansible.module_utils._internal._datatag import AnsibleSerializableDataclass, AnsibleTagHelper
+
+    facts = {
+        "nvidia_driver_installed_version": Origin(path="/r/facts.yml", line_num=14, col_num=38).tag("535.261.03"),
+        "nvidia_driver_reboot_reasons": Origin(path="/r/facts.yml", line_num=16, col_num=9).tag([]),
+        "plain": {"a": [1, 2]},
+    }
+    from ansible.plugins.loader import cache_loader
+
+    cache = cache_loader.get("ansible.builtin.memory")  # behind ansible-core's encoding layer, as every fact cache
+    cache.set("node-1", facts)
+
+    def decoded() -> list:
+        values = cache.get("node-1")
+        return [(key, value, AnsibleTagHelper.tags(value)) for key, value in sorted(values.items())]
+
+    ours = decoded()
+    original = AnsibleSerializableDataclass.__dict__["_gpufleet_original_from_dict"]
+    monkeypatch.setattr(AnsibleSerializableDataclass, "_from_dict", original)
+    assert decoded() == ours
+    assert ours[0][2] == {Origin(path="/r/facts.yml", line_num=14, col_num=38)}
+    monkeypatch.undo()
+
+    @dataclasses.dataclass(frozen=True)
+    class Pair(AnsibleSerializableDataclass):
+        name: str
+        items: tuple[str, ...]
+
+    read = []
+    real = typing.get_type_hints
+    monkeypatch.setattr(typing, "get_type_hints", lambda cls, *a, **k: read.append(cls) or real(cls, *a, **k))
+    built = [Pair._from_dict({"name": "n", "items": ["a", "b"]}) for _ in range(3)]
+    assert built[0] == Pair(name="n", items=("a", "b")) and isinstance(built[2].items, tuple)
+    assert read == [Pair]
+    assert Pair._gpufleet_original_from_dict({"name": "n", "items": ["a", "b"]}) == built[0]
