@@ -30,7 +30,8 @@
    fork, the worker's start and its result's way back cost ~25 ms of CPU for
    each (docs/scale.md). Here the main process evaluates the condition first,
    with the variables the worker would have (the task's variables with the
-   connection's "magic" variables added, as the TaskExecutor adds them);
+   connection's "magic" variables added, the host's address included, as
+   the TaskExecutor adds them);
    where it is false, the result is the worker's skip result, to the key
    (``skip_reason``, ``false_condition``, ``_ansible_no_log``), handed to the
    strategy's results as a worker's. A task with a loop or ``delegate_to``,
@@ -220,13 +221,20 @@ class StrategyModule(LinearStrategyModule):
         context: dict[str, Any] = {}
         try:
             with _task.TaskContext(task), _display_utils.DeferredWarningContext(variables=variables) as warnings:
-                play_context.set_task_and_variable_override(
-                    task=task, variables=variables, templar=TemplateEngine(loader=self._loader, variables=variables)
-                ).update_vars(variables)
-                if task._resolve_conditional(task.when, variables, result_context=context):
+                # The connection's variables as the TaskExecutor adds them before it evaluates the condition.
+                templar = TemplateEngine(loader=self._loader, variables=variables)
+                connection = play_context.set_task_and_variable_override(
+                    task=task, variables=variables, templar=templar
+                )
+                connection.post_validate(templar=templar)
+                if not connection.remote_addr:
+                    connection.remote_addr = host.address
+                condition_variables = dict(variables)
+                connection.update_vars(condition_variables)
+                if task._resolve_conditional(task.when, condition_variables, result_context=context):
                     return False
                 result = dict(changed=False, skipped=True, skip_reason="Conditional result was False") | context
-                task.update_result_no_log(TemplateEngine(loader=self._loader, variables=variables), result)
+                task.update_result_no_log(templar, result)
         except Exception:  # noqa: BLE001 - the worker decides, and reports, what this process could not
             return False
         if warnings.get_warnings() or warnings.get_deprecation_warnings():

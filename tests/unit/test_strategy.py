@@ -172,6 +172,8 @@ def test_a_false_condition_is_decided_without_a_worker_and_gives_linears_result(
                 },
                 {"name": "Undefined", "ansible.builtin.debug": {"msg": "x"}, "when": "nothere", "ignore_errors": True},
                 {"name": "Second false", "ansible.builtin.debug": {"msg": "y"}, "when": [True, "gate"]},
+                # Defined by the connection's settings only (the host's address, as the worker sets it).
+                {"name": "Connection", "ansible.builtin.debug": {"msg": "c"}, "when": "ansible_host is defined"},
                 {"name": "Looped", "ansible.builtin.debug": {"msg": "{{ item }}"}, "loop": [1, 2], "when": "item == 2"},
                 {"name": "Include", "ansible.builtin.include_tasks": "absent.yml", "when": "gate"},
                 {"name": "Once", "ansible.builtin.debug": {"msg": "z"}, "run_once": True, "when": "gate"},
