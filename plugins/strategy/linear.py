@@ -36,7 +36,9 @@
    (``skip_reason``, ``false_condition``, ``_ansible_no_log``), handed to the
    strategy's results as a worker's. A task with a loop or ``delegate_to``,
    and a condition that fails or warns here, go to a worker as in linear,
-   which evaluates and reports them itself.
+   which evaluates and reports them itself. A condition that is true is
+   evaluated again by the worker: a lookup in it runs twice (a condition
+   with side effects would see that).
 
 4. The fact cache decoded without reading type hints again. ansible-core
    2.19 keeps each host's facts in the cache encoded, and decodes them in
@@ -70,7 +72,8 @@ description:
     forked worker. A template that includes or imports another is compiled where it is rendered, as before.
   - A task whose condition (C(when)) is false for a host is skipped by the main process, without forking a worker for
     it; the result is the one the worker would give. A task with a loop or C(delegate_to), and a condition that fails
-    or warns when evaluated there, are run by a worker as in linear.
+    or warns when evaluated there, are run by a worker as in linear. A true condition is evaluated again by the
+    worker (a lookup in it runs twice).
   - The hosts' cached facts are decoded without reading each tagged value's type hints again (once per class, not once
     per value, host and task).
   - All four apply on ansible-core 2.19; on another release the strategy is ansible.builtin.linear unchanged.
