@@ -160,7 +160,9 @@ def _patch_dataclass_decoding() -> bool:
             hints = typing.get_type_hints(cls)
             fields = dataclasses.fields(cls)
             names = tuple_fields[cls] = tuple(f.name for f in fields if typing.get_origin(hints[f.name]) is tuple)
-        converted = {name: tuple(d[name]) for name in names if type(d.get(name)) is list}
+        # A plain list only, as ansible-core's own: a tagged list (a subclass) stays as it is.
+        plain = [name for name in names if type(d.get(name)) is list]  # pylint: disable=unidiomatic-typecheck
+        converted = {name: tuple(d[name]) for name in plain}
         return cls(**(d | converted if converted else d))
 
     # ansible-core's own, kept for the tests that compare the two.

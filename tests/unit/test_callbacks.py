@@ -211,7 +211,7 @@ def test_forkshare_freezes_before_each_task_and_collects_what_the_run_dropped():
         cycle, dropped = dropped_cycle()
         plugin.v2_playbook_on_task_start(_task("Probe"), is_conditional=False)
         del cycle
-        grown = [[] for _ in range(sys.getallocatedblocks() // 3 + 1000)]
+        grown = [[] for _number in range(sys.getallocatedblocks() // 3 + 1000)]
         plugin.v2_playbook_on_task_start(_task("Install"), is_conditional=False)
         assert dropped() is None and gc.get_freeze_count() >= len(grown)
         plugin.v2_playbook_on_stats(SimpleNamespace())

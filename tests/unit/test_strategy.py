@@ -128,7 +128,7 @@ def test_a_play_through_the_strategy_gives_linears_results(tmp_path):
 
 def _json_results(run: Any) -> tuple[list, dict]:
     """Each task's result on each host, and the recap, from the json callback's output (timings left out)."""
-    document, _ = json.JSONDecoder().raw_decode(run.stdout)
+    document, _end = json.JSONDecoder().raw_decode(run.stdout)
     rows = []
     for play in document["plays"]:
         for task in play["tasks"]:
@@ -197,15 +197,15 @@ def test_a_false_condition_is_decided_without_a_worker_and_gives_linears_result(
         run = ansible_playbook(tmp_path, plays, "-i", str(inventory), env={"ANSIBLE_STDOUT_CALLBACK": "json"})
         outcomes[strategy] = run, pids.read_text().split("\n")
     rows = {}
-    for strategy, (run, _) in outcomes.items():
+    for strategy, (run, _pids) in outcomes.items():
         assert run.returncode == 0, run.stdout[-3000:] + run.stderr
         rows[strategy] = _json_results(run)
     assert rows["gpufleet.fleet.linear"] == rows["ansible.builtin.linear"]
     results, recap = rows["gpufleet.fleet.linear"]
-    assert [r["skipped"] for name, _, r in results if name == "Seen"] == [True] * 3
-    assert [r.get("skipped", False) for name, _, r in results if name == "Per host"] == [True, False, True]
+    assert [r["skipped"] for name, _host, r in results if name == "Seen"] == [True] * 3
+    assert [r.get("skipped", False) for name, _host, r in results if name == "Per host"] == [True, False, True]
     assert recap["h2"]["skipped"] < recap["h1"]["skipped"]
-    assert all(r.get("warnings") and r["skipped"] for name, _, r in results if name == "Warns")
+    assert all(r.get("warnings") and r["skipped"] for name, _host, r in results if name == "Warns")
     # The condition of "Seen" ran in one process for the three hosts here, in three workers under linear.
     workers = {line.split()[1] for line in outcomes["ansible.builtin.linear"][1] if line}
     here = {line.split()[1] for line in outcomes["gpufleet.fleet.linear"][1] if line}
@@ -251,7 +251,7 @@ def test_cached_facts_decode_to_what_ansible_core_decodes_reading_each_class_onc
     read = []
     real = typing.get_type_hints
     monkeypatch.setattr(typing, "get_type_hints", lambda cls, *a, **k: read.append(cls) or real(cls, *a, **k))
-    built = [Pair._from_dict({"name": "n", "items": ["a", "b"]}) for _ in range(3)]
+    built = [Pair._from_dict({"name": "n", "items": ["a", "b"]}) for _number in range(3)]
     assert built[0] == Pair(name="n", items=("a", "b")) and isinstance(built[2].items, tuple)
     assert read == [Pair]
     assert Pair._gpufleet_original_from_dict({"name": "n", "items": ["a", "b"]}) == built[0]
