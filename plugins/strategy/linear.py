@@ -50,7 +50,7 @@
    3 nodes. Here the fields it converts (those typed as a bare tuple) are
    found once per class; the object built is the same.
 
-Every other behaviour is linear's. Both changes reach into ansible-core's
+Every other behaviour is linear's. All four reach into ansible-core's
 internals: they apply on the ansible-core releases they were written and
 tested against (SUPPORTED) and leave linear as it is on any other.
 """
@@ -101,7 +101,7 @@ RESULTS_WAIT_S = 0.05
 # A template that pulls in another resolves it through its environment's loader: compiled where it is rendered.
 _PULLS_IN = re.compile(r"{%-?\s*(include|import|from|extends)\b")
 # Hits and misses of the compile cache in this process (for the tests).
-STATS = {"hits": 0, "misses": 0, "skipped_here": 0}
+STATS = {"hits": 0, "misses": 0}
 
 _cache: dict[tuple, Any] = {}
 
@@ -244,7 +244,6 @@ class StrategyModule(LinearStrategyModule):
             return False
         if warnings.get_warnings() or warnings.get_deprecation_warnings():
             return False
-        STATS["skipped_here"] += 1
         self._queued_task_cache[(host.name, task._uuid)] = {
             "host": host,
             "task": task,
