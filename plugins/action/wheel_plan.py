@@ -20,6 +20,7 @@ import fcntl
 import hashlib
 import json
 import os
+from pathlib import Path
 from typing import Any
 
 from ansible import constants as C
@@ -27,6 +28,7 @@ from ansible.errors import AnsibleError
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.gpufleet.fleet.plugins.module_utils.controller_action import HostAction, lookup_value
+from ansible_collections.gpufleet.fleet.plugins.module_utils.gpufleet_check import write_atomically
 from ansible_collections.gpufleet.fleet.plugins.module_utils.wheel_plan import refusal, script_output, wheel_plan
 
 ARGUMENT_SPEC = {
@@ -94,9 +96,8 @@ class ActionModule(HostAction, ActionBase):
                 if shared is None:
                     result = self._run_script(pip, args, task_vars)
                     resolution = shareable(result)
-                    with open(path + ".part", "w") as handle:
-                        json.dump({"host": host, "resolution": resolution}, handle)
-                    os.replace(path + ".part", path)
+                    # The payload's own atomic write, as the fleet report's: a crash leaves no half file to load.
+                    write_atomically(Path(path), json.dumps({"host": host, "resolution": resolution}))
                     return result, ""
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)

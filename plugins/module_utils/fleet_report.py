@@ -1321,9 +1321,9 @@ def write_atomically(path: Path, text: str) -> Path:
     report from a web server or a CI agent). gpufleet_check's own (its common module, imported from the collection
     as the filters import it). Imported here, on first write, so that this module alone still loads by its path
     (files/gpufleet_verify.py in a checkout without the collection link) for the schema and the table."""
-    from ansible_collections.gpufleet.fleet.plugins.module_utils.gpufleet_check import gpufleet_check_module
+    from ansible_collections.gpufleet.fleet.plugins.module_utils.gpufleet_check import write_atomically as write
 
-    return gpufleet_check_module("common").write_atomically(path, text)
+    return write(path, text)
 
 
 def file_basename(value: str) -> str:

@@ -1,16 +1,14 @@
 """gpufleet_check's own modules on the controller, for the rules play 1 must apply exactly as the checks will.
 
-The checks run on the nodes (roles/payload/files/gpufleet_check/, shipped as
-gpufleet_check.pyz); a few of their rules are needed before any node is
-touched: the validator of the per-SKU overrides (``profiles.merge_overrides``,
-gpu_verify_profile_overrides) and DCGM's time limits per run level
-(``dcgm.DEFAULT_TIMEOUT_S``), and, after the smoke training, the judgement of
-its network figures and NCCL's logs (``nccl.judge``); and the fleet report writes its files as the
-checks write theirs (``common.write_atomically``). Rather than copy them, the filters, the report and the
-roles' rules (plugins/module_utils/rules/gpu_verify.py: ``profile_overrides_problem`` below) import the
-package from the collection (the payload role's files, at the collection root's
-``roles/payload/files/gpufleet_check``), under a private name so that it never
-meets another copy in ``sys.modules``.
+The checks run on the nodes (roles/payload/files/gpufleet_check/, shipped as gpufleet_check.pyz); a few of their
+rules are needed before any node is touched: the validator of the per-SKU overrides (``profiles.merge_overrides``,
+gpu_verify_profile_overrides) and DCGM's time limits per run level (``dcgm.DEFAULT_TIMEOUT_S``), and, after the
+smoke training, the judgement of its network figures and NCCL's logs (``nccl.judge``); and the controller writes its
+files as the checks write theirs (``common.write_atomically``: the fleet report, the wheel plan's shared
+resolution). Rather than copy them, the filters, the report and the roles' rules
+(plugins/module_utils/rules/gpu_verify.py: ``profile_overrides_problem`` below) import the package from the
+collection (the payload role's files, at the collection root's ``roles/payload/files/gpufleet_check``), under a
+private name so that it never meets another copy in ``sys.modules``.
 
 Only modules that import nothing but the standard library and each other are
 loaded: the package's ``__init__`` (facts, common), profiles, dcgm, nccl.
@@ -53,6 +51,12 @@ def gpufleet_check_module(name: str) -> ModuleType:
     """One module of the package (``profiles``, ``dcgm``, ...)."""
     gpufleet_check_package()
     return importlib.import_module(f"{PRIVATE_NAME}.{name}")
+
+
+def write_atomically(path: Path, text: str) -> Path:
+    """The checks' atomic write (common.write_atomically: a temporary file beside path, flushed, renamed over it),
+    the one the controller's files use too: the fleet report's and the wheel plan's shared resolution."""
+    return gpufleet_check_module("common").write_atomically(path, text)
 
 
 def profile_overrides_problem(overrides: Any) -> str:

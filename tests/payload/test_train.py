@@ -574,11 +574,10 @@ def test_train_py_is_about_training_and_its_reference_is_in_the_docs(
     """Issue 16, item 12: train.py was 777 lines, 99 of them a module docstring. The reference is
     docs/payload.md, which names every option; the file stays the size of the payloads people read."""
     lines = TRAIN.read_text().splitlines()
-    # Formatted as the whole tree is (ruff format, 120 characters): 702 lines until the plan and the measurements
-    # moved beside it (train_plan.py, train_measure.py; issue 31: at most 450).
+    # Formatted as the whole tree is (ruff format; its width, 120 characters, is ruff's rule E501 in make lint, not
+    # this test's): 702 lines until the plan and the measurements moved beside it (train_plan.py, train_measure.py;
+    # issue 31: at most 450).
     assert len(lines) <= 450, f"train.py has {len(lines)} lines"
-    long = [number for number, line in enumerate(lines, 1) if len(line) > 120]
-    assert not long, f"train.py lines over 120 characters: {long}"
     assert len(train.__doc__.splitlines()) <= 12 and "docs/payload.md" in train.__doc__
     actions: list = []
     parse = train.Parser.parse_args
