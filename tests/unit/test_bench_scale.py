@@ -355,3 +355,19 @@ def test_a_typical_host_s_tasks_leave_out_the_once_per_run_tasks_of_the_first():
     assert scale.tasks_per_host(output) == 4 and scale.tasks_per_typical_host(output) == 2
     assert scale.task_counts(output) == {"node-1": 4, "node-2": 2, "node-3": 2}
     assert scale.tasks_per_typical_host("") == 0
+
+
+def test_the_before_tree_is_a_worktree_linked_as_the_collection_and_gone_after_the_block(tmp_path):
+    """The before/after's other tree: a git worktree of the commit, its playbooks running its own plugins through
+    the collection link, removed when the block ends, also when a run in it raised."""
+
+    def listed() -> str:
+        return subprocess.run(["git", "worktree", "list"], cwd=REPO, capture_output=True, text=True, check=True).stdout
+
+    path = tmp_path / "before"
+    with pytest.raises(RuntimeError, match="a run failed"), scale.worktree("HEAD", path) as before:
+        link = before / ".ansible" / "collections" / "ansible_collections" / "gpufleet" / "fleet"
+        assert link.resolve() == before.resolve() and (link / "galaxy.yml").is_file()
+        assert str(before) in listed()
+        raise RuntimeError("a run failed")
+    assert not path.exists() and str(path) not in listed()

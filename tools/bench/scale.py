@@ -43,6 +43,7 @@ reports/bench/scale-<UTC time>.json.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import os
@@ -55,6 +56,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import yaml
@@ -466,13 +468,12 @@ def run_benchmark(
                     log(describe(result))
         if compare:
             inventory = inventory_of(hosts, names, root)
-            before = worktree(compare, root / "before")
-            for play in plays:
-                result = measure(play, inventory, root / f"before-{play.replace(' ', '-')}", cgroups, repo=before)
-                result.update(variant="before", commit=compare)
-                runs_out.append(result)
-                log(describe(result))
-            subprocess.run(["git", "worktree", "remove", "--force", str(before)], cwd=REPO, check=False)
+            with worktree(compare, root / "before") as before:
+                for play in plays:
+                    result = measure(play, inventory, root / f"before-{play.replace(' ', '-')}", cgroups, repo=before)
+                    result.update(variant="before", commit=compare)
+                    runs_out.append(result)
+                    log(describe(result))
         results["node_memory_after_bytes"] = int(statistics.median(node_memory_bytes(names)))
         if failures and "verify" in plays:
             runs_out.append(failing_run(hosts, names, root, cgroups))
@@ -494,19 +495,16 @@ def run_rerun(runs: int, compare: str, root: Path) -> list[dict]:
     names = lab_nodes()
     cgroups = {name: cgroup_cpu_file(name) for name in names}
     variants = [("tuned", REPO)]
-    if compare:
-        variants.append(("before", worktree(compare, root / "before-rerun")))
     out = []
-    try:
+    with contextlib.ExitStack() as stack:
+        if compare:
+            variants.append(("before", stack.enter_context(worktree(compare, root / "before-rerun"))))
         for run in range(runs):
             for variant, repo in variants:
                 result = measure(RERUN, LAB_INVENTORY, root / f"rerun-{variant}-{run}", cgroups, repo=repo)
                 result.update(variant=variant, commit=compare if variant == "before" else "")
                 out.append(result)
                 log(describe(result) + f", {result['changed']} changed")
-    finally:
-        if compare:
-            subprocess.run(["git", "worktree", "remove", "--force", str(root / "before-rerun")], cwd=REPO, check=False)
     return out
 
 
@@ -535,14 +533,18 @@ def report_rerun(runs: list[dict]) -> list[str]:
     return ["", "converged re-run of site.yml on the lab's own nodes (the runs alternate, median shown):", *lines]
 
 
-def worktree(commit: str, path: Path) -> Path:
-    """A checkout of commit at path (git worktree), linked as the collection gpufleet.fleet as `make venv`
-    links a clone, so that its playbooks run its own roles and plugins."""
+@contextlib.contextmanager
+def worktree(commit: str, path: Path) -> Iterator[Path]:
+    """A checkout of commit at path (git worktree) while the block runs, removed after it; linked as the collection
+    gpufleet.fleet as `make venv` links a clone, so that its playbooks run its own roles and plugins."""
     subprocess.run(["git", "worktree", "add", "--detach", str(path), commit], cwd=REPO, check=True, capture_output=True)
-    link = path / ".ansible" / "collections" / "ansible_collections" / "gpufleet" / "fleet"
-    link.parent.mkdir(parents=True)
-    link.symlink_to("../../../..")
-    return path
+    try:
+        link = path / ".ansible" / "collections" / "ansible_collections" / "gpufleet" / "fleet"
+        link.parent.mkdir(parents=True)
+        link.symlink_to("../../../..")
+        yield path
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", str(path)], cwd=REPO, check=False)
 
 
 def failing_run(hosts: dict, names: list[str], root: Path, cgroups: dict) -> dict:
