@@ -96,7 +96,7 @@ class ActionModule(HostAction, ActionBase):
                 if shared is None:
                     result = self._run_script(pip, args, task_vars)
                     resolution = shareable(result)
-                    # The payload's own atomic write, as the fleet report's: a crash leaves no half file to load.
+                    # The checks' atomic write, as the fleet report's: a crash leaves no half file for the next host.
                     write_atomically(Path(path), json.dumps({"host": host, "resolution": resolution}))
                     return result, ""
             finally:
