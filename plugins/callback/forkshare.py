@@ -76,9 +76,10 @@ class CallbackModule(CallbackBase):
         self._collected = 0  # the heap's size after the last full collection
 
     def _before_forks(self) -> None:
-        gc.freeze()
         if sys.getallocatedblocks() > self._collected * (1 + GROWTH):
             self._collected = refreeze()
+        else:
+            gc.freeze()
 
     def v2_playbook_on_play_start(self, play):
         self._collected = refreeze()
